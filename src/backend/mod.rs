@@ -1,0 +1,121 @@
+//! The op set the models are written against, and the packed batch layout.
+//!
+//! Every op has a CPU twin in `cpu/<op>.rs` (the executable specification) and, for
+//! the CUDA backend, a kernel in `kernels/<op>.cu` (or a cuBLAS call for GEMMs).
+//! Activations are 2-D row-major matrices `[rows, cols]`; sequences are packed
+//! without padding and delimited by `cu_seqlens` (varlen layout).
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod kernels;
+
+use crate::model::weights::HostTensor;
+
+/// Op failures (shape mismatches, device errors).
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error("op `{op}`: {msg}")]
+    Shape { op: &'static str, msg: String },
+    #[error("device error in `{op}`: {msg}")]
+    Device { op: &'static str, msg: String },
+}
+
+pub type OpResult<T> = Result<T, OpError>;
+
+/// Sequences packed back to back: `cu_seqlens[s]..cu_seqlens[s + 1]` are the rows of
+/// sequence `s`. `mask[t]` is the attention mask of token `t` (1 or 0): a token with
+/// mask 0 is neither attended to nor attends (HF `M[i,j] = m_i·m_j`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqLayout {
+    pub cu_seqlens: Vec<usize>,
+    pub mask: Vec<f32>,
+}
+
+impl SeqLayout {
+    pub fn num_seqs(&self) -> usize {
+        self.cu_seqlens.len() - 1
+    }
+    pub fn num_tokens(&self) -> usize {
+        *self.cu_seqlens.last().unwrap_or(&0)
+    }
+    pub fn max_len(&self) -> usize {
+        self.cu_seqlens
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(0)
+    }
+    /// Row of each sequence's first token (its [CLS]).
+    pub fn first_rows(&self) -> Vec<usize> {
+        self.cu_seqlens[..self.num_seqs()].to_vec()
+    }
+}
+
+/// Relative-position inputs of the disentangled attention for one layer.
+pub struct RelAttention<'a, T> {
+    /// `PK = key_proj(rel)` (or `pos_key_proj`), `[2·span, heads·d]`; `None` without c2p.
+    pub pos_key: Option<&'a T>,
+    /// `PQ = query_proj(rel)` (or `pos_query_proj`), `[2·span, heads·d]`; `None` without p2c.
+    pub pos_query: Option<&'a T>,
+    /// `index[r + max_len − 1] = clamp(bucket(r) + span, 0, 2·span − 1)` for
+    /// `r = i − j ∈ [−(max_len−1), max_len−1]`; non-decreasing in `r`.
+    pub index: &'a [u32],
+}
+
+/// Attention geometry shared by all layers.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionShape {
+    pub heads: usize,
+    pub head_size: usize,
+    /// Scores are multiplied by this (`1 / sqrt(d · scale_factor)`).
+    pub score_scale: f32,
+}
+
+/// The ops of the encoder. `Tensor` is a device matrix `[rows, cols]`.
+pub trait Backend: Send + Sync {
+    type Tensor: Send + Sync;
+
+    /// Short name for logs and output metadata (`cpu`, `cuda:0`).
+    fn name(&self) -> String;
+    /// Copies a host tensor (1-D or 2-D) to the device.
+    fn upload(&self, t: &HostTensor) -> OpResult<Self::Tensor>;
+    /// Copies a device matrix back as `[rows, cols]`.
+    fn download(&self, t: &Self::Tensor) -> OpResult<HostTensor>;
+    /// `x · wᵀ + bias` with `x: [n, in]`, `w: [out, in]`, `bias: [out]`.
+    fn linear(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+    ) -> OpResult<Self::Tensor>;
+    /// Exact (erf) GELU in place.
+    fn gelu(&self, x: &mut Self::Tensor) -> OpResult<()>;
+    /// `x ← LN(x + residual)` row-wise with affine `weight`, `bias`.
+    fn layer_norm(
+        &self,
+        x: &mut Self::Tensor,
+        residual: Option<&Self::Tensor>,
+        weight: &Self::Tensor,
+        bias: &Self::Tensor,
+        eps: f32,
+    ) -> OpResult<()>;
+    /// `Σ_k table_k[ids_k[t]]` per token `t` (word + position + type embeddings).
+    fn embedding(&self, lookups: &[(&Self::Tensor, &[u32])]) -> OpResult<Self::Tensor>;
+    /// Multiplies row `t` by `scale[t]` (the embedding mask).
+    fn scale_rows(&self, x: &mut Self::Tensor, scale: &[f32]) -> OpResult<()>;
+    /// DeBERTa disentangled attention (c2c + c2p + p2c) over packed sequences;
+    /// `q, k, v: [tokens, heads·d]` → context `[tokens, heads·d]`. Rows with mask 0
+    /// produce zeros. Without `rel` it is plain scaled dot-product attention.
+    fn disentangled_attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        rel: Option<&RelAttention<'_, Self::Tensor>>,
+        shape: AttentionShape,
+        layout: &SeqLayout,
+    ) -> OpResult<Self::Tensor>;
+    /// Rows `rows` of `x` (the [CLS] gather of classification heads).
+    fn gather_rows(&self, x: &Self::Tensor, rows: &[usize]) -> OpResult<Self::Tensor>;
+}

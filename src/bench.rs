@@ -1,0 +1,151 @@
+//! Encoder throughput on random weights of standard DeBERTa-v3 shapes, shared by
+//! `hopscore bench` and `benches/encoder.rs`.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::model::batch::{PackedBatch, Sequence};
+use crate::model::config::{DebertaConfig, RelativeConfig};
+use crate::model::cross_encoder::CrossEncoder;
+use crate::model::weights::Weights;
+
+/// Model shapes with published configs (random weights).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelShape {
+    /// 4 layers, hidden 256 (quick checks).
+    Small,
+    /// microsoft/deberta-v3-base: 12 layers, hidden 768.
+    DebertaV3Base,
+    /// microsoft/deberta-v3-large: 24 layers, hidden 1024.
+    DebertaV3Large,
+}
+
+impl ModelShape {
+    pub fn config(self) -> DebertaConfig {
+        let (layers, hidden, heads) = match self {
+            ModelShape::Small => (4, 256, 4),
+            ModelShape::DebertaV3Base => (12, 768, 12),
+            ModelShape::DebertaV3Large => (24, 1024, 16),
+        };
+        DebertaConfig {
+            vocab_size: 128_100,
+            hidden_size: hidden,
+            embedding_size: hidden,
+            num_layers: layers,
+            num_heads: heads,
+            head_size: hidden / heads,
+            intermediate_size: 4 * hidden,
+            max_position_embeddings: 512,
+            type_vocab_size: 0,
+            position_biased_input: false,
+            layer_norm_eps: 1e-7,
+            relative: Some(RelativeConfig {
+                buckets: Some(256),
+                max_relative_positions: 512,
+                span: 256,
+                c2p: true,
+                p2c: true,
+                share_att_key: true,
+                norm_rel_ebd: true,
+            }),
+            scale_factor: 3,
+            pooler_hidden_size: hidden,
+            architectures: Vec::new(),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchSpec {
+    pub shape: ModelShape,
+    pub seq_len: usize,
+    pub batch: usize,
+    pub warmup: usize,
+    pub iters: usize,
+}
+
+/// Measured throughput (one JSON line with `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub engine: &'static str,
+    pub device: String,
+    pub shape: ModelShape,
+    pub seq_len: usize,
+    pub batch: usize,
+    pub iters: usize,
+    pub threads: usize,
+    pub seconds_per_batch: f64,
+    pub tokens_per_s: f64,
+    pub sequences_per_s: f64,
+    /// Model FLOPs per second (GEMMs and attention products, multiply-add = 2).
+    pub gflops: f64,
+}
+
+/// FLOPs of one forward pass over `batch` sequences of `len` tokens.
+pub fn encoder_flops(c: &DebertaConfig, len: usize, batch: usize) -> f64 {
+    let (h, a, i) = (
+        c.hidden_size as f64,
+        c.all_head_size() as f64,
+        c.intermediate_size as f64,
+    );
+    let l = len as f64;
+    let linear = 2.0 * l * (3.0 * h * a + a * h + 2.0 * h * i);
+    let rel_terms = c
+        .relative
+        .as_ref()
+        .map_or(0.0, |r| f64::from(u8::from(r.c2p) + u8::from(r.p2c)));
+    // QKᵀ and PV, plus c2p/p2c against ≤ 2L−1 table rows.
+    let attention = 2.0 * a * l * (2.0 * l + rel_terms * (2.0 * l - 1.0));
+    batch as f64 * c.num_layers as f64 * (linear + attention)
+}
+
+pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
+    let config = spec.shape.config();
+    let model = CrossEncoder::from_weights(be, &Weights::random(7), config.clone(), Vec::new())?;
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let seqs: Vec<Sequence> = (0..spec.batch)
+        .map(|_| {
+            let mut ids: Vec<u32> = (0..spec.seq_len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    3 + (state % (config.vocab_size as u64 - 3)) as u32
+                })
+                .collect();
+            ids[0] = 1;
+            ids[spec.seq_len - 1] = 2;
+            Sequence {
+                ids,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let batch = PackedBatch::pack(&seqs);
+    for _ in 0..spec.warmup {
+        model.forward(be, &batch, false)?;
+    }
+    let t = Instant::now();
+    for _ in 0..spec.iters {
+        model.forward(be, &batch, false)?;
+    }
+    let per_batch = t.elapsed().as_secs_f64() / spec.iters.max(1) as f64;
+    Ok(BenchResult {
+        engine: "hopscore",
+        device: be.name(),
+        shape: spec.shape,
+        seq_len: spec.seq_len,
+        batch: spec.batch,
+        iters: spec.iters,
+        threads: rayon::current_num_threads(),
+        seconds_per_batch: per_batch,
+        tokens_per_s: (spec.batch * spec.seq_len) as f64 / per_batch,
+        sequences_per_s: spec.batch as f64 / per_batch,
+        gflops: encoder_flops(&config, spec.seq_len, spec.batch) / per_batch / 1e9,
+    })
+}

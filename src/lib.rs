@@ -1,0 +1,11 @@
+//! hopscore: batch scoring of multi-hop passage chains for question answering.
+//!
+//! Data flows `io → text → model (on a backend) → io`; see `docs` in README.md and
+//! ARCHITECTURE for the full pipeline.
+
+pub mod backend;
+pub mod bench;
+pub mod cli;
+pub mod io;
+pub mod model;
+pub mod text;

@@ -1,0 +1,116 @@
+//! A DeBERTa checkpoint directory loaded for scoring: config, encoder and every head
+//! the weights contain.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::batch::PackedBatch;
+use super::config::DebertaConfig;
+use super::deberta::DebertaV2Model;
+use super::heads::{find_heads, Head, HeadSpec};
+use super::weights::{HostTensor, WeightStore, Weights};
+use crate::backend::Backend;
+
+/// Encoder + heads, ready to run on backend `B`.
+pub struct CrossEncoder<B: Backend> {
+    pub config: DebertaConfig,
+    pub encoder: DebertaV2Model<B>,
+    pub heads: Vec<Head<B>>,
+}
+
+/// What a forward pass returns.
+pub struct EncoderOutput {
+    /// Last hidden state `[tokens, H]`, when asked for.
+    pub hidden: Option<HostTensor>,
+    /// Per head, in the order of [`CrossEncoder::heads`].
+    pub logits: Vec<HostTensor>,
+}
+
+/// The files of a model directory.
+pub struct ModelFiles {
+    pub dir: PathBuf,
+    pub config: DebertaConfig,
+    /// Root view of the checkpoint.
+    pub weights: Weights,
+}
+
+impl ModelFiles {
+    /// Reads `config.json` and maps the safetensors weights of `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let config = DebertaConfig::from_file(&dir.join("config.json"))?;
+        let weights = Weights::new(WeightStore::open(dir)?);
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            config,
+            weights,
+        })
+    }
+
+    /// Heads present in the checkpoint.
+    pub fn heads(&self) -> Vec<HeadSpec> {
+        find_heads(&self.weights, &self.config)
+    }
+
+    /// The first weight file (its sha256 identifies the model in output metadata).
+    pub fn weights_path(&self) -> PathBuf {
+        self.weights
+            .store()
+            .map(|s| s.paths()[0].clone())
+            .unwrap_or_default()
+    }
+}
+
+impl<B: Backend> CrossEncoder<B> {
+    /// Loads the encoder and the heads named in `only` (all heads when `None`).
+    pub fn load(be: &B, files: ModelFiles, only: Option<&[&str]>) -> Result<Self> {
+        let specs: Vec<HeadSpec> = files
+            .heads()
+            .into_iter()
+            .filter(|s| only.is_none_or(|names| names.contains(&s.name)))
+            .collect();
+        let ModelFiles {
+            dir,
+            config,
+            weights,
+        } = files;
+        Self::from_weights(be, &weights, config, specs)
+            .with_context(|| format!("loading the model in {}", dir.display()))
+    }
+
+    /// Builds from any weight source (a checkpoint or [`Weights::random`]).
+    pub fn from_weights(
+        be: &B,
+        root: &Weights,
+        config: DebertaConfig,
+        heads: Vec<HeadSpec>,
+    ) -> Result<Self> {
+        let encoder = DebertaV2Model::load(be, &root.encoder()?, &config)?;
+        let heads = heads
+            .into_iter()
+            .map(|s| Head::load(be, root, &config, s))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            config,
+            encoder,
+            heads,
+        })
+    }
+
+    pub fn forward(&self, be: &B, batch: &PackedBatch, keep_hidden: bool) -> Result<EncoderOutput> {
+        let hidden = self.encoder.forward(be, batch)?;
+        let logits = self
+            .heads
+            .iter()
+            .map(|h| h.forward(be, &hidden, batch))
+            .collect::<Result<_>>()?;
+        Ok(EncoderOutput {
+            hidden: if keep_hidden {
+                Some(be.download(&hidden)?)
+            } else {
+                None
+            },
+            logits,
+        })
+    }
+}

@@ -1,0 +1,303 @@
+//! DeBERTa-v2/v3 encoder (SPEC §0), a port of HF transformers'
+//! `models/deberta_v2/modeling_deberta_v2.py` (`DebertaV2Embeddings`,
+//! `DisentangledSelfAttention`, `DebertaV2Layer`, `DebertaV2Encoder`,
+//! `DebertaV2Model`), inference only (dropout is the identity).
+//!
+//! Differences in form, not in numbers: sequences are packed without padding, and the
+//! position projections `PK = key_proj(LN(rel))`, `PQ = query_proj(LN(rel))` (they
+//! depend only on weights) are computed once at load instead of in every forward.
+
+use anyhow::{bail, Context, Result};
+
+use super::batch::PackedBatch;
+use super::config::{DebertaConfig, RelativeConfig};
+use super::layers::{LayerNorm, Linear};
+use super::weights::{HostTensor, Weights};
+use crate::backend::{AttentionShape, Backend, RelAttention};
+
+/// Word (+ absolute position) (+ token type) embeddings → [embed_proj] → LN → × mask.
+pub struct DebertaV2Embeddings<B: Backend> {
+    word: B::Tensor,
+    position: Option<B::Tensor>,
+    token_type: Option<B::Tensor>,
+    embed_proj: Option<Linear<B>>,
+    norm: LayerNorm<B>,
+    vocab_size: usize,
+    max_positions: usize,
+    type_vocab_size: usize,
+}
+
+impl<B: Backend> DebertaV2Embeddings<B> {
+    pub fn load(be: &B, w: &Weights, c: &DebertaConfig) -> Result<Self> {
+        let e = c.embedding_size;
+        Ok(Self {
+            word: be.upload(&w.get("word_embeddings.weight", &[c.vocab_size, e])?)?,
+            position: c
+                .position_biased_input
+                .then(|| w.get("position_embeddings.weight", &[c.max_position_embeddings, e]))
+                .transpose()?
+                .map(|t| be.upload(&t))
+                .transpose()?,
+            token_type: (c.type_vocab_size > 0)
+                .then(|| w.get("token_type_embeddings.weight", &[c.type_vocab_size, e]))
+                .transpose()?
+                .map(|t| be.upload(&t))
+                .transpose()?,
+            embed_proj: (e != c.hidden_size)
+                .then(|| Linear::load(be, &w.pp("embed_proj"), e, c.hidden_size, false))
+                .transpose()?,
+            norm: LayerNorm::load(be, &w.pp("LayerNorm"), c.hidden_size, c.layer_norm_eps)?,
+            vocab_size: c.vocab_size,
+            max_positions: c.max_position_embeddings,
+            type_vocab_size: c.type_vocab_size,
+        })
+    }
+
+    pub fn forward(&self, be: &B, batch: &PackedBatch) -> Result<B::Tensor> {
+        if let Some(&bad) = batch.ids.iter().find(|&&i| i as usize >= self.vocab_size) {
+            bail!(
+                "token id {bad} is outside the vocabulary ({} entries): tokenizer and model differ",
+                self.vocab_size
+            );
+        }
+        let mut lookups = vec![(&self.word, batch.ids.as_slice())];
+        if let Some(p) = &self.position {
+            if batch.layout.max_len() > self.max_positions {
+                bail!(
+                    "a sequence has {} tokens; this model has absolute positions up to {}",
+                    batch.layout.max_len(),
+                    self.max_positions
+                );
+            }
+            lookups.push((p, batch.positions.as_slice()));
+        }
+        if let Some(t) = &self.token_type {
+            if let Some(&bad) = batch
+                .type_ids
+                .iter()
+                .find(|&&t| t as usize >= self.type_vocab_size)
+            {
+                bail!(
+                    "token type {bad} >= type_vocab_size {}",
+                    self.type_vocab_size
+                );
+            }
+            lookups.push((t, batch.type_ids.as_slice()));
+        }
+        let mut x = be.embedding(&lookups)?;
+        if let Some(p) = &self.embed_proj {
+            x = p.forward(be, &x)?;
+        }
+        self.norm.forward(be, &mut x, None)?;
+        be.scale_rows(&mut x, &batch.layout.mask)?;
+        Ok(x)
+    }
+}
+
+/// Query/key/value projections and the precomputed position projections of one layer.
+pub struct DisentangledSelfAttention<B: Backend> {
+    query: Linear<B>,
+    key: Linear<B>,
+    value: Linear<B>,
+    /// `[2·span, heads·d]`, present with c2p.
+    pos_key: Option<B::Tensor>,
+    /// `[2·span, heads·d]`, present with p2c.
+    pos_query: Option<B::Tensor>,
+}
+
+impl<B: Backend> DisentangledSelfAttention<B> {
+    fn load(be: &B, w: &Weights, c: &DebertaConfig, rel: Option<&B::Tensor>) -> Result<Self> {
+        let (h, a) = (c.hidden_size, c.all_head_size());
+        let query = Linear::load(be, &w.pp("query_proj"), h, a, true)?;
+        let key = Linear::load(be, &w.pp("key_proj"), h, a, true)?;
+        let value = Linear::load(be, &w.pp("value_proj"), h, a, true)?;
+        let (mut pos_key, mut pos_query) = (None, None);
+        if let (Some(rc), Some(rel)) = (&c.relative, rel) {
+            if rc.c2p {
+                pos_key = Some(if rc.share_att_key {
+                    key.forward(be, rel)?
+                } else {
+                    Linear::load(be, &w.pp("pos_key_proj"), h, a, true)?.forward(be, rel)?
+                });
+            }
+            if rc.p2c {
+                pos_query = Some(if rc.share_att_key {
+                    query.forward(be, rel)?
+                } else {
+                    Linear::load(be, &w.pp("pos_query_proj"), h, a, true)?.forward(be, rel)?
+                });
+            }
+        }
+        Ok(Self {
+            query,
+            key,
+            value,
+            pos_key,
+            pos_query,
+        })
+    }
+
+    fn forward(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        index: Option<&[u32]>,
+        shape: AttentionShape,
+        batch: &PackedBatch,
+    ) -> Result<B::Tensor> {
+        let q = self.query.forward(be, x)?;
+        let k = self.key.forward(be, x)?;
+        let v = self.value.forward(be, x)?;
+        let rel = index.map(|index| RelAttention {
+            pos_key: self.pos_key.as_ref(),
+            pos_query: self.pos_query.as_ref(),
+            index,
+        });
+        Ok(be.disentangled_attention(&q, &k, &v, rel.as_ref(), shape, &batch.layout)?)
+    }
+}
+
+/// Post-LN transformer layer: `x = LN(x + O·Attn(x))`, `x = LN(x + W2·gelu(W1·x))`.
+pub struct DebertaV2Layer<B: Backend> {
+    attention: DisentangledSelfAttention<B>,
+    attention_output: Linear<B>,
+    attention_norm: LayerNorm<B>,
+    intermediate: Linear<B>,
+    output: Linear<B>,
+    output_norm: LayerNorm<B>,
+}
+
+impl<B: Backend> DebertaV2Layer<B> {
+    fn load(be: &B, w: &Weights, c: &DebertaConfig, rel: Option<&B::Tensor>) -> Result<Self> {
+        let (h, a, i, eps) = (
+            c.hidden_size,
+            c.all_head_size(),
+            c.intermediate_size,
+            c.layer_norm_eps,
+        );
+        Ok(Self {
+            attention: DisentangledSelfAttention::load(be, &w.pp("attention.self"), c, rel)?,
+            attention_output: Linear::load(be, &w.pp("attention.output.dense"), a, h, true)?,
+            attention_norm: LayerNorm::load(be, &w.pp("attention.output.LayerNorm"), h, eps)?,
+            intermediate: Linear::load(be, &w.pp("intermediate.dense"), h, i, true)?,
+            output: Linear::load(be, &w.pp("output.dense"), i, h, true)?,
+            output_norm: LayerNorm::load(be, &w.pp("output.LayerNorm"), h, eps)?,
+        })
+    }
+
+    fn forward(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        index: Option<&[u32]>,
+        shape: AttentionShape,
+        batch: &PackedBatch,
+    ) -> Result<B::Tensor> {
+        let ctx = self.attention.forward(be, x, index, shape, batch)?;
+        let mut h = self.attention_output.forward(be, &ctx)?;
+        self.attention_norm.forward(be, &mut h, Some(x))?;
+        let mut inter = self.intermediate.forward(be, &h)?;
+        be.gelu(&mut inter)?;
+        let mut out = self.output.forward(be, &inter)?;
+        self.output_norm.forward(be, &mut out, Some(&h))?;
+        Ok(out)
+    }
+}
+
+/// The DeBERTa-v2/v3 encoder: embeddings and layers → last hidden state `[tokens, H]`.
+pub struct DebertaV2Model<B: Backend> {
+    pub config: DebertaConfig,
+    embeddings: DebertaV2Embeddings<B>,
+    layers: Vec<DebertaV2Layer<B>>,
+    shape: AttentionShape,
+}
+
+impl<B: Backend> DebertaV2Model<B> {
+    /// Loads from an encoder-rooted [`Weights`] view (see [`Weights::encoder`]).
+    pub fn load(be: &B, w: &Weights, config: &DebertaConfig) -> Result<Self> {
+        let c = config;
+        let embeddings = DebertaV2Embeddings::load(be, &w.pp("embeddings"), c)
+            .context("loading the embeddings")?;
+        let rel = match &c.relative {
+            Some(rc) => Some(be.upload(&relative_table(w, c, rc)?)?),
+            None => None,
+        };
+        let layers = (0..c.num_layers)
+            .map(|i| {
+                DebertaV2Layer::load(be, &w.pp(format!("encoder.layer.{i}")), c, rel.as_ref())
+                    .with_context(|| format!("loading encoder layer {i}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            config: c.clone(),
+            embeddings,
+            layers,
+            shape: AttentionShape {
+                heads: c.num_heads,
+                head_size: c.head_size,
+                score_scale: 1.0 / ((c.head_size as f32) * c.scale_factor as f32).sqrt(),
+            },
+        })
+    }
+
+    /// Last hidden state `[tokens, H]` of a packed batch.
+    pub fn forward(&self, be: &B, batch: &PackedBatch) -> Result<B::Tensor> {
+        let index = self
+            .config
+            .relative
+            .as_ref()
+            .map(|rc| relative_index(rc, batch.layout.max_len()));
+        let mut x = self.embeddings.forward(be, batch)?;
+        for layer in &self.layers {
+            x = layer.forward(be, &x, index.as_deref(), self.shape, batch)?;
+        }
+        Ok(x)
+    }
+}
+
+/// `LN(rel_embeddings.weight)` (or the raw table without `norm_rel_ebd`), `[2·span, H]`.
+fn relative_table(w: &Weights, c: &DebertaConfig, rc: &RelativeConfig) -> Result<HostTensor> {
+    let h = c.hidden_size;
+    let mut rel = w.get("encoder.rel_embeddings.weight", &[2 * rc.span, h])?;
+    if rc.norm_rel_ebd {
+        let ln = w.pp("encoder.LayerNorm");
+        let (g, b) = (ln.get_norm("weight", &[h])?, ln.get_norm("bias", &[h])?);
+        crate::backend::cpu::layer_norm::layer_norm(
+            &mut rel.data,
+            None,
+            h,
+            &g.data,
+            &b.data,
+            c.layer_norm_eps,
+        );
+    }
+    Ok(rel)
+}
+
+/// HF `make_log_bucket_position` for one offset, in f32 as torch computes it.
+pub fn log_bucket(r: i64, buckets: usize, max_position: usize) -> i64 {
+    let mid = (buckets / 2) as i64;
+    if r.abs() <= mid {
+        return r;
+    }
+    let abs = r.abs() as f32;
+    let ratio = ((max_position - 1) as f64 / mid as f64) as f32;
+    let log_pos = ((abs / mid as f32).ln() / ratio.ln() * (mid - 1) as f32).ceil() as i64 + mid;
+    r.signum() * log_pos
+}
+
+/// `index[r + max_len − 1] = clamp(bucket(r) + span, 0, 2·span − 1)` for
+/// `|r| < max_len`: the relative-table row of offset `r = i − j` (see [`RelAttention`]).
+pub fn relative_index(rc: &RelativeConfig, max_len: usize) -> Vec<u32> {
+    let n = max_len.max(1) as i64;
+    let span = rc.span as i64;
+    (-(n - 1)..n)
+        .map(|r| {
+            let b = match rc.buckets {
+                Some(buckets) => log_bucket(r, buckets, rc.max_relative_positions),
+                None => r,
+            };
+            (b + span).clamp(0, 2 * span - 1) as u32
+        })
+        .collect()
+}

@@ -1,0 +1,147 @@
+//! Classification heads on top of the encoder, found by their tensor names.
+//!
+//! | head     | tensors                                         | input                          |
+//! |----------|-------------------------------------------------|--------------------------------|
+//! | `hop1`   | `hop_classifier_layer` (Beam Retrieval)         | [CLS] hidden state             |
+//! | `hop_n`  | `hop_n_classifier_layer` (Beam Retrieval)       | [CLS] hidden state             |
+//! | `sequence` | `pooler.dense` + `classifier` (HF) or `sequence_classifier` (EfficientRAG) | `gelu(pooler(h_CLS))` |
+//! | `token`  | `token_classifier` (EfficientRAG), or `classifier` without a pooler / in a `*ForTokenClassification` | every token |
+
+use anyhow::{bail, Result};
+
+use super::batch::PackedBatch;
+use super::config::DebertaConfig;
+use super::layers::Linear;
+use super::weights::{HostTensor, Weights};
+use crate::backend::Backend;
+
+/// What a head reads from the encoder output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// The [CLS] hidden state, unchanged (Beam Retrieval).
+    Cls,
+    /// HF `ContextPooler`: `gelu(dense(h_CLS))`.
+    Pooler,
+    /// Every token (token classification).
+    Tokens,
+}
+
+/// A head found in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadSpec {
+    pub name: &'static str,
+    /// Tensor prefix of its final linear layer.
+    pub tensor: &'static str,
+    pub pooling: Pooling,
+    pub num_labels: usize,
+}
+
+impl HeadSpec {
+    /// Whether the head gives one row of logits per sequence (not per token).
+    pub fn per_sequence(&self) -> bool {
+        self.pooling != Pooling::Tokens
+    }
+}
+
+/// Lists the heads of a checkpoint (root-level view, `module.` already stripped).
+pub fn find_heads(w: &Weights, c: &DebertaConfig) -> Vec<HeadSpec> {
+    let has_pooler = w.contains("pooler.dense.weight");
+    let token_arch = c
+        .architectures
+        .iter()
+        .any(|a| a.ends_with("ForTokenClassification"));
+    let candidates: [(&'static str, &'static str, Pooling, bool); 5] = [
+        ("hop1", "hop_classifier_layer", Pooling::Cls, true),
+        ("hop_n", "hop_n_classifier_layer", Pooling::Cls, true),
+        ("sequence", "sequence_classifier", Pooling::Pooler, has_pooler),
+        ("token", "token_classifier", Pooling::Tokens, true),
+        (
+            if has_pooler && !token_arch { "sequence" } else { "token" },
+            "classifier",
+            if has_pooler && !token_arch { Pooling::Pooler } else { Pooling::Tokens },
+            true,
+        ),
+    ];
+    candidates
+        .into_iter()
+        .filter(|&(_, tensor, _, ok)| ok && w.contains(&format!("{tensor}.weight")))
+        .filter_map(|(name, tensor, pooling, _)| {
+            let labels = w.shape(&format!("{tensor}.weight"))?.first().copied()?;
+            Some(HeadSpec {
+                name,
+                tensor,
+                pooling,
+                num_labels: labels,
+            })
+        })
+        .collect()
+}
+
+/// A loaded head.
+pub struct Head<B: Backend> {
+    pub spec: HeadSpec,
+    pooler: Option<Linear<B>>,
+    classifier: Linear<B>,
+}
+
+impl<B: Backend> Head<B> {
+    pub fn load(be: &B, w: &Weights, c: &DebertaConfig, spec: HeadSpec) -> Result<Self> {
+        let h = c.hidden_size;
+        let (pooler, input) = if spec.pooling == Pooling::Pooler {
+            let p = c.pooler_hidden_size;
+            (Some(Linear::load(be, &w.pp("pooler.dense"), h, p, true)?), p)
+        } else {
+            (None, h)
+        };
+        let classifier = Linear::load(be, &w.pp(spec.tensor), input, spec.num_labels, true)?;
+        Ok(Self {
+            spec,
+            pooler,
+            classifier,
+        })
+    }
+
+    /// Logits `[sequences, labels]` (or `[tokens, labels]` for token heads).
+    pub fn forward(&self, be: &B, hidden: &B::Tensor, batch: &PackedBatch) -> Result<HostTensor> {
+        let logits = match self.spec.pooling {
+            Pooling::Tokens => self.classifier.forward(be, hidden)?,
+            Pooling::Cls | Pooling::Pooler => {
+                let mut x = be.gather_rows(hidden, &batch.layout.first_rows())?;
+                if let Some(p) = &self.pooler {
+                    x = p.forward(be, &x)?;
+                    be.gelu(&mut x)?;
+                }
+                self.classifier.forward(be, &x)?
+            }
+        };
+        Ok(be.download(&logits)?)
+    }
+}
+
+/// Picks a head by name, or the only per-sequence head when `name` is `None`.
+pub fn select<'a>(specs: &'a [HeadSpec], name: Option<&str>) -> Result<&'a HeadSpec> {
+    let names = || {
+        specs
+            .iter()
+            .map(|s| s.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match name {
+        Some(n) => specs.iter().find(|s| s.name == n).ok_or_else(|| {
+            anyhow::anyhow!("no head `{n}` in this checkpoint; it has: {}", names())
+        }),
+        None => {
+            let seq: Vec<&HeadSpec> = specs.iter().filter(|s| s.per_sequence()).collect();
+            match seq.as_slice() {
+                [one] => Ok(one),
+                [] => bail!(
+                    "the checkpoint has no sequence-level head (found: {}); hopscore found none of \
+                     classifier+pooler, sequence_classifier, hop_classifier_layer",
+                    names()
+                ),
+                _ => bail!("the checkpoint has several heads ({}): pick one with --head", names()),
+            }
+        }
+    }
+}

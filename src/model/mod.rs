@@ -1,0 +1,9 @@
+//! Model definitions, written once against the [`crate::backend::Backend`] ops.
+
+pub mod batch;
+pub mod config;
+pub mod cross_encoder;
+pub mod deberta;
+pub mod heads;
+pub mod layers;
+pub mod weights;

@@ -1,0 +1,5 @@
+//! Text → token ids: the tokenizer wrapper (tokenizers crate, `tokenizer.json`).
+
+pub mod tokenizer;
+
+pub use tokenizer::TextTokenizer;

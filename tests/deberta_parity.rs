@@ -1,0 +1,164 @@
+//! DeBERTa-v2/v3 encoder and heads against HF transformers goldens
+//! (tests/fixtures/deberta, written by tools/make_goldens.py).
+//!
+//! Tolerance: max abs error ≤ 1e-4 in f32 on real positions (mask = 1). Positions with
+//! mask 0 are excluded: HF gives them a uniform attention over all keys, hopscore
+//! zeros them; neither reaches real positions (SPEC §0).
+
+mod common;
+
+use hopscore::backend::cpu::CpuBackend;
+use hopscore::model::batch::Sequence;
+use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
+use hopscore::model::deberta::log_bucket;
+
+const TOL: f32 = 1e-4;
+
+struct Case {
+    seqs: Vec<Sequence>,
+    /// Padded length of the golden tensors.
+    padded: usize,
+}
+
+fn inputs(g: &std::collections::HashMap<String, common::Golden>) -> Case {
+    let ids = &g["input_ids"];
+    let (b, l) = (ids.shape[0], ids.shape[1]);
+    let seqs = (0..b)
+        .map(|r| {
+            let row = |name: &str| g[name].i64[r * l..(r + 1) * l].to_vec();
+            let id_row = row("input_ids");
+            let len = id_row.iter().rposition(|&x| x != 0).unwrap() + 1; // pad id 0
+            Sequence {
+                ids: id_row[..len].iter().map(|&x| x as u32).collect(),
+                type_ids: row("token_type_ids")[..len].iter().map(|&x| x as u32).collect(),
+                mask: row("attention_mask")[..len].iter().map(|&x| x as u8).collect(),
+            }
+        })
+        .collect();
+    Case { seqs, padded: l }
+}
+
+/// Runs one fixture case and returns the largest error over hidden states and heads.
+fn check_case(name: &str, expect_heads: &[&str]) -> f32 {
+    let dir = common::fixture(&format!("deberta/{name}"));
+    let g = common::read_golden(&dir.join("golden.safetensors"));
+    let case = inputs(&g);
+    let be = CpuBackend;
+    let model = CrossEncoder::load(&be, ModelFiles::open(&dir).unwrap(), None).unwrap();
+    let mut found: Vec<&str> = model.heads.iter().map(|h| h.spec.name).collect();
+    found.sort();
+    let mut want = expect_heads.to_vec();
+    want.sort();
+    assert_eq!(found, want, "{name}: heads found");
+
+    let batch = hopscore::model::batch::PackedBatch::pack(&case.seqs);
+    let out = model.forward(&be, &batch, true).unwrap();
+    let hidden = out.hidden.unwrap();
+    let h = hidden.shape[1];
+    let gold_h = &g["last_hidden_state"].f32;
+    let mut worst = 0f32;
+    let mut t = 0;
+    for (s, seq) in case.seqs.iter().enumerate() {
+        for (i, &m) in seq.mask.iter().enumerate() {
+            if m == 1 {
+                let ours = &hidden.data[t * h..(t + 1) * h];
+                let gold = &gold_h[(s * case.padded + i) * h..(s * case.padded + i + 1) * h];
+                for (a, b) in ours.iter().zip(gold) {
+                    worst = worst.max((a - b).abs());
+                }
+            }
+            t += 1;
+        }
+    }
+    assert!(worst <= TOL, "{name}: hidden state max abs error {worst:e}");
+
+    for (head, logits) in model.heads.iter().zip(&out.logits) {
+        let gold = &g[&format!("logits.{}", head.spec.name)];
+        let n = logits.shape[1];
+        let mut err = 0f32;
+        if head.spec.per_sequence() {
+            assert_eq!(gold.shape, vec![case.seqs.len(), n]);
+            for (a, b) in logits.data.iter().zip(&gold.f32) {
+                err = err.max((a - b).abs());
+            }
+        } else {
+            let mut t = 0;
+            for (s, seq) in case.seqs.iter().enumerate() {
+                for (i, &m) in seq.mask.iter().enumerate() {
+                    if m == 1 {
+                        let o = (s * case.padded + i) * n;
+                        for k in 0..n {
+                            err = err.max((logits.data[t * n + k] - gold.f32[o + k]).abs());
+                        }
+                    }
+                    t += 1;
+                }
+            }
+        }
+        assert!(err <= TOL, "{name}: head {} max abs error {err:e}", head.spec.name);
+        worst = worst.max(err);
+    }
+    eprintln!("{name}: max abs error {worst:e}");
+    worst
+}
+
+#[test]
+fn v3_sequence_classification() {
+    check_case("v3_seqcls", &["sequence"]);
+}
+
+#[test]
+fn v3_token_classification_f16_checkpoint() {
+    check_case("v3_token_f16", &["token"]);
+}
+
+#[test]
+fn v2_position_biased_token_types_unshared_keys_bf16_checkpoint() {
+    check_case("v2_seqcls_bf16", &["sequence"]);
+}
+
+#[test]
+fn beam_retrieval_heads_with_module_prefix_and_sep_mask_quirk() {
+    check_case("beam_retrieval", &["hop1", "hop_n"]);
+}
+
+#[test]
+fn efficientrag_labeler_tag_and_token_heads() {
+    check_case("efficientrag_labeler", &["sequence", "token"]);
+}
+
+#[test]
+fn v3_without_relative_attention() {
+    check_case("v3_norel", &[]);
+}
+
+#[test]
+fn log_buckets_match_hf_for_every_offset() {
+    let g = common::read_golden(&common::fixture("deberta/buckets.safetensors"));
+    let table = &g["rel_bucket_256_512"].i64;
+    for (k, &want) in table.iter().enumerate() {
+        let r = k as i64 - 511;
+        assert_eq!(log_bucket(r, 256, 512), want, "offset {r}");
+    }
+}
+
+#[test]
+fn batch_composition_does_not_change_results() {
+    // The same sequence alone and inside a batch gives the same logits (varlen packing).
+    let dir = common::fixture("deberta/v3_seqcls");
+    let g = common::read_golden(&dir.join("golden.safetensors"));
+    let case = inputs(&g);
+    let be = CpuBackend;
+    let model = CrossEncoder::load(&be, ModelFiles::open(&dir).unwrap(), None).unwrap();
+    let all = model
+        .forward(&be, &hopscore::model::batch::PackedBatch::pack(&case.seqs), false)
+        .unwrap();
+    let alone = model
+        .forward(&be, &hopscore::model::batch::PackedBatch::pack(&case.seqs[1..2]), false)
+        .unwrap();
+    let n = alone.logits[0].shape[1];
+    for k in 0..n {
+        let d = (all.logits[0].data[n + k] - alone.logits[0].data[k]).abs();
+        assert!(d <= 1e-5, "label {k}: batched vs alone differ by {d:e}");
+    }
+}
