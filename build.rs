@@ -45,7 +45,7 @@ fn main() {
         None => {
             println!(
                 "cargo:warning=nvcc not found ($NVCC, $CUDA_HOME/bin, PATH): building without \
-                 CUDA kernels; --device cuda will report that they are missing"
+                 CUDA kernels (the CPU backend is complete; set NVCC to compile them)"
             );
             Vec::new()
         }
@@ -105,7 +105,12 @@ fn write_table(modules: &[(String, PathBuf)], dest: &Path) {
          pub const PTX_MODULES: &[(&str, &str)] = &[\n",
     );
     for (name, ptx) in modules {
-        writeln!(s, "    ({name:?}, include_str!({:?})),", ptx.display().to_string()).unwrap();
+        writeln!(
+            s,
+            "    ({name:?}, include_str!({:?})),",
+            ptx.display().to_string()
+        )
+        .unwrap();
     }
     s.push_str("];\n");
     std::fs::write(dest, s).expect("write kernels.rs");

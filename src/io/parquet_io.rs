@@ -2,10 +2,9 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, SchemaRef};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ArrowWriter;
@@ -42,7 +41,10 @@ impl ParquetInput {
             Ok(f) => {
                 let ty = f.data_type();
                 let ok = accepted.iter().any(|a| match *a {
-                    "string" => matches!(ty, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+                    "string" => matches!(
+                        ty,
+                        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                    ),
                     "integer" => ty.is_integer(),
                     _ => false,
                 });
@@ -115,11 +117,6 @@ pub fn create_writer(
     Ok(ArrowWriter::try_new(file, schema, Some(props))?)
 }
 
-/// Convenience for building a batch from named columns.
-pub fn batch(schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
-    Ok(RecordBatch::try_new(schema, columns)?)
-}
-
 /// Output path with a suffix before the extension: `out.parquet` → `out.quarantine.parquet`.
 pub fn sibling(path: &Path, suffix: &str) -> std::path::PathBuf {
     let stem = path
@@ -128,5 +125,3 @@ pub fn sibling(path: &Path, suffix: &str) -> std::path::PathBuf {
         .unwrap_or_default();
     path.with_file_name(format!("{stem}.{suffix}.parquet"))
 }
-
-pub type Schema = Arc<arrow::datatypes::Schema>;

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::{ArrayRef, StringArray, UInt64Array};
+use arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 
-use super::parquet_io::{batch, create_writer};
+use super::parquet_io::create_writer;
 
 /// A bad row.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,9 +52,12 @@ impl QuarantineWriter {
         let cols: Vec<ArrayRef> = vec![
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.row))),
             Arc::new(StringArray::from_iter(rows.iter().map(|r| r.id.as_deref()))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.reason.as_str()))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.reason.as_str()),
+            )),
         ];
-        self.writer.write(&batch(self.schema.clone(), cols)?)?;
+        self.writer
+            .write(&RecordBatch::try_new(self.schema.clone(), cols)?)?;
         self.count += rows.len() as u64;
         Ok(())
     }

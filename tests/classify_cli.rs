@@ -1,0 +1,295 @@
+//! `hopscore classify` end to end: Parquet in → HF-golden logits out, bad rows in the
+//! quarantine file, input order kept across token-budget batches; and `inspect`, plus
+//! the errors for broken checkpoints.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema};
+use hopscore::cli::classify::{run, ClassifyArgs};
+use hopscore::cli::DeviceArg;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+
+/// A word-level tokenizer where word `w<i>` is token id `i` (ids 3..1000; `w3` doubles
+/// as the unknown token), with DeBERTa's pair template. It turns the golden token
+/// sequences back into text, so classify can be checked against HF's logits.
+fn write_tokenizer(dir: &Path) -> PathBuf {
+    let mut vocab = serde_json::Map::new();
+    for (i, t) in ["[PAD]", "[CLS]", "[SEP]"].iter().enumerate() {
+        vocab.insert(t.to_string(), i.into());
+    }
+    for i in 3..1000 {
+        vocab.insert(format!("w{i}"), i.into());
+    }
+    let special =
+        |t: &str, type_id: u32| serde_json::json!({"SpecialToken": {"id": t, "type_id": type_id}});
+    let seq =
+        |s: &str, type_id: u32| serde_json::json!({"Sequence": {"id": s, "type_id": type_id}});
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "decoder": null,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0)],
+            "pair": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0), seq("B", 1), special("[SEP]", 1)],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [1], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [2], "tokens": ["[SEP]"]}
+            }
+        },
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w3"}
+    });
+    let path = dir.join("tokenizer.json");
+    std::fs::write(&path, tok.to_string()).unwrap();
+    path
+}
+
+/// Golden sequences of the v3_seqcls fixture as (text_a, text_b) and their HF logits.
+fn golden_pairs() -> (Vec<(String, String)>, Vec<Vec<f32>>) {
+    let g = common::read_golden(&common::fixture("deberta/v3_seqcls/golden.safetensors"));
+    let ids = &g["input_ids"];
+    let l = ids.shape[1];
+    let logits = &g["logits.sequence"];
+    let n = logits.shape[1];
+    let mut pairs = Vec::new();
+    let mut gold = Vec::new();
+    for r in 0..ids.shape[0] {
+        let row = &ids.i64[r * l..(r + 1) * l];
+        let len = row.iter().rposition(|&x| x != 0).unwrap() + 1;
+        let mid = len / 3; // the fixture's middle [SEP]
+        assert_eq!((row[0], row[mid], row[len - 1]), (1, 2, 2));
+        let words = |s: &[i64]| {
+            s.iter()
+                .map(|i| format!("w{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        pairs.push((words(&row[1..mid]), words(&row[mid + 1..len - 1])));
+        gold.push(logits.f32[r * n..(r + 1) * n].to_vec());
+    }
+    (pairs, gold)
+}
+
+fn write_input(path: &Path, rows: &[(Option<&str>, Option<String>, Option<String>)]) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("text_a", DataType::Utf8, true),
+        Field::new("text_b", DataType::Utf8, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.0))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1.clone()))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2.clone()))),
+        ],
+    )
+    .unwrap();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+fn read_all(path: &Path) -> RecordBatch {
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+#[test]
+fn classify_matches_hf_logits_and_quarantines_bad_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tokenizer = write_tokenizer(tmp.path());
+    let (pairs, gold) = golden_pairs();
+    let p = |i: usize| (Some(pairs[i].0.clone()), Some(pairs[i].1.clone()));
+    let huge = "w5 ".repeat(400_000);
+    let rows = vec![
+        (Some("a"), p(0).0, p(0).1),
+        (Some("b"), None, Some("w5".to_string())),
+        (Some("c"), p(1).0, p(1).1),
+        (None, Some("w5 w6".to_string()), None),
+        (Some("e"), Some("   ".to_string()), None),
+        (Some("f"), p(2).0, p(2).1),
+        (Some("g"), Some(huge), None),
+    ];
+    let input = tmp.path().join("pairs.parquet");
+    write_input(&input, &rows);
+    let output = tmp.path().join("out/scores.parquet");
+    let summary = run(&ClassifyArgs {
+        model: common::fixture("deberta/v3_seqcls"),
+        tokenizer: Some(tokenizer),
+        input,
+        output: output.clone(),
+        head: None,
+        // Smaller than the longest sequence: every sequence becomes its own batch.
+        max_batch_tokens: 200,
+        max_length: None,
+        quarantine: None,
+        device: DeviceArg::Cpu,
+    })
+    .unwrap();
+    assert_eq!((summary.scored, summary.quarantined), (3, 4));
+
+    let out = read_all(&output);
+    let ids = out
+        .column(0)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    assert_eq!(ids.iter().flatten().collect::<Vec<_>>(), ["a", "c", "f"]);
+    let logits = out.column(1).as_any().downcast_ref::<ListArray>().unwrap();
+    for (r, want) in gold.iter().enumerate() {
+        let v = logits.value(r);
+        let got = v.as_any().downcast_ref::<Float32Array>().unwrap();
+        assert_eq!(got.len(), want.len());
+        for (a, b) in got.values().iter().zip(want) {
+            assert!((a - b).abs() <= 1e-4, "row {r}: {a} vs HF {b}");
+        }
+    }
+
+    let q = read_all(&tmp.path().join("out/scores.quarantine.parquet"));
+    let rows = q.column(0).as_any().downcast_ref::<UInt64Array>().unwrap();
+    let reasons = q.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+    let got: Vec<(u64, &str)> = rows
+        .values()
+        .iter()
+        .copied()
+        .zip(reasons.iter().flatten())
+        .collect();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[0], (1, "text_a is null"));
+    assert_eq!(got[1], (3, "id is null"));
+    assert_eq!(got[2], (4, "text_a is empty"));
+    assert_eq!(got[3].0, 6);
+    assert!(got[3].1.contains("bytes (limit"), "{}", got[3].1);
+}
+
+#[test]
+fn wrong_column_type_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("text_a", DataType::Float32, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec!["x"])),
+            Arc::new(Float32Array::from(vec![1.0])),
+        ],
+    )
+    .unwrap();
+    let input = tmp.path().join("bad.parquet");
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&input).unwrap(), schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let err = run(&ClassifyArgs {
+        model: common::fixture("deberta/v3_seqcls"),
+        tokenizer: Some(write_tokenizer(tmp.path())),
+        input,
+        output: tmp.path().join("o.parquet"),
+        head: None,
+        max_batch_tokens: 1000,
+        max_length: None,
+        quarantine: None,
+        device: DeviceArg::Cpu,
+    })
+    .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("column `text_a` has type Float32"),
+        "{err:#}"
+    );
+}
+
+#[test]
+fn inspect_reports_heads_params_and_dtype() {
+    let report = hopscore::cli::inspect::run(&hopscore::cli::inspect::InspectArgs {
+        model: common::fixture("deberta/efficientrag_labeler"),
+        tokenizer: None,
+    })
+    .unwrap();
+    assert!(
+        report.contains("2 layers, hidden 32, 4 heads × 8"),
+        "{report}"
+    );
+    assert!(
+        report.contains("head       sequence  2 labels, Pooler pooling"),
+        "{report}"
+    );
+    assert!(
+        report.contains("head       token     2 labels, Tokens pooling"),
+        "{report}"
+    );
+    let f16 = hopscore::cli::inspect::run(&hopscore::cli::inspect::InspectArgs {
+        model: common::fixture("deberta/v3_token_f16"),
+        tokenizer: None,
+    })
+    .unwrap();
+    assert!(f16.contains("F16"), "{f16}");
+}
+
+/// Copies the v3_seqcls checkpoint with one tensor removed or reshaped.
+fn broken_checkpoint(dir: &Path, drop: Option<&str>, reshape: Option<&str>) {
+    let src = common::fixture("deberta/v3_seqcls");
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut kept: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, view) in st.tensors() {
+        if Some(name.as_str()) == drop {
+            continue;
+        }
+        let mut shape = view.shape().to_vec();
+        if Some(name.as_str()) == reshape {
+            shape = vec![shape.iter().product()];
+        }
+        kept.push((name, shape, view.data().to_vec()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = kept
+        .iter()
+        .map(|(n, s, d)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d)
+                    .unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+}
+
+#[test]
+fn broken_checkpoints_name_the_tensor() {
+    use hopscore::backend::cpu::CpuBackend;
+    use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
+    let load = |dir: &Path| {
+        CrossEncoder::load(&CpuBackend, ModelFiles::open(dir).unwrap(), None)
+            .err()
+            .map(|e| format!("{e:#}"))
+            .expect("loading must fail")
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "deberta.encoder.layer.1.attention.self.key_proj.weight";
+    broken_checkpoint(tmp.path(), Some(name), None);
+    let err = load(tmp.path());
+    assert!(
+        err.contains(&format!("tensor `{name}` is missing")),
+        "{err}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "deberta.encoder.layer.0.output.dense.weight";
+    broken_checkpoint(tmp.path(), None, Some(name));
+    let err = load(tmp.path());
+    assert!(
+        err.contains(&format!("tensor `{name}` has shape [2048]")) && err.contains("[32, 64]"),
+        "{err}"
+    );
+}
