@@ -8,4 +8,6 @@ pub mod bench;
 pub mod cli;
 pub mod io;
 pub mod model;
+pub mod pipeline;
+pub mod strategy;
 pub mod text;

@@ -1,0 +1,19 @@
+//! Search strategies as pure state machines: they emit model inputs and consume
+//! scores, and never call a backend (ARCHITECTURE principle 3).
+
+pub mod beam;
+
+use crate::model::batch::Sequence;
+
+/// A per-question search the pipeline can drive.
+pub trait Strategy: Send {
+    /// What a finished search yields.
+    type Output: Send;
+    /// Model inputs of the next step, each with the index of the head that scores it.
+    /// Empty once the search has finished.
+    fn requests(&self) -> Vec<(Sequence, usize)>;
+    /// Logits of the requests of the current step, in order.
+    fn feed(&mut self, logits: Vec<Vec<f32>>);
+    /// The output, once finished (taken at most once).
+    fn take_output(&mut self) -> Option<Self::Output>;
+}
