@@ -154,7 +154,8 @@ fn log_buckets_match_hf_for_every_offset() {
 
 #[test]
 fn batch_composition_does_not_change_results() {
-    // The same sequence alone and inside a batch gives the same logits (varlen packing).
+    // The same sequence alone and inside a batch gives bit-identical logits (varlen
+    // packing), which resumed runs rely on.
     let dir = common::fixture("deberta/v3_seqcls");
     let g = common::read_golden(&dir.join("golden.safetensors"));
     let case = inputs(&g);
@@ -177,6 +178,51 @@ fn batch_composition_does_not_change_results() {
     let n = alone.logits[0].shape[1];
     for k in 0..n {
         let d = (all.logits[0].data[n + k] - alone.logits[0].data[k]).abs();
-        assert!(d <= 1e-5, "label {k}: batched vs alone differ by {d:e}");
+        assert!(d == 0.0, "label {k}: batched vs alone differ by {d:e}");
     }
+}
+
+#[test]
+fn results_are_bit_identical_whatever_the_batch_on_a_wider_model() {
+    use hopscore::bench::ModelShape;
+    use hopscore::model::batch::PackedBatch;
+    use hopscore::model::weights::Weights;
+    let be = CpuBackend;
+    let config = ModelShape::Small.config();
+    let model = CrossEncoder::from_weights(&be, &Weights::random(3), config, Vec::new()).unwrap();
+    let seqs: Vec<Sequence> = [200usize, 57, 130]
+        .iter()
+        .enumerate()
+        .map(|(s, &len)| Sequence {
+            ids: (0..len)
+                .map(|i| 3 + ((i * 7919 + s * 104_729) % 128_000) as u32)
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    let together = be_download(&model, &PackedBatch::pack(&seqs));
+    let h = 256;
+    let mut offset = 0;
+    for s in &seqs {
+        let alone = be_download(&model, &PackedBatch::pack(std::slice::from_ref(s)));
+        let n = s.ids.len() * h;
+        assert!(
+            alone == together[offset..offset + n],
+            "a sequence of {} tokens differs when batched",
+            s.ids.len()
+        );
+        offset += n;
+    }
+}
+
+fn be_download(
+    model: &CrossEncoder<CpuBackend>,
+    batch: &hopscore::model::batch::PackedBatch,
+) -> Vec<f32> {
+    model
+        .forward(&CpuBackend, batch, true)
+        .unwrap()
+        .hidden
+        .unwrap()
+        .data
 }

@@ -30,13 +30,18 @@ pub struct QuarantineWriter {
     count: u64,
 }
 
+/// Columns of a quarantine file: `row`, `id`, `reason`.
+pub fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("row", DataType::UInt64, false),
+        Field::new("id", DataType::Utf8, true),
+        Field::new("reason", DataType::Utf8, false),
+    ]))
+}
+
 impl QuarantineWriter {
     pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self> {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("row", DataType::UInt64, false),
-            Field::new("id", DataType::Utf8, true),
-            Field::new("reason", DataType::Utf8, false),
-        ]));
+        let schema = schema();
         Ok(Self {
             writer: create_writer(path, schema.clone(), metadata)?,
             schema,
