@@ -128,7 +128,9 @@ impl WeightStore {
             if data_start + e > mmap.len() {
                 return Err(WeightError::Format {
                     path: path.display().to_string(),
-                    reason: format!("tensor `{name}` extends past the end of the file (truncated?)"),
+                    reason: format!(
+                        "tensor `{name}` extends past the end of the file (truncated?)"
+                    ),
                 });
             }
             let key = name.strip_prefix("module.").unwrap_or(&name).to_string();
@@ -203,11 +205,7 @@ impl WeightStore {
 
     fn missing(&self, name: &str) -> WeightError {
         let leaf = name.rsplit('.').nth(1).unwrap_or(name);
-        let similar: Vec<&str> = self
-            .names()
-            .filter(|n| n.contains(leaf))
-            .take(3)
-            .collect();
+        let similar: Vec<&str> = self.names().filter(|n| n.contains(leaf)).take(3).collect();
         let hint = if similar.is_empty() {
             format!(
                 "first tensors: {}",
@@ -260,7 +258,9 @@ enum Source {
     Store(WeightStore),
     /// Deterministic pseudo-random tensors of whatever shape is asked for
     /// (benchmarks of model shapes that have no checkpoint).
-    Random { seed: u64 },
+    Random {
+        seed: u64,
+    },
 }
 
 /// A view of a checkpoint under a name prefix (candle's `VarBuilder` idea).
@@ -377,12 +377,14 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
 /// Uniform values in ±0.05 from a SplitMix64 stream seeded by `seed` and the name;
 /// LayerNorm weights (`…LayerNorm.weight`) are 1 + that, so activations stay O(1).
 fn random_tensor(seed: u64, name: &str, shape: &[usize]) -> HostTensor {
-    let mut state = name
-        .bytes()
-        .fold(seed ^ 0x9E37_79B9_7F4A_7C15, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3)
-        });
-    let offset = if name.ends_with("LayerNorm.weight") { 1.0 } else { 0.0 };
+    let mut state = name.bytes().fold(seed ^ 0x9E37_79B9_7F4A_7C15, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3)
+    });
+    let offset = if name.ends_with("LayerNorm.weight") {
+        1.0
+    } else {
+        0.0
+    };
     let n = shape.iter().product();
     let data = (0..n)
         .map(|_| {

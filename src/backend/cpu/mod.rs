@@ -39,7 +39,12 @@ impl Backend for CpuBackend {
         let (rows, cols) = match t.shape.as_slice() {
             [n] => (1, *n),
             [r, c] => (*r, *c),
-            other => return Err(shape_err("upload", format!("expected 1-D or 2-D, got {other:?}"))),
+            other => {
+                return Err(shape_err(
+                    "upload",
+                    format!("expected 1-D or 2-D, got {other:?}"),
+                ))
+            }
         };
         Ok(CpuTensor {
             rows,
@@ -52,11 +57,19 @@ impl Backend for CpuBackend {
         Ok(HostTensor::new(vec![t.rows, t.cols], t.data.clone()))
     }
 
-    fn linear(&self, x: &CpuTensor, w: &CpuTensor, bias: Option<&CpuTensor>) -> OpResult<CpuTensor> {
+    fn linear(
+        &self,
+        x: &CpuTensor,
+        w: &CpuTensor,
+        bias: Option<&CpuTensor>,
+    ) -> OpResult<CpuTensor> {
         if x.cols != w.cols {
             return Err(shape_err(
                 "linear",
-                format!("x is [{}, {}] but w is [{}, {}]", x.rows, x.cols, w.rows, w.cols),
+                format!(
+                    "x is [{}, {}] but w is [{}, {}]",
+                    x.rows, x.cols, w.rows, w.cols
+                ),
             ));
         }
         let (n, out) = (x.rows, w.rows);
@@ -100,11 +113,17 @@ impl Backend for CpuBackend {
     ) -> OpResult<()> {
         if let Some(r) = residual {
             if (r.rows, r.cols) != (x.rows, x.cols) {
-                return Err(shape_err("layer_norm", "residual shape differs from x".into()));
+                return Err(shape_err(
+                    "layer_norm",
+                    "residual shape differs from x".into(),
+                ));
             }
         }
         if weight.data.len() != x.cols || bias.data.len() != x.cols {
-            return Err(shape_err("layer_norm", format!("affine size != {} columns", x.cols)));
+            return Err(shape_err(
+                "layer_norm",
+                format!("affine size != {} columns", x.cols),
+            ));
         }
         layer_norm::layer_norm(
             &mut x.data,
@@ -124,7 +143,10 @@ impl Backend for CpuBackend {
         let (cols, tokens) = (first.cols, ids.len());
         for (table, ids) in lookups {
             if table.cols != cols || ids.len() != tokens {
-                return Err(shape_err("embedding", "tables or id lists disagree in size".into()));
+                return Err(shape_err(
+                    "embedding",
+                    "tables or id lists disagree in size".into(),
+                ));
             }
             if let Some(bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
                 return Err(shape_err(
@@ -149,7 +171,10 @@ impl Backend for CpuBackend {
 
     fn scale_rows(&self, x: &mut CpuTensor, scale: &[f32]) -> OpResult<()> {
         if scale.len() != x.rows {
-            return Err(shape_err("scale_rows", format!("{} scales for {} rows", scale.len(), x.rows)));
+            return Err(shape_err(
+                "scale_rows",
+                format!("{} scales for {} rows", scale.len(), x.rows),
+            ));
         }
         embedding::scale_rows(&mut x.data, x.cols, scale);
         Ok(())
@@ -170,12 +195,18 @@ impl Backend for CpuBackend {
             if (t.rows, t.cols) != (tokens, width) {
                 return Err(shape_err(
                     "disentangled_attention",
-                    format!("q/k/v must be [{tokens}, {width}], got [{}, {}]", t.rows, t.cols),
+                    format!(
+                        "q/k/v must be [{tokens}, {width}], got [{}, {}]",
+                        t.rows, t.cols
+                    ),
                 ));
             }
         }
         if layout.mask.len() != tokens {
-            return Err(shape_err("disentangled_attention", "mask length != tokens".into()));
+            return Err(shape_err(
+                "disentangled_attention",
+                "mask length != tokens".into(),
+            ));
         }
         let data = disentangled_attention::disentangled_attention(
             &disentangled_attention::AttentionArgs {
