@@ -7,5 +7,6 @@ pub mod backend;
 pub mod bench;
 pub mod cli;
 pub mod io;
+pub mod metrics;
 pub mod model;
 pub mod text;

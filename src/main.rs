@@ -37,6 +37,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", cli::bench::table(&r));
             }
         }
+        Command::Import(args) => {
+            let s = cli::import::run(&args)?;
+            eprintln!(
+                "imported {} questions ({} passages) from {} records in {:.1} s, {:.0} records/s; \
+                 {} with issues (see the `issues` column); {} quarantined → {}",
+                s.questions,
+                s.passages,
+                s.records,
+                s.seconds,
+                s.records as f64 / s.seconds.max(1e-9),
+                s.with_issues,
+                s.quarantined,
+                s.quarantine_path.display()
+            );
+        }
+        Command::Eval(args) => {
+            let r = cli::eval::run(&args)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", cli::eval::table(&r));
+            }
+        }
     }
     Ok(())
 }
