@@ -443,4 +443,48 @@ fn cli_import_and_eval_json() {
     assert_eq!(v["overall"]["retrieval_em"], 1.0);
     assert_eq!(v["overall"]["recall_at_k"]["2"], 1.0);
     assert_eq!(v["missing"]["count"], 0);
+
+    // The table: a header with the cut-offs, then all questions and one row per hop count.
+    write_pred(&pred, &[("good1", vec![0, 1], Some("the beatles"))]);
+    let st = std::process::Command::new(bin)
+        .args(["eval", "--k", "2,3", "--pred"])
+        .arg(&pred)
+        .arg("--gold")
+        .arg(&gold)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&st.stdout);
+    eprintln!("{table}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[1].starts_with("missing predictions (scored 0): 2, e.g. badsent; good2"),
+        "{table}"
+    );
+    let header: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "hops",
+            "questions",
+            "EM",
+            "F1",
+            "R@2",
+            "R@3",
+            "AR@2",
+            "AR@3",
+            "ans",
+            "EM",
+            "ans",
+            "F1"
+        ]
+    );
+    let all: Vec<&str> = lines[3].split_whitespace().collect();
+    assert_eq!(
+        all,
+        [
+            "all", "3", "0.3333", "0.3333", "0.3333", "0.3333", "0.5000", "0.5000", "0.3333",
+            "0.3333"
+        ]
+    );
+    assert!(lines[4].starts_with("2 "), "{table}");
 }

@@ -5,20 +5,18 @@
 //! multi-gigabyte training file never sits in memory as a whole.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use flate2::read::MultiGzDecoder;
-use serde::de::{DeserializeSeed, Deserializer, Error as _, SeqAccess, Visitor};
 use serde_json::Value;
 
 /// Read buffer size; large enough that the JSON parser rarely waits on the decoder.
 const BUFFER_BYTES: usize = 1 << 20;
 
 /// One record of a native file: its 0-based position in the file and the parsed value,
-/// or why that record cannot be parsed (only JSON lines can lose a single record; a
-/// syntax error inside a JSON array ends the file with an error).
+/// or why that record cannot be parsed.
 pub struct Record {
     pub index: u64,
     pub value: std::result::Result<Value, String>,
@@ -77,65 +75,109 @@ fn skip_blank(reader: &mut dyn BufRead) -> Result<Option<u8>> {
     }
 }
 
-/// Parses a top-level JSON array element by element. Errors from `each` pass unchanged.
+/// Where the element splitter is inside the JSON text.
+#[derive(Default)]
+struct Scan {
+    /// Open `{`/`[` inside the current element.
+    depth: u32,
+    in_string: bool,
+    /// The previous byte was a backslash inside a string.
+    escaped: bool,
+}
+
+/// Reads a top-level JSON array (its `[` still unread) element by element: a byte scanner
+/// finds each element's extent (tracking strings and nesting), then the element alone is
+/// parsed. An element that is not valid JSON becomes a record with an error, like a bad
+/// JSON line; a file that ends inside the array is an error. Errors from `each` pass
+/// unchanged.
 fn read_array(
     path: &Path,
-    reader: impl Read,
+    mut reader: impl BufRead,
     each: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<u64> {
-    let mut stopped = None;
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    let seed = Elements {
-        each,
-        stopped: &mut stopped,
-    };
-    let outcome = seed.deserialize(&mut de).and_then(|n| de.end().map(|()| n));
-    match (outcome, stopped) {
-        (_, Some(e)) => Err(e),
-        (Ok(n), None) => Ok(n),
-        (Err(e), None) => Err(anyhow!(
-            "{} is not a valid JSON array: {e} (a syntax error inside a JSON array cannot be skipped; repair the file or convert it to JSON lines)",
-            path.display()
-        )),
-    }
-}
-
-/// Seed and visitor that hand each array element to the callback; an error from the
-/// callback is parked in `stopped` (serde errors cannot carry it).
-struct Elements<'a> {
-    each: &'a mut dyn FnMut(Record) -> Result<()>,
-    stopped: &'a mut Option<anyhow::Error>,
-}
-
-impl<'de> DeserializeSeed<'de> for Elements<'_> {
-    type Value = u64;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<u64, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Elements<'_> {
-    type Value = u64;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON array of question records")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<u64, A::Error> {
-        let mut index = 0;
-        while let Some(value) = seq.next_element::<Value>()? {
-            if let Err(e) = (self.each)(Record {
-                index,
-                value: Ok(value),
-            }) {
-                *self.stopped = Some(e);
-                return Err(A::Error::custom("stopped by the record handler"));
-            }
-            index += 1;
+    reader.consume(1); // the `[`
+    let mut element = Vec::new();
+    let mut scan = Scan::default();
+    let mut index = 0u64;
+    loop {
+        let buf = reader
+            .fill_buf()
+            .with_context(|| format!("reading {}", path.display()))?;
+        if buf.is_empty() {
+            bail!(
+                "{} ends inside the JSON array after {index} records (is the file truncated?)",
+                path.display()
+            );
         }
-        Ok(index)
+        let (len, mut segment) = (buf.len(), 0);
+        let mut closed_at = None;
+        for (i, &b) in buf.iter().enumerate() {
+            if scan.in_string {
+                match b {
+                    _ if scan.escaped => scan.escaped = false,
+                    b'\\' => scan.escaped = true,
+                    b'"' => scan.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => scan.in_string = true,
+                b'{' | b'[' => scan.depth += 1,
+                b'}' | b']' if scan.depth > 0 => scan.depth -= 1,
+                b',' | b']' if scan.depth == 0 => {
+                    element.extend_from_slice(&buf[segment..i]);
+                    segment = i + 1;
+                    emit(&mut element, b == b']', &mut index, each)?;
+                    if b == b']' {
+                        closed_at = Some(i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(end) = closed_at {
+            reader.consume(end);
+            break;
+        }
+        element.extend_from_slice(&buf[segment..]);
+        reader.consume(len);
     }
+    match skip_blank(&mut reader).with_context(|| format!("reading {}", path.display()))? {
+        None => Ok(index),
+        Some(b) => bail!(
+            "{} has data after the closing `]` of its JSON array (starting with {:?})",
+            path.display(),
+            b as char
+        ),
+    }
+}
+
+/// Hands one array element (raw bytes, cleared afterwards) to `each`. The blank element
+/// before the `]` of an empty array is no record.
+fn emit(
+    element: &mut Vec<u8>,
+    last: bool,
+    index: &mut u64,
+    each: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<()> {
+    let blank = element.iter().all(u8::is_ascii_whitespace);
+    if !(blank && last && *index == 0) {
+        let value = if blank {
+            Err("the array element is empty (a stray comma?)".to_string())
+        } else {
+            serde_json::from_slice::<Value>(element)
+                .map_err(|e| format!("the array element is not valid JSON: {e}"))
+        };
+        each(Record {
+            index: *index,
+            value,
+        })?;
+        *index += 1;
+    }
+    element.clear();
+    Ok(())
 }
 
 /// Parses one JSON value per non-blank line; a line that is not valid JSON (or not
@@ -221,12 +263,38 @@ mod tests {
     }
 
     #[test]
-    fn array_syntax_errors_and_handler_errors_stop_the_file() {
+    fn array_elements_are_split_outside_strings_and_bad_ones_are_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.json");
+        // Brackets, commas and escaped quotes inside strings do not split elements.
+        std::fs::write(&p, r#"[{"a": "x],\"y\\"}, [1, [2]] ,{"a": }, "s", ]"#).unwrap();
+        let got = collect(&p);
+        assert_eq!(got.len(), 5);
+        assert_eq!(got[0], Ok(serde_json::json!({"a": "x],\"y\\"})));
+        assert_eq!(got[1], Ok(serde_json::json!([1, [2]])));
+        assert!(got[2]
+            .as_ref()
+            .unwrap_err()
+            .starts_with("the array element is not valid JSON"));
+        assert_eq!(got[3], Ok(serde_json::json!("s")));
+        assert!(got[4].as_ref().unwrap_err().contains("stray comma"));
+        std::fs::write(&p, " [ ] ").unwrap();
+        assert!(collect(&p).is_empty());
+    }
+
+    #[test]
+    fn truncated_files_and_handler_errors_stop_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("bad.json");
-        std::fs::write(&p, "[{\"a\": 1}, {\"a\": }]").unwrap();
-        let err = format!("{:#}", for_each_record(&p, |_| Ok(())).unwrap_err());
-        assert!(err.contains("cannot be skipped"), "{err}");
+        std::fs::write(&p, "[{\"a\": 1}, {\"a\": [").unwrap();
+        let err = for_each_record(&p, |_| Ok(())).unwrap_err().to_string();
+        assert!(
+            err.contains("ends inside the JSON array after 1 records"),
+            "{err}"
+        );
+        std::fs::write(&p, "[1] [2]").unwrap();
+        let err = for_each_record(&p, |_| Ok(())).unwrap_err().to_string();
+        assert!(err.contains("data after the closing"), "{err}");
 
         std::fs::write(&p, "[1, 2, 3]").unwrap();
         let mut seen = 0;
