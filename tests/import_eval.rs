@@ -12,7 +12,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::cli::eval::{evaluate, EvalReport};
 use hopscore::cli::import::{run as import, ImportArgs, ImportSummary};
 use hopscore::io::parquet_io::{create_writer, string_column, ParquetInput};
-use hopscore::io::questions::{Dataset, Question, QuestionReader};
+use hopscore::io::questions::{to_batch, Dataset, Question, QuestionReader, SupportingFact};
 
 fn import_files(dataset: Dataset, files: &[PathBuf], out: &Path) -> ImportSummary {
     import(&ImportArgs {
@@ -61,6 +61,33 @@ fn write_pred(path: &Path, rows: &[(&str, Vec<i32>, Option<&str>)]) {
         Arc::new(chains.finish()),
         Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2))),
     ];
+    let mut w = create_writer(path, schema.clone(), &[]).unwrap();
+    w.write(&RecordBatch::try_new(schema, cols).unwrap())
+        .unwrap();
+    w.close().unwrap();
+}
+
+/// A prediction file with each question's `supporting` as the chain, its `answer` and
+/// its `supporting_facts` (taken from the question-file columns).
+fn write_pred_from_questions(path: &Path, qs: &[Question]) {
+    let b = to_batch(qs).unwrap();
+    let names = ["id", "supporting", "answer", "supporting_facts"];
+    let cols: Vec<ArrayRef> = names
+        .iter()
+        .map(|n| b.column_by_name(n).unwrap().clone())
+        .collect();
+    let fields: Vec<Field> = names
+        .iter()
+        .map(|n| {
+            let f = b.schema().field_with_name(n).unwrap().clone();
+            if *n == "supporting" {
+                f.with_name("chain")
+            } else {
+                f
+            }
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
     let mut w = create_writer(path, schema.clone(), &[]).unwrap();
     w.write(&RecordBatch::try_new(schema, cols).unwrap())
         .unwrap();
@@ -230,6 +257,20 @@ fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
         (600, 1.0, 1.0)
     );
     assert_eq!(r.overall.recall_at_k[&2], 1.0);
+    assert_eq!((r.overall.sp_em, r.overall.joint_em), (None, None));
+
+    // The gold supporting facts and answers as predictions: SP and joint are 1 too.
+    write_pred_from_questions(&pred, &qs);
+    let r = evaluate(&out, &pred, &[2]).unwrap();
+    let o = &r.overall;
+    assert_eq!(
+        (o.sp_questions, o.sp_em, o.sp_f1),
+        (600, Some(1.0), Some(1.0))
+    );
+    assert_eq!(
+        (o.joint_em, o.joint_f1, o.answer_em),
+        (Some(1.0), Some(1.0), Some(1.0))
+    );
 
     // Drop every third prediction: 200 missing questions score 0.
     let kept: Vec<_> = rows
@@ -487,4 +528,42 @@ fn cli_import_and_eval_json() {
         ]
     );
     assert!(lines[4].starts_with("2 "), "{table}");
+}
+
+#[test]
+fn eval_supporting_fact_and_joint_scores_as_hand_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("hand.json");
+    std::fs::write(&input, HANDWRITTEN).unwrap();
+    let gold = dir.path().join("q.parquet");
+    import_files(Dataset::HotpotQa, &[input], &gold);
+    let mut qs = read_questions(&gold);
+    let fact = |t: &str, i| SupportingFact {
+        title: t.into(),
+        sent_idx: i,
+    };
+    // good1: gold facts {(P0,0), (P1,0)}; predicted {(P0,0), (P1,1), (P2,0)}: tp 1, fp 2,
+    // fn 1 → SP P 1/3, R 1/2, F1 0.4. Answer "Beatles band" vs "The Beatles": P 1/2, R 1,
+    // F1 2/3. Joint P 1/6, R 1/2 → F1 1/4.
+    qs[0].supporting_facts = Some(vec![fact("P0", 0), fact("P1", 1), fact("P2", 0)]);
+    qs[0].answer = Some("Beatles band".into());
+    // badsent: exact facts (in another order) and answer → SP, joint EM 1. good2: no row.
+    qs[1].supporting_facts.as_mut().unwrap().reverse();
+    write_pred_from_questions(&dir.path().join("pred.parquet"), &qs[..2]);
+    let r = evaluate(&gold, &dir.path().join("pred.parquet"), &[2]).unwrap();
+    let o = &r.overall;
+    let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+    assert_eq!((o.sp_questions, r.missing.count), (3, 1));
+    assert!(
+        close(o.sp_em, 1.0 / 3.0) && close(o.sp_f1, 1.4 / 3.0),
+        "{o:?}"
+    );
+    assert!(
+        close(o.joint_em, 1.0 / 3.0) && close(o.joint_f1, 1.25 / 3.0),
+        "{o:?}"
+    );
+    assert!(
+        close(o.answer_em, 1.0 / 3.0) && close(o.answer_f1, (2.0 / 3.0 + 1.0) / 3.0),
+        "{o:?}"
+    );
 }

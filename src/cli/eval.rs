@@ -1,14 +1,16 @@
 //! `hopscore eval`: scores predicted passage chains (and answers) against a question file.
 //!
 //! Per gold question: retrieval EM/F1 of the first `hops` distinct passages of the chain
-//! (order-free), Recall@k, AR@k, and answer EM/F1 when the predictions have an `answer`
-//! column; averaged over all questions and per hop count. A gold question without a
+//! (order-free), Recall@k, AR@k, answer EM/F1 when the predictions have an `answer`
+//! column, and the official supporting-fact and joint scores when they have a
+//! `supporting_facts` column; averaged over all questions and per hop count. A gold question without a
 //! prediction (or with an unusable one) scores 0 everywhere and is reported.
 //!
 //! Denominators: retrieval EM/F1 and Recall@k count questions with at least one gold
 //! passage; AR@k counts questions whose gold answer is a span (not yes/no/noanswer) and,
 //! for HotpotQA, not of type `comparison` (as LEPUS does); answer EM/F1 count questions
-//! with a gold answer.
+//! with a gold answer; SP and joint count questions with gold supporting facts
+//! (HotpotQA, 2Wiki).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -20,10 +22,10 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::io::parquet_io::{string_column, ParquetInput};
-use crate::io::questions::{Dataset, Question, QuestionReader};
+use crate::io::questions::{self, Dataset, Question, QuestionReader, SupportingFact};
 use crate::metrics::{
-    answer_in_passage, answer_recall_at_k, best_answer_scores, is_closed_answer, normalize_answer,
-    recall_at_k, retrieval_scores,
+    answer_in_passage, answer_recall_at_k, best_answer_scores, is_closed_answer, joint,
+    normalize_answer, recall_at_k, retrieval_scores, supporting_fact_scores,
 };
 
 /// Rows decoded at a time from either file.
@@ -34,7 +36,9 @@ const EXAMPLES: usize = 5;
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
     /// Predictions: Parquet with `id` (string), `chain` (list of integers: passage
-    /// indices into the question's `passages`, best first) and optionally `answer` (string).
+    /// indices into the question's `passages`, best first) and optionally `answer` (string)
+    /// and `supporting_facts` (list<struct<title: string, sent_idx: int>>, as in the
+    /// question file) for the official SP and joint scores.
     #[arg(long)]
     pub pred: PathBuf,
     /// Gold question file written by `hopscore import`.
@@ -67,6 +71,14 @@ pub struct Scores {
     /// Present when the predictions have an `answer` column.
     pub answer_em: Option<f64>,
     pub answer_f1: Option<f64>,
+    /// Questions with gold supporting facts (denominator of SP and joint).
+    pub sp_questions: u64,
+    /// Present when the predictions have a `supporting_facts` column.
+    pub sp_em: Option<f64>,
+    pub sp_f1: Option<f64>,
+    /// Present when the predictions have both `answer` and `supporting_facts`.
+    pub joint_em: Option<f64>,
+    pub joint_f1: Option<f64>,
 }
 
 /// Problems with the inputs, counted (with a few example ids) rather than fatal.
@@ -115,6 +127,7 @@ struct Gold {
     answers: Vec<String>,
     /// Per passage, whether it holds the answer; `None` when AR does not apply.
     contains_answer: Option<Vec<bool>>,
+    facts: Option<Vec<SupportingFact>>,
 }
 
 impl Gold {
@@ -140,14 +153,32 @@ impl Gold {
             id: q.id,
             answers,
             contains_answer,
+            facts: q.supporting_facts,
         }
     }
 }
 
-/// A prediction row: the chain (or why it is unusable) and the answer.
+/// A prediction row as read: the chain (`None` when null), answer and supporting facts.
 struct Pred {
     chain: Option<Vec<i64>>,
     answer: Option<String>,
+    facts: Option<Vec<SupportingFact>>,
+}
+
+/// The optional columns the prediction file has.
+#[derive(Clone, Copy)]
+struct PredColumns {
+    answer: bool,
+    facts: bool,
+}
+
+/// What one question is scored on: the valid chain (`None` when missing or invalid),
+/// the answer and the supporting facts.
+#[derive(Clone, Copy)]
+struct Scored<'a> {
+    chain: Option<&'a [usize]>,
+    answer: Option<&'a str>,
+    facts: Option<&'a [SupportingFact]>,
 }
 
 /// Sums for one group; turned into [`Scores`] at the end.
@@ -163,12 +194,17 @@ struct Sums {
     answers: u64,
     answer_em: f64,
     answer_f1: f64,
+    sp_questions: u64,
+    sp_em: f64,
+    sp_f1: f64,
+    joint_em: f64,
+    joint_f1: f64,
 }
 
 impl Sums {
-    /// Adds one question; `chain` is `None` for a missing or invalid prediction.
-    fn add(&mut self, g: &Gold, chain: Option<&[usize]>, answer: Option<&str>, ks: &[usize]) {
-        let chain = chain.unwrap_or(&[]);
+    /// Adds one question.
+    fn add(&mut self, g: &Gold, p: Scored, ks: &[usize]) {
+        let chain = p.chain.unwrap_or(&[]);
         self.questions += 1;
         self.recall.resize(ks.len(), 0.0);
         self.ar.resize(ks.len(), 0.0);
@@ -187,18 +223,27 @@ impl Sums {
                 *sum += answer_recall_at_k(chain, contains, k);
             }
         }
-        if !g.answers.is_empty() {
+        let answer =
+            best_answer_scores(p.answer.unwrap_or(""), g.answers.iter().map(String::as_str));
+        if let Some(a) = &answer {
             self.answers += 1;
-            if let Some(s) =
-                best_answer_scores(answer.unwrap_or(""), g.answers.iter().map(String::as_str))
-            {
-                self.answer_em += s.em;
-                self.answer_f1 += s.f1;
+            self.answer_em += a.em;
+            self.answer_f1 += a.f1;
+        }
+        if let Some(gold_facts) = &g.facts {
+            self.sp_questions += 1;
+            let sp = supporting_fact_scores(pairs(p.facts.unwrap_or(&[])), pairs(gold_facts));
+            self.sp_em += sp.em;
+            self.sp_f1 += sp.f1;
+            if let Some(a) = &answer {
+                let j = joint(a, &sp);
+                self.joint_em += j.em;
+                self.joint_f1 += j.f1;
             }
         }
     }
 
-    fn scores(&self, ks: &[usize], with_answers: bool) -> Scores {
+    fn scores(&self, ks: &[usize], cols: PredColumns) -> Scores {
         let mean = |sum: f64, n: u64| if n > 0 { sum / n as f64 } else { 0.0 };
         let per_k = |sums: &[f64], n: u64| {
             ks.iter()
@@ -215,10 +260,20 @@ impl Sums {
             answer_recall_questions: self.ar_questions,
             answer_recall_at_k: per_k(&self.ar, self.ar_questions),
             answer_questions: self.answers,
-            answer_em: with_answers.then(|| mean(self.answer_em, self.answers)),
-            answer_f1: with_answers.then(|| mean(self.answer_f1, self.answers)),
+            answer_em: cols.answer.then(|| mean(self.answer_em, self.answers)),
+            answer_f1: cols.answer.then(|| mean(self.answer_f1, self.answers)),
+            sp_questions: self.sp_questions,
+            sp_em: cols.facts.then(|| mean(self.sp_em, self.sp_questions)),
+            sp_f1: cols.facts.then(|| mean(self.sp_f1, self.sp_questions)),
+            joint_em: (cols.facts && cols.answer).then(|| mean(self.joint_em, self.sp_questions)),
+            joint_f1: (cols.facts && cols.answer).then(|| mean(self.joint_f1, self.sp_questions)),
         }
     }
+}
+
+/// `(title, sentence index)` pairs of supporting facts, as the SP metric takes them.
+fn pairs(facts: &[SupportingFact]) -> impl Iterator<Item = (&str, i32)> {
+    facts.iter().map(|f| (f.title.as_str(), f.sent_idx))
 }
 
 pub fn run(args: &EvalArgs) -> Result<EvalReport> {
@@ -253,7 +308,7 @@ pub fn evaluate(gold: &Path, pred: &Path, ks: &[usize]) -> Result<EvalReport> {
         .enumerate()
         .map(|(i, g)| (g.id.as_str(), i))
         .collect();
-    let (preds, with_answers) = read_predictions(pred, &gold_ids, &mut report)?;
+    let (preds, cols) = read_predictions(pred, &gold_ids, &mut report)?;
 
     let mut overall = Sums::default();
     let mut by_hops: BTreeMap<usize, Sums> = BTreeMap::new();
@@ -279,28 +334,29 @@ pub fn evaluate(gold: &Path, pred: &Path, ks: &[usize]) -> Result<EvalReport> {
                 }
             }
         };
-        let answer = p.as_ref().and_then(|p| p.answer.as_deref());
-        overall.add(g, chain.as_deref(), answer, ks);
-        by_hops
-            .entry(g.hops)
-            .or_default()
-            .add(g, chain.as_deref(), answer, ks);
+        let scored = Scored {
+            chain: chain.as_deref(),
+            answer: p.as_ref().and_then(|p| p.answer.as_deref()),
+            facts: p.as_ref().and_then(|p| p.facts.as_deref()),
+        };
+        overall.add(g, scored, ks);
+        by_hops.entry(g.hops).or_default().add(g, scored, ks);
     }
-    report.overall = overall.scores(ks, with_answers);
+    report.overall = overall.scores(ks, cols);
     report.by_hops = by_hops
         .into_iter()
-        .map(|(h, s)| (h, s.scores(ks, with_answers)))
+        .map(|(h, s)| (h, s.scores(ks, cols)))
         .collect();
     Ok(report)
 }
 
 /// Reads the prediction file into a vector aligned with the gold questions; returns
-/// whether it has an `answer` column.
+/// which optional columns it has.
 fn read_predictions(
     path: &Path,
     gold_ids: &HashMap<&str, usize>,
     report: &mut EvalReport,
-) -> Result<(Vec<Option<Pred>>, bool)> {
+) -> Result<(Vec<Option<Pred>>, PredColumns)> {
     let mut input = ParquetInput::open(path, BATCH_ROWS)?;
     input.check_column("id", &["string"], true)?;
     let chain_type = input
@@ -321,7 +377,11 @@ fn read_predictions(
             path.display()
         );
     }
-    let with_answers = input.check_column("answer", &["string"], false)?;
+    let cols = PredColumns {
+        answer: input.check_column("answer", &["string"], false)?,
+        facts: questions::check_column_type(&input.schema, "supporting_facts")
+            .with_context(|| format!("reading predictions from {}", path.display()))?,
+    };
     let chain_as = DataType::List(std::sync::Arc::new(Field::new(
         "item",
         DataType::Int64,
@@ -334,9 +394,11 @@ fn read_predictions(
         let chains =
             arrow::compute::cast(batch.column_by_name("chain").expect("checked"), &chain_as)?;
         let chains = chains.as_list::<i32>();
-        let answers = with_answers
+        let answers = cols
+            .answer
             .then(|| string_column(&batch, "answer"))
             .transpose()?;
+        let facts = questions::supporting_facts_column(&batch)?;
         for r in 0..batch.num_rows() {
             report.prediction_rows += 1;
             if ids.is_null(r) {
@@ -363,10 +425,22 @@ fn read_predictions(
                 .as_ref()
                 .filter(|a| !a.is_null(r))
                 .map(|a| a.value(r).to_string());
-            preds[g] = Some(Pred { chain, answer });
+            let facts = match facts.as_ref().map(|f| questions::supporting_facts_at(f, r)) {
+                Some(Err(why)) => {
+                    report.invalid.add(|| format!("{id}: {why}"));
+                    None
+                }
+                Some(Ok(f)) => f,
+                None => None,
+            };
+            preds[g] = Some(Pred {
+                chain,
+                answer,
+                facts,
+            });
         }
     }
-    Ok((preds, with_answers))
+    Ok((preds, cols))
 }
 
 /// The report as a text table (one row for all questions, one per hop count).
@@ -386,7 +460,14 @@ pub fn table(r: &EvalReport) -> String {
             out += &format!("{name}: {}, e.g. {}\n", p.count, p.examples.join("; "));
         }
     }
-    let with_answers = r.overall.answer_em.is_some();
+    // Optional score pairs: (header, values of a group); shown when the overall row has them.
+    let optional = |s: &Scores| {
+        [
+            ("ans", s.answer_em, s.answer_f1),
+            ("sp", s.sp_em, s.sp_f1),
+            ("joint", s.joint_em, s.joint_f1),
+        ]
+    };
     let mut header = format!("{:<6}{:>9}{:>8}{:>8}", "hops", "questions", "EM", "F1");
     for k in &r.k {
         header += &format!("{:>8}", format!("R@{k}"));
@@ -394,8 +475,10 @@ pub fn table(r: &EvalReport) -> String {
     for k in &r.k {
         header += &format!("{:>8}", format!("AR@{k}"));
     }
-    if with_answers {
-        header += &format!("{:>8}{:>8}", "ans EM", "ans F1");
+    for (name, em, _) in optional(&r.overall) {
+        if em.is_some() {
+            header += &format!("{:>10}{:>10}", format!("{name} EM"), format!("{name} F1"));
+        }
     }
     out += &header;
     out.push('\n');
@@ -409,10 +492,14 @@ pub fn table(r: &EvalReport) -> String {
         for v in s.recall_at_k.values().chain(s.answer_recall_at_k.values()) {
             out += &format!("{v:>8.4}");
         }
-        if let (Some(em), Some(f1)) = (s.answer_em, s.answer_f1) {
-            out += &format!("{em:>8.4}{f1:>8.4}");
+        for (_, em, f1) in optional(s) {
+            if let (Some(em), Some(f1)) = (em, f1) {
+                out += &format!("{em:>10.4}{f1:>10.4}");
+            }
         }
         out.push('\n');
     }
+    out += "EM/F1: retrieval over the first `hops` passages of the chain (order-free); \
+            R@k: every gold passage in the top k; AR@k: the answer in one of the top k\n";
     out
 }

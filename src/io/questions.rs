@@ -377,25 +377,20 @@ impl QuestionReader {
     /// of questions decoded at a time.
     pub fn open(path: &Path, batch_rows: usize) -> Result<Self> {
         let input = ParquetInput::open(path, batch_rows)?;
-        let expected = schema();
-        for field in expected.fields() {
-            match input.schema.field_with_name(field.name()) {
-                Ok(found) => compatible(found.data_type(), field.data_type()).map_err(|why| {
-                    anyhow::anyhow!(
-                        "{}: column `{}` has type {}, expected {} ({why}); write question files with `hopscore import`",
-                        path.display(),
-                        field.name(),
-                        found.data_type(),
-                        field.data_type()
-                    )
-                })?,
-                Err(_) if REQUIRED.contains(&field.name().as_str()) => bail!(
+        for field in schema().fields() {
+            let present = check_column_type(&input.schema, field.name()).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e}; write question files with `hopscore import`",
+                    path.display()
+                )
+            })?;
+            if !present && REQUIRED.contains(&field.name().as_str()) {
+                bail!(
                     "{} has no column `{}`, so it is not a question file (required: {}); create one with `hopscore import`",
                     path.display(),
                     field.name(),
                     REQUIRED.join(", ")
-                ),
-                Err(_) => {}
+                );
             }
         }
         Ok(Self {
@@ -404,10 +399,24 @@ impl QuestionReader {
             next_row: 0,
         })
     }
+}
 
-    /// Number of rows in the file (good and bad).
-    pub fn total_rows(&self) -> u64 {
-        self.input.total_rows
+/// Whether `found` has the question-file column `name` (false when absent); fails when
+/// its type cannot be read as the one in [`schema`]. Other files that reuse a column of
+/// the question file (predictions with `supporting_facts`) check it with this too.
+pub fn check_column_type(found: &Schema, name: &str) -> Result<bool> {
+    let expected = schema();
+    let want = expected.field_with_name(name)?.data_type();
+    match found.field_with_name(name) {
+        Ok(f) => compatible(f.data_type(), want)
+            .map(|()| true)
+            .map_err(|why| {
+                anyhow::anyhow!(
+                    "column `{name}` has type {}, expected {want} ({why})",
+                    f.data_type()
+                )
+            }),
+        Err(_) => Ok(false),
     }
 }
 
@@ -551,6 +560,40 @@ fn string_list(
         .map(Some)
 }
 
+/// The column `supporting_facts` of a batch whose schema passed
+/// [`check_column_type`], in the [`schema`] type (`None` when absent).
+pub fn supporting_facts_column(batch: &RecordBatch) -> Result<Option<ListArray>> {
+    list_col(batch, "supporting_facts")
+}
+
+/// Row `r` of a `supporting_facts` column (`None` when null); the error names a null
+/// fact or title.
+pub fn supporting_facts_at(
+    list: &ListArray,
+    r: usize,
+) -> std::result::Result<Option<Vec<SupportingFact>>, String> {
+    let Some(range) = range(list, r) else {
+        return Ok(None);
+    };
+    let fs = list.values().as_struct();
+    let (titles, indices) = (
+        fs.column(0).as_string::<i32>(),
+        fs.column(1).as_primitive::<Int32Type>(),
+    );
+    range
+        .map(|i| {
+            if fs.is_null(i) || indices.is_null(i) {
+                return Err("a supporting fact is null".to_string());
+            }
+            Ok(SupportingFact {
+                title: text(titles, i, "a supporting fact title")?,
+                sent_idx: indices.value(i),
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Some)
+}
+
 fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
     let dataset_name = text(&c.dataset, r, "dataset")?;
     let dataset = Dataset::parse(&dataset_name).ok_or_else(|| {
@@ -600,29 +643,7 @@ fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
         _ => None,
     };
     let supporting_facts = match &c.supporting_facts {
-        Some(list) => match range(list, r) {
-            Some(range) => {
-                let fs = list.values().as_struct();
-                let (ft, fi) = (
-                    fs.column(0).as_string::<i32>(),
-                    fs.column(1).as_primitive::<Int32Type>(),
-                );
-                Some(
-                    range
-                        .map(|i| {
-                            if fs.is_null(i) || fi.is_null(i) {
-                                return Err("a supporting fact is null".to_string());
-                            }
-                            Ok(SupportingFact {
-                                title: text(ft, i, "a supporting fact title")?,
-                                sent_idx: fi.value(i),
-                            })
-                        })
-                        .collect::<std::result::Result<Vec<_>, _>>()?,
-                )
-            }
-            None => None,
-        },
+        Some(list) => supporting_facts_at(list, r)?,
         None => None,
     };
     let list_or_empty = |col: &Option<ListArray>, what: &str| match col {
