@@ -51,6 +51,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 s.quarantined,
                 s.quarantine_path.display()
             );
+            if s.questions == 0 && s.quarantined > 0 {
+                eprintln!(
+                    "warning: every record was quarantined; read the reasons in {} \
+                     (is the dataset argument right?)",
+                    s.quarantine_path.display()
+                );
+            }
         }
         Command::Eval(args) => {
             let r = cli::eval::run(&args)?;

@@ -276,6 +276,7 @@ fn pairs(facts: &[SupportingFact]) -> impl Iterator<Item = (&str, i32)> {
     facts.iter().map(|f| (f.title.as_str(), f.sent_idx))
 }
 
+/// Runs `hopscore eval` (see [`evaluate`]).
 pub fn run(args: &EvalArgs) -> Result<EvalReport> {
     evaluate(&args.gold, &args.pred, &args.k)
 }

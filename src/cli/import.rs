@@ -104,6 +104,7 @@ impl Importer {
     }
 }
 
+/// Imports `args.files` into `args.output`; bad records go to the quarantine file.
 pub fn run(args: &ImportArgs) -> Result<ImportSummary> {
     let started = Instant::now();
     anyhow::ensure!(

@@ -18,7 +18,9 @@ const BUFFER_BYTES: usize = 1 << 20;
 /// One record of a native file: its 0-based position in the file and the parsed value,
 /// or why that record cannot be parsed.
 pub struct Record {
+    /// 0-based record number in the file (array element or non-blank line).
     pub index: u64,
+    /// The parsed record, or why it is not valid JSON.
     pub value: std::result::Result<Value, String>,
 }
 

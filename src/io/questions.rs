@@ -265,7 +265,17 @@ pub fn to_batch(questions: &[Question]) -> Result<RecordBatch> {
         ],
         None,
     );
-    let supporting = qs.iter().flat_map(|q| q.supporting.iter());
+    let supporting = qs
+        .iter()
+        .flat_map(|q| &q.supporting)
+        .map(|&s| i32::try_from(s))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .context("a supporting passage index does not fit the int32 column")?;
+    let hops = qs
+        .iter()
+        .map(|q| q.hops.map(i32::try_from).transpose())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .context("a hop count does not fit the int32 column")?;
     let columns: Vec<ArrayRef> = vec![
         strings(qs.iter().map(|q| q.id.as_str())),
         strings(qs.iter().map(|q| q.dataset.as_str())),
@@ -279,17 +289,10 @@ pub fn to_batch(questions: &[Question]) -> Result<RecordBatch> {
         list(
             DataType::Int32,
             qs.iter().map(|q| q.supporting.len()).collect(),
-            Arc::new(Int32Array::from(
-                supporting
-                    .map(|&s| i32::try_from(s).unwrap_or(i32::MAX))
-                    .collect::<Vec<_>>(),
-            )),
+            Arc::new(Int32Array::from(supporting)),
             None,
         ),
-        Arc::new(Int32Array::from_iter(
-            qs.iter()
-                .map(|q| q.hops.map(|h| i32::try_from(h).unwrap_or(i32::MAX))),
-        )),
+        Arc::new(Int32Array::from(hops)),
         opt_strings(qs.iter().map(|q| q.answer.as_deref())),
         list(
             DataType::Utf8,
