@@ -158,7 +158,8 @@ impl Gold {
     }
 }
 
-/// A prediction row as read: the chain (`None` when null), answer and supporting facts.
+/// A prediction row as read: the chain (`None` when it is null or holds a null), answer
+/// and supporting facts.
 struct Pred {
     chain: Option<Vec<i64>>,
     answer: Option<String>,
@@ -320,7 +321,9 @@ pub fn evaluate(gold: &Path, pred: &Path, ks: &[usize]) -> Result<EvalReport> {
                 None
             }
             Some(Pred { chain: None, .. }) => {
-                report.invalid.add(|| format!("{}: chain is null", g.id));
+                report
+                    .invalid
+                    .add(|| format!("{}: chain is null or holds a null index", g.id));
                 None
             }
             Some(Pred { chain: Some(c), .. }) => {
