@@ -731,6 +731,36 @@ mod tests {
     }
 
     #[test]
+    fn reader_accepts_other_string_and_integer_widths() {
+        // Files from other writers may use large strings and 64-bit integers.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wide.parquet");
+        let q = sample("a", Dataset::TwoWiki);
+        let batch = to_batch(std::slice::from_ref(&q)).unwrap();
+        let mut fields: Vec<Field> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let mut cols = batch.columns().to_vec();
+        for (i, ty) in [(2, DataType::LargeUtf8), (5, DataType::Int64)] {
+            cols[i] = arrow::compute::cast(&cols[i], &ty).unwrap();
+            fields[i] = fields[i].clone().with_data_type(ty);
+        }
+        let schema = Arc::new(Schema::new(fields));
+        let mut w = create_writer(&path, schema.clone(), &[]).unwrap();
+        w.write(&RecordBatch::try_new(schema, cols).unwrap())
+            .unwrap();
+        w.close().unwrap();
+        let back: Vec<Question> = QuestionReader::open(&path, 4)
+            .unwrap()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        assert_eq!(back, vec![q]);
+    }
+
+    #[test]
     fn check_rejects_broken_invariants() {
         let mut q = sample("a", Dataset::HotpotQa);
         q.supporting = vec![2];
