@@ -37,6 +37,36 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", cli::bench::table(&r));
             }
         }
+        Command::Import(args) => {
+            let s = cli::import::run(&args)?;
+            eprintln!(
+                "imported {} questions ({} passages) from {} records in {:.1} s, {:.0} records/s; \
+                 {} with issues (see the `issues` column); {} quarantined → {}",
+                s.questions,
+                s.passages,
+                s.records,
+                s.seconds,
+                s.records as f64 / s.seconds.max(1e-9),
+                s.with_issues,
+                s.quarantined,
+                s.quarantine_path.display()
+            );
+            if s.questions == 0 && s.quarantined > 0 {
+                eprintln!(
+                    "warning: every record was quarantined; read the reasons in {} \
+                     (is the dataset argument right?)",
+                    s.quarantine_path.display()
+                );
+            }
+        }
+        Command::Eval(args) => {
+            let r = cli::eval::run(&args)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", cli::eval::table(&r));
+            }
+        }
     }
     Ok(())
 }

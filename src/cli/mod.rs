@@ -3,6 +3,8 @@
 
 pub mod bench;
 pub mod classify;
+pub mod eval;
+pub mod import;
 pub mod inspect;
 
 use std::path::Path;
@@ -30,6 +32,10 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Encoder throughput on random weights of a standard shape.
     Bench(bench::BenchArgs),
+    /// Convert native HotpotQA / MuSiQue / 2Wiki files into a question file.
+    Import(import::ImportArgs),
+    /// Score predicted passage chains (and answers) against a question file.
+    Eval(eval::EvalArgs),
 }
 
 /// Where the model runs.
@@ -69,25 +75,19 @@ pub fn run_metadata(
     weights: &Path,
     options: &[(&str, String)],
 ) -> Result<Vec<(String, String)>> {
-    let mut m = vec![
-        (
-            "hopscore.version".to_string(),
-            env!("CARGO_PKG_VERSION").to_string(),
-        ),
-        (
-            "hopscore.model".to_string(),
-            model_dir.display().to_string(),
-        ),
-        (
-            "hopscore.model_sha256".to_string(),
-            crate::model::weights::sha256_file(weights)?,
-        ),
-        ("hopscore.dtype".to_string(), "f32".to_string()),
-    ];
-    m.extend(
-        options
-            .iter()
-            .map(|(k, v)| (format!("hopscore.{k}"), v.clone())),
-    );
+    let mut m = tool_metadata(&[
+        ("model", model_dir.display().to_string()),
+        ("model_sha256", crate::model::weights::sha256_file(weights)?),
+        ("dtype", "f32".to_string()),
+    ]);
+    m.extend(tool_metadata(options).into_iter().skip(1));
     Ok(m)
+}
+
+/// `hopscore.version` followed by `options` as `hopscore.<key>` metadata entries.
+pub fn tool_metadata(options: &[(&str, String)]) -> Vec<(String, String)> {
+    std::iter::once(("version", env!("CARGO_PKG_VERSION").to_string()))
+        .chain(options.iter().cloned())
+        .map(|(k, v)| (format!("hopscore.{k}"), v))
+        .collect()
 }

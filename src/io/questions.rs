@@ -1,0 +1,837 @@
+//! The question file: one row per multi-hop question with its candidate passages and
+//! gold labels, written by `hopscore import` and read by the strategies and `eval`.
+//!
+//! This file is the single definition of the schema. Columns (see also README, "Question
+//! files"):
+//!
+//! | column | type | null | meaning |
+//! |---|---|---|---|
+//! | `id` | utf8 | no | the dataset's question id (`_id` in HotpotQA/2Wiki, `id` in MuSiQue) |
+//! | `dataset` | utf8 | no | `hotpotqa`, `musique` or `2wiki`; selects the passage rendering |
+//! | `question` | utf8 | no | the question text as in the source file |
+//! | `passages` | list<struct<title: utf8, text: utf8, sentences: list<utf8>>> | no | candidate passages in source order; `text` is the sentences joined without separator (HotpotQA/2Wiki) or `paragraph_text` (MuSiQue); `sentences` is null for MuSiQue |
+//! | `supporting` | list<int32> | no | 0-based indices into `passages` of the gold supporting passages, ascending |
+//! | `hops` | int32 | yes | hop count used by Beam Retrieval: MuSiQue from the id prefix, HotpotQA 2, 2Wiki 2 (4 for `bridge_comparison`) |
+//! | `answer` | utf8 | yes | gold answer (null when the file has none, e.g. a test set) |
+//! | `answer_aliases` | list<utf8> | no | other accepted answers (MuSiQue), empty otherwise |
+//! | `type` | utf8 | yes | question type (HotpotQA `bridge`/`comparison`, 2Wiki `compositional`/`comparison`/`inference`/`bridge_comparison`), null for MuSiQue |
+//! | `level` | utf8 | yes | HotpotQA difficulty level, null otherwise |
+//! | `supporting_facts` | list<struct<title: utf8, sent_idx: int32>> | yes | HotpotQA/2Wiki sentence-level gold as in the source file, for the official SP metric; null for MuSiQue |
+//! | `issues` | list<utf8> | no | data problems found on import that did not make the question unusable (for example a supporting fact naming a sentence index the passage lacks) |
+//!
+//! Rows are written in row groups of at most [`QuestionWriter`]'s chunk size, so neither
+//! writing nor reading holds a whole training set in memory.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int32Array, ListArray, RecordBatch, StringArray, StringBuilder,
+    StructArray,
+};
+use arrow::buffer::{NullBuffer, OffsetBuffer};
+use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+
+use super::parquet_io::{create_writer, ParquetInput};
+use super::quarantine::BadRow;
+
+/// The source dataset of a question; decides the hop-count rule on import and the
+/// passage rendering in the strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Dataset {
+    /// HotpotQA (distractor or fullwiki JSON: `_id`, `context`, `supporting_facts`).
+    #[value(name = "hotpotqa")]
+    HotpotQa,
+    /// MuSiQue (JSON lines: `id`, `paragraphs` with `is_supporting`).
+    #[value(name = "musique")]
+    Musique,
+    /// 2WikiMultihopQA (HotpotQA-like JSON with `evidences`).
+    #[value(name = "2wiki")]
+    TwoWiki,
+}
+
+impl Dataset {
+    /// The name stored in the `dataset` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dataset::HotpotQa => "hotpotqa",
+            Dataset::Musique => "musique",
+            Dataset::TwoWiki => "2wiki",
+        }
+    }
+
+    /// Inverse of [`Dataset::as_str`].
+    pub fn parse(name: &str) -> Option<Self> {
+        [Dataset::HotpotQa, Dataset::Musique, Dataset::TwoWiki]
+            .into_iter()
+            .find(|d| d.as_str() == name)
+    }
+}
+
+/// One candidate passage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Passage {
+    pub title: String,
+    /// The passage body without its title.
+    pub text: String,
+    /// The sentence split of `text` (HotpotQA/2Wiki); `None` when the source has none.
+    pub sentences: Option<Vec<String>>,
+}
+
+/// A sentence-level gold fact: the passage title and the 0-based sentence index.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SupportingFact {
+    pub title: String,
+    pub sent_idx: i32,
+}
+
+/// One row of the question file (see the module documentation for each column).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question {
+    pub id: String,
+    pub dataset: Dataset,
+    pub question: String,
+    pub passages: Vec<Passage>,
+    /// Indices into `passages`, ascending, without duplicates.
+    pub supporting: Vec<usize>,
+    pub hops: Option<u32>,
+    pub answer: Option<String>,
+    pub answer_aliases: Vec<String>,
+    /// The `type` column.
+    pub question_type: Option<String>,
+    pub level: Option<String>,
+    pub supporting_facts: Option<Vec<SupportingFact>>,
+    pub issues: Vec<String>,
+}
+
+impl Question {
+    /// The hop count to evaluate and search with: `hops`, or the number of supporting
+    /// passages when the file gives none.
+    pub fn hop_count(&self) -> usize {
+        self.hops.map_or(self.supporting.len(), |h| h as usize)
+    }
+
+    /// Checks the invariants every consumer relies on; the error is the quarantine
+    /// reason.
+    pub fn check(&self) -> Result<(), String> {
+        if self.id.trim().is_empty() {
+            return Err("id is empty".into());
+        }
+        if self.question.trim().is_empty() {
+            return Err("question is empty".into());
+        }
+        if self.passages.is_empty() {
+            return Err("the question has no passages".into());
+        }
+        let n = self.passages.len();
+        if let Some(&s) = self.supporting.iter().find(|&&s| s >= n) {
+            return Err(format!(
+                "supporting passage index {s} is out of range (the question has {n} passages)"
+            ));
+        }
+        if self.supporting.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("supporting passage indices are not strictly ascending".into());
+        }
+        if self.hops == Some(0) {
+            return Err("hops is 0".into());
+        }
+        for fact in self.supporting_facts.iter().flatten() {
+            if !self.passages.iter().any(|p| p.title == fact.title) {
+                return Err(format!(
+                    "supporting fact title {:?} is not the title of any passage",
+                    fact.title
+                ));
+            }
+            if fact.sent_idx < 0 {
+                return Err(format!(
+                    "supporting fact ({:?}, {}) has a negative sentence index",
+                    fact.title, fact.sent_idx
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn item(ty: DataType) -> Arc<Field> {
+    Arc::new(Field::new("item", ty, true))
+}
+
+fn passage_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("title", DataType::Utf8, false),
+        Field::new("text", DataType::Utf8, false),
+        Field::new("sentences", DataType::List(item(DataType::Utf8)), true),
+    ])
+}
+
+fn fact_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("title", DataType::Utf8, false),
+        Field::new("sent_idx", DataType::Int32, false),
+    ])
+}
+
+/// The Arrow schema of a question file.
+pub fn schema() -> SchemaRef {
+    let strings = DataType::List(item(DataType::Utf8));
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("dataset", DataType::Utf8, false),
+        Field::new("question", DataType::Utf8, false),
+        Field::new(
+            "passages",
+            DataType::List(item(DataType::Struct(passage_fields()))),
+            false,
+        ),
+        Field::new("supporting", DataType::List(item(DataType::Int32)), false),
+        Field::new("hops", DataType::Int32, true),
+        Field::new("answer", DataType::Utf8, true),
+        Field::new("answer_aliases", strings.clone(), false),
+        Field::new("type", DataType::Utf8, true),
+        Field::new("level", DataType::Utf8, true),
+        Field::new(
+            "supporting_facts",
+            DataType::List(item(DataType::Struct(fact_fields()))),
+            true,
+        ),
+        Field::new("issues", strings, false),
+    ]))
+}
+
+/// Columns a question file must have; the others default to empty/null when absent.
+const REQUIRED: [&str; 4] = ["id", "dataset", "question", "passages"];
+
+/// A list array of `lengths.len()` rows over `values`; `valid[i] == false` makes row i null.
+fn list(
+    item_type: DataType,
+    lengths: Vec<usize>,
+    values: ArrayRef,
+    valid: Option<Vec<bool>>,
+) -> ArrayRef {
+    Arc::new(ListArray::new(
+        item(item_type),
+        OffsetBuffer::from_lengths(lengths),
+        values,
+        valid.map(NullBuffer::from),
+    ))
+}
+
+fn strings<'a>(values: impl Iterator<Item = &'a str>) -> ArrayRef {
+    let mut b = StringBuilder::new();
+    values.for_each(|v| b.append_value(v));
+    Arc::new(b.finish())
+}
+
+fn opt_strings<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRef {
+    Arc::new(StringArray::from_iter(values))
+}
+
+/// The record batch holding `questions` in the [`schema`] layout.
+pub fn to_batch(questions: &[Question]) -> Result<RecordBatch> {
+    let qs = questions;
+    let passages = || qs.iter().flat_map(|q| q.passages.iter());
+    let sentences = || passages().flat_map(|p| p.sentences.iter().flatten());
+    let sentence_list = list(
+        DataType::Utf8,
+        passages()
+            .map(|p| p.sentences.as_ref().map_or(0, Vec::len))
+            .collect(),
+        strings(sentences().map(String::as_str)),
+        Some(passages().map(|p| p.sentences.is_some()).collect()),
+    );
+    let passage_struct = StructArray::new(
+        passage_fields(),
+        vec![
+            strings(passages().map(|p| p.title.as_str())),
+            strings(passages().map(|p| p.text.as_str())),
+            sentence_list,
+        ],
+        None,
+    );
+    let facts = || qs.iter().flat_map(|q| q.supporting_facts.iter().flatten());
+    let fact_struct = StructArray::new(
+        fact_fields(),
+        vec![
+            strings(facts().map(|f| f.title.as_str())),
+            Arc::new(Int32Array::from(
+                facts().map(|f| f.sent_idx).collect::<Vec<_>>(),
+            )),
+        ],
+        None,
+    );
+    let supporting = qs
+        .iter()
+        .flat_map(|q| &q.supporting)
+        .map(|&s| i32::try_from(s))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .context("a supporting passage index does not fit the int32 column")?;
+    let hops = qs
+        .iter()
+        .map(|q| q.hops.map(i32::try_from).transpose())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .context("a hop count does not fit the int32 column")?;
+    let columns: Vec<ArrayRef> = vec![
+        strings(qs.iter().map(|q| q.id.as_str())),
+        strings(qs.iter().map(|q| q.dataset.as_str())),
+        strings(qs.iter().map(|q| q.question.as_str())),
+        list(
+            DataType::Struct(passage_fields()),
+            qs.iter().map(|q| q.passages.len()).collect(),
+            Arc::new(passage_struct),
+            None,
+        ),
+        list(
+            DataType::Int32,
+            qs.iter().map(|q| q.supporting.len()).collect(),
+            Arc::new(Int32Array::from(supporting)),
+            None,
+        ),
+        Arc::new(Int32Array::from(hops)),
+        opt_strings(qs.iter().map(|q| q.answer.as_deref())),
+        list(
+            DataType::Utf8,
+            qs.iter().map(|q| q.answer_aliases.len()).collect(),
+            strings(
+                qs.iter()
+                    .flat_map(|q| q.answer_aliases.iter().map(String::as_str)),
+            ),
+            None,
+        ),
+        opt_strings(qs.iter().map(|q| q.question_type.as_deref())),
+        opt_strings(qs.iter().map(|q| q.level.as_deref())),
+        list(
+            DataType::Struct(fact_fields()),
+            qs.iter()
+                .map(|q| q.supporting_facts.as_ref().map_or(0, Vec::len))
+                .collect(),
+            Arc::new(fact_struct),
+            Some(qs.iter().map(|q| q.supporting_facts.is_some()).collect()),
+        ),
+        list(
+            DataType::Utf8,
+            qs.iter().map(|q| q.issues.len()).collect(),
+            strings(qs.iter().flat_map(|q| q.issues.iter().map(String::as_str))),
+            None,
+        ),
+    ];
+    Ok(RecordBatch::try_new(schema(), columns)?)
+}
+
+/// Writes questions to a Parquet file, one row group per [`QuestionWriter::write`] call.
+pub struct QuestionWriter {
+    writer: ArrowWriter<File>,
+    rows: u64,
+    passages: u64,
+}
+
+impl QuestionWriter {
+    /// Creates `path` (and its directory) with `metadata` as `hopscore.*` key-values.
+    pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self> {
+        Ok(Self {
+            writer: create_writer(path, schema(), metadata)?,
+            rows: 0,
+            passages: 0,
+        })
+    }
+
+    /// Writes `questions` as one row group (nothing for an empty slice), so memory stays
+    /// bounded by the caller's chunk size.
+    pub fn write(&mut self, questions: &[Question]) -> Result<()> {
+        if questions.is_empty() {
+            return Ok(());
+        }
+        self.writer.write(&to_batch(questions)?)?;
+        self.writer.flush()?;
+        self.rows += questions.len() as u64;
+        self.passages += questions
+            .iter()
+            .map(|q| q.passages.len() as u64)
+            .sum::<u64>();
+        Ok(())
+    }
+
+    /// Closes the file; returns the number of questions and passages written.
+    pub fn finish(self) -> Result<(u64, u64)> {
+        self.writer.close()?;
+        Ok((self.rows, self.passages))
+    }
+}
+
+/// A row read from a question file: the question, or the reason it cannot be used.
+pub type RowResult = std::result::Result<Question, BadRow>;
+
+/// Streams [`Question`]s from a question file, one record batch at a time. Rows that
+/// break an invariant come back as [`BadRow`]s for the caller's quarantine; a missing
+/// column or a column of the wrong type fails [`QuestionReader::open`].
+pub struct QuestionReader {
+    input: ParquetInput,
+    pending: VecDeque<RowResult>,
+    next_row: u64,
+}
+
+impl QuestionReader {
+    /// Opens `path`, checking the columns against [`schema`]. `batch_rows` is the number
+    /// of questions decoded at a time.
+    pub fn open(path: &Path, batch_rows: usize) -> Result<Self> {
+        let input = ParquetInput::open(path, batch_rows)?;
+        for field in schema().fields() {
+            let present = check_column_type(&input.schema, field.name()).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e}; write question files with `hopscore import`",
+                    path.display()
+                )
+            })?;
+            if !present && REQUIRED.contains(&field.name().as_str()) {
+                bail!(
+                    "{} has no column `{}`, so it is not a question file (required: {}); create one with `hopscore import`",
+                    path.display(),
+                    field.name(),
+                    REQUIRED.join(", ")
+                );
+            }
+        }
+        Ok(Self {
+            input,
+            pending: VecDeque::new(),
+            next_row: 0,
+        })
+    }
+}
+
+/// Whether `found` has the question-file column `name` (false when absent); fails when
+/// its type cannot be read as the one in [`schema`]. Other files that reuse a column of
+/// the question file (predictions with `supporting_facts`) check it with this too.
+pub fn check_column_type(found: &Schema, name: &str) -> Result<bool> {
+    let expected = schema();
+    let want = expected.field_with_name(name)?.data_type();
+    match found.field_with_name(name) {
+        Ok(f) => compatible(f.data_type(), want)
+            .map(|()| true)
+            .map_err(|why| {
+                anyhow::anyhow!(
+                    "column `{name}` has type {}, expected {want} ({why})",
+                    f.data_type()
+                )
+            }),
+        Err(_) => Ok(false),
+    }
+}
+
+impl Iterator for QuestionReader {
+    type Item = Result<RowResult>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.pending.is_empty() {
+            let batch = match self.input.reader.next()? {
+                Ok(b) => b,
+                Err(e) => return Some(Err(e).context("reading the question file")),
+            };
+            let rows = match decode_batch(&batch, self.next_row) {
+                Ok(rows) => rows,
+                Err(e) => return Some(Err(e)),
+            };
+            self.next_row += batch.num_rows() as u64;
+            self.pending.extend(rows);
+        }
+        self.pending.pop_front().map(Ok)
+    }
+}
+
+/// Whether a column of type `found` can be read as `expected` (string and integer
+/// widths, list flavours and struct field order may differ; struct fields are matched
+/// by name).
+fn compatible(found: &DataType, expected: &DataType) -> std::result::Result<(), String> {
+    use DataType::*;
+    match (found, expected) {
+        (Utf8 | LargeUtf8 | Utf8View, Utf8) => Ok(()),
+        (f, Int32) if f.is_integer() => Ok(()),
+        (List(f) | LargeList(f), List(e)) => compatible(f.data_type(), e.data_type()),
+        (Struct(ff), Struct(ef)) => ef.iter().try_for_each(|e| match ff.find(e.name()) {
+            Some((_, f)) => compatible(f.data_type(), e.data_type())
+                .map_err(|why| format!("field `{}`: {why}", e.name())),
+            None => Err(format!("the struct has no field `{}`", e.name())),
+        }),
+        _ => Err(format!("{found} is not {expected}")),
+    }
+}
+
+/// The columns of one batch cast to the [`schema`] types (`None` for absent optional ones).
+struct Columns {
+    id: StringArray,
+    dataset: StringArray,
+    question: StringArray,
+    passages: ListArray,
+    supporting: Option<ListArray>,
+    hops: Option<Int32Array>,
+    answer: Option<StringArray>,
+    answer_aliases: Option<ListArray>,
+    question_type: Option<StringArray>,
+    level: Option<StringArray>,
+    supporting_facts: Option<ListArray>,
+    issues: Option<ListArray>,
+}
+
+fn column(batch: &RecordBatch, name: &str) -> Result<Option<ArrayRef>> {
+    let Some(col) = batch.column_by_name(name) else {
+        return Ok(None);
+    };
+    let expected = schema();
+    let ty = expected.field_with_name(name)?.data_type();
+    Ok(Some(arrow::compute::cast(col, ty).with_context(|| {
+        format!("column `{name}` cannot be read as {ty}")
+    })?))
+}
+
+fn string_col(batch: &RecordBatch, name: &str) -> Result<Option<StringArray>> {
+    Ok(column(batch, name)?.map(|c| c.as_string::<i32>().clone()))
+}
+
+fn list_col(batch: &RecordBatch, name: &str) -> Result<Option<ListArray>> {
+    Ok(column(batch, name)?.map(|c| c.as_list::<i32>().clone()))
+}
+
+fn required<T>(col: Option<T>, name: &str) -> Result<T> {
+    col.with_context(|| format!("batch has no column `{name}`"))
+}
+
+fn decode_batch(batch: &RecordBatch, row0: u64) -> Result<Vec<RowResult>> {
+    let cols = Columns {
+        id: required(string_col(batch, "id")?, "id")?,
+        dataset: required(string_col(batch, "dataset")?, "dataset")?,
+        question: required(string_col(batch, "question")?, "question")?,
+        passages: required(list_col(batch, "passages")?, "passages")?,
+        supporting: list_col(batch, "supporting")?,
+        hops: column(batch, "hops")?.map(|c| c.as_primitive::<Int32Type>().clone()),
+        answer: string_col(batch, "answer")?,
+        answer_aliases: list_col(batch, "answer_aliases")?,
+        question_type: string_col(batch, "type")?,
+        level: string_col(batch, "level")?,
+        supporting_facts: list_col(batch, "supporting_facts")?,
+        issues: list_col(batch, "issues")?,
+    };
+    Ok((0..batch.num_rows())
+        .map(|r| {
+            decode_row(&cols, r).map_err(|reason| BadRow {
+                row: row0 + r as u64,
+                id: (!cols.id.is_null(r)).then(|| cols.id.value(r).to_string()),
+                reason,
+            })
+        })
+        .collect())
+}
+
+fn text(col: &StringArray, i: usize, what: &str) -> std::result::Result<String, String> {
+    if col.is_null(i) {
+        return Err(format!("{what} is null"));
+    }
+    Ok(col.value(i).to_string())
+}
+
+fn opt_text(col: &Option<StringArray>, r: usize) -> Option<String> {
+    col.as_ref()
+        .filter(|c| !c.is_null(r))
+        .map(|c| c.value(r).to_string())
+}
+
+/// The value range of row `r` of a list column; `None` when the row is null.
+fn range(list: &ListArray, r: usize) -> Option<Range<usize>> {
+    if list.is_null(r) {
+        return None;
+    }
+    let o = list.value_offsets();
+    Some(o[r] as usize..o[r + 1] as usize)
+}
+
+fn string_list(
+    list: &ListArray,
+    r: usize,
+    what: &str,
+) -> std::result::Result<Option<Vec<String>>, String> {
+    let Some(range) = range(list, r) else {
+        return Ok(None);
+    };
+    let values = list.values().as_string::<i32>();
+    range
+        .map(|i| text(values, i, what))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// The column `supporting_facts` of a batch whose schema passed
+/// [`check_column_type`], in the [`schema`] type (`None` when absent).
+pub fn supporting_facts_column(batch: &RecordBatch) -> Result<Option<ListArray>> {
+    list_col(batch, "supporting_facts")
+}
+
+/// Row `r` of a `supporting_facts` column (`None` when null); the error names a null
+/// fact or title.
+pub fn supporting_facts_at(
+    list: &ListArray,
+    r: usize,
+) -> std::result::Result<Option<Vec<SupportingFact>>, String> {
+    let Some(range) = range(list, r) else {
+        return Ok(None);
+    };
+    let fs = list.values().as_struct();
+    let (titles, indices) = (
+        fs.column(0).as_string::<i32>(),
+        fs.column(1).as_primitive::<Int32Type>(),
+    );
+    range
+        .map(|i| {
+            if fs.is_null(i) || indices.is_null(i) {
+                return Err("a supporting fact is null".to_string());
+            }
+            Ok(SupportingFact {
+                title: text(titles, i, "a supporting fact title")?,
+                sent_idx: indices.value(i),
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
+    let dataset_name = text(&c.dataset, r, "dataset")?;
+    let dataset = Dataset::parse(&dataset_name).ok_or_else(|| {
+        format!("dataset {dataset_name:?} is not one of hotpotqa, musique, 2wiki")
+    })?;
+    let passage_range = range(&c.passages, r).ok_or("passages is null")?;
+    let ps = c.passages.values().as_struct();
+    let (titles, texts) = (
+        ps.column(0).as_string::<i32>(),
+        ps.column(1).as_string::<i32>(),
+    );
+    let sentences = ps.column(2).as_list::<i32>();
+    let passages = passage_range
+        .enumerate()
+        .map(|(k, i)| {
+            if ps.is_null(i) {
+                return Err(format!("passage {k} is null"));
+            }
+            Ok(Passage {
+                title: text(titles, i, &format!("title of passage {k}"))?,
+                text: text(texts, i, &format!("text of passage {k}"))?,
+                sentences: string_list(sentences, i, &format!("a sentence of passage {k}"))?,
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let supporting = match &c.supporting {
+        Some(list) => {
+            let values = list.values().as_primitive::<Int32Type>();
+            range(list, r)
+                .ok_or("supporting is null")?
+                .map(|i| {
+                    if values.is_null(i) {
+                        return Err("supporting holds a null index".to_string());
+                    }
+                    usize::try_from(values.value(i)).map_err(|_| {
+                        format!("supporting holds the negative index {}", values.value(i))
+                    })
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?
+        }
+        None => Vec::new(),
+    };
+    let hops = match &c.hops {
+        Some(h) if !h.is_null(r) => Some(
+            u32::try_from(h.value(r)).map_err(|_| format!("hops is negative ({})", h.value(r)))?,
+        ),
+        _ => None,
+    };
+    let supporting_facts = match &c.supporting_facts {
+        Some(list) => supporting_facts_at(list, r)?,
+        None => None,
+    };
+    let list_or_empty = |col: &Option<ListArray>, what: &str| match col {
+        Some(list) => string_list(list, r, what).map(Option::unwrap_or_default),
+        None => Ok(Vec::new()),
+    };
+    let q = Question {
+        id: text(&c.id, r, "id")?,
+        dataset,
+        question: text(&c.question, r, "question")?,
+        passages,
+        supporting,
+        hops,
+        answer: opt_text(&c.answer, r),
+        answer_aliases: list_or_empty(&c.answer_aliases, "an answer alias")?,
+        question_type: opt_text(&c.question_type, r),
+        level: opt_text(&c.level, r),
+        supporting_facts,
+        issues: list_or_empty(&c.issues, "an issue")?,
+    };
+    q.check()?;
+    Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(id: &str, dataset: Dataset) -> Question {
+        Question {
+            id: id.into(),
+            dataset,
+            question: "Who?".into(),
+            passages: vec![
+                Passage {
+                    title: "A".into(),
+                    text: "One. Two.".into(),
+                    sentences: Some(vec!["One.".into(), " Two.".into()]),
+                },
+                Passage {
+                    title: "B".into(),
+                    text: "Three.".into(),
+                    sentences: None,
+                },
+            ],
+            supporting: vec![0, 1],
+            hops: Some(2),
+            answer: Some("x".into()),
+            answer_aliases: vec!["y".into()],
+            question_type: Some("bridge".into()),
+            level: None,
+            supporting_facts: Some(vec![SupportingFact {
+                title: "B".into(),
+                sent_idx: 0,
+            }]),
+            issues: vec!["note".into()],
+        }
+    }
+
+    #[test]
+    fn write_then_read_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.parquet");
+        let mut musique = sample("m1", Dataset::Musique);
+        musique.supporting_facts = None;
+        musique.hops = None;
+        musique.answer = None;
+        let qs = vec![
+            sample("h1", Dataset::HotpotQa),
+            musique,
+            sample("w1", Dataset::TwoWiki),
+        ];
+        let mut w = QuestionWriter::create(&path, &[]).unwrap();
+        w.write(&qs[..2]).unwrap();
+        w.write(&qs[2..]).unwrap();
+        assert_eq!(w.finish().unwrap(), (3, 6));
+        let back: Vec<Question> = QuestionReader::open(&path, 2)
+            .unwrap()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        assert_eq!(back, qs);
+    }
+
+    #[test]
+    fn reader_accepts_other_string_and_integer_widths() {
+        // Files from other writers may use large strings and 64-bit integers.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wide.parquet");
+        let q = sample("a", Dataset::TwoWiki);
+        let batch = to_batch(std::slice::from_ref(&q)).unwrap();
+        let mut fields: Vec<Field> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let mut cols = batch.columns().to_vec();
+        for (i, ty) in [(2, DataType::LargeUtf8), (5, DataType::Int64)] {
+            cols[i] = arrow::compute::cast(&cols[i], &ty).unwrap();
+            fields[i] = fields[i].clone().with_data_type(ty);
+        }
+        let schema = Arc::new(Schema::new(fields));
+        let mut w = create_writer(&path, schema.clone(), &[]).unwrap();
+        w.write(&RecordBatch::try_new(schema, cols).unwrap())
+            .unwrap();
+        w.close().unwrap();
+        let back: Vec<Question> = QuestionReader::open(&path, 4)
+            .unwrap()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        assert_eq!(back, vec![q]);
+    }
+
+    #[test]
+    fn check_rejects_broken_invariants() {
+        let mut q = sample("a", Dataset::HotpotQa);
+        q.supporting = vec![2];
+        assert!(q.check().unwrap_err().contains("out of range"));
+        let mut q = sample("a", Dataset::HotpotQa);
+        q.supporting_facts = Some(vec![SupportingFact {
+            title: "Z".into(),
+            sent_idx: 0,
+        }]);
+        assert!(q.check().unwrap_err().contains("\"Z\""));
+        let mut q = sample("a", Dataset::HotpotQa);
+        q.passages.clear();
+        q.supporting.clear();
+        assert!(q.check().unwrap_err().contains("no passages"));
+        assert_eq!(sample("a", Dataset::HotpotQa).check(), Ok(()));
+    }
+
+    #[test]
+    fn reader_names_the_missing_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.parquet");
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]));
+        let mut w = create_writer(&path, schema.clone(), &[]).unwrap();
+        w.write(&RecordBatch::try_new(schema, vec![strings(["a"].into_iter())]).unwrap())
+            .unwrap();
+        w.close().unwrap();
+        let err = QuestionReader::open(&path, 8).err().unwrap().to_string();
+        assert!(err.contains("no column `dataset`"), "{err}");
+    }
+
+    #[test]
+    fn reader_rejects_a_wrong_type_and_quarantines_bad_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.parquet");
+        // `question` as int32: a type error at open.
+        let batch = to_batch(&[sample("a", Dataset::HotpotQa)]).unwrap();
+        let mut cols = batch.columns().to_vec();
+        cols[2] = Arc::new(Int32Array::from(vec![1]));
+        let mut fields: Vec<Field> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields[2] = Field::new("question", DataType::Int32, false);
+        let schema = Arc::new(Schema::new(fields));
+        let mut w = create_writer(&path, schema.clone(), &[]).unwrap();
+        w.write(&RecordBatch::try_new(schema, cols).unwrap())
+            .unwrap();
+        w.close().unwrap();
+        let err = QuestionReader::open(&path, 8).err().unwrap().to_string();
+        assert!(err.contains("column `question` has type Int32"), "{err}");
+
+        // A row whose supporting index points past its passages: a bad row, the next
+        // row still reads.
+        let mut broken = sample("b", Dataset::HotpotQa);
+        broken.supporting = vec![0, 5];
+        let mut w = QuestionWriter::create(&path, &[]).unwrap();
+        w.write(&[broken, sample("c", Dataset::HotpotQa)]).unwrap();
+        w.finish().unwrap();
+        let rows: Vec<RowResult> = QuestionReader::open(&path, 8)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let bad = rows[0].clone().unwrap_err();
+        assert_eq!((bad.row, bad.id.as_deref()), (0, Some("b")));
+        assert!(
+            bad.reason.contains("index 5 is out of range"),
+            "{}",
+            bad.reason
+        );
+        assert_eq!(rows[1].as_ref().unwrap().id, "c");
+    }
+}
