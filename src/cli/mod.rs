@@ -1,11 +1,13 @@
 //! The `hopscore` command line: argument definitions (clap derive) and one `run`
 //! function per subcommand. `main.rs` only parses and dispatches.
 
+pub mod beam;
 pub mod bench;
 pub mod classify;
 pub mod eval;
 pub mod import;
 pub mod inspect;
+pub mod merge;
 
 use std::path::Path;
 
@@ -26,6 +28,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Beam Retrieval over a question file: chains, scores and features.
+    Beam(beam::BeamArgs),
+    /// Concatenate the outputs of `--shard i/N` runs into one file.
+    Merge(merge::MergeArgs),
     /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
     Classify(classify::ClassifyArgs),
     /// Describe a model directory: config, parameters, dtypes, heads, tokenizer.
@@ -43,6 +49,60 @@ pub enum Command {
 pub enum DeviceArg {
     /// The CPU backend (rayon + gemm, f32).
     Cpu,
+}
+
+/// Set by Ctrl-C (SIGINT/SIGTERM): long runs stop reading input, finish the rows in
+/// flight, commit them, and exit so that `--resume` continues.
+pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Installs the Ctrl-C handler that sets [`INTERRUPTED`] (once per process).
+pub fn install_interrupt_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = ctrlc::set_handler(|| {
+            if INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                std::process::exit(130); // a second Ctrl-C stops at once
+            }
+            eprintln!("\ninterrupted: finishing the rows in flight (Ctrl-C again to abort)");
+        });
+    });
+}
+
+/// A `--shard i/N` selection: the `i`-th of `N` contiguous, near-equal row ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Shard {
+    /// Rows `[start, end)` of this shard among `total` input rows.
+    pub fn range(&self, total: u64) -> (u64, u64) {
+        (
+            total * self.index / self.count,
+            total * (self.index + 1) / self.count,
+        )
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// Parses `i/N` with `0 ≤ i < N`.
+pub fn parse_shard(s: &str) -> Result<Shard, String> {
+    let bad = || format!("`{s}`: expected i/N with 0 ≤ i < N, e.g. 0/4");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (index, count) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if count == 0 || index >= count {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
 }
 
 /// Sets the size of the global rayon pool (all cores when `None`).
@@ -90,4 +150,21 @@ pub fn tool_metadata(options: &[(&str, String)]) -> Vec<(String, String)> {
         .chain(options.iter().cloned())
         .map(|(k, v)| (format!("hopscore.{k}"), v))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_partition_the_rows() {
+        assert_eq!(parse_shard("1/4"), Ok(Shard { index: 1, count: 4 }));
+        assert!(
+            parse_shard("4/4").is_err() && parse_shard("x").is_err() && parse_shard("0/0").is_err()
+        );
+        let ranges: Vec<(u64, u64)> = (0..3)
+            .map(|i| Shard { index: i, count: 3 }.range(10))
+            .collect();
+        assert_eq!(ranges, vec![(0, 3), (3, 6), (6, 10)]);
+    }
 }

@@ -5,5 +5,6 @@
 pub mod import;
 pub mod json_records;
 pub mod parquet_io;
+pub mod parts;
 pub mod quarantine;
 pub mod questions;

@@ -402,6 +402,11 @@ impl QuestionReader {
             next_row: 0,
         })
     }
+
+    /// Number of rows in the file (good and bad).
+    pub fn total_rows(&self) -> u64 {
+        self.input.total_rows
+    }
 }
 
 /// Whether `found` has the question-file column `name` (false when absent); fails when

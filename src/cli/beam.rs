@@ -1,0 +1,517 @@
+//! `hopscore beam`: Beam Retrieval over a question file (SPEC §1), through the
+//! streaming pipeline, with every score kept as a feature.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{
+    ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListArray, ListBuilder,
+    RecordBatch, StringArray, StringBuilder, StructArray,
+};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Fields, Schema};
+use clap::Args;
+use rayon::prelude::*;
+
+use super::{progress_bar, run_metadata, DeviceArg, Shard};
+use crate::backend::cpu::CpuBackend;
+use crate::io::parquet_io::{create_writer, sibling};
+use crate::io::parts::Parts;
+use crate::io::quarantine::{BadRow, QuarantineWriter};
+use crate::io::questions::{Question, QuestionReader};
+use crate::model::batch::{PackedBatch, Sequence};
+use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
+use crate::pipeline::{self, Admission, Finished, SchedulerConfig};
+use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode};
+use crate::strategy::Strategy;
+use crate::text::render::{beam_passage, beam_question, PassageStyle};
+use crate::text::TextTokenizer;
+
+/// Rows written per output record batch.
+const WRITE_ROWS: usize = 256;
+
+#[derive(Debug, Clone, Args)]
+pub struct BeamArgs {
+    /// Beam Retrieval checkpoint directory (config.json + safetensors with the
+    /// `hop_classifier_layer` and `hop_n_classifier_layer` heads).
+    #[arg(long, env = "HOPSCORE_MODEL")]
+    pub model: PathBuf,
+    /// tokenizer.json (or its directory) when the model directory has none.
+    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    pub tokenizer: Option<PathBuf>,
+    /// Question file written by `hopscore import`.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Output Parquet of chains and scores (schema in README).
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Beams kept per hop (the official models were trained with 1 or 2).
+    #[arg(long, default_value_t = 2)]
+    pub beam_size: usize,
+    /// Hop count: a number, `from-data` (the question file's `hops`, as the official
+    /// evaluation does), or `auto` (the paper's τ rule, with --tau and --max-hops).
+    #[arg(long, default_value = "from-data", value_parser = parse_hops)]
+    pub hops: HopsArg,
+    /// `--hops auto`: continue while the best score of a hop is at least this.
+    #[arg(long, default_value_t = -1.0, allow_hyphen_values = true)]
+    pub tau: f32,
+    /// `--hops auto`: most hops searched (truncation budgets use this count).
+    #[arg(long, default_value_t = 4)]
+    pub max_hops: usize,
+    /// Token budget of one forward pass.
+    #[arg(long, default_value_t = 16384)]
+    pub max_batch_tokens: usize,
+    /// Questions in flight at once: more mixes hops better, and holds more memory.
+    #[arg(long, default_value_t = 64)]
+    pub max_active: usize,
+    /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
+    #[arg(long)]
+    pub quarantine: Option<PathBuf>,
+    /// Continue an interrupted run (its `<output>.parts` directory) with the same flags.
+    #[arg(long)]
+    pub resume: bool,
+    /// Process only shard i of N (contiguous row ranges, for Slurm arrays or indexed
+    /// jobs); combine the outputs with `hopscore merge`.
+    #[arg(long, value_parser = super::parse_shard)]
+    pub shard: Option<Shard>,
+    /// Input rows per committed part: a killed run loses at most this much work.
+    #[arg(long, default_value_t = 256)]
+    pub part_rows: u64,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
+
+/// The `--hops` setting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HopsArg {
+    Fixed(usize),
+    FromData,
+    Auto,
+}
+
+fn parse_hops(s: &str) -> Result<HopsArg, String> {
+    match s {
+        "from-data" => Ok(HopsArg::FromData),
+        "auto" => Ok(HopsArg::Auto),
+        n => match n.parse::<usize>() {
+            Ok(h) if h >= 1 => Ok(HopsArg::Fixed(h)),
+            _ => Err(format!(
+                "`{s}`: expected a hop count ≥ 1, `from-data` or `auto`"
+            )),
+        },
+    }
+}
+
+/// Counts of a run.
+#[derive(Debug, Clone)]
+pub struct BeamSummary {
+    pub stats: pipeline::PipelineStats,
+    pub quarantine_path: PathBuf,
+    /// Rows already committed by an earlier run (`--resume`).
+    pub resumed_from: u64,
+    /// Stopped by Ctrl-C: parts are committed and `--resume` continues.
+    pub interrupted: bool,
+}
+
+/// One question's search plus what the output needs besides the result.
+struct Job {
+    id: String,
+    titles: Vec<String>,
+    search: BeamSearch,
+}
+
+/// A finished question.
+struct Chain {
+    id: String,
+    titles: Vec<String>,
+    result: BeamResult,
+}
+
+impl Strategy for Job {
+    type Output = Chain;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        self.search.requests()
+    }
+    fn feed(&mut self, logits: Vec<Vec<f32>>) {
+        Strategy::feed(&mut self.search, logits);
+    }
+    fn take_output(&mut self) -> Option<Chain> {
+        let result = self.search.take_output()?;
+        Some(Chain {
+            id: std::mem::take(&mut self.id),
+            titles: std::mem::take(&mut self.titles),
+            result,
+        })
+    }
+}
+
+pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
+    anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
+    anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
+    anyhow::ensure!(args.part_rows >= 1, "--part-rows must be at least 1");
+    let be = match args.device {
+        DeviceArg::Cpu => CpuBackend,
+    };
+    let files = ModelFiles::open(&args.model)?;
+    let names: Vec<&str> = files.heads().iter().map(|h| h.name).collect();
+    if !(names.contains(&"hop1") && names.contains(&"hop_n")) {
+        bail!(
+            "{} is not a Beam Retrieval checkpoint: it needs the hop_classifier_layer and \
+             hop_n_classifier_layer heads (found: {})",
+            args.model.display(),
+            names.join(", ")
+        );
+    }
+    let weights_path = files.weights_path();
+    let model = CrossEncoder::load(&be, files, Some(&["hop1", "hop_n"]))?;
+    debug_assert_eq!(model.heads[0].spec.name, "hop1");
+    let tok = Arc::new(TextTokenizer::from_file(
+        &TextTokenizer::locate(&args.model, args.tokenizer.as_deref())?,
+        None,
+    )?);
+
+    let reader = QuestionReader::open(&args.input, 256)?;
+    let total = reader.total_rows();
+    let (start, end) = args.shard.map_or((0, total), |s| s.range(total));
+    let metadata = run_metadata(
+        &args.model,
+        &weights_path,
+        &[
+            ("strategy", "beam".into()),
+            ("input_rows", total.to_string()),
+            ("shard", args.shard.map_or("all".into(), |s| s.to_string())),
+            ("beam_size", args.beam_size.to_string()),
+            ("hops", format!("{:?}", args.hops)),
+            ("tau", args.tau.to_string()),
+            ("max_hops", args.max_hops.to_string()),
+            ("device", "cpu".into()),
+        ],
+    )?;
+    let fingerprint = serde_json::to_string(&metadata)?;
+    let parts = Parts::open(&args.output, &fingerprint, args.resume)?;
+    let skip = parts.resume_row();
+    if skip > 0 {
+        eprintln!("resuming after {skip} committed rows");
+    }
+    super::install_interrupt_handler();
+
+    let bar = progress_bar(end - start, "questions");
+    bar.set_position(skip);
+    let complete = Arc::new(AtomicBool::new(false));
+    let read_complete = complete.clone();
+    let (beam_size, hops, tau, max_hops) = (args.beam_size, args.hops, args.tau, args.max_hops);
+    let read = move |tx: crossbeam_channel::Sender<Admission<Job>>| -> Result<()> {
+        for (row, item) in (0u64..).zip(reader) {
+            if row < start + skip {
+                continue;
+            }
+            if row >= end {
+                break;
+            }
+            if super::INTERRUPTED.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            let admission = match item? {
+                Ok(q) => match prepare(&q, &tok, beam_size, hops, tau, max_hops) {
+                    Ok(job) => Admission::Task(job),
+                    Err(reason) => Admission::Bad(BadRow {
+                        row,
+                        id: Some(q.id.clone()),
+                        reason,
+                    }),
+                },
+                Err(bad) => Admission::Bad(bad),
+            };
+            if tx.send(admission).is_err() {
+                return Ok(()); // the scheduler stopped; its error is reported
+            }
+        }
+        read_complete.store(true, Ordering::SeqCst);
+        Ok(())
+    };
+    let parts = Arc::new(Mutex::new(parts));
+    let (write_parts, write_bar, part_rows) = (parts.clone(), bar.clone(), args.part_rows);
+    let write_meta = metadata.clone();
+    let write = move |rx: crossbeam_channel::Receiver<Finished<Chain>>| -> Result<()> {
+        let mut parts = write_parts.lock().expect("parts lock");
+        let mut pending = PendingPart::default();
+        let mut row = skip;
+        for item in rx {
+            match item {
+                Finished::Done(chain) => pending.chains.push(chain),
+                Finished::Bad(bad) => pending.bad.push(bad),
+            }
+            row += 1;
+            write_bar.inc(1);
+            if row % part_rows == 0 {
+                pending.commit(&mut parts, row, &write_meta)?;
+            }
+        }
+        pending.commit(&mut parts, row, &write_meta)
+    };
+    let score = |seqs: &[Sequence], heads: &[usize]| -> Result<Vec<Vec<f32>>> {
+        let out = model.forward(&be, &PackedBatch::pack(seqs), false)?;
+        Ok(heads
+            .iter()
+            .enumerate()
+            .map(|(k, &h)| out.logits[h].data[2 * k..2 * k + 2].to_vec())
+            .collect())
+    };
+    let progress = bar.clone();
+    let stats = pipeline::run(
+        SchedulerConfig {
+            max_batch_tokens: args.max_batch_tokens,
+            max_active: args.max_active,
+        },
+        read,
+        score,
+        write,
+        move |s| {
+            let secs = progress.elapsed().as_secs_f64().max(1e-9);
+            progress.set_message(format!(
+                "{:.0} hyp/s {:.0} tok/s",
+                s.hypotheses as f64 / secs,
+                s.tokens as f64 / secs
+            ));
+        },
+    )?;
+    bar.finish_and_clear();
+    let quarantine_path = args
+        .quarantine
+        .clone()
+        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
+    let parts = Arc::into_inner(parts)
+        .expect("the writer has finished")
+        .into_inner()
+        .expect("parts lock");
+    let interrupted = !complete.load(Ordering::SeqCst);
+    if !interrupted {
+        parts.finish(
+            &args.output,
+            &quarantine_path,
+            (chain_schema(), crate::io::quarantine::schema()),
+            &metadata,
+        )?;
+    }
+    Ok(BeamSummary {
+        stats,
+        quarantine_path,
+        resumed_from: skip,
+        interrupted,
+    })
+}
+
+/// Rows finished since the last committed part.
+#[derive(Default)]
+struct PendingPart {
+    chains: Vec<Chain>,
+    bad: Vec<BadRow>,
+}
+
+impl PendingPart {
+    /// Commits the pending rows as the part ending at `end_row` (nothing when empty).
+    fn commit(
+        &mut self,
+        parts: &mut Parts,
+        end_row: u64,
+        metadata: &[(String, String)],
+    ) -> Result<()> {
+        if self.chains.is_empty() && self.bad.is_empty() {
+            return Ok(());
+        }
+        parts.commit(end_row, |results, quarantine| {
+            let mut w = ChainWriter::create(results, metadata)?;
+            for chain in self.chains.drain(..) {
+                w.push(chain)?;
+            }
+            w.finish()?;
+            let mut q = QuarantineWriter::create(quarantine, metadata)?;
+            q.write(&self.bad)?;
+            self.bad.clear();
+            q.finish()?;
+            Ok(())
+        })
+    }
+}
+
+/// Renders and tokenises one question (SPEC §1), or says why it cannot be searched.
+fn prepare(
+    q: &Question,
+    tok: &TextTokenizer,
+    beam_size: usize,
+    hops: HopsArg,
+    tau: f32,
+    max_hops: usize,
+) -> Result<Job, String> {
+    let mode =
+        match hops {
+            HopsArg::Fixed(h) => HopMode::Fixed(h),
+            HopsArg::Auto => HopMode::Auto { tau, max_hops },
+            HopsArg::FromData => match q.hop_count() {
+                0 => return Err(
+                    "no hop count in the data (no `hops`, no supporting passages): pass --hops N"
+                        .into(),
+                ),
+                h => HopMode::Fixed(h),
+            },
+        };
+    let style = PassageStyle::for_dataset(q.dataset.as_str());
+    let question = tok
+        .encode_plain(beam_question(&q.question))
+        .map_err(|e| format!("question: {e:#}"))?;
+    let passages = q
+        .passages
+        .par_iter()
+        .map(|p| tok.encode_plain(&beam_passage(style, &p.title, &p.text)))
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| format!("passage: {e:#}"))?;
+    let (question, passages) = truncate_inputs(question, passages);
+    Ok(Job {
+        id: q.id.clone(),
+        titles: q.passages.iter().map(|p| p.title.clone()).collect(),
+        search: BeamSearch::new(question, passages, beam_size, mode),
+    })
+}
+
+fn list_of(t: DataType) -> DataType {
+    DataType::List(Arc::new(Field::new("item", t, true)))
+}
+
+/// Fields of one entry of the `beams` column.
+fn beam_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("chain", list_of(DataType::Int32), false),
+        Field::new("score", DataType::Float32, false),
+    ])
+}
+
+/// Output columns, in order.
+fn chain_schema() -> Arc<Schema> {
+    let f32_list = || list_of(DataType::Float32);
+    let i32_list = || list_of(DataType::Int32);
+    let beam_fields = beam_fields();
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("chain", i32_list(), false),
+        Field::new("chain_titles", list_of(DataType::Utf8), false),
+        Field::new("chain_score", DataType::Float32, true),
+        Field::new("hop_scores", f32_list(), false),
+        Field::new("beams", list_of(DataType::Struct(beam_fields)), false),
+        Field::new("hop1_logits", list_of(f32_list()), false),
+    ]))
+}
+
+/// Buffers finished chains and writes them in record batches.
+struct ChainWriter {
+    writer: parquet::arrow::ArrowWriter<std::fs::File>,
+    rows: Vec<Chain>,
+}
+
+impl ChainWriter {
+    fn create(path: &std::path::Path, metadata: &[(String, String)]) -> Result<Self> {
+        Ok(Self {
+            writer: create_writer(path, chain_schema(), metadata)?,
+            rows: Vec::new(),
+        })
+    }
+
+    fn push(&mut self, chain: Chain) -> Result<()> {
+        self.rows.push(chain);
+        if self.rows.len() >= WRITE_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let i32_list = |v: &[usize]| Int32Array::from_iter_values(v.iter().map(|&x| x as i32));
+        let mut chain = ListBuilder::new(Int32Builder::new());
+        let mut titles = ListBuilder::new(StringBuilder::new());
+        let mut hop_scores = ListBuilder::new(Float32Builder::new());
+        let mut hop1 = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+        let mut beam_chains = ListBuilder::new(Int32Builder::new());
+        let mut beam_scores = Float32Builder::new();
+        let mut beam_counts = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let res = &r.result;
+            chain
+                .values()
+                .append_slice(&i32_list(&res.chain).values()[..]);
+            chain.append(true);
+            for &j in &res.chain {
+                titles.values().append_value(&r.titles[j]);
+            }
+            titles.append(true);
+            hop_scores.values().append_slice(&res.hop_scores);
+            hop_scores.append(true);
+            for l in &res.hop1_logits {
+                hop1.values().values().append_slice(l);
+                hop1.values().append(true);
+            }
+            hop1.append(true);
+            for b in &res.beams {
+                beam_chains
+                    .values()
+                    .append_slice(&i32_list(&b.chain).values()[..]);
+                beam_chains.append(true);
+                beam_scores.append_value(b.score());
+            }
+            beam_counts.push(res.beams.len());
+        }
+        let beams = ListArray::new(
+            Arc::new(Field::new("item", DataType::Struct(beam_fields()), true)),
+            OffsetBuffer::from_lengths(beam_counts),
+            Arc::new(StructArray::new(
+                beam_fields(),
+                vec![
+                    Arc::new(beam_chains.finish()),
+                    Arc::new(beam_scores.finish()),
+                ],
+                None,
+            )),
+            None,
+        );
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.id.as_str()),
+            )),
+            Arc::new(chain.finish()),
+            Arc::new(titles.finish()),
+            Arc::new(Float32Array::from_iter(
+                rows.iter().map(|r| r.result.hop_scores.last().copied()),
+            )),
+            Arc::new(hop_scores.finish()),
+            Arc::new(beams),
+            Arc::new(hop1.finish()),
+        ];
+        self.writer.write(
+            &RecordBatch::try_new(chain_schema(), columns).context("building the output batch")?,
+        )?;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.flush()?;
+        self.writer.close()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hops_flag_parses() {
+        assert_eq!(parse_hops("3"), Ok(HopsArg::Fixed(3)));
+        assert_eq!(parse_hops("from-data"), Ok(HopsArg::FromData));
+        assert_eq!(parse_hops("auto"), Ok(HopsArg::Auto));
+        assert!(parse_hops("0").is_err() && parse_hops("two").is_err());
+    }
+}
