@@ -204,7 +204,6 @@ pub fn concat_parquet(
         }
     }
     flush(&mut pending, &mut pending_rows, true)?;
-    drop(flush);
     writer.close()?;
     std::fs::rename(&tmp, dest)?;
     Ok(())

@@ -102,6 +102,88 @@ pub fn matmul(
     }
 }
 
+/// Row counts below this are zero-padded before gemm: for fewer rows the gemm crate
+/// takes other code paths (matrix-vector and small-matrix kernels) whose rounding
+/// differs from its blocked kernel's.
+const MIN_GEMM_ROWS: usize = 64;
+
+/// Outputs or inner dimensions narrower than this use [`dot_rows`]: gemm picks
+/// row-count-dependent paths for skinny products at any row count.
+const MIN_GEMM_WIDTH: usize = 32;
+
+/// `x[m, k] · w[n, k]ᵀ (+ bias[n])`, row-major `[m, n]`. Batch-invariant: each output
+/// row depends only on its input row, never on `m` or the other rows, because the path
+/// is chosen from `(n, k)` alone and gemm always runs its blocked kernel (measured on
+/// gemm 0.19; `invariance::linear_rows_do_not_depend_on_the_batch`).
+pub fn linear(
+    x: &[f32],
+    m: usize,
+    w: &[f32],
+    n: usize,
+    k: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    if n < MIN_GEMM_WIDTH || k < MIN_GEMM_WIDTH {
+        return dot_rows(x, m, w, n, k, bias);
+    }
+    let rows = m.max(MIN_GEMM_ROWS);
+    let padded;
+    let x = if rows > m {
+        let mut p = vec![0f32; rows * k];
+        p[..m * k].copy_from_slice(&x[..m * k]);
+        padded = p;
+        &padded[..]
+    } else {
+        x
+    };
+    let mut out = match bias {
+        Some(b) => b.repeat(rows),
+        None => vec![0f32; rows * n],
+    };
+    matmul(
+        &mut out,
+        n,
+        MatRef::rows(x, rows, k, k),
+        MatRef::rows(w, n, k, k).t(),
+        bias.is_some(),
+        true,
+    );
+    out.truncate(m * n);
+    out
+}
+
+/// Lanes of the fixed-order accumulation in [`dot_rows`] (vectorised by the compiler).
+const LANES: usize = 16;
+
+/// Plain dot products with a fixed summation order: lane-wise partial sums, then the
+/// lanes in order, then the tail.
+fn dot_rows(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    use rayon::prelude::*;
+    let mut out = vec![0f32; m * n];
+    out.par_chunks_mut(n.max(1))
+        .enumerate()
+        .for_each(|(r, row)| {
+            let xr = &x[r * k..(r + 1) * k];
+            for (j, o) in row.iter_mut().enumerate() {
+                let wj = &w[j * k..(j + 1) * k];
+                let mut acc = [0f32; LANES];
+                let (xc, wc) = (xr.chunks_exact(LANES), wj.chunks_exact(LANES));
+                let (xt, wt) = (xc.remainder(), wc.remainder());
+                for (a, b) in xc.zip(wc) {
+                    for l in 0..LANES {
+                        acc[l] = a[l].mul_add(b[l], acc[l]);
+                    }
+                }
+                let mut sum = acc.iter().sum::<f32>();
+                for (a, b) in xt.iter().zip(wt) {
+                    sum = a.mul_add(*b, sum);
+                }
+                *o = sum + bias.map_or(0.0, |b| b[j]);
+            }
+        });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +206,63 @@ mod tests {
             for j in 0..n {
                 let want: f32 = 1.0 + (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum::<f32>();
                 assert!((out[i * n + j] - want).abs() < 1e-5);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod invariance {
+    use super::linear;
+
+    #[test]
+    fn linear_rows_do_not_depend_on_the_batch() {
+        // Skinny heads, tiny test models, and encoder GEMM shapes.
+        for (k, n) in [
+            (768, 2),
+            (8, 8),
+            (8, 16),
+            (32, 32),
+            (64, 16),
+            (16, 64),
+            (128, 128),
+            (256, 1024),
+        ] {
+            let total = 150;
+            let x: Vec<f32> = (0..total * k)
+                .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+                .collect();
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 104_729) % 997) as f32 / 997.0 - 0.5)
+                .collect();
+            let b: Vec<f32> = (0..n).map(|j| j as f32 * 0.01).collect();
+            let all = linear(&x, total, &w, n, k, Some(&b));
+            for (start, m) in [
+                (0, 1),
+                (3, 2),
+                (17, 9),
+                (40, 33),
+                (1, 70),
+                (149, 1),
+                (60, 90),
+            ] {
+                let part = linear(&x[start * k..], m, &w, n, k, Some(&b));
+                assert!(
+                    part[..] == all[start * n..(start + m) * n],
+                    "k={k} n={n}: rows {start}..+{m} differ"
+                );
+            }
+            // And the values are right.
+            let r = 17;
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|p| f64::from(x[r * k + p]) * f64::from(w[j * k + p]))
+                    .sum::<f64>()
+                    + f64::from(b[j]);
+                assert!(
+                    (f64::from(all[r * n + j]) - want).abs() < 1e-4,
+                    "k={k} n={n}"
+                );
             }
         }
     }

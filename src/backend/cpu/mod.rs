@@ -10,7 +10,6 @@ pub mod matmul;
 
 use super::{AttentionShape, Backend, OpError, OpResult, RelAttention, SeqLayout};
 use crate::model::weights::HostTensor;
-use matmul::MatRef;
 
 /// A row-major f32 matrix in host memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +20,9 @@ pub struct CpuTensor {
 }
 
 /// The CPU backend. Parallelism comes from the rayon pool the caller runs in.
+///
+/// Every op gives a sequence the same bits whatever else is in its batch (see
+/// [`matmul::linear`]); resumed runs rely on it to write identical bytes.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CpuBackend;
 
@@ -72,29 +74,23 @@ impl Backend for CpuBackend {
                 ),
             ));
         }
-        let (n, out) = (x.rows, w.rows);
-        let mut data = match bias {
-            Some(b) if b.data.len() == out => b.data.repeat(n),
-            Some(b) => {
-                return Err(shape_err(
-                    "linear",
-                    format!("bias has {} values for {out} outputs", b.data.len()),
-                ))
-            }
-            None => vec![0f32; n * out],
-        };
-        matmul::matmul(
-            &mut data,
-            out,
-            MatRef::rows(&x.data, n, x.cols, x.cols),
-            MatRef::rows(&w.data, out, w.cols, w.cols).t(),
-            bias.is_some(),
-            true,
-        );
+        if let Some(b) = bias.filter(|b| b.data.len() != w.rows) {
+            return Err(shape_err(
+                "linear",
+                format!("bias has {} values for {} outputs", b.data.len(), w.rows),
+            ));
+        }
         Ok(CpuTensor {
-            rows: n,
-            cols: out,
-            data,
+            rows: x.rows,
+            cols: w.rows,
+            data: matmul::linear(
+                &x.data,
+                x.rows,
+                &w.data,
+                w.rows,
+                w.cols,
+                bias.map(|b| b.data.as_slice()),
+            ),
         })
     }
 
