@@ -113,6 +113,32 @@ fn killed_and_resumed_runs_write_the_same_bytes_and_the_reference_chains() {
         kills >= 5,
         "only {kills} kills landed before the run finished"
     );
+
+    // Ctrl-C: the run commits the rows in flight and exits with 130.
+    let mut child = beam(&questions, &resumed, &args)
+        .arg("--resume")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(900));
+    if child.try_wait().unwrap().is_none() {
+        let st = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert_eq!(
+            child.wait().unwrap().code(),
+            Some(130),
+            "Ctrl-C exits with 130"
+        );
+        assert!(
+            parts.join("manifest.json").is_file(),
+            "committed parts are kept"
+        );
+    } else {
+        child.wait().unwrap();
+    }
     let mut cmd = beam(&questions, &resumed, &args);
     if parts.exists() {
         cmd.arg("--resume");

@@ -148,6 +148,7 @@ impl Strategy for Job {
 }
 
 pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
+    super::install_interrupt_handler();
     anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
     anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
     anyhow::ensure!(args.part_rows >= 1, "--part-rows must be at least 1");
@@ -195,8 +196,6 @@ pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
     if skip > 0 {
         eprintln!("resuming after {skip} committed rows");
     }
-    super::install_interrupt_handler();
-
     let bar = progress_bar(end - start, "questions");
     bar.set_position(skip);
     let complete = Arc::new(AtomicBool::new(false));
