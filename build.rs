@@ -105,7 +105,12 @@ fn write_table(modules: &[(String, PathBuf)], dest: &Path) {
          pub const PTX_MODULES: &[(&str, &str)] = &[\n",
     );
     for (name, ptx) in modules {
-        writeln!(s, "    ({name:?}, include_str!({:?})),", ptx.display().to_string()).unwrap();
+        writeln!(
+            s,
+            "    ({name:?}, include_str!({:?})),",
+            ptx.display().to_string()
+        )
+        .unwrap();
     }
     s.push_str("];\n");
     std::fs::write(dest, s).expect("write kernels.rs");

@@ -30,8 +30,14 @@ fn inputs(g: &std::collections::HashMap<String, common::Golden>) -> Case {
             let len = id_row.iter().rposition(|&x| x != 0).unwrap() + 1; // pad id 0
             Sequence {
                 ids: id_row[..len].iter().map(|&x| x as u32).collect(),
-                type_ids: row("token_type_ids")[..len].iter().map(|&x| x as u32).collect(),
-                mask: row("attention_mask")[..len].iter().map(|&x| x as u8).collect(),
+                type_ids: row("token_type_ids")[..len]
+                    .iter()
+                    .map(|&x| x as u32)
+                    .collect(),
+                mask: row("attention_mask")[..len]
+                    .iter()
+                    .map(|&x| x as u8)
+                    .collect(),
             }
         })
         .collect();
@@ -95,7 +101,11 @@ fn check_case(name: &str, expect_heads: &[&str]) -> f32 {
                 }
             }
         }
-        assert!(err <= TOL, "{name}: head {} max abs error {err:e}", head.spec.name);
+        assert!(
+            err <= TOL,
+            "{name}: head {} max abs error {err:e}",
+            head.spec.name
+        );
         worst = worst.max(err);
     }
     eprintln!("{name}: max abs error {worst:e}");
@@ -151,10 +161,18 @@ fn batch_composition_does_not_change_results() {
     let be = CpuBackend;
     let model = CrossEncoder::load(&be, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let all = model
-        .forward(&be, &hopscore::model::batch::PackedBatch::pack(&case.seqs), false)
+        .forward(
+            &be,
+            &hopscore::model::batch::PackedBatch::pack(&case.seqs),
+            false,
+        )
         .unwrap();
     let alone = model
-        .forward(&be, &hopscore::model::batch::PackedBatch::pack(&case.seqs[1..2]), false)
+        .forward(
+            &be,
+            &hopscore::model::batch::PackedBatch::pack(&case.seqs[1..2]),
+            false,
+        )
         .unwrap();
     let n = alone.logits[0].shape[1];
     for k in 0..n {

@@ -31,8 +31,14 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: &BenchArgs) -> Result<BenchResult> {
-    ensure!(args.seq_len >= 2, "--seq-len must be at least 2 ([CLS] and [SEP])");
-    ensure!(args.batch >= 1 && args.iters >= 1, "--batch and --iters must be at least 1");
+    ensure!(
+        args.seq_len >= 2,
+        "--seq-len must be at least 2 ([CLS] and [SEP])"
+    );
+    ensure!(
+        args.batch >= 1 && args.iters >= 1,
+        "--batch and --iters must be at least 1"
+    );
     let spec = BenchSpec {
         shape: args.shape,
         seq_len: args.seq_len,

@@ -16,9 +16,7 @@ use rayon::prelude::*;
 
 use super::{progress_bar, run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
-use crate::io::parquet_io::{
-    create_writer, display_column, sibling, string_column, ParquetInput,
-};
+use crate::io::parquet_io::{create_writer, display_column, sibling, string_column, ParquetInput};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
@@ -176,7 +174,12 @@ type Tokenized = (Vec<(usize, Sequence)>, Vec<BadRow>);
 
 /// Validates and tokenises the rows of one chunk: good rows `(index in chunk, tokens)`
 /// and bad rows with their reason.
-fn tokenize_chunk(chunk: &RecordBatch, has_b: bool, tok: &TextTokenizer, row0: u64) -> Result<Tokenized> {
+fn tokenize_chunk(
+    chunk: &RecordBatch,
+    has_b: bool,
+    tok: &TextTokenizer,
+    row0: u64,
+) -> Result<Tokenized> {
     let ids = display_column(chunk.column_by_name("id").expect("checked"))?;
     let a = string_column(chunk, "text_a")?;
     let b = if has_b {
@@ -190,13 +193,14 @@ fn tokenize_chunk(chunk: &RecordBatch, has_b: bool, tok: &TextTokenizer, row0: u
             if ids.is_null(r) {
                 return Err("id is null".to_string());
             }
-            let text_a = check_text(&a, r, "text_a")?
-                .ok_or_else(|| "text_a is null".to_string())?;
+            let text_a =
+                check_text(&a, r, "text_a")?.ok_or_else(|| "text_a is null".to_string())?;
             let text_b = match &b {
                 Some(b) => check_text(b, r, "text_b")?,
                 None => None,
             };
-            tok.encode_pair(text_a, text_b).map_err(|e| format!("{e:#}"))
+            tok.encode_pair(text_a, text_b)
+                .map_err(|e| format!("{e:#}"))
         })
         .collect();
     let mut good = Vec::new();
@@ -215,7 +219,11 @@ fn tokenize_chunk(chunk: &RecordBatch, has_b: bool, tok: &TextTokenizer, row0: u
 }
 
 /// `Ok(None)` for null, the text when usable, `Err` with a reason otherwise.
-fn check_text<'a>(col: &'a arrow::array::StringArray, r: usize, name: &str) -> Result<Option<&'a str>, String> {
+fn check_text<'a>(
+    col: &'a arrow::array::StringArray,
+    r: usize,
+    name: &str,
+) -> Result<Option<&'a str>, String> {
     if col.is_null(r) {
         return Ok(None);
     }
@@ -257,7 +265,11 @@ pub fn score<B: crate::backend::Backend>(
 
 /// Splits `items` (already in the wanted order) into consecutive groups whose summed
 /// length stays within `budget` (a longer single item forms its own group).
-pub fn token_budget_groups(items: &[usize], len: impl Fn(usize) -> usize, budget: usize) -> Vec<Vec<usize>> {
+pub fn token_budget_groups(
+    items: &[usize],
+    len: impl Fn(usize) -> usize,
+    budget: usize,
+) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut used = 0;
     for &i in items {

@@ -23,7 +23,10 @@ pub struct InspectArgs {
 pub fn run(args: &InspectArgs) -> Result<String> {
     let files = ModelFiles::open(&args.model)?;
     let c = &files.config;
-    let store = files.weights.store().expect("a model directory has a store");
+    let store = files
+        .weights
+        .store()
+        .expect("a model directory has a store");
     let mut s = String::new();
     writeln!(s, "model      {}", args.model.display())?;
     writeln!(

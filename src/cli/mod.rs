@@ -70,8 +70,14 @@ pub fn run_metadata(
     options: &[(&str, String)],
 ) -> Result<Vec<(String, String)>> {
     let mut m = vec![
-        ("hopscore.version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
-        ("hopscore.model".to_string(), model_dir.display().to_string()),
+        (
+            "hopscore.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
+        (
+            "hopscore.model".to_string(),
+            model_dir.display().to_string(),
+        ),
         (
             "hopscore.model_sha256".to_string(),
             crate::model::weights::sha256_file(weights)?,

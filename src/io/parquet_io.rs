@@ -42,7 +42,10 @@ impl ParquetInput {
             Ok(f) => {
                 let ty = f.data_type();
                 let ok = accepted.iter().any(|a| match *a {
-                    "string" => matches!(ty, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+                    "string" => matches!(
+                        ty,
+                        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                    ),
                     "integer" => ty.is_integer(),
                     _ => false,
                 });

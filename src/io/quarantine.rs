@@ -52,7 +52,9 @@ impl QuarantineWriter {
         let cols: Vec<ArrayRef> = vec![
             Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.row))),
             Arc::new(StringArray::from_iter(rows.iter().map(|r| r.id.as_deref()))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.reason.as_str()))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.reason.as_str()),
+            )),
         ];
         self.writer.write(&batch(self.schema.clone(), cols)?)?;
         self.count += rows.len() as u64;

@@ -44,7 +44,9 @@ impl PackedBatch {
             if s.mask.is_empty() {
                 b.layout.mask.extend(std::iter::repeat_n(1.0, n));
             } else {
-                b.layout.mask.extend(s.mask[..n].iter().map(|&m| f32::from(m.min(1))));
+                b.layout
+                    .mask
+                    .extend(s.mask[..n].iter().map(|&m| f32::from(m.min(1))));
             }
             b.positions.extend(0..n as u32);
             b.layout.cu_seqlens.push(b.ids.len());

@@ -153,7 +153,6 @@ impl DebertaConfig {
     pub fn all_head_size(&self) -> usize {
         self.num_heads * self.head_size
     }
-
 }
 
 fn unsupported(field: &'static str, value: impl std::fmt::Debug, why: &str) -> ConfigError {
@@ -266,7 +265,11 @@ impl RawConfig {
             self.max_relative_positions as usize
         };
         let buckets = (self.position_buckets > 0).then_some(self.position_buckets as usize);
-        let norm = self.norm_rel_ebd.as_deref().unwrap_or("none").to_lowercase();
+        let norm = self
+            .norm_rel_ebd
+            .as_deref()
+            .unwrap_or("none")
+            .to_lowercase();
         let mut norm_rel_ebd = false;
         for part in norm.split('|').map(str::trim) {
             match part {
@@ -359,7 +362,10 @@ mod tests {
         .unwrap();
         let r = c.relative.unwrap();
         assert_eq!((r.buckets, r.span), (None, 128));
-        assert!(c.position_biased_input, "HF defaults position_biased_input to true");
+        assert!(
+            c.position_biased_input,
+            "HF defaults position_biased_input to true"
+        );
     }
 
     #[test]
@@ -374,7 +380,10 @@ mod tests {
     #[test]
     fn unsupported_fields_are_named() {
         for (extra, field) in [
-            (serde_json::json!({"conv_kernel_size": 3}), "conv_kernel_size"),
+            (
+                serde_json::json!({"conv_kernel_size": 3}),
+                "conv_kernel_size",
+            ),
             (serde_json::json!({"hidden_act": "relu"}), "hidden_act"),
             (
                 serde_json::json!({"relative_attention": true, "pos_att_type": ["p2p"]}),

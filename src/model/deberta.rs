@@ -34,7 +34,12 @@ impl<B: Backend> DebertaV2Embeddings<B> {
             word: be.upload(&w.get("word_embeddings.weight", &[c.vocab_size, e])?)?,
             position: c
                 .position_biased_input
-                .then(|| w.get("position_embeddings.weight", &[c.max_position_embeddings, e]))
+                .then(|| {
+                    w.get(
+                        "position_embeddings.weight",
+                        &[c.max_position_embeddings, e],
+                    )
+                })
                 .transpose()?
                 .map(|t| be.upload(&t))
                 .transpose()?,

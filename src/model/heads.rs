@@ -53,12 +53,25 @@ pub fn find_heads(w: &Weights, c: &DebertaConfig) -> Vec<HeadSpec> {
     let candidates: [(&'static str, &'static str, Pooling, bool); 5] = [
         ("hop1", "hop_classifier_layer", Pooling::Cls, true),
         ("hop_n", "hop_n_classifier_layer", Pooling::Cls, true),
-        ("sequence", "sequence_classifier", Pooling::Pooler, has_pooler),
+        (
+            "sequence",
+            "sequence_classifier",
+            Pooling::Pooler,
+            has_pooler,
+        ),
         ("token", "token_classifier", Pooling::Tokens, true),
         (
-            if has_pooler && !token_arch { "sequence" } else { "token" },
+            if has_pooler && !token_arch {
+                "sequence"
+            } else {
+                "token"
+            },
             "classifier",
-            if has_pooler && !token_arch { Pooling::Pooler } else { Pooling::Tokens },
+            if has_pooler && !token_arch {
+                Pooling::Pooler
+            } else {
+                Pooling::Tokens
+            },
             true,
         ),
     ];
@@ -89,7 +102,10 @@ impl<B: Backend> Head<B> {
         let h = c.hidden_size;
         let (pooler, input) = if spec.pooling == Pooling::Pooler {
             let p = c.pooler_hidden_size;
-            (Some(Linear::load(be, &w.pp("pooler.dense"), h, p, true)?), p)
+            (
+                Some(Linear::load(be, &w.pp("pooler.dense"), h, p, true)?),
+                p,
+            )
         } else {
             (None, h)
         };
@@ -120,13 +136,7 @@ impl<B: Backend> Head<B> {
 
 /// Picks a head by name, or the only per-sequence head when `name` is `None`.
 pub fn select<'a>(specs: &'a [HeadSpec], name: Option<&str>) -> Result<&'a HeadSpec> {
-    let names = || {
-        specs
-            .iter()
-            .map(|s| s.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let names = || specs.iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
     match name {
         Some(n) => specs.iter().find(|s| s.name == n).ok_or_else(|| {
             anyhow::anyhow!("no head `{n}` in this checkpoint; it has: {}", names())
@@ -140,7 +150,10 @@ pub fn select<'a>(specs: &'a [HeadSpec], name: Option<&str>) -> Result<&'a HeadS
                      classifier+pooler, sequence_classifier, hop_classifier_layer",
                     names()
                 ),
-                _ => bail!("the checkpoint has several heads ({}): pick one with --head", names()),
+                _ => bail!(
+                    "the checkpoint has several heads ({}): pick one with --head",
+                    names()
+                ),
             }
         }
     }

@@ -12,6 +12,10 @@
 //!
 //! The encoder prefix is found from the word-embedding tensor, so every layout above
 //! resolves through the same [`Weights::pp`] calls.
+//!
+//! Decoders read HF names (`model.layers.N.self_attn.q_proj.weight`, `transformer.h.N.…`)
+//! from safetensors, or from a GGUF file through [`super::gguf::gguf_name`], with
+//! llama.cpp's Q/K row permutation undone at read time.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -21,6 +25,8 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use thiserror::Error;
+
+use super::gguf::GgufFile;
 
 /// A weight file or tensor that cannot be used.
 #[derive(Debug, Error)]
@@ -128,7 +134,9 @@ impl WeightStore {
             if data_start + e > mmap.len() {
                 return Err(WeightError::Format {
                     path: path.display().to_string(),
-                    reason: format!("tensor `{name}` extends past the end of the file (truncated?)"),
+                    reason: format!(
+                        "tensor `{name}` extends past the end of the file (truncated?)"
+                    ),
                 });
             }
             let key = name.strip_prefix("module.").unwrap_or(&name).to_string();
@@ -203,11 +211,7 @@ impl WeightStore {
 
     fn missing(&self, name: &str) -> WeightError {
         let leaf = name.rsplit('.').nth(1).unwrap_or(name);
-        let similar: Vec<&str> = self
-            .names()
-            .filter(|n| n.contains(leaf))
-            .take(3)
-            .collect();
+        let similar: Vec<&str> = self.names().filter(|n| n.contains(leaf)).take(3).collect();
         let hint = if similar.is_empty() {
             format!(
                 "first tensors: {}",
@@ -260,7 +264,53 @@ enum Source {
     Store(WeightStore),
     /// Deterministic pseudo-random tensors of whatever shape is asked for
     /// (benchmarks of model shapes that have no checkpoint).
-    Random { seed: u64 },
+    Random {
+        seed: u64,
+    },
+    /// A GGUF file read through the HF → llama.cpp name map.
+    Gguf(GgufSource),
+}
+
+/// A GGUF file and how to undo llama.cpp's layout changes.
+pub struct GgufSource {
+    pub file: GgufFile,
+    /// `(heads, kv_heads)` when Q/K rows were permuted by llama.cpp's converter
+    /// (architectures `llama` and `mistral`).
+    pub permuted_qk: Option<(usize, usize)>,
+}
+
+impl GgufSource {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<HostTensor, WeightError> {
+        let g = super::gguf::gguf_name(name).ok_or_else(|| WeightError::Missing {
+            name: name.to_string(),
+            count: self.file.tensors.len(),
+            hint: "no GGUF name is known for this tensor".into(),
+        })?;
+        let t = self.file.tensor(&g)?;
+        if t.shape != shape {
+            return Err(WeightError::Shape {
+                name: format!("{name} (GGUF `{g}`)"),
+                expected: shape.to_vec(),
+                found: t.shape,
+            });
+        }
+        let heads = match self.permuted_qk {
+            Some((h, _)) if g.contains(".attn_q.") => Some(h),
+            Some((_, kv)) if g.contains(".attn_k.") => Some(kv),
+            _ => None,
+        };
+        match heads {
+            Some(h) => super::gguf::unpermute_rows(&t, h).map_err(|reason| WeightError::Format {
+                path: self.file.path().display().to_string(),
+                reason: format!("`{g}`: {reason}"),
+            }),
+            None => Ok(t),
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        super::gguf::gguf_name(name).is_some_and(|g| self.file.tensors.contains_key(&g))
+    }
 }
 
 /// A view of a checkpoint under a name prefix (candle's `VarBuilder` idea).
@@ -290,11 +340,19 @@ impl Weights {
         }
     }
 
-    /// The checkpoint behind this view (`None` for random weights).
+    /// Weights read from a GGUF file (HF tensor names are mapped to GGUF ones).
+    pub fn gguf(source: GgufSource) -> Self {
+        Self {
+            source: Arc::new(Source::Gguf(source)),
+            prefix: String::new(),
+        }
+    }
+
+    /// The safetensors checkpoint behind this view (`None` for random or GGUF weights).
     pub fn store(&self) -> Option<&WeightStore> {
         match &*self.source {
             Source::Store(s) => Some(s),
-            Source::Random { .. } => None,
+            Source::Random { .. } | Source::Gguf(_) => None,
         }
     }
 
@@ -335,7 +393,11 @@ impl Weights {
 
     /// Whether `name` exists under this prefix (always true for random weights).
     pub fn contains(&self, name: &str) -> bool {
-        self.store().is_none_or(|s| s.contains(&self.full(name)))
+        match &*self.source {
+            Source::Store(s) => s.contains(&self.full(name)),
+            Source::Random { .. } => true,
+            Source::Gguf(g) => g.contains(&self.full(name)),
+        }
     }
 
     /// Stored shape of `name` under this prefix.
@@ -348,6 +410,7 @@ impl Weights {
         match &*self.source {
             Source::Store(s) => s.get(&full, shape),
             Source::Random { seed } => Ok(random_tensor(*seed, &full, shape)),
+            Source::Gguf(g) => g.get(&full, shape),
         }
     }
 
@@ -377,12 +440,14 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
 /// Uniform values in ±0.05 from a SplitMix64 stream seeded by `seed` and the name;
 /// LayerNorm weights (`…LayerNorm.weight`) are 1 + that, so activations stay O(1).
 fn random_tensor(seed: u64, name: &str, shape: &[usize]) -> HostTensor {
-    let mut state = name
-        .bytes()
-        .fold(seed ^ 0x9E37_79B9_7F4A_7C15, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3)
-        });
-    let offset = if name.ends_with("LayerNorm.weight") { 1.0 } else { 0.0 };
+    let mut state = name.bytes().fold(seed ^ 0x9E37_79B9_7F4A_7C15, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3)
+    });
+    let offset = if name.ends_with("LayerNorm.weight") {
+        1.0
+    } else {
+        0.0
+    };
     let n = shape.iter().product();
     let data = (0..n)
         .map(|_| {

@@ -8,23 +8,31 @@ use std::path::{Path, PathBuf};
 use safetensors::{Dtype, SafeTensors};
 
 pub fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
 }
 
 /// `../shared/data/<file>` relative to the repository root, if present.
 pub fn shared_data(file: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data").join(file);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(file);
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipped: {} is absent (tests read real data from ../shared/data)", p.display());
+        eprintln!(
+            "skipped: {} is absent (tests read real data from ../shared/data)",
+            p.display()
+        );
         None
     }
 }
 
 /// The DeBERTa-v3 tokenizer fetched by tools/fetch_tokenizer.sh.
 pub fn deberta_v3_tokenizer() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("weights/deberta-v3-tokenizer/tokenizer.json");
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("weights/deberta-v3-tokenizer/tokenizer.json");
     assert!(
         p.is_file(),
         "{} is missing: run tools/fetch_tokenizer.sh first (the README's test command does)",
@@ -50,13 +58,19 @@ pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
             let g = match view.dtype() {
                 Dtype::F32 => Golden {
                     shape: view.shape().to_vec(),
-                    f32: data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+                    f32: data
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
                     i64: Vec::new(),
                 },
                 Dtype::I64 => Golden {
                     shape: view.shape().to_vec(),
                     f32: Vec::new(),
-                    i64: data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
+                    i64: data
+                        .chunks_exact(8)
+                        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
                 },
                 other => panic!("unexpected golden dtype {other:?}"),
             };

@@ -34,17 +34,16 @@ pub struct AttentionArgs<'a> {
 
 pub fn disentangled_attention(a: &AttentionArgs<'_>) -> Vec<f32> {
     let AttentionShape {
-        heads, head_size: d, ..
+        heads,
+        head_size: d,
+        ..
     } = a.shape;
     let width = heads * d;
     let tokens = a.layout.num_tokens();
     let tasks: Vec<(usize, usize)> = (0..a.layout.num_seqs())
         .flat_map(|s| (0..heads).map(move |h| (s, h)))
         .collect();
-    let parts: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(s, h)| one_head(a, s, h))
-        .collect();
+    let parts: Vec<Vec<f32>> = tasks.par_iter().map(|&(s, h)| one_head(a, s, h)).collect();
     let mut out = vec![0f32; tokens * width];
     for (&(s, h), ctx) in tasks.iter().zip(&parts) {
         let start = a.layout.cu_seqlens[s];
@@ -159,7 +158,14 @@ fn add_relative_terms(
             rs: width,
             cs: 1,
         };
-        matmul(&mut out, nb, MatRef::rows(from, len, d, d), view.t(), false, false);
+        matmul(
+            &mut out,
+            nb,
+            MatRef::rows(from, len, d, d),
+            view.t(),
+            false,
+            false,
+        );
         out
     };
     if let Some(pk) = a.pos_key {

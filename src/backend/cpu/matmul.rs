@@ -65,7 +65,10 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return;
     }
-    assert!((m - 1) * ld + n <= dst.len(), "matmul destination too small");
+    assert!(
+        (m - 1) * ld + n <= dst.len(),
+        "matmul destination too small"
+    );
     let threads = rayon::current_num_threads();
     let par = if parallel && m * n * k >= PARALLEL_MIN_FLOPS && threads > 1 {
         Parallelism::Rayon(threads)
@@ -109,7 +112,14 @@ mod tests {
         let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.11).cos()).collect(); // [n, k]
         let mut out = vec![1.0; m * n];
-        matmul(&mut out, n, MatRef::rows(&a, m, k, k), MatRef::rows(&b, n, k, k).t(), true, false);
+        matmul(
+            &mut out,
+            n,
+            MatRef::rows(&a, m, k, k),
+            MatRef::rows(&b, n, k, k).t(),
+            true,
+            false,
+        );
         for i in 0..m {
             for j in 0..n {
                 let want: f32 = 1.0 + (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum::<f32>();
