@@ -2,8 +2,10 @@
 //! function per subcommand. `main.rs` only parses and dispatches.
 
 pub mod bench;
+pub mod bench_loglik;
 pub mod classify;
 pub mod inspect;
+pub mod loglik;
 
 use std::path::Path;
 
@@ -30,6 +32,10 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Encoder throughput on random weights of a standard shape.
     Bench(bench::BenchArgs),
+    /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM (LEPUS).
+    Loglik(loglik::LoglikArgs),
+    /// Causal-LM scoring throughput on fixed token ids (see tools/bench_decoder_reference.py).
+    BenchLoglik(bench_loglik::BenchLoglikArgs),
 }
 
 /// Where the model runs.

@@ -118,6 +118,32 @@ pub fn create_writer(
     Ok(ArrowWriter::try_new(file, schema, Some(props))?)
 }
 
+/// Longest text accepted in a row, in bytes; longer rows are quarantined (a text this
+/// long is almost certainly a data error, and no model here reads that many tokens).
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+
+/// `Ok(None)` for null, the text when usable, `Err` with a reason otherwise.
+pub fn check_text<'a>(
+    col: &'a arrow::array::StringArray,
+    r: usize,
+    name: &str,
+) -> Result<Option<&'a str>, String> {
+    if col.is_null(r) {
+        return Ok(None);
+    }
+    let t = col.value(r);
+    if t.trim().is_empty() {
+        return Err(format!("{name} is empty"));
+    }
+    if t.len() > MAX_TEXT_BYTES {
+        return Err(format!(
+            "{name} has {} bytes (limit {MAX_TEXT_BYTES}); split the text into passages",
+            t.len()
+        ));
+    }
+    Ok(Some(t))
+}
+
 /// Convenience for building a batch from named columns.
 pub fn batch(schema: SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, columns)?)
