@@ -299,10 +299,12 @@ impl<'a> Cursor<'a> {
     }
     fn len(&mut self, what: &str) -> Result<usize, String> {
         let n = self.u64()?;
-        // Any count larger than the file cannot be genuine (each item takes ≥ 1 byte).
-        if n > self.bytes.len() as u64 {
+        // Each item takes at least one byte, so a larger count cannot be genuine.
+        let left = (self.bytes.len() - self.pos) as u64;
+        if n > left {
             return Err(format!(
-                "{what} count {n} exceeds the file size (corrupt header)"
+                "{what} count {n} at byte {} exceeds the {left} bytes left: truncated or corrupt file",
+                self.pos - 8
             ));
         }
         Ok(n as usize)
@@ -360,7 +362,7 @@ impl GgufFile {
         let file = File::open(path).map_err(io)?;
         // SAFETY: opened read-only; hopscore never writes checkpoints while reading them.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let bad = |reason: String| WeightError::Format {
+        let bad = |reason: String| WeightError::Gguf {
             path: path.display().to_string(),
             reason,
         };
@@ -621,6 +623,78 @@ mod tests {
             unpermute_rows(&t, 1).unwrap().data,
             vec![0.0, 2.0, 1.0, 3.0]
         );
+    }
+
+    /// A GGUF v3 file with `general.alignment = 32`, a string array, and tensors
+    /// `(name, dims (ne order), type id, data)`.
+    fn build(tensors: &[(&str, Vec<u64>, u32, Vec<u8>)]) -> Vec<u8> {
+        let s = |b: &mut Vec<u8>, t: &str| {
+            b.extend((t.len() as u64).to_le_bytes());
+            b.extend(t.as_bytes());
+        };
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        s(&mut b, "general.alignment");
+        b.extend(4u32.to_le_bytes());
+        b.extend(32u32.to_le_bytes());
+        s(&mut b, "names");
+        b.extend(9u32.to_le_bytes());
+        b.extend(8u32.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        s(&mut b, "a");
+        s(&mut b, "bc");
+        let mut offset = 0u64;
+        for (name, dims, ty, data) in tensors {
+            s(&mut b, name);
+            b.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(ty.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+            offset += (data.len() as u64).div_ceil(32) * 32;
+        }
+        for (_, _, _, data) in tensors {
+            b.resize(b.len().div_ceil(32) * 32, 0);
+            b.extend(data);
+        }
+        b
+    }
+
+    #[test]
+    fn reads_tensors_and_names_unknown_types() {
+        let f32s: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut q8 = half::f16::from_f32(0.5).to_le_bytes().to_vec();
+        q8.extend((0..32).map(|i| (i as i8 - 16) as u8));
+        let bytes = build(&[
+            ("w", vec![3, 2], 0, f32s),
+            ("q", vec![32], 8, q8),
+            ("iq", vec![256], 19, vec![0; 64]),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        std::fs::write(&path, &bytes).unwrap();
+        let g = GgufFile::open(&path).unwrap();
+        let names = g.get("names").unwrap().as_array().unwrap();
+        assert_eq!(names[1].as_str(), Some("bc"));
+        let w = g.tensor("w").unwrap();
+        assert_eq!((w.shape.clone(), w.data[5]), (vec![2, 3], 6.0));
+        let q = g.tensor("q").unwrap();
+        assert_eq!((q.data[0], q.data[31]), (-8.0, 7.5));
+        let err = g.tensor("iq").unwrap_err().to_string();
+        assert!(err.contains("ggml type 19 (IQ1_S)"), "{err}");
+        assert!(g
+            .tensor("nope")
+            .unwrap_err()
+            .to_string()
+            .contains("missing"));
+        // Cut inside `q`'s data (the unknown-type `iq` after it has no known size).
+        std::fs::write(&path, &bytes[..bytes.len() - 64 - 40]).unwrap();
+        let err = GgufFile::open(&path).err().unwrap().to_string();
+        assert!(err.contains("`q`") && err.contains("truncated"), "{err}");
     }
 
     #[test]

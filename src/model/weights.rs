@@ -38,6 +38,8 @@ pub enum WeightError {
     },
     #[error("{path} is not a valid safetensors file: {reason}")]
     Format { path: String, reason: String },
+    #[error("{path} is not a valid GGUF file: {reason}")]
+    Gguf { path: String, reason: String },
     #[error(
         "no safetensors weights in {0}: expected model.safetensors or model.safetensors.index.json \
          (convert PyTorch .bin/.pt checkpoints with tools/convert_to_safetensors.py)"
@@ -300,7 +302,7 @@ impl GgufSource {
             _ => None,
         };
         match heads {
-            Some(h) => super::gguf::unpermute_rows(&t, h).map_err(|reason| WeightError::Format {
+            Some(h) => super::gguf::unpermute_rows(&t, h).map_err(|reason| WeightError::Gguf {
                 path: self.file.path().display().to_string(),
                 reason: format!("`{g}`: {reason}"),
             }),
