@@ -508,7 +508,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
                 let start = (data_start as u64)
                     .checked_add(offset)
                     .ok_or_else(|| format!("tensor `{name}`: offset overflows"))?;
-                let end = start.checked_add(len).unwrap_or(u64::MAX);
+                let end = start.saturating_add(len);
                 if end > bytes.len() as u64 {
                     return Err(format!(
                         "tensor `{name}` ({} bytes at offset {offset}) extends past the end of the \
