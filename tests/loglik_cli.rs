@@ -176,3 +176,35 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
         got[3]
     );
 }
+
+/// A model directory's tokenizer: `add_bos_token` / `bos_token` come from the
+/// tokenizer_config.json beside tokenizer.json, and BOS leads the prompt.
+#[test]
+fn directory_tokenizer_reads_bos_policy_from_tokenizer_config() {
+    use hopscore::text::causal_tokenizer::CausalTokenizer;
+    let src = common::deberta_v3_tokenizer();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&src, dir.path().join("tokenizer.json")).unwrap();
+    let plain = CausalTokenizer::from_dir(dir.path(), None).unwrap();
+    assert!(!plain.add_bos);
+    std::fs::write(
+        dir.path().join("tokenizer_config.json"),
+        r#"{"add_bos_token": true, "bos_token": {"content": "[CLS]"}}"#,
+    )
+    .unwrap();
+    let tok = CausalTokenizer::from_dir(dir.path(), None).unwrap();
+    assert!(tok.add_bos);
+    // [CLS] is id 1 in the DeBERTa-v3 vocabulary.
+    assert_eq!(tok.bos_id, Some(1));
+    let pair = tok.encode_pair("Document: x. Question: ", "who?").unwrap();
+    let prompt = tok.encode("Document: x. Question:").unwrap();
+    assert_eq!(pair.ids[0], 1);
+    assert_eq!(&pair.ids[1..pair.target_start], prompt.as_slice());
+    assert_eq!(
+        &pair.ids[pair.target_start..],
+        tok.encode(" who?").unwrap().as_slice()
+    );
+    // The file truncates to 128 tokens; the causal tokenizer must not.
+    let long = "word ".repeat(300);
+    assert!(tok.encode(&long).unwrap().len() >= 300);
+}

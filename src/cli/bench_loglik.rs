@@ -71,6 +71,7 @@ pub struct BenchLoglikResult {
     pub mean_loglik: f64,
 }
 
+/// Runs `hopscore bench-loglik`.
 pub fn run(args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
     ensure!(args.iters >= 1, "--iters must be at least 1");
     match args.device {

@@ -126,6 +126,7 @@ pub fn load_decoder<B: Backend>(
     })
 }
 
+/// Runs `hopscore loglik`.
 pub fn run(args: &LoglikArgs) -> Result<LoglikSummary> {
     let started = Instant::now();
     ensure!(

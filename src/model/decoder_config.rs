@@ -171,6 +171,7 @@ impl DecoderConfig {
         Self::resolve(raw)
     }
 
+    /// Validates a raw config and fills in the defaults of its `model_type`.
     pub fn resolve(r: RawDecoderConfig) -> Result<Self, ConfigError> {
         match r.model_type.as_str() {
             "gpt2" => Self::resolve_gpt2(r),

@@ -43,6 +43,7 @@ impl Value {
             _ => None,
         }
     }
+    /// Numeric value as f64 (floats and integers).
     pub fn as_f64(&self) -> Option<f64> {
         match self {
             Value::F64(v) => Some(*v),
@@ -51,18 +52,21 @@ impl Value {
             _ => None,
         }
     }
+    /// String value.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
             _ => None,
         }
     }
+    /// Boolean value.
     pub fn as_bool(&self) -> Option<bool> {
         match self {
             Value::Bool(b) => Some(*b),
             _ => None,
         }
     }
+    /// Array elements.
     pub fn as_array(&self) -> Option<&[Value]> {
         match self {
             Value::Array(a) => Some(a),
@@ -259,8 +263,11 @@ pub struct TensorInfo {
 pub struct GgufFile {
     mmap: Mmap,
     path: PathBuf,
+    /// GGUF format version (2 or 3).
     pub version: u32,
+    /// Key-value metadata (`general.*`, `<arch>.*`, `tokenizer.ggml.*`).
     pub metadata: BTreeMap<String, Value>,
+    /// Tensor table by GGUF name.
     pub tensors: BTreeMap<String, TensorInfo>,
 }
 
@@ -376,6 +383,7 @@ impl GgufFile {
         })
     }
 
+    /// The file this was opened from.
     pub fn path(&self) -> &Path {
         &self.path
     }

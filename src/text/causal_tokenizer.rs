@@ -78,8 +78,14 @@ impl CausalTokenizer {
     /// `tokenizer_config.json` beside it.
     pub fn from_dir(model_dir: &Path, explicit: Option<&Path>) -> Result<Self> {
         let path = crate::text::TextTokenizer::locate(model_dir, explicit)?;
-        let tokenizer = tokenizers::Tokenizer::from_file(&path)
+        let mut tokenizer = tokenizers::Tokenizer::from_file(&path)
             .map_err(|e| anyhow!("cannot load tokenizer {}: {e}", path.display()))?;
+        // Truncation or padding built into a tokenizer.json would silently change the
+        // scored tokens; over-long rows are quarantined instead (`--max-length`).
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| anyhow!("cannot clear truncation: {e}"))?;
         let cfg_path = path.with_file_name("tokenizer_config.json");
         let cfg: Json = if cfg_path.is_file() {
             serde_json::from_str(&std::fs::read_to_string(&cfg_path)?)

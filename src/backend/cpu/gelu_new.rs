@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+/// `gelu_new` of one value.
 pub fn gelu_new(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // √(2/π)
     0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
