@@ -57,6 +57,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 s.quarantine_path.display()
             );
         }
+        Command::Loglik(args) => {
+            let s = cli::loglik::run(&args)?;
+            eprintln!(
+                "scored {} rows ({} tokens) in {:.1} s, {:.0} tokens/s; {} quarantined → {}",
+                s.scored,
+                s.tokens,
+                s.seconds,
+                s.tokens as f64 / s.seconds.max(1e-9),
+                s.quarantined,
+                s.quarantine_path.display()
+            );
+        }
+        Command::BenchLoglik(args) => {
+            let r = cli::bench_loglik::run(&args)?;
+            if args.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("{}", cli::bench_loglik::table(&r));
+            }
+        }
         Command::Inspect(args) => print!("{}", cli::inspect::run(&args)?),
         Command::Bench(args) => {
             let r = cli::bench::run(&args)?;

@@ -72,7 +72,19 @@ pub struct AttentionShape {
     pub score_scale: f32,
 }
 
-/// The ops of the encoder. `Tensor` is a device matrix `[rows, cols]`.
+/// Geometry of causal (decoder) attention over a fused `[q | k | v]` projection.
+#[derive(Debug, Clone, Copy)]
+pub struct CausalShape {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (`heads` is a multiple; fewer means grouped-query attention).
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Scores are multiplied by this (`1 / sqrt(head_dim)`).
+    pub scale: f32,
+}
+
+/// The ops of the models. `Tensor` is a device matrix `[rows, cols]`.
 pub trait Backend: Send + Sync {
     type Tensor: Send + Sync;
 
@@ -118,4 +130,44 @@ pub trait Backend: Send + Sync {
     ) -> OpResult<Self::Tensor>;
     /// Rows `rows` of `x` (the [CLS] gather of classification heads).
     fn gather_rows(&self, x: &Self::Tensor, rows: &[usize]) -> OpResult<Self::Tensor>;
+    /// A copy of `x` (the residual stream before a pre-norm block).
+    fn copy(&self, x: &Self::Tensor) -> OpResult<Self::Tensor>;
+    /// `x ← x + y` (residual add).
+    fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> OpResult<()>;
+    /// RMSNorm of each row with per-column `weight` → a new tensor.
+    fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Tensor, eps: f32)
+        -> OpResult<Self::Tensor>;
+    /// GPT-2's tanh-approximated GELU in place.
+    fn gelu_new(&self, x: &mut Self::Tensor) -> OpResult<()>;
+    /// `[gate | up]` rows (`2·inter` wide) → `silu(gate) · up` (`inter` wide).
+    fn swiglu(&self, x: &Self::Tensor) -> OpResult<Self::Tensor>;
+    /// Rotary embedding (HF half-split form) of the first `heads` heads of each row,
+    /// in place; row `t` is at position `positions[t]`, `inv_freq` has `head_dim / 2`
+    /// entries.
+    fn rope(
+        &self,
+        x: &mut Self::Tensor,
+        heads: usize,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+    ) -> OpResult<()>;
+    /// Causal self-attention over packed sequences; `qkv: [tokens, (heads + 2·kv_heads)·d]`
+    /// → context `[tokens, heads·d]`. Rows with mask 0 produce zeros.
+    fn causal_attention(
+        &self,
+        qkv: &Self::Tensor,
+        shape: CausalShape,
+        layout: &SeqLayout,
+    ) -> OpResult<Self::Tensor>;
+    /// Log-probability of `targets[i]` under `softmax(hidden[rows[i]] · lm_headᵀ /
+    /// temperature)`, without materialising the `[rows, vocab]` logits.
+    fn question_loglik(
+        &self,
+        hidden: &Self::Tensor,
+        rows: &[usize],
+        lm_head: &Self::Tensor,
+        targets: &[u32],
+        temperature: f32,
+    ) -> OpResult<Vec<f32>>;
 }

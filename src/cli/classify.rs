@@ -16,16 +16,14 @@ use rayon::prelude::*;
 
 use super::{progress_bar, run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
-use crate::io::parquet_io::{create_writer, display_column, sibling, string_column, ParquetInput};
+use crate::io::parquet_io::{
+    check_text, create_writer, display_column, sibling, string_column, ParquetInput,
+};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
-use crate::model::batch::{PackedBatch, Sequence};
+use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::select;
 use crate::text::TextTokenizer;
-
-/// Longest text accepted in a row, in bytes; longer rows are quarantined (a text this
-/// long is almost certainly a data error, and it would be truncated to 512 tokens anyway).
-pub const MAX_TEXT_BYTES: usize = 1 << 20;
 
 /// Rows read from the input per chunk.
 const CHUNK_ROWS: usize = 4096;
@@ -218,28 +216,6 @@ fn tokenize_chunk(
     Ok((good, bad))
 }
 
-/// `Ok(None)` for null, the text when usable, `Err` with a reason otherwise.
-fn check_text<'a>(
-    col: &'a arrow::array::StringArray,
-    r: usize,
-    name: &str,
-) -> Result<Option<&'a str>, String> {
-    if col.is_null(r) {
-        return Ok(None);
-    }
-    let t = col.value(r);
-    if t.trim().is_empty() {
-        return Err(format!("{name} is empty"));
-    }
-    if t.len() > MAX_TEXT_BYTES {
-        return Err(format!(
-            "{name} has {} bytes (limit {MAX_TEXT_BYTES}); split the text into passages",
-            t.len()
-        ));
-    }
-    Ok(Some(t))
-}
-
 /// Logits of the first head for every sequence, in the order given. Sequences are
 /// sorted by length and packed into batches of at most `budget` tokens.
 pub fn score<B: crate::backend::Backend>(
@@ -263,31 +239,6 @@ pub fn score<B: crate::backend::Backend>(
     Ok(out)
 }
 
-/// Splits `items` (already in the wanted order) into consecutive groups whose summed
-/// length stays within `budget` (a longer single item forms its own group).
-pub fn token_budget_groups(
-    items: &[usize],
-    len: impl Fn(usize) -> usize,
-    budget: usize,
-) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut used = 0;
-    for &i in items {
-        let l = len(i);
-        match groups.last_mut() {
-            Some(g) if used + l <= budget => {
-                g.push(i);
-                used += l;
-            }
-            _ => {
-                groups.push(vec![i]);
-                used = l;
-            }
-        }
-    }
-    groups
-}
-
 fn list_column(rows: &[Vec<f32>]) -> ArrayRef {
     let mut b = ListBuilder::new(Float32Builder::new());
     for r in rows {
@@ -295,16 +246,4 @@ fn list_column(rows: &[Vec<f32>]) -> ArrayRef {
         b.append(true);
     }
     Arc::new(b.finish())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::token_budget_groups;
-
-    #[test]
-    fn groups_respect_budget_and_order() {
-        let lens = [300, 200, 120, 100, 90, 600];
-        let g = token_budget_groups(&[5, 0, 1, 2, 3, 4], |i| lens[i], 512);
-        assert_eq!(g, vec![vec![5], vec![0, 1], vec![2, 3, 4]]);
-    }
 }

@@ -3,10 +3,12 @@
 
 pub mod beam;
 pub mod bench;
+pub mod bench_loglik;
 pub mod classify;
 pub mod eval;
 pub mod import;
 pub mod inspect;
+pub mod loglik;
 pub mod merge;
 
 use std::path::Path;
@@ -42,6 +44,10 @@ pub enum Command {
     Import(import::ImportArgs),
     /// Score predicted passage chains (and answers) against a question file.
     Eval(eval::EvalArgs),
+    /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM (LEPUS).
+    Loglik(loglik::LoglikArgs),
+    /// Causal-LM scoring throughput on fixed token ids (see tools/bench_decoder_reference.py).
+    BenchLoglik(bench_loglik::BenchLoglikArgs),
 }
 
 /// Where the model runs.

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, SchemaRef};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ArrowWriter;
@@ -115,6 +115,32 @@ pub fn create_writer(
         ))
         .build();
     Ok(ArrowWriter::try_new(file, schema, Some(props))?)
+}
+
+/// Longest text accepted in a row, in bytes; longer rows are quarantined (a text this
+/// long is almost certainly a data error, and no model here reads that many tokens).
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+
+/// `Ok(None)` for null, the text when usable, `Err` with a reason otherwise.
+pub fn check_text<'a>(
+    col: &'a arrow::array::StringArray,
+    r: usize,
+    name: &str,
+) -> Result<Option<&'a str>, String> {
+    if col.is_null(r) {
+        return Ok(None);
+    }
+    let t = col.value(r);
+    if t.trim().is_empty() {
+        return Err(format!("{name} is empty"));
+    }
+    if t.len() > MAX_TEXT_BYTES {
+        return Err(format!(
+            "{name} has {} bytes (limit {MAX_TEXT_BYTES}); split the text into passages",
+            t.len()
+        ));
+    }
+    Ok(Some(t))
 }
 
 /// Output path with a suffix before the extension: `out.parquet` → `out.quarantine.parquet`.

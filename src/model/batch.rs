@@ -1,4 +1,5 @@
-//! Encoder inputs: tokenised sequences packed back to back without padding.
+//! Model inputs: tokenised sequences packed back to back without padding, and the
+//! grouping of sequences into token-budget batches.
 
 use crate::backend::SeqLayout;
 
@@ -56,5 +57,42 @@ impl PackedBatch {
 
     pub fn num_tokens(&self) -> usize {
         self.ids.len()
+    }
+}
+
+/// Splits `items` (already in the wanted order) into consecutive groups whose summed
+/// length stays within `budget` (a longer single item forms its own group).
+pub fn token_budget_groups(
+    items: &[usize],
+    len: impl Fn(usize) -> usize,
+    budget: usize,
+) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut used = 0;
+    for &i in items {
+        let l = len(i);
+        match groups.last_mut() {
+            Some(g) if used + l <= budget => {
+                g.push(i);
+                used += l;
+            }
+            _ => {
+                groups.push(vec![i]);
+                used = l;
+            }
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_budget_groups;
+
+    #[test]
+    fn groups_respect_budget_and_order() {
+        let lens = [300, 200, 120, 100, 90, 600];
+        let g = token_budget_groups(&[5, 0, 1, 2, 3, 4], |i| lens[i], 512);
+        assert_eq!(g, vec![vec![5], vec![0, 1], vec![2, 3, 4]]);
     }
 }

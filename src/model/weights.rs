@@ -12,6 +12,10 @@
 //!
 //! The encoder prefix is found from the word-embedding tensor, so every layout above
 //! resolves through the same [`Weights::pp`] calls.
+//!
+//! Decoders read HF names (`model.layers.N.self_attn.q_proj.weight`, `transformer.h.N.…`)
+//! from safetensors, or from a GGUF file through [`super::gguf::gguf_name`], with
+//! llama.cpp's Q/K row permutation undone at read time.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -21,6 +25,8 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use thiserror::Error;
+
+use super::gguf::GgufFile;
 
 /// A weight file or tensor that cannot be used.
 #[derive(Debug, Error)]
@@ -32,6 +38,8 @@ pub enum WeightError {
     },
     #[error("{path} is not a valid safetensors file: {reason}")]
     Format { path: String, reason: String },
+    #[error("{path} is not a valid GGUF file: {reason}")]
+    Gguf { path: String, reason: String },
     #[error(
         "no safetensors weights in {0}: expected model.safetensors or model.safetensors.index.json \
          (convert PyTorch .bin/.pt checkpoints with tools/convert_to_safetensors.py; see weights/README.md)"
@@ -261,6 +269,50 @@ enum Source {
     Random {
         seed: u64,
     },
+    /// A GGUF file read through the HF → llama.cpp name map.
+    Gguf(GgufSource),
+}
+
+/// A GGUF file and how to undo llama.cpp's layout changes.
+pub struct GgufSource {
+    pub file: GgufFile,
+    /// `(heads, kv_heads)` when Q/K rows were permuted by llama.cpp's converter
+    /// (architectures `llama` and `mistral`).
+    pub permuted_qk: Option<(usize, usize)>,
+}
+
+impl GgufSource {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<HostTensor, WeightError> {
+        let g = super::gguf::gguf_name(name).ok_or_else(|| WeightError::Missing {
+            name: name.to_string(),
+            count: self.file.tensors.len(),
+            hint: "no GGUF name is known for this tensor".into(),
+        })?;
+        let t = self.file.tensor(&g)?;
+        if t.shape != shape {
+            return Err(WeightError::Shape {
+                name: format!("{name} (GGUF `{g}`)"),
+                expected: shape.to_vec(),
+                found: t.shape,
+            });
+        }
+        let heads = match self.permuted_qk {
+            Some((h, _)) if g.contains(".attn_q.") => Some(h),
+            Some((_, kv)) if g.contains(".attn_k.") => Some(kv),
+            _ => None,
+        };
+        match heads {
+            Some(h) => super::gguf::unpermute_rows(&t, h).map_err(|reason| WeightError::Gguf {
+                path: self.file.path().display().to_string(),
+                reason: format!("`{g}`: {reason}"),
+            }),
+            None => Ok(t),
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        super::gguf::gguf_name(name).is_some_and(|g| self.file.tensors.contains_key(&g))
+    }
 }
 
 /// A view of a checkpoint under a name prefix (candle's `VarBuilder` idea).
@@ -290,11 +342,19 @@ impl Weights {
         }
     }
 
-    /// The checkpoint behind this view (`None` for random weights).
+    /// Weights read from a GGUF file (HF tensor names are mapped to GGUF ones).
+    pub fn gguf(source: GgufSource) -> Self {
+        Self {
+            source: Arc::new(Source::Gguf(source)),
+            prefix: String::new(),
+        }
+    }
+
+    /// The safetensors checkpoint behind this view (`None` for random or GGUF weights).
     pub fn store(&self) -> Option<&WeightStore> {
         match &*self.source {
             Source::Store(s) => Some(s),
-            Source::Random { .. } => None,
+            Source::Random { .. } | Source::Gguf(_) => None,
         }
     }
 
@@ -335,7 +395,11 @@ impl Weights {
 
     /// Whether `name` exists under this prefix (always true for random weights).
     pub fn contains(&self, name: &str) -> bool {
-        self.store().is_none_or(|s| s.contains(&self.full(name)))
+        match &*self.source {
+            Source::Store(s) => s.contains(&self.full(name)),
+            Source::Random { .. } => true,
+            Source::Gguf(g) => g.contains(&self.full(name)),
+        }
     }
 
     /// Stored shape of `name` under this prefix.
@@ -348,6 +412,7 @@ impl Weights {
         match &*self.source {
             Source::Store(s) => s.get(&full, shape),
             Source::Random { seed } => Ok(random_tensor(*seed, &full, shape)),
+            Source::Gguf(g) => g.get(&full, shape),
         }
     }
 

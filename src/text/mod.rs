@@ -1,5 +1,7 @@
-//! Text → token ids: the tokenizer wrapper (tokenizers crate, `tokenizer.json`).
+//! Text → token ids: the tokenizer wrappers (tokenizers crate, `tokenizer.json` or
+//! GGUF metadata).
 
+pub mod causal_tokenizer;
 pub mod render;
 pub mod tokenizer;
 

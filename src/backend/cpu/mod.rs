@@ -2,13 +2,21 @@
 //! attention heads. It is the executable specification of every op and a fast
 //! fallback when no GPU is present.
 
+pub mod causal_attention;
 pub mod disentangled_attention;
 pub mod embedding;
 pub mod gelu;
+pub mod gelu_new;
 pub mod layer_norm;
 pub mod matmul;
+pub mod question_loglik;
+pub mod rms_norm;
+pub mod rope;
+pub mod swiglu;
 
-use super::{AttentionShape, Backend, OpError, OpResult, RelAttention, SeqLayout};
+use rayon::prelude::*;
+
+use super::{AttentionShape, Backend, CausalShape, OpError, OpResult, RelAttention, SeqLayout};
 use crate::model::weights::HostTensor;
 
 /// A row-major f32 matrix in host memory.
@@ -236,5 +244,170 @@ impl Backend for CpuBackend {
             cols: x.cols,
             data,
         })
+    }
+
+    fn copy(&self, x: &CpuTensor) -> OpResult<CpuTensor> {
+        Ok(x.clone())
+    }
+
+    fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> OpResult<()> {
+        if (x.rows, x.cols) != (y.rows, y.cols) {
+            return Err(shape_err(
+                "add",
+                format!("[{}, {}] + [{}, {}]", x.rows, x.cols, y.rows, y.cols),
+            ));
+        }
+        x.data
+            .par_chunks_mut(4096)
+            .zip(y.data.par_chunks(4096))
+            .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a += b));
+        Ok(())
+    }
+
+    fn rms_norm(&self, x: &CpuTensor, weight: &CpuTensor, eps: f32) -> OpResult<CpuTensor> {
+        if weight.data.len() != x.cols {
+            return Err(shape_err(
+                "rms_norm",
+                format!("{} weights for {} columns", weight.data.len(), x.cols),
+            ));
+        }
+        let mut data = vec![0f32; x.data.len()];
+        rms_norm::rms_norm(&x.data, &mut data, x.cols, &weight.data, eps);
+        Ok(CpuTensor {
+            rows: x.rows,
+            cols: x.cols,
+            data,
+        })
+    }
+
+    fn gelu_new(&self, x: &mut CpuTensor) -> OpResult<()> {
+        gelu_new::gelu_new_inplace(&mut x.data);
+        Ok(())
+    }
+
+    fn swiglu(&self, x: &CpuTensor) -> OpResult<CpuTensor> {
+        if x.cols % 2 != 0 {
+            return Err(shape_err(
+                "swiglu",
+                format!("{} columns is not [gate | up]", x.cols),
+            ));
+        }
+        let inter = x.cols / 2;
+        let mut data = vec![0f32; x.rows * inter];
+        swiglu::swiglu(&x.data, &mut data, inter);
+        Ok(CpuTensor {
+            rows: x.rows,
+            cols: inter,
+            data,
+        })
+    }
+
+    fn rope(
+        &self,
+        x: &mut CpuTensor,
+        heads: usize,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+    ) -> OpResult<()> {
+        if heads * head_dim > x.cols || positions.len() != x.rows || 2 * inv_freq.len() != head_dim
+        {
+            return Err(shape_err(
+                "rope",
+                format!(
+                    "x [{}, {}], {heads} heads of {head_dim}, {} positions, {} frequencies",
+                    x.rows,
+                    x.cols,
+                    positions.len(),
+                    inv_freq.len()
+                ),
+            ));
+        }
+        rope::rope(&mut x.data, x.cols, heads, head_dim, positions, inv_freq);
+        Ok(())
+    }
+
+    fn causal_attention(
+        &self,
+        qkv: &CpuTensor,
+        shape: CausalShape,
+        layout: &SeqLayout,
+    ) -> OpResult<CpuTensor> {
+        let width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim;
+        let tokens = layout.num_tokens();
+        if (qkv.rows, qkv.cols) != (tokens, width) {
+            return Err(shape_err(
+                "causal_attention",
+                format!(
+                    "qkv must be [{tokens}, {width}], got [{}, {}]",
+                    qkv.rows, qkv.cols
+                ),
+            ));
+        }
+        if shape.kv_heads == 0 || shape.heads % shape.kv_heads != 0 {
+            return Err(shape_err(
+                "causal_attention",
+                format!(
+                    "{} heads do not group over {} kv heads",
+                    shape.heads, shape.kv_heads
+                ),
+            ));
+        }
+        if layout.mask.len() != tokens {
+            return Err(shape_err(
+                "causal_attention",
+                "mask length != tokens".into(),
+            ));
+        }
+        Ok(CpuTensor {
+            rows: tokens,
+            cols: shape.heads * shape.head_dim,
+            data: causal_attention::causal_attention(&qkv.data, shape, layout),
+        })
+    }
+
+    fn question_loglik(
+        &self,
+        hidden: &CpuTensor,
+        rows: &[usize],
+        lm_head: &CpuTensor,
+        targets: &[u32],
+        temperature: f32,
+    ) -> OpResult<Vec<f32>> {
+        if lm_head.cols != hidden.cols || rows.len() != targets.len() {
+            return Err(shape_err(
+                "question_loglik",
+                format!(
+                    "hidden [{}, {}], head [{}, {}], {} rows, {} targets",
+                    hidden.rows,
+                    hidden.cols,
+                    lm_head.rows,
+                    lm_head.cols,
+                    rows.len(),
+                    targets.len()
+                ),
+            ));
+        }
+        if let Some(bad) = targets.iter().find(|&&t| t as usize >= lm_head.rows) {
+            return Err(shape_err(
+                "question_loglik",
+                format!("target {bad} is outside the vocabulary of {}", lm_head.rows),
+            ));
+        }
+        if !(temperature > 0.0 && temperature.is_finite()) {
+            return Err(shape_err(
+                "question_loglik",
+                format!("temperature {temperature} must be positive"),
+            ));
+        }
+        let x = self.gather_rows(hidden, rows)?;
+        Ok(question_loglik::question_loglik(
+            &x.data,
+            x.cols,
+            &lm_head.data,
+            lm_head.rows,
+            targets,
+            temperature,
+        ))
     }
 }

@@ -1,0 +1,146 @@
+//! `hopscore bench-loglik`: causal-LM scoring throughput on fixed token ids, for the
+//! comparison with PyTorch in tools/bench_decoder_reference.py (both engines read the
+//! same ids, so tokenisation is outside the measurement).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::loglik::{load_decoder, score};
+use super::DeviceArg;
+use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
+use crate::model::decoder::ScoredSequence;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchLoglikArgs {
+    /// A GGUF file, a directory holding one, or an HF directory.
+    #[arg(long, env = "HOPSCORE_MODEL")]
+    pub model: PathBuf,
+    /// JSON `{"pairs": [{"ids": [..], "target_start": n}, ..]}`: token ids of prompt +
+    /// target, targets from `target_start` on (tools/bench_decoder_reference.py writes it).
+    #[arg(long)]
+    pub pairs: PathBuf,
+    /// Token budget of one forward pass.
+    #[arg(long, default_value_t = 8192)]
+    pub max_batch_tokens: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    /// Untimed passes over all pairs before timing.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Timed passes over all pairs (the mean is reported).
+    #[arg(long, default_value_t = 3)]
+    pub iters: usize,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    /// Print one JSON line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct PairsFile {
+    pairs: Vec<Pair>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Pair {
+    ids: Vec<u32>,
+    target_start: usize,
+}
+
+/// Measured throughput.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchLoglikResult {
+    pub engine: &'static str,
+    pub device: String,
+    pub model_type: String,
+    pub threads: usize,
+    pub pairs: usize,
+    /// Prompt + target tokens per pass.
+    pub tokens: usize,
+    pub target_tokens: usize,
+    pub iters: usize,
+    pub seconds_per_pass: f64,
+    pub tokens_per_s: f64,
+    /// Mean of the per-pair mean log-likelihoods (a check that both engines agree).
+    pub mean_loglik: f64,
+}
+
+/// Runs `hopscore bench-loglik`.
+pub fn run(args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
+    ensure!(args.iters >= 1, "--iters must be at least 1");
+    match args.device {
+        DeviceArg::Cpu => run_on(&CpuBackend, args),
+    }
+}
+
+fn run_on<B: Backend>(be: &B, args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
+    let text = std::fs::read_to_string(&args.pairs)
+        .with_context(|| format!("cannot read {}", args.pairs.display()))?;
+    let file: PairsFile = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a pairs file", args.pairs.display()))?;
+    let seqs: Vec<ScoredSequence> = file
+        .pairs
+        .into_iter()
+        .map(|p| ScoredSequence {
+            ids: p.ids,
+            target_start: p.target_start,
+        })
+        .collect();
+    ensure!(!seqs.is_empty(), "{} has no pairs", args.pairs.display());
+    let loaded = load_decoder(be, &args.model, None)?;
+    let pass = || {
+        score(
+            be,
+            &loaded.model,
+            &seqs,
+            args.temperature,
+            args.max_batch_tokens,
+        )
+    };
+    let mut results = Vec::new();
+    for _ in 0..args.warmup {
+        results = pass()?;
+    }
+    let t = Instant::now();
+    for _ in 0..args.iters {
+        results = pass()?;
+    }
+    let per_pass = t.elapsed().as_secs_f64() / args.iters as f64;
+    let tokens = seqs.iter().map(|s| s.ids.len()).sum::<usize>();
+    Ok(BenchLoglikResult {
+        engine: "hopscore",
+        device: be.name(),
+        model_type: loaded.model.config.model_type.clone(),
+        threads: rayon::current_num_threads(),
+        pairs: seqs.len(),
+        tokens,
+        target_tokens: seqs.iter().map(ScoredSequence::n_targets).sum(),
+        iters: args.iters,
+        seconds_per_pass: per_pass,
+        tokens_per_s: tokens as f64 / per_pass,
+        mean_loglik: results.iter().map(|r| r.mean).sum::<f64>() / results.len() as f64,
+    })
+}
+
+/// Human-readable form of a result.
+pub fn table(r: &BenchLoglikResult) -> String {
+    format!(
+        "{} on {}  threads {}  {} pairs, {} tokens ({} scored)\n\
+         {:.3} s/pass  {:.0} tokens/s  mean log-likelihood {:.4}",
+        r.model_type,
+        r.device,
+        r.threads,
+        r.pairs,
+        r.tokens,
+        r.target_tokens,
+        r.seconds_per_pass,
+        r.tokens_per_s,
+        r.mean_loglik
+    )
+}

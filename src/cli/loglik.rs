@@ -1,0 +1,315 @@
+//! `hopscore loglik`: log-likelihood of `target` given `prompt` under a causal LM
+//! (LEPUS scoring, SPEC §3), for `(id, prompt, target)` rows.
+//!
+//! Rows stream from the input Parquet in chunks; each chunk is tokenised in parallel
+//! (prompt and target separately, trailing prompt whitespace moved to the target, BOS
+//! when the tokenizer asks for it), sorted by length, packed into token-budget
+//! batches and scored; results are written in input order. Only target tokens count.
+//! Rows that cannot be scored go to the quarantine file with the reason.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use arrow::array::{Array, Float64Array, RecordBatch, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema};
+use clap::Args;
+use rayon::prelude::*;
+
+use super::{progress_bar, run_metadata, DeviceArg};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
+use crate::io::parquet_io::{
+    check_text, create_writer, display_column, sibling, string_column, ParquetInput,
+};
+use crate::io::quarantine::{BadRow, QuarantineWriter};
+use crate::model::batch::token_budget_groups;
+use crate::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
+use crate::text::causal_tokenizer::{self, CausalTokenizer};
+
+/// Rows read from the input per chunk.
+const CHUNK_ROWS: usize = 2048;
+
+#[derive(Debug, Clone, Args)]
+pub struct LoglikArgs {
+    /// A GGUF file (config and tokenizer from its metadata), a directory holding one,
+    /// or an HF directory (config.json, model.safetensors, tokenizer.json).
+    #[arg(long, env = "HOPSCORE_MODEL")]
+    pub model: PathBuf,
+    /// tokenizer.json (or a directory holding it) instead of the model's own.
+    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    pub tokenizer: Option<PathBuf>,
+    /// Input Parquet with columns `id` (string or integer), `prompt` and `target`
+    /// (strings).
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Output Parquet: `id`, `loglik_sum`, `loglik_mean` (float64), `n_tokens` (uint32).
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Logits are divided by T before the log-softmax (LEPUS: 1.4 is best in the
+    /// paper; 1.0 gives plain log-likelihoods).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    /// Token budget of one forward pass. Larger batches use the cores better and need
+    /// more memory (about 4·(6·H + 2·I) bytes per token on CPU, plus attention scores).
+    #[arg(long, default_value_t = 8192)]
+    pub max_batch_tokens: usize,
+    /// Longest prompt + target accepted, in tokens; longer rows are quarantined.
+    /// Default: the model's context length.
+    #[arg(long)]
+    pub max_length: Option<usize>,
+    /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
+    #[arg(long)]
+    pub quarantine: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
+
+/// Counts printed at the end of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoglikSummary {
+    pub scored: u64,
+    pub quarantined: u64,
+    /// Tokens run through the model (prompts and targets).
+    pub tokens: u64,
+    pub seconds: f64,
+    pub quarantine_path: PathBuf,
+}
+
+/// Per-row result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Loglik {
+    pub sum: f64,
+    pub mean: f64,
+    pub count: usize,
+}
+
+impl Loglik {
+    /// Sum (in f64), mean and count of per-token log-probabilities.
+    pub fn from_tokens(logp: &[f32]) -> Self {
+        let sum: f64 = logp.iter().map(|&v| f64::from(v)).sum();
+        Self {
+            sum,
+            mean: sum / logp.len().max(1) as f64,
+            count: logp.len(),
+        }
+    }
+}
+
+/// A loaded model with its tokenizer.
+pub struct LoadedDecoder<B: Backend> {
+    pub model: DecoderForCausalLM<B>,
+    pub tokenizer: CausalTokenizer,
+    pub weights_path: PathBuf,
+}
+
+/// Opens a decoder and its tokenizer (`tokenizer` overrides the model's own).
+pub fn load_decoder<B: Backend>(
+    be: &B,
+    model: &std::path::Path,
+    tokenizer: Option<&std::path::Path>,
+) -> Result<LoadedDecoder<B>> {
+    let source = DecoderSource::open(model)?;
+    let weights_path = source.weights_path();
+    let tok = match (&source, tokenizer) {
+        (_, Some(t)) => CausalTokenizer::from_dir(model, Some(t))?,
+        (DecoderSource::Gguf(g), None) => causal_tokenizer::from_gguf(g)?,
+        (DecoderSource::Hf { dir, .. }, None) => CausalTokenizer::from_dir(dir, None)?,
+    };
+    let model = DecoderForCausalLM::load(be, source)
+        .with_context(|| format!("loading {}", model.display()))?;
+    Ok(LoadedDecoder {
+        model,
+        tokenizer: tok,
+        weights_path,
+    })
+}
+
+/// Runs `hopscore loglik`.
+pub fn run(args: &LoglikArgs) -> Result<LoglikSummary> {
+    let started = Instant::now();
+    ensure!(
+        args.temperature > 0.0 && args.temperature.is_finite(),
+        "--temperature must be positive, got {}",
+        args.temperature
+    );
+    let be = match args.device {
+        DeviceArg::Cpu => CpuBackend,
+    };
+    let loaded = load_decoder(&be, &args.model, args.tokenizer.as_deref())?;
+    let max_len = args
+        .max_length
+        .unwrap_or(loaded.model.config.max_position_embeddings);
+
+    let mut input = ParquetInput::open(&args.input, CHUNK_ROWS)?;
+    input.check_column("id", &["string", "integer"], true)?;
+    input.check_column("prompt", &["string"], true)?;
+    input.check_column("target", &["string"], true)?;
+    let id_type = input.schema.field_with_name("id")?.data_type().clone();
+
+    let metadata = run_metadata(
+        &args.model,
+        &loaded.weights_path,
+        &[
+            ("model_type", loaded.model.config.model_type.clone()),
+            ("temperature", args.temperature.to_string()),
+            ("max_length", max_len.to_string()),
+            ("add_bos", loaded.tokenizer.add_bos.to_string()),
+            ("tokenizer", loaded.tokenizer.source.display().to_string()),
+            ("device", be.name()),
+        ],
+    )?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", id_type, false),
+        Field::new("loglik_sum", DataType::Float64, false),
+        Field::new("loglik_mean", DataType::Float64, false),
+        Field::new("n_tokens", DataType::UInt32, false),
+    ]));
+    let mut writer = create_writer(&args.output, schema.clone(), &metadata)?;
+    let quarantine_path = args
+        .quarantine
+        .clone()
+        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
+    let mut quarantine = QuarantineWriter::create(&quarantine_path, &metadata)?;
+
+    let bar = progress_bar(input.total_rows, "rows");
+    let (mut scored, mut tokens, mut row0) = (0u64, 0u64, 0u64);
+    for chunk in input.reader.by_ref() {
+        let chunk = chunk.context("reading the input Parquet")?;
+        let n = chunk.num_rows();
+        let (good, bad) = tokenize_chunk(&chunk, &loaded.tokenizer, max_len, row0)?;
+        quarantine.write(&bad)?;
+        let rows: Vec<usize> = good.iter().map(|(r, _)| *r).collect();
+        let seqs: Vec<ScoredSequence> = good.into_iter().map(|(_, s)| s).collect();
+        tokens += seqs.iter().map(|s| s.ids.len() as u64).sum::<u64>();
+        let results = score(
+            &be,
+            &loaded.model,
+            &seqs,
+            args.temperature,
+            args.max_batch_tokens,
+        )?;
+        if !rows.is_empty() {
+            let ids = arrow::compute::take(
+                chunk.column_by_name("id").expect("checked"),
+                &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)),
+                None,
+            )?;
+            writer.write(&RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    ids,
+                    Arc::new(Float64Array::from_iter_values(
+                        results.iter().map(|r| r.sum),
+                    )),
+                    Arc::new(Float64Array::from_iter_values(
+                        results.iter().map(|r| r.mean),
+                    )),
+                    Arc::new(UInt32Array::from_iter_values(
+                        results.iter().map(|r| r.count as u32),
+                    )),
+                ],
+            )?)?;
+        }
+        scored += rows.len() as u64;
+        row0 += n as u64;
+        bar.inc(n as u64);
+    }
+    bar.finish_and_clear();
+    writer.close()?;
+    let (quarantine_path, quarantined) = quarantine.finish()?;
+    Ok(LoglikSummary {
+        scored,
+        quarantined,
+        tokens,
+        seconds: started.elapsed().as_secs_f64(),
+        quarantine_path,
+    })
+}
+
+type Tokenized = (Vec<(usize, ScoredSequence)>, Vec<BadRow>);
+
+/// Validates and tokenises the rows of one chunk.
+fn tokenize_chunk(
+    chunk: &RecordBatch,
+    tok: &CausalTokenizer,
+    max_len: usize,
+    row0: u64,
+) -> Result<Tokenized> {
+    let ids = display_column(chunk.column_by_name("id").expect("checked"))?;
+    let prompt = string_column(chunk, "prompt")?;
+    let target = string_column(chunk, "target")?;
+    let results: Vec<Result<ScoredSequence, String>> = (0..chunk.num_rows())
+        .into_par_iter()
+        .map(|r| {
+            if ids.is_null(r) {
+                return Err("id is null".to_string());
+            }
+            // An empty prompt is allowed (BOS may give the context); a null one is not.
+            if prompt.is_null(r) {
+                return Err("prompt is null".to_string());
+            }
+            let p = prompt.value(r);
+            if p.len() > crate::io::parquet_io::MAX_TEXT_BYTES {
+                return Err(format!("prompt has {} bytes; split the text", p.len()));
+            }
+            let t = check_text(&target, r, "target")?.ok_or_else(|| "target is null".to_string())?;
+            let enc = tok.encode_pair(p, t).map_err(|e| format!("{e:#}"))?;
+            if enc.target_start == 0 {
+                return Err(
+                    "the prompt is empty and the model adds no BOS: the first target token has no context"
+                        .to_string(),
+                );
+            }
+            if enc.ids.len() == enc.target_start {
+                return Err("the target has no tokens".to_string());
+            }
+            if enc.ids.len() > max_len {
+                return Err(format!(
+                    "prompt + target is {} tokens; the limit is {max_len} (--max-length)",
+                    enc.ids.len()
+                ));
+            }
+            Ok(ScoredSequence {
+                ids: enc.ids,
+                target_start: enc.target_start,
+            })
+        })
+        .collect();
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    for (r, res) in results.into_iter().enumerate() {
+        match res {
+            Ok(s) => good.push((r, s)),
+            Err(reason) => bad.push(BadRow {
+                row: row0 + r as u64,
+                id: (!ids.is_null(r)).then(|| ids.value(r).to_string()),
+                reason,
+            }),
+        }
+    }
+    Ok((good, bad))
+}
+
+/// Scores every sequence (in the order given): sorted by length, packed into batches
+/// of at most `budget` tokens.
+pub fn score<B: Backend>(
+    be: &B,
+    model: &DecoderForCausalLM<B>,
+    seqs: &[ScoredSequence],
+    temperature: f32,
+    budget: usize,
+) -> Result<Vec<Loglik>> {
+    let mut order: Vec<usize> = (0..seqs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].ids.len()));
+    let mut out = vec![Loglik::from_tokens(&[]); seqs.len()];
+    for group in token_budget_groups(&order, |i| seqs[i].ids.len(), budget) {
+        let batch: Vec<ScoredSequence> = group.iter().map(|&i| seqs[i].clone()).collect();
+        let logp = model.target_logprobs(be, &batch, temperature)?;
+        for (&i, lp) in group.iter().zip(&logp) {
+            out[i] = Loglik::from_tokens(lp);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,492 @@
+//! Causal LMs for LEPUS scoring (SPEC §3): GPT-2 and the Llama family (Llama,
+//! Mistral, Qwen2), one definition driven by [`DecoderConfig`]. Ports of HF
+//! transformers' `models/gpt2/modeling_gpt2.py` (`GPT2Attention`, `GPT2MLP`,
+//! `GPT2Block`, `GPT2LMHeadModel`) and `models/llama/modeling_llama.py`
+//! (`LlamaRMSNorm`, `LlamaRotaryEmbedding`, `LlamaAttention`, `LlamaMLP`,
+//! `LlamaDecoderLayer`, `LlamaForCausalLM`), inference only.
+//!
+//! Differences in form, not in numbers: sequences are packed without padding; q/k/v
+//! are one fused projection (`[q | k | v]`, as GPT-2's `c_attn`), gate/up are one
+//! fused projection; GPT-2's Conv1D weights (`[in, out]`) are transposed at load; the
+//! LM head runs only on the rows that predict target tokens, through the
+//! `question_loglik` op (running log-sum-exp over vocabulary chunks).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use super::batch::{PackedBatch, Sequence};
+use super::decoder_config::{DecoderConfig, Family};
+use super::gguf::GgufFile;
+use super::weights::{GgufSource, HostTensor, WeightStore, Weights};
+use crate::backend::{Backend, CausalShape};
+
+/// Concatenates 2-D tensors along rows (fused projections).
+fn cat_rows(parts: &[HostTensor]) -> HostTensor {
+    let cols = parts[0].shape.get(1).copied();
+    let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
+    let shape = match cols {
+        Some(c) => vec![rows, c],
+        None => vec![rows],
+    };
+    HostTensor::new(
+        shape,
+        parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
+    )
+}
+
+/// `[in, out]` → `[out, in]` (GPT-2 Conv1D weights).
+fn transpose(t: &HostTensor) -> HostTensor {
+    let (r, c) = (t.shape[0], t.shape[1]);
+    let mut data = vec![0f32; r * c];
+    for i in 0..r {
+        for j in 0..c {
+            data[j * r + i] = t.data[i * c + j];
+        }
+    }
+    HostTensor::new(vec![c, r], data)
+}
+
+/// A fused linear layer `y = x·Wᵀ + b` with `W: [out, in]`.
+struct FusedLinear<B: Backend> {
+    weight: B::Tensor,
+    bias: Option<B::Tensor>,
+}
+
+impl<B: Backend> FusedLinear<B> {
+    fn new(be: &B, weight: &HostTensor, bias: Option<&HostTensor>) -> Result<Self> {
+        Ok(Self {
+            weight: be.upload(weight)?,
+            bias: bias.map(|b| be.upload(b)).transpose()?,
+        })
+    }
+
+    /// Loads `names` (each `[out_k, input]` in HF layout) and fuses them along rows.
+    fn load_hf(
+        be: &B,
+        w: &Weights,
+        names: &[(&str, usize)],
+        input: usize,
+        bias: bool,
+    ) -> Result<Self> {
+        let ws: Vec<HostTensor> = names
+            .iter()
+            .map(|(n, out)| w.pp(n).get("weight", &[*out, input]))
+            .collect::<Result<_, _>>()?;
+        let bs: Option<Vec<HostTensor>> = bias
+            .then(|| {
+                names
+                    .iter()
+                    .map(|(n, out)| w.pp(n).get("bias", &[*out]))
+                    .collect::<Result<_, _>>()
+            })
+            .transpose()?;
+        Self::new(
+            be,
+            &cat_rows(&ws),
+            bs.as_ref().map(|b| cat_rows(b)).as_ref(),
+        )
+    }
+
+    /// Loads a GPT-2 Conv1D (`weight: [input, out]`, `bias: [out]`).
+    fn load_conv1d(be: &B, w: &Weights, input: usize, out: usize) -> Result<Self> {
+        Self::new(
+            be,
+            &transpose(&w.get("weight", &[input, out])?),
+            Some(&w.get("bias", &[out])?),
+        )
+    }
+
+    fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        Ok(be.linear(x, &self.weight, self.bias.as_ref())?)
+    }
+}
+
+/// LayerNorm (GPT-2) or RMSNorm (Llama).
+enum Norm<B: Backend> {
+    Layer {
+        weight: B::Tensor,
+        bias: B::Tensor,
+        eps: f32,
+    },
+    Rms {
+        weight: B::Tensor,
+        eps: f32,
+    },
+}
+
+impl<B: Backend> Norm<B> {
+    fn load(be: &B, w: &Weights, c: &DecoderConfig) -> Result<Self> {
+        let h = c.hidden_size;
+        Ok(match c.family {
+            Family::Gpt2 => Norm::Layer {
+                weight: be.upload(&w.get("weight", &[h])?)?,
+                bias: be.upload(&w.get("bias", &[h])?)?,
+                eps: c.norm_eps,
+            },
+            Family::Llama => Norm::Rms {
+                weight: be.upload(&w.get("weight", &[h])?)?,
+                eps: c.norm_eps,
+            },
+        })
+    }
+
+    /// The normalised copy of `x` (the residual stream is left as is).
+    fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        Ok(match self {
+            Norm::Layer { weight, bias, eps } => {
+                let mut y = be.copy(x)?;
+                be.layer_norm(&mut y, None, weight, bias, *eps)?;
+                y
+            }
+            Norm::Rms { weight, eps } => be.rms_norm(x, weight, *eps)?,
+        })
+    }
+}
+
+/// Self-attention (`GPT2Attention` / `LlamaAttention`): fused q/k/v projection,
+/// RoPE for the Llama family, causal attention, output projection.
+pub struct DecoderAttention<B: Backend> {
+    qkv: FusedLinear<B>,
+    out: FusedLinear<B>,
+}
+
+/// The MLP: GPT-2 `c_fc → gelu_new → c_proj`, or Llama `down(silu(gate)·up)`.
+pub struct DecoderMlp<B: Backend> {
+    /// `c_fc` (GPT-2) or the fused `[gate | up]` projection (Llama).
+    up: FusedLinear<B>,
+    down: FusedLinear<B>,
+    family: Family,
+}
+
+/// One pre-norm block (`GPT2Block` / `LlamaDecoderLayer`).
+pub struct DecoderLayer<B: Backend> {
+    norm1: Norm<B>,
+    attention: DecoderAttention<B>,
+    norm2: Norm<B>,
+    mlp: DecoderMlp<B>,
+}
+
+impl<B: Backend> DecoderLayer<B> {
+    fn load(be: &B, w: &Weights, c: &DecoderConfig) -> Result<Self> {
+        let (h, i) = (c.hidden_size, c.intermediate_size);
+        let (q, kv) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        Ok(match c.family {
+            Family::Gpt2 => Self {
+                norm1: Norm::load(be, &w.pp("ln_1"), c)?,
+                attention: DecoderAttention {
+                    qkv: FusedLinear::load_conv1d(be, &w.pp("attn.c_attn"), h, 3 * h)?,
+                    out: FusedLinear::load_conv1d(be, &w.pp("attn.c_proj"), h, h)?,
+                },
+                norm2: Norm::load(be, &w.pp("ln_2"), c)?,
+                mlp: DecoderMlp {
+                    up: FusedLinear::load_conv1d(be, &w.pp("mlp.c_fc"), h, i)?,
+                    down: FusedLinear::load_conv1d(be, &w.pp("mlp.c_proj"), i, h)?,
+                    family: c.family,
+                },
+            },
+            Family::Llama => Self {
+                norm1: Norm::load(be, &w.pp("input_layernorm"), c)?,
+                attention: DecoderAttention {
+                    qkv: FusedLinear::load_hf(
+                        be,
+                        &w.pp("self_attn"),
+                        &[("q_proj", q), ("k_proj", kv), ("v_proj", kv)],
+                        h,
+                        c.qkv_bias,
+                    )?,
+                    out: FusedLinear::load_hf(
+                        be,
+                        &w.pp("self_attn"),
+                        &[("o_proj", h)],
+                        q,
+                        c.o_bias,
+                    )?,
+                },
+                norm2: Norm::load(be, &w.pp("post_attention_layernorm"), c)?,
+                mlp: DecoderMlp {
+                    up: FusedLinear::load_hf(
+                        be,
+                        &w.pp("mlp"),
+                        &[("gate_proj", i), ("up_proj", i)],
+                        h,
+                        c.mlp_bias,
+                    )?,
+                    down: FusedLinear::load_hf(
+                        be,
+                        &w.pp("mlp"),
+                        &[("down_proj", h)],
+                        i,
+                        c.mlp_bias,
+                    )?,
+                    family: c.family,
+                },
+            },
+        })
+    }
+
+    fn forward(&self, be: &B, x: &mut B::Tensor, ctx: &ForwardContext<'_>) -> Result<()> {
+        let h = self.norm1.forward(be, x)?;
+        let mut qkv = self.attention.qkv.forward(be, &h)?;
+        drop(h);
+        if let Some(inv_freq) = ctx.inv_freq {
+            be.rope(
+                &mut qkv,
+                ctx.shape.heads + ctx.shape.kv_heads,
+                ctx.shape.head_dim,
+                &ctx.batch.positions,
+                inv_freq,
+            )?;
+        }
+        let attn = be.causal_attention(&qkv, ctx.shape, &ctx.batch.layout)?;
+        drop(qkv);
+        be.add(x, &self.attention.out.forward(be, &attn)?)?;
+        let h = self.norm2.forward(be, x)?;
+        let mut up = self.mlp.up.forward(be, &h)?;
+        let act = match self.mlp.family {
+            Family::Gpt2 => {
+                be.gelu_new(&mut up)?;
+                up
+            }
+            Family::Llama => be.swiglu(&up)?,
+        };
+        be.add(x, &self.mlp.down.forward(be, &act)?)?;
+        Ok(())
+    }
+}
+
+/// What every layer of one forward pass shares.
+struct ForwardContext<'a> {
+    batch: &'a PackedBatch,
+    shape: CausalShape,
+    inv_freq: Option<&'a [f32]>,
+}
+
+/// Where a decoder's weights and tokenizer come from.
+pub enum DecoderSource {
+    /// HF directory: config.json + model.safetensors (+ tokenizer.json).
+    Hf { dir: PathBuf, store: WeightStore },
+    /// A single GGUF file (config and tokenizer in its metadata).
+    Gguf(GgufFile),
+}
+
+impl DecoderSource {
+    /// Opens `path`: a `.gguf` file, a directory holding exactly one `.gguf` and no
+    /// `config.json`, or an HF directory.
+    pub fn open(path: &Path) -> Result<Self> {
+        let gguf = if path.is_file() && path.extension().is_some_and(|e| e == "gguf") {
+            Some(path.to_path_buf())
+        } else if path.is_dir() && !path.join("config.json").is_file() {
+            let found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("cannot list {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+                .collect();
+            match found.as_slice() {
+                [one] => Some(one.clone()),
+                [] => bail!(
+                    "{} has neither config.json nor a .gguf file (fetch SmolLM2 with \
+                     tools/fetch_smollm2.sh)",
+                    path.display()
+                ),
+                _ => bail!(
+                    "{} holds several .gguf files: pass one with --model FILE.gguf",
+                    path.display()
+                ),
+            }
+        } else {
+            None
+        };
+        Ok(match gguf {
+            Some(p) => DecoderSource::Gguf(GgufFile::open(&p)?),
+            None => DecoderSource::Hf {
+                dir: path.to_path_buf(),
+                store: WeightStore::open(path)?,
+            },
+        })
+    }
+
+    /// The file whose checksum identifies the weights.
+    pub fn weights_path(&self) -> PathBuf {
+        match self {
+            DecoderSource::Hf { store, .. } => store.paths()[0].clone(),
+            DecoderSource::Gguf(g) => g.path().to_path_buf(),
+        }
+    }
+}
+
+/// A causal LM (`GPT2LMHeadModel` / `LlamaForCausalLM`).
+pub struct DecoderForCausalLM<B: Backend> {
+    pub config: DecoderConfig,
+    embed_tokens: B::Tensor,
+    /// GPT-2's learned positions `wpe`.
+    embed_positions: Option<B::Tensor>,
+    layers: Vec<DecoderLayer<B>>,
+    final_norm: Norm<B>,
+    /// `None` when tied to `embed_tokens`.
+    lm_head: Option<B::Tensor>,
+    inv_freq: Option<Vec<f32>>,
+}
+
+impl<B: Backend> DecoderForCausalLM<B> {
+    /// Loads the model from a source; returns it with the source's config.
+    pub fn load(be: &B, source: DecoderSource) -> Result<Self> {
+        let (config, weights) = match source {
+            DecoderSource::Hf { dir, store } => {
+                let config = DecoderConfig::from_file(&dir.join("config.json"))?;
+                (config, Weights::new(store))
+            }
+            DecoderSource::Gguf(file) => {
+                let config = DecoderConfig::from_gguf(&file)?;
+                let permuted_qk = matches!(config.model_type.as_str(), "llama" | "mistral")
+                    .then_some((config.num_heads, config.num_kv_heads));
+                (config, Weights::gguf(GgufSource { file, permuted_qk }))
+            }
+        };
+        Self::from_weights(be, &weights, config)
+    }
+
+    /// Builds the model from HF-named weights.
+    pub fn from_weights(be: &B, w: &Weights, c: DecoderConfig) -> Result<Self> {
+        let (v, h) = (c.vocab_size, c.hidden_size);
+        let (body, embed_name, pos_name, layers_name, norm_name) = match c.family {
+            Family::Gpt2 => {
+                // `transformer.` in GPT2LMHeadModel, bare in GPT2Model checkpoints.
+                let body = if w.contains("transformer.wte.weight") {
+                    w.pp("transformer")
+                } else {
+                    w.clone()
+                };
+                (body, "wte.weight", Some("wpe.weight"), "h", "ln_f")
+            }
+            Family::Llama => (w.pp("model"), "embed_tokens.weight", None, "layers", "norm"),
+        };
+        let embed = body.get(embed_name, &[v, h])?;
+        let embed_positions = pos_name
+            .map(|n| body.get(n, &[c.max_position_embeddings, h]))
+            .transpose()?
+            .map(|t| be.upload(&t))
+            .transpose()?;
+        let layers = (0..c.num_layers)
+            .map(|i| {
+                DecoderLayer::load(be, &body.pp(layers_name).pp(i), &c)
+                    .with_context(|| format!("loading decoder layer {i}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let final_norm = Norm::load(be, &body.pp(norm_name), &c)?;
+        let lm_head = if c.tie_word_embeddings {
+            None
+        } else {
+            Some(be.upload(&w.get("lm_head.weight", &[v, h])?)?)
+        };
+        let inv_freq = c.rope.map(|r| r.inv_freq(c.head_dim));
+        Ok(Self {
+            embed_tokens: be.upload(&embed)?,
+            embed_positions,
+            layers,
+            final_norm,
+            lm_head,
+            inv_freq,
+            config: c,
+        })
+    }
+
+    /// Final hidden states (before the final norm) of every packed token.
+    fn body(&self, be: &B, batch: &PackedBatch) -> Result<B::Tensor> {
+        let c = &self.config;
+        let mut lookups = vec![(&self.embed_tokens, batch.ids.as_slice())];
+        if let Some(p) = &self.embed_positions {
+            ensure!(
+                batch.layout.max_len() <= c.max_position_embeddings,
+                "a sequence has {} tokens; this model has learned positions up to {} \
+                 (n_positions)",
+                batch.layout.max_len(),
+                c.max_position_embeddings
+            );
+            lookups.push((p, batch.positions.as_slice()));
+        }
+        let mut x = be.embedding(&lookups).context(
+            "token ids must be below the model's vocab_size (tokenizer and model differ?)",
+        )?;
+        let ctx = ForwardContext {
+            batch,
+            shape: CausalShape {
+                heads: c.num_heads,
+                kv_heads: c.num_kv_heads,
+                head_dim: c.head_dim,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+            },
+            inv_freq: self.inv_freq.as_deref(),
+        };
+        for layer in &self.layers {
+            layer.forward(be, &mut x, &ctx)?;
+        }
+        Ok(x)
+    }
+
+    /// Per-token log-probabilities of the target tokens of each sequence:
+    /// `seqs[k].ids[target_start..]` given everything before them, with logits
+    /// divided by `temperature` before the log-softmax. `target_start ≥ 1`.
+    pub fn target_logprobs(
+        &self,
+        be: &B,
+        seqs: &[ScoredSequence],
+        temperature: f32,
+    ) -> Result<Vec<Vec<f32>>> {
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        let mut offset = 0;
+        for s in seqs {
+            ensure!(
+                (1..=s.ids.len()).contains(&s.target_start),
+                "target_start {} must be in 1..={} (the first token has no context)",
+                s.target_start,
+                s.ids.len()
+            );
+            for t in s.target_start..s.ids.len() {
+                rows.push(offset + t - 1);
+                targets.push(s.ids[t]);
+            }
+            offset += s.ids.len();
+        }
+        let packed: Vec<Sequence> = seqs
+            .iter()
+            .map(|s| Sequence {
+                ids: s.ids.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let batch = PackedBatch::pack(&packed);
+        let hidden = self.body(be, &batch)?;
+        // The final norm is row-wise, so it runs on the gathered rows only.
+        let picked = be.gather_rows(&hidden, &rows)?;
+        drop(hidden);
+        let normed = self.final_norm.forward(be, &picked)?;
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let logp = be.question_loglik(&normed, &all, head, &targets, temperature)?;
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut k = 0;
+        for s in seqs {
+            let n = s.ids.len() - s.target_start;
+            out.push(logp[k..k + n].to_vec());
+            k += n;
+        }
+        Ok(out)
+    }
+}
+
+/// One sequence to score: prompt and target token ids concatenated; tokens from
+/// `target_start` on are scored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoredSequence {
+    pub ids: Vec<u32>,
+    pub target_start: usize,
+}
+
+impl ScoredSequence {
+    /// Number of scored tokens.
+    pub fn n_targets(&self) -> usize {
+        self.ids.len().saturating_sub(self.target_start)
+    }
+}

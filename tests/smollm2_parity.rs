@@ -1,0 +1,161 @@
+//! SmolLM2-135M-Instruct (llama architecture, GGUF Q4_1) against HF transformers
+//! loading the same GGUF (tests/fixtures/decoder/smollm2_hotpot, written by
+//! tools/make_decoder_goldens.py): 24 LEPUS prompt/question pairs from HotpotQA dev.
+//!
+//! - scoring: every target-token log-probability within 1e-3 of HF's, all pairs in one
+//!   packed batch (needs weights/smollm2/, fetched by tools/fetch_smollm2.sh);
+//! - tokenizer: the tokenizer built from GGUF metadata gives HF's ids for the rebuilt
+//!   texts (needs ../shared/data; skipped with a message when absent).
+
+mod common;
+
+use std::path::PathBuf;
+
+use hopscore::backend::cpu::CpuBackend;
+use hopscore::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
+use hopscore::model::gguf::GgufFile;
+use hopscore::text::causal_tokenizer;
+
+const TOL: f32 = 1e-3;
+const INSTRUCTION: &str =
+    "Review the previous document and ask a question to which the document provides the answer.";
+
+fn gguf_path() -> PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "{} is missing: run tools/fetch_smollm2.sh first (the README's test command does)",
+        p.display()
+    );
+    p
+}
+
+struct GoldenPairs {
+    seqs: Vec<ScoredSequence>,
+    logprobs: Vec<f32>,
+}
+
+fn golden() -> GoldenPairs {
+    let g = common::read_golden(&common::fixture(
+        "decoder/smollm2_hotpot/golden.safetensors",
+    ));
+    let ids = &g["ids"].i64;
+    let mut seqs = Vec::new();
+    let mut at = 0;
+    for (&len, &ts) in g["lengths"].i64.iter().zip(&g["target_start"].i64) {
+        let (len, ts) = (len as usize, ts as usize);
+        seqs.push(ScoredSequence {
+            ids: ids[at..at + len].iter().map(|&x| x as u32).collect(),
+            target_start: ts,
+        });
+        at += len;
+    }
+    GoldenPairs {
+        seqs,
+        logprobs: g["target_logprobs"].f32.clone(),
+    }
+}
+
+#[test]
+fn smollm2_gguf_target_logprobs_match_transformers() {
+    let be = CpuBackend;
+    let model = DecoderForCausalLM::load(&be, DecoderSource::open(&gguf_path()).unwrap()).unwrap();
+    assert_eq!(
+        (
+            model.config.num_layers,
+            model.config.num_heads,
+            model.config.num_kv_heads
+        ),
+        (30, 9, 3)
+    );
+    assert!(model.config.tie_word_embeddings);
+    let g = golden();
+    assert!(g.seqs.len() >= 20);
+    let got: Vec<f32> = model
+        .target_logprobs(&be, &g.seqs, 1.0)
+        .unwrap()
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(got.len(), g.logprobs.len());
+    let mut worst = 0f32;
+    for (i, (a, b)) in got.iter().zip(&g.logprobs).enumerate() {
+        let err = (a - b).abs();
+        assert!(err <= TOL, "target token {i}: {a} vs HF {b}");
+        worst = worst.max(err);
+    }
+    eprintln!(
+        "smollm2: {} pairs, {} target tokens, max abs error {worst:e}",
+        g.seqs.len(),
+        got.len()
+    );
+}
+
+#[test]
+fn smollm2_gguf_tokenizer_matches_transformers_on_hotpot_prompts() {
+    let Some(data) = common::shared_data("hotpot_dev_distractor_sample600.json.gz") else {
+        return;
+    };
+    let rows = common::read_json_gz(&data);
+    let refs: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture("decoder/smollm2_hotpot/refs.json")).unwrap(),
+    )
+    .unwrap();
+    let file = GgufFile::open(&gguf_path()).unwrap();
+    let tok = causal_tokenizer::from_gguf(&file).unwrap();
+    assert_eq!(tok.add_bos, refs["add_bos"].as_bool().unwrap());
+    let g = golden();
+    for (r, want) in refs["pairs"].as_array().unwrap().iter().zip(&g.seqs) {
+        let id = r["_id"].as_str().unwrap();
+        let row = rows
+            .iter()
+            .find(|x| x["_id"] == id)
+            .expect("question id in the data");
+        let passage = &row["context"][r["passage"].as_u64().unwrap() as usize];
+        let body: String = passage[1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        let prompt = format!(
+            "Document: {}. {} {INSTRUCTION} Question:",
+            passage[0].as_str().unwrap(),
+            body.trim()
+        );
+        let target = format!(" {}", row["question"].as_str().unwrap());
+        let enc = tok.encode_pair(&prompt, &target).unwrap();
+        assert_eq!(enc.ids, want.ids, "{id}: token ids differ from HF");
+        assert_eq!(enc.target_start, want.target_start, "{id}: prompt length");
+    }
+}
+
+#[test]
+fn smollm2_gguf_metadata_and_truncation() {
+    let path = gguf_path();
+    let file = GgufFile::open(&path).unwrap();
+    assert_eq!(file.version, 3);
+    assert_eq!(file.tensors.len(), 272);
+    assert_eq!(
+        file.get("llama.rope.freq_base").unwrap().as_f64(),
+        Some(100_000.0)
+    );
+    let types = file.type_summary();
+    assert_eq!((types["Q4_1"], types["F32"], types["Q8_0"]), (210, 61, 1));
+    // The same file cut short fails with an error naming a tensor, never a panic.
+    let bytes = std::fs::read(&path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for cut in [10usize, 5_000, bytes.len() / 2, bytes.len() - 1] {
+        let p = dir.path().join("cut.gguf");
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let err = GgufFile::open(&p)
+            .err()
+            .expect("a truncated file must not open")
+            .to_string();
+        assert!(
+            err.contains("not a valid GGUF file") && err.contains("truncated"),
+            "cut at {cut}: {err}"
+        );
+    }
+}
