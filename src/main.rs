@@ -41,6 +41,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 std::process::exit(130);
             }
         }
+        Command::Show(args) => print!("{}", cli::show::run(&args)?),
         Command::Merge(args) => {
             let n = cli::merge::run(&args)?;
             eprintln!("merged {n} shards into {}", args.output.display());

@@ -293,3 +293,27 @@ fn broken_checkpoints_name_the_tensor() {
         "{err}"
     );
 }
+
+#[test]
+fn show_prints_selected_columns_and_counts() {
+    let out = hopscore::cli::show::run(&hopscore::cli::show::ShowArgs {
+        file: std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/demo/lepus_pairs.parquet"),
+        rows: 2,
+        columns: vec!["id".into()],
+        metadata: false,
+    })
+    .unwrap();
+    assert!(out.contains("| lighthouse/0:Carrow Isle"), "{out}");
+    assert!(out.contains("2 of 16 rows"), "{out}");
+    assert!(!out.contains("prompt"), "{out}");
+    let err = hopscore::cli::show::run(&hopscore::cli::show::ShowArgs {
+        file: std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/demo/lepus_pairs.parquet"),
+        rows: 2,
+        columns: vec!["nope".into()],
+        metadata: false,
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("no column `nope`"));
+}

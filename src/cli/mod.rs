@@ -10,6 +10,7 @@ pub mod import;
 pub mod inspect;
 pub mod loglik;
 pub mod merge;
+pub mod show;
 
 use std::path::Path;
 
@@ -34,6 +35,8 @@ pub enum Command {
     Beam(beam::BeamArgs),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
+    /// Print the rows and run metadata of a Parquet file.
+    Show(show::ShowArgs),
     /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
     Classify(classify::ClassifyArgs),
     /// Describe a model directory: config, parameters, dtypes, heads, tokenizer.
