@@ -1,6 +1,6 @@
 //! `hopscore loglik` end to end on SmolLM2 (GGUF) and HotpotQA pairs: the output's
 //! per-row sums and means equal HF transformers' target log-probabilities
-//! (tests/fixtures/decoder/smollm2_hotpot) within 1e-3 per token, whether the
+//! (tests/fixtures/decoder/smollm2_lepus) within 1e-3 per token, whether the
 //! separating space ends the prompt or starts the target; bad rows are quarantined
 //! with their reason. Needs weights/smollm2/ and ../shared/data (skips without data).
 
@@ -39,12 +39,10 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
     };
     let rows = common::read_json_gz(&data);
     let refs: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("decoder/smollm2_hotpot/refs.json")).unwrap(),
+        &std::fs::read_to_string(common::fixture("decoder/smollm2_lepus/refs.json")).unwrap(),
     )
     .unwrap();
-    let g = common::read_golden(&common::fixture(
-        "decoder/smollm2_hotpot/golden.safetensors",
-    ));
+    let g = common::read_golden(&common::fixture("decoder/smollm2_lepus/golden.safetensors"));
     let (lens, starts, lp) = (
         &g["lengths"].i64,
         &g["target_start"].i64,

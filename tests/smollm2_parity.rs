@@ -1,5 +1,5 @@
 //! SmolLM2-135M-Instruct (llama architecture, GGUF Q4_1) against HF transformers
-//! loading the same GGUF (tests/fixtures/decoder/smollm2_hotpot, written by
+//! loading the same GGUF (tests/fixtures/decoder/smollm2_lepus, written by
 //! tools/make_decoder_goldens.py): 24 LEPUS prompt/question pairs from HotpotQA dev.
 //!
 //! - scoring: every target-token log-probability within 1e-3 of HF's, all pairs in one
@@ -37,9 +37,7 @@ struct GoldenPairs {
 }
 
 fn golden() -> GoldenPairs {
-    let g = common::read_golden(&common::fixture(
-        "decoder/smollm2_hotpot/golden.safetensors",
-    ));
+    let g = common::read_golden(&common::fixture("decoder/smollm2_lepus/golden.safetensors"));
     let ids = &g["ids"].i64;
     let mut seqs = Vec::new();
     let mut at = 0;
@@ -99,7 +97,7 @@ fn smollm2_gguf_tokenizer_matches_transformers_on_hotpot_prompts() {
     };
     let rows = common::read_json_gz(&data);
     let refs: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("decoder/smollm2_hotpot/refs.json")).unwrap(),
+        &std::fs::read_to_string(common::fixture("decoder/smollm2_lepus/refs.json")).unwrap(),
     )
     .unwrap();
     let file = GgufFile::open(&gguf_path()).unwrap();

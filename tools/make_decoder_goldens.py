@@ -11,7 +11,7 @@ Writes:
   (q/k/v bias, tied head) checkpoints: `input_ids`, `attention_mask` (right padding)
   and per-token log-probabilities `logprobs` (T = 1) and `logprobs_t1.4` (T = 1.4);
   `logprobs[b, t]` is log P(input_ids[b, t+1] | input_ids[b, :t+1]).
-- tests/fixtures/decoder/smollm2_hotpot/{refs.json, golden.safetensors}: HF
+- tests/fixtures/decoder/smollm2_lepus/{refs.json, golden.safetensors}: HF
   transformers on the SmolLM2-135M-Instruct GGUF (weights/smollm2/, fetched by
   tools/fetch_smollm2.sh) scoring LEPUS-style prompt/question pairs built from
   ../shared/data/hotpot_dev_distractor_sample600.json.gz. Only references (question
@@ -181,7 +181,7 @@ def smollm2_case(n_pairs=24):
         lens.append(len(pi) + len(ti))
         tstarts.append(len(pi))
         logps += logp[len(pi) - 1 :].tolist()
-    d = OUT / "smollm2_hotpot"
+    d = OUT / "smollm2_lepus"
     d.mkdir(parents=True, exist_ok=True)
     (d / "refs.json").write_text(json.dumps({"add_bos": add_bos, "pairs": refs}, indent=1) + "\n")
     save_file(
@@ -193,7 +193,7 @@ def smollm2_case(n_pairs=24):
         },
         str(d / "golden.safetensors"),
     )
-    print(f"smollm2_hotpot: {len(refs)} pairs, {len(logps)} target tokens, {sum(lens)} tokens")
+    print(f"smollm2_lepus: {len(refs)} pairs, {len(logps)} target tokens, {sum(lens)} tokens")
 
 
 def dequant_case():
