@@ -100,7 +100,6 @@ pub struct BeamResult {
 pub struct BeamSearch {
     beam_size: usize,
     mode: HopMode,
-    question_len: usize,
     passages: Vec<Vec<u32>>,
     /// `mpl`: the per-passage share of the token budget.
     mean_passage_len: usize,
@@ -128,7 +127,6 @@ impl BeamSearch {
         let mut s = Self {
             beam_size,
             mode,
-            question_len,
             mean_passage_len: (MAX_LEN - 2).saturating_sub(question_len) / hops,
             passages,
             hop: 0,
@@ -272,11 +270,6 @@ impl BeamSearch {
             hop1_logits: std::mem::take(&mut self.hop1_logits),
         });
         self.pending.clear();
-    }
-
-    /// Length of the question in tokens (after truncation).
-    pub fn question_len(&self) -> usize {
-        self.question_len
     }
 }
 

@@ -55,10 +55,6 @@ impl TextTokenizer {
         Ok(candidate)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Ids of `text` without special tokens (truncated only if this tokenizer was
     /// loaded with a `max_len`).
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
@@ -83,10 +79,5 @@ impl TextTokenizer {
             type_ids: enc.get_type_ids().to_vec(),
             mask: Vec::new(),
         })
-    }
-
-    /// Id of a special token such as `[CLS]`.
-    pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
     }
 }
