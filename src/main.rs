@@ -46,30 +46,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let n = cli::merge::run(&args)?;
             eprintln!("merged {n} shards into {}", args.output.display());
         }
-        Command::Classify(args) => {
-            let s = cli::classify::run(&args)?;
-            eprintln!(
-                "scored {} rows ({} tokens) in {:.1} s, {:.1} rows/s; {} quarantined → {}",
-                s.scored,
-                s.tokens,
-                s.seconds,
-                s.scored as f64 / s.seconds.max(1e-9),
-                s.quarantined,
-                s.quarantine_path.display()
-            );
-        }
-        Command::Loglik(args) => {
-            let s = cli::loglik::run(&args)?;
-            eprintln!(
-                "scored {} rows ({} tokens) in {:.1} s, {:.0} tokens/s; {} quarantined → {}",
-                s.scored,
-                s.tokens,
-                s.seconds,
-                s.tokens as f64 / s.seconds.max(1e-9),
-                s.quarantined,
-                s.quarantine_path.display()
-            );
-        }
+        Command::Classify(args) => eprintln!("{}", cli::classify::run(&args)?),
+        Command::Loglik(args) => eprintln!("{}", cli::loglik::run(&args)?),
         Command::BenchLoglik(args) => {
             let r = cli::bench_loglik::run(&args)?;
             if args.json {

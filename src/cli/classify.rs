@@ -6,20 +6,18 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
-use anyhow::{Context, Result};
-use arrow::array::{Array, ArrayRef, Float32Builder, ListBuilder, RecordBatch, UInt32Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use anyhow::Result;
+use arrow::array::{ArrayRef, Float32Builder, ListBuilder, RecordBatch};
+use arrow::datatypes::{DataType, Field};
 use clap::Args;
 use rayon::prelude::*;
 
-use super::{progress_bar, run_metadata, DeviceArg};
+use super::rows::{self, RowOutput, RowSummary};
+use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
-use crate::io::parquet_io::{
-    check_text, create_writer, display_column, sibling, string_column, ParquetInput,
-};
-use crate::io::quarantine::{BadRow, QuarantineWriter};
+use crate::backend::Backend;
+use crate::io::parquet_io::{check_text, string_column, ParquetInput};
 use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::select;
@@ -63,18 +61,7 @@ pub struct ClassifyArgs {
     pub device: DeviceArg,
 }
 
-/// Counts printed at the end of a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClassifySummary {
-    pub scored: u64,
-    pub quarantined: u64,
-    pub tokens: u64,
-    pub seconds: f64,
-    pub quarantine_path: PathBuf,
-}
-
-pub fn run(args: &ClassifyArgs) -> Result<ClassifySummary> {
-    let started = Instant::now();
+pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
     let be = match args.device {
         DeviceArg::Cpu => CpuBackend,
     };
@@ -94,103 +81,59 @@ pub fn run(args: &ClassifyArgs) -> Result<ClassifySummary> {
         Some(max_len),
     )?;
 
-    let mut input = ParquetInput::open(&args.input, CHUNK_ROWS)?;
+    let input = ParquetInput::open(&args.input, CHUNK_ROWS)?;
     input.check_column("id", &["string", "integer"], true)?;
     input.check_column("text_a", &["string"], true)?;
     let has_b = input.check_column("text_b", &["string"], false)?;
-    let id_type = input.schema.field_with_name("id")?.data_type().clone();
-
     let metadata = run_metadata(
         &args.model,
         &weights_path,
         &[
             ("head", head.name.to_string()),
             ("max_length", max_len.to_string()),
-            ("device", be_name(&args.device)),
+            ("device", be.name()),
         ],
     )?;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", id_type, false),
-        Field::new(
-            "logits",
-            DataType::List(Arc::new(Field::new("item", DataType::Float32, true))),
-            false,
-        ),
-    ]));
-    let mut writer = create_writer(&args.output, schema.clone(), &metadata)?;
-    let quarantine_path = args
-        .quarantine
-        .clone()
-        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
-    let mut quarantine = QuarantineWriter::create(&quarantine_path, &metadata)?;
-
-    let bar = progress_bar(input.total_rows, "rows");
-    let (mut scored, mut tokens, mut row0) = (0u64, 0u64, 0u64);
-    for chunk in input.reader.by_ref() {
-        let chunk = chunk.context("reading the input Parquet")?;
-        let n = chunk.num_rows();
-        let (good, bad) = tokenize_chunk(&chunk, has_b, &tok, row0)?;
-        quarantine.write(&bad)?;
-        let rows: Vec<usize> = good.iter().map(|(r, _)| *r).collect();
-        let seqs: Vec<Sequence> = good.into_iter().map(|(_, s)| s).collect();
-        tokens += seqs.iter().map(|s| s.ids.len() as u64).sum::<u64>();
-        let logits = score(&be, &model, &seqs, args.max_batch_tokens)?;
-        if !rows.is_empty() {
-            let ids = arrow::compute::take(
-                chunk.column_by_name("id").expect("checked"),
-                &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)),
-                None,
-            )?;
-            writer.write(&RecordBatch::try_new(
-                schema.clone(),
-                vec![ids, list_column(&logits)],
-            )?)?;
-        }
-        scored += rows.len() as u64;
-        row0 += n as u64;
-        bar.inc(n as u64);
-    }
-    bar.finish_and_clear();
-    writer.close()?;
-    let (quarantine_path, quarantined) = quarantine.finish()?;
-    Ok(ClassifySummary {
-        scored,
-        quarantined,
-        tokens,
-        seconds: started.elapsed().as_secs_f64(),
-        quarantine_path,
-    })
+    rows::run(
+        input,
+        RowOutput {
+            path: &args.output,
+            quarantine: args.quarantine.as_deref(),
+            metadata: &metadata,
+            fields: vec![Field::new(
+                "logits",
+                DataType::List(Arc::new(Field::new("item", DataType::Float32, true))),
+                false,
+            )],
+        },
+        |chunk| tokenize_chunk(chunk, has_b, &tok),
+        |s: &Sequence| s.ids.len(),
+        |seqs| {
+            Ok(vec![list_column(&score(
+                &be,
+                &model,
+                seqs,
+                args.max_batch_tokens,
+            )?)])
+        },
+    )
 }
 
-fn be_name(d: &DeviceArg) -> String {
-    match d {
-        DeviceArg::Cpu => "cpu".into(),
-    }
-}
-
-type Tokenized = (Vec<(usize, Sequence)>, Vec<BadRow>);
-
-/// Validates and tokenises the rows of one chunk: good rows `(index in chunk, tokens)`
-/// and bad rows with their reason.
+/// Validates and tokenises the rows of one chunk: the tokens, or why a row is bad.
 fn tokenize_chunk(
     chunk: &RecordBatch,
     has_b: bool,
     tok: &TextTokenizer,
-    row0: u64,
-) -> Result<Tokenized> {
-    let ids = display_column(chunk.column_by_name("id").expect("checked"))?;
+) -> Result<Vec<Result<Sequence, String>>> {
     let a = string_column(chunk, "text_a")?;
     let b = if has_b {
         Some(string_column(chunk, "text_b")?)
     } else {
         None
     };
-    let results: Vec<Result<Sequence, String>> = (0..chunk.num_rows())
+    Ok((0..chunk.num_rows())
         .into_par_iter()
         .map(|r| {
-            if ids.is_null(r) {
-                return Err("id is null".to_string());
-            }
             let text_a =
                 check_text(&a, r, "text_a")?.ok_or_else(|| "text_a is null".to_string())?;
             let text_b = match &b {
@@ -200,34 +143,20 @@ fn tokenize_chunk(
             tok.encode_pair(text_a, text_b)
                 .map_err(|e| format!("{e:#}"))
         })
-        .collect();
-    let mut good = Vec::new();
-    let mut bad = Vec::new();
-    for (r, res) in results.into_iter().enumerate() {
-        match res {
-            Ok(s) => good.push((r, s)),
-            Err(reason) => bad.push(BadRow {
-                row: row0 + r as u64,
-                id: (!ids.is_null(r)).then(|| ids.value(r).to_string()),
-                reason,
-            }),
-        }
-    }
-    Ok((good, bad))
+        .collect())
 }
 
 /// Logits of the first head for every sequence, in the order given. Sequences are
 /// sorted by length and packed into batches of at most `budget` tokens.
-pub fn score<B: crate::backend::Backend>(
+pub fn score<B: Backend>(
     be: &B,
     model: &CrossEncoder<B>,
     seqs: &[Sequence],
     budget: usize,
 ) -> Result<Vec<Vec<f32>>> {
-    let mut order: Vec<usize> = (0..seqs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].ids.len()));
+    let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
     let mut out = vec![Vec::new(); seqs.len()];
-    for group in token_budget_groups(&order, |i| seqs[i].ids.len(), budget) {
+    for group in token_budget_groups(&lens, budget) {
         let batch = PackedBatch::pack(group.iter().map(|&i| &seqs[i]));
         let res = model.forward(be, &batch, false)?;
         let logits = &res.logits[0];

@@ -9,21 +9,18 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use arrow::array::{Array, Float64Array, RecordBatch, UInt32Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::array::{Array, ArrayRef, Float64Array, RecordBatch, UInt32Array};
+use arrow::datatypes::{DataType, Field};
 use clap::Args;
 use rayon::prelude::*;
 
-use super::{progress_bar, run_metadata, DeviceArg};
+use super::rows::{self, RowOutput, RowSummary};
+use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
-use crate::io::parquet_io::{
-    check_text, create_writer, display_column, sibling, string_column, ParquetInput,
-};
-use crate::io::quarantine::{BadRow, QuarantineWriter};
+use crate::io::parquet_io::{check_text, string_column, ParquetInput};
 use crate::model::batch::token_budget_groups;
 use crate::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
 use crate::text::causal_tokenizer::{self, CausalTokenizer};
@@ -64,17 +61,6 @@ pub struct LoglikArgs {
     pub quarantine: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
-}
-
-/// Counts printed at the end of a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LoglikSummary {
-    pub scored: u64,
-    pub quarantined: u64,
-    /// Tokens run through the model (prompts and targets).
-    pub tokens: u64,
-    pub seconds: f64,
-    pub quarantine_path: PathBuf,
 }
 
 /// Per-row result.
@@ -127,8 +113,7 @@ pub fn load_decoder<B: Backend>(
 }
 
 /// Runs `hopscore loglik`.
-pub fn run(args: &LoglikArgs) -> Result<LoglikSummary> {
-    let started = Instant::now();
+pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
     ensure!(
         args.temperature > 0.0 && args.temperature.is_finite(),
         "--temperature must be positive, got {}",
@@ -142,12 +127,10 @@ pub fn run(args: &LoglikArgs) -> Result<LoglikSummary> {
         .max_length
         .unwrap_or(loaded.model.config.max_position_embeddings);
 
-    let mut input = ParquetInput::open(&args.input, CHUNK_ROWS)?;
+    let input = ParquetInput::open(&args.input, CHUNK_ROWS)?;
     input.check_column("id", &["string", "integer"], true)?;
     input.check_column("prompt", &["string"], true)?;
     input.check_column("target", &["string"], true)?;
-    let id_type = input.schema.field_with_name("id")?.data_type().clone();
-
     let metadata = run_metadata(
         &args.model,
         &loaded.weights_path,
@@ -160,92 +143,55 @@ pub fn run(args: &LoglikArgs) -> Result<LoglikSummary> {
             ("device", be.name()),
         ],
     )?;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", id_type, false),
-        Field::new("loglik_sum", DataType::Float64, false),
-        Field::new("loglik_mean", DataType::Float64, false),
-        Field::new("n_tokens", DataType::UInt32, false),
-    ]));
-    let mut writer = create_writer(&args.output, schema.clone(), &metadata)?;
-    let quarantine_path = args
-        .quarantine
-        .clone()
-        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
-    let mut quarantine = QuarantineWriter::create(&quarantine_path, &metadata)?;
-
-    let bar = progress_bar(input.total_rows, "rows");
-    let (mut scored, mut tokens, mut row0) = (0u64, 0u64, 0u64);
-    for chunk in input.reader.by_ref() {
-        let chunk = chunk.context("reading the input Parquet")?;
-        let n = chunk.num_rows();
-        let (good, bad) = tokenize_chunk(&chunk, &loaded.tokenizer, max_len, row0)?;
-        quarantine.write(&bad)?;
-        let rows: Vec<usize> = good.iter().map(|(r, _)| *r).collect();
-        let seqs: Vec<ScoredSequence> = good.into_iter().map(|(_, s)| s).collect();
-        tokens += seqs.iter().map(|s| s.ids.len() as u64).sum::<u64>();
-        let results = score(
-            &be,
-            &loaded.model,
-            &seqs,
-            args.temperature,
-            args.max_batch_tokens,
-        )?;
-        if !rows.is_empty() {
-            let ids = arrow::compute::take(
-                chunk.column_by_name("id").expect("checked"),
-                &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)),
-                None,
+    rows::run(
+        input,
+        RowOutput {
+            path: &args.output,
+            quarantine: args.quarantine.as_deref(),
+            metadata: &metadata,
+            fields: vec![
+                Field::new("loglik_sum", DataType::Float64, false),
+                Field::new("loglik_mean", DataType::Float64, false),
+                Field::new("n_tokens", DataType::UInt32, false),
+            ],
+        },
+        |chunk| tokenize_chunk(chunk, &loaded.tokenizer, max_len),
+        |s: &ScoredSequence| s.ids.len(),
+        |seqs| {
+            let results = score(
+                &be,
+                &loaded.model,
+                seqs,
+                args.temperature,
+                args.max_batch_tokens,
             )?;
-            writer.write(&RecordBatch::try_new(
-                schema.clone(),
-                vec![
-                    ids,
-                    Arc::new(Float64Array::from_iter_values(
-                        results.iter().map(|r| r.sum),
-                    )),
-                    Arc::new(Float64Array::from_iter_values(
-                        results.iter().map(|r| r.mean),
-                    )),
-                    Arc::new(UInt32Array::from_iter_values(
-                        results.iter().map(|r| r.count as u32),
-                    )),
-                ],
-            )?)?;
-        }
-        scored += rows.len() as u64;
-        row0 += n as u64;
-        bar.inc(n as u64);
-    }
-    bar.finish_and_clear();
-    writer.close()?;
-    let (quarantine_path, quarantined) = quarantine.finish()?;
-    Ok(LoglikSummary {
-        scored,
-        quarantined,
-        tokens,
-        seconds: started.elapsed().as_secs_f64(),
-        quarantine_path,
-    })
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(Float64Array::from_iter_values(
+                    results.iter().map(|r| r.sum),
+                )),
+                Arc::new(Float64Array::from_iter_values(
+                    results.iter().map(|r| r.mean),
+                )),
+                Arc::new(UInt32Array::from_iter_values(
+                    results.iter().map(|r| r.count as u32),
+                )),
+            ];
+            Ok(columns)
+        },
+    )
 }
 
-type Tokenized = (Vec<(usize, ScoredSequence)>, Vec<BadRow>);
-
-/// Validates and tokenises the rows of one chunk.
+/// Validates and tokenises the rows of one chunk: the tokens, or why a row is bad.
 fn tokenize_chunk(
     chunk: &RecordBatch,
     tok: &CausalTokenizer,
     max_len: usize,
-    row0: u64,
-) -> Result<Tokenized> {
-    let ids = display_column(chunk.column_by_name("id").expect("checked"))?;
+) -> Result<Vec<Result<ScoredSequence, String>>> {
     let prompt = string_column(chunk, "prompt")?;
     let target = string_column(chunk, "target")?;
-    let results: Vec<Result<ScoredSequence, String>> = (0..chunk.num_rows())
+    Ok((0..chunk.num_rows())
         .into_par_iter()
         .map(|r| {
-            if ids.is_null(r) {
-                return Err("id is null".to_string());
-            }
             // An empty prompt is allowed (BOS may give the context); a null one is not.
             if prompt.is_null(r) {
                 return Err("prompt is null".to_string());
@@ -276,20 +222,7 @@ fn tokenize_chunk(
                 target_start: enc.target_start,
             })
         })
-        .collect();
-    let mut good = Vec::new();
-    let mut bad = Vec::new();
-    for (r, res) in results.into_iter().enumerate() {
-        match res {
-            Ok(s) => good.push((r, s)),
-            Err(reason) => bad.push(BadRow {
-                row: row0 + r as u64,
-                id: (!ids.is_null(r)).then(|| ids.value(r).to_string()),
-                reason,
-            }),
-        }
-    }
-    Ok((good, bad))
+        .collect())
 }
 
 /// Scores every sequence (in the order given): sorted by length, packed into batches
@@ -301,10 +234,9 @@ pub fn score<B: Backend>(
     temperature: f32,
     budget: usize,
 ) -> Result<Vec<Loglik>> {
-    let mut order: Vec<usize> = (0..seqs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].ids.len()));
+    let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
     let mut out = vec![Loglik::from_tokens(&[]); seqs.len()];
-    for group in token_budget_groups(&order, |i| seqs[i].ids.len(), budget) {
+    for group in token_budget_groups(&lens, budget) {
         let batch: Vec<ScoredSequence> = group.iter().map(|&i| seqs[i].clone()).collect();
         let logp = model.target_logprobs(be, &batch, temperature)?;
         for (&i, lp) in group.iter().zip(&logp) {

@@ -10,6 +10,7 @@ pub mod import;
 pub mod inspect;
 pub mod loglik;
 pub mod merge;
+pub mod rows;
 pub mod show;
 
 use std::path::Path;

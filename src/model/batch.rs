@@ -60,17 +60,15 @@ impl PackedBatch {
     }
 }
 
-/// Splits `items` (already in the wanted order) into consecutive groups whose summed
-/// length stays within `budget` (a longer single item forms its own group).
-pub fn token_budget_groups(
-    items: &[usize],
-    len: impl Fn(usize) -> usize,
-    budget: usize,
-) -> Vec<Vec<usize>> {
+/// Orders items longest first and splits them into consecutive groups whose summed
+/// length (`lens[i]`) stays within `budget` (a longer single item forms its own group).
+pub fn token_budget_groups(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut used = 0;
-    for &i in items {
-        let l = len(i);
+    for i in order {
+        let l = lens[i];
         match groups.last_mut() {
             Some(g) if used + l <= budget => {
                 g.push(i);
@@ -92,7 +90,7 @@ mod tests {
     #[test]
     fn groups_respect_budget_and_order() {
         let lens = [300, 200, 120, 100, 90, 600];
-        let g = token_budget_groups(&[5, 0, 1, 2, 3, 4], |i| lens[i], 512);
+        let g = token_budget_groups(&lens, 512);
         assert_eq!(g, vec![vec![5], vec![0, 1], vec![2, 3, 4]]);
     }
 }
