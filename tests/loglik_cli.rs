@@ -14,9 +14,6 @@ use hopscore::cli::loglik::{run, LoglikArgs};
 use hopscore::cli::DeviceArg;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-const INSTRUCTION: &str =
-    "Review the previous document and ask a question to which the document provides the answer.";
-
 fn read_all(path: &std::path::Path) -> Vec<RecordBatch> {
     let f = std::fs::File::open(path).unwrap();
     ParquetRecordBatchReaderBuilder::try_new(f)
@@ -34,14 +31,9 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
         gguf.is_dir(),
         "weights/smollm2 is missing: run tools/fetch_smollm2.sh first"
     );
-    let Some(data) = common::shared_data("hotpot_dev_distractor_sample600.json.gz") else {
+    let Some((pairs, _)) = common::smollm2_lepus_pairs() else {
         return;
     };
-    let rows = common::read_json_gz(&data);
-    let refs: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("decoder/smollm2_lepus/refs.json")).unwrap(),
-    )
-    .unwrap();
     let g = common::read_golden(&common::fixture("decoder/smollm2_lepus/golden.safetensors"));
     let (lens, starts, lp) = (
         &g["lengths"].i64,
@@ -52,21 +44,9 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
     // The first 8 golden pairs; odd rows move the space to the end of the prompt.
     let (mut ids, mut prompts, mut targets, mut want) = (vec![], vec![], vec![], vec![]);
     let mut at = 0;
-    for (k, r) in refs["pairs"].as_array().unwrap().iter().take(8).enumerate() {
-        let row = rows.iter().find(|x| x["_id"] == r["_id"]).unwrap();
-        let passage = &row["context"][r["passage"].as_u64().unwrap() as usize];
-        let body: String = passage[1]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap())
-            .collect();
-        let prompt = format!(
-            "Document: {}. {} {INSTRUCTION} Question:",
-            passage[0].as_str().unwrap(),
-            body.trim()
-        );
-        let q = row["question"].as_str().unwrap();
+    for (k, pair) in pairs.iter().take(8).enumerate() {
+        let prompt = pair.prompt.clone();
+        let q = pair.question.as_str();
         let n = (lens[k] - starts[k]) as usize;
         want.push(lp[at..at + n].to_vec());
         at += n;

@@ -17,8 +17,6 @@ use hopscore::model::gguf::GgufFile;
 use hopscore::text::causal_tokenizer;
 
 const TOL: f32 = 1e-3;
-const INSTRUCTION: &str =
-    "Review the previous document and ask a question to which the document provides the answer.";
 
 fn gguf_path() -> PathBuf {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -92,38 +90,17 @@ fn smollm2_gguf_target_logprobs_match_transformers() {
 
 #[test]
 fn smollm2_gguf_tokenizer_matches_transformers_on_hotpot_prompts() {
-    let Some(data) = common::shared_data("hotpot_dev_distractor_sample600.json.gz") else {
+    let Some((pairs, add_bos)) = common::smollm2_lepus_pairs() else {
         return;
     };
-    let rows = common::read_json_gz(&data);
-    let refs: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("decoder/smollm2_lepus/refs.json")).unwrap(),
-    )
-    .unwrap();
     let file = GgufFile::open(&gguf_path()).unwrap();
     let tok = causal_tokenizer::from_gguf(&file).unwrap();
-    assert_eq!(tok.add_bos, refs["add_bos"].as_bool().unwrap());
+    assert_eq!(tok.add_bos, add_bos);
     let g = golden();
-    for (r, want) in refs["pairs"].as_array().unwrap().iter().zip(&g.seqs) {
-        let id = r["_id"].as_str().unwrap();
-        let row = rows
-            .iter()
-            .find(|x| x["_id"] == id)
-            .expect("question id in the data");
-        let passage = &row["context"][r["passage"].as_u64().unwrap() as usize];
-        let body: String = passage[1]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap())
-            .collect();
-        let prompt = format!(
-            "Document: {}. {} {INSTRUCTION} Question:",
-            passage[0].as_str().unwrap(),
-            body.trim()
-        );
-        let target = format!(" {}", row["question"].as_str().unwrap());
-        let enc = tok.encode_pair(&prompt, &target).unwrap();
+    for (pair, want) in pairs.iter().zip(&g.seqs) {
+        let (id, prompt) = (&pair.id, &pair.prompt);
+        let target = format!(" {}", pair.question);
+        let enc = tok.encode_pair(prompt, &target).unwrap();
         assert_eq!(enc.ids, want.ids, "{id}: token ids differ from HF");
         assert_eq!(enc.target_start, want.target_start, "{id}: prompt length");
     }

@@ -95,3 +95,52 @@ pub fn read_json_gz(path: &Path) -> Vec<serde_json::Value> {
             .collect()
     }
 }
+
+/// One LEPUS prompt of the SmolLM2 golden set (tests/fixtures/decoder/smollm2_lepus).
+pub struct LepusPair {
+    pub id: String,
+    /// `Document: {title}. {text} {instruction} Question:` (no trailing space).
+    pub prompt: String,
+    pub question: String,
+}
+
+/// The SmolLM2 golden pairs rebuilt from `refs.json` and the HotpotQA sample in
+/// ../shared/data (`None`, with a message, when the data is absent), and `add_bos`.
+pub fn smollm2_lepus_pairs() -> Option<(Vec<LepusPair>, bool)> {
+    const INSTRUCTION: &str =
+        "Review the previous document and ask a question to which the document provides the answer.";
+    let rows = read_json_gz(&shared_data("hotpot_dev_distractor_sample600.json.gz")?);
+    let refs: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("decoder/smollm2_lepus/refs.json")).unwrap(),
+    )
+    .unwrap();
+    let pairs = refs["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let id = r["_id"].as_str().unwrap();
+            let row = rows
+                .iter()
+                .find(|x| x["_id"] == id)
+                .expect("question id in the data");
+            let passage = &row["context"][r["passage"].as_u64().unwrap() as usize];
+            let body: String = passage[1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap())
+                .collect();
+            LepusPair {
+                id: id.to_string(),
+                prompt: format!(
+                    "Document: {}. {} {INSTRUCTION} Question:",
+                    passage[0].as_str().unwrap(),
+                    body.trim()
+                ),
+                question: row["question"].as_str().unwrap().to_string(),
+            }
+        })
+        .collect();
+    Some((pairs, refs["add_bos"].as_bool().unwrap()))
+}
