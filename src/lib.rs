@@ -10,5 +10,6 @@ pub mod io;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod retrieve;
 pub mod strategy;
 pub mod text;
