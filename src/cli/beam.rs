@@ -2,8 +2,7 @@
 //! streaming pipeline, with every score kept as a feature.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use arrow::array::{
@@ -15,15 +14,14 @@ use arrow::datatypes::{DataType, Field, Fields, Schema};
 use clap::Args;
 use rayon::prelude::*;
 
-use super::{progress_bar, run_metadata, DeviceArg, Shard};
+use super::question_run::{self, RunOptions, RunSummary};
+use super::{run_metadata, DeviceArg, Shard};
 use crate::backend::cpu::CpuBackend;
-use crate::io::parquet_io::{create_writer, sibling};
-use crate::io::parts::Parts;
-use crate::io::quarantine::{BadRow, QuarantineWriter};
-use crate::io::questions::{Question, QuestionReader};
+use crate::io::parquet_io::create_writer;
+use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
-use crate::pipeline::{self, Admission, Finished, SchedulerConfig};
+use crate::pipeline::SchedulerConfig;
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode};
 use crate::strategy::Strategy;
 use crate::text::render::{beam_passage, beam_question, PassageStyle};
@@ -104,17 +102,6 @@ fn parse_hops(s: &str) -> Result<HopsArg, String> {
     }
 }
 
-/// Counts of a run.
-#[derive(Debug, Clone)]
-pub struct BeamSummary {
-    pub stats: pipeline::PipelineStats,
-    pub quarantine_path: PathBuf,
-    /// Rows already committed by an earlier run (`--resume`).
-    pub resumed_from: u64,
-    /// Stopped by Ctrl-C: parts are committed and `--resume` continues.
-    pub interrupted: bool,
-}
-
 /// One question's search plus what the output needs besides the result.
 struct Job {
     id: String,
@@ -147,11 +134,9 @@ impl Strategy for Job {
     }
 }
 
-pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
-    super::install_interrupt_handler();
+pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
     anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
-    anyhow::ensure!(args.part_rows >= 1, "--part-rows must be at least 1");
     let be = match args.device {
         DeviceArg::Cpu => CpuBackend,
     };
@@ -172,17 +157,11 @@ pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
         &TextTokenizer::locate(&args.model, args.tokenizer.as_deref())?,
         None,
     )?);
-
-    let reader = QuestionReader::open(&args.input, 256)?;
-    let total = reader.total_rows();
-    let (start, end) = args.shard.map_or((0, total), |s| s.range(total));
     let metadata = run_metadata(
         &args.model,
         &weights_path,
         &[
             ("strategy", "beam".into()),
-            ("input_rows", total.to_string()),
-            ("shard", args.shard.map_or("all".into(), |s| s.to_string())),
             ("beam_size", args.beam_size.to_string()),
             ("hops", format!("{:?}", args.hops)),
             ("tau", args.tau.to_string()),
@@ -190,66 +169,7 @@ pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
             ("device", "cpu".into()),
         ],
     )?;
-    let fingerprint = serde_json::to_string(&metadata)?;
-    let parts = Parts::open(&args.output, &fingerprint, args.resume)?;
-    let skip = parts.resume_row();
-    if skip > 0 {
-        eprintln!("resuming after {skip} committed rows");
-    }
-    let bar = progress_bar(end - start, "questions");
-    bar.set_position(skip);
-    let complete = Arc::new(AtomicBool::new(false));
-    let read_complete = complete.clone();
     let (beam_size, hops, tau, max_hops) = (args.beam_size, args.hops, args.tau, args.max_hops);
-    let read = move |tx: crossbeam_channel::Sender<Admission<Job>>| -> Result<()> {
-        for (row, item) in (0u64..).zip(reader) {
-            if row < start + skip {
-                continue;
-            }
-            if row >= end {
-                break;
-            }
-            if super::INTERRUPTED.load(Ordering::SeqCst) {
-                return Ok(());
-            }
-            let admission = match item? {
-                Ok(q) => match prepare(&q, &tok, beam_size, hops, tau, max_hops) {
-                    Ok(job) => Admission::Task(job),
-                    Err(reason) => Admission::Bad(BadRow {
-                        row,
-                        id: Some(q.id.clone()),
-                        reason,
-                    }),
-                },
-                Err(bad) => Admission::Bad(bad),
-            };
-            if tx.send(admission).is_err() {
-                return Ok(()); // the scheduler stopped; its error is reported
-            }
-        }
-        read_complete.store(true, Ordering::SeqCst);
-        Ok(())
-    };
-    let parts = Arc::new(Mutex::new(parts));
-    let (write_parts, write_bar, part_rows) = (parts.clone(), bar.clone(), args.part_rows);
-    let write_meta = metadata.clone();
-    let write = move |rx: crossbeam_channel::Receiver<Finished<Chain>>| -> Result<()> {
-        let mut parts = write_parts.lock().expect("parts lock");
-        let mut pending = PendingPart::default();
-        let mut row = skip;
-        for item in rx {
-            match item {
-                Finished::Done(chain) => pending.chains.push(chain),
-                Finished::Bad(bad) => pending.bad.push(bad),
-            }
-            row += 1;
-            write_bar.inc(1);
-            if row % part_rows == 0 {
-                pending.commit(&mut parts, row, &write_meta)?;
-            }
-        }
-        pending.commit(&mut parts, row, &write_meta)
-    };
     let score = |seqs: &[Sequence], heads: &[usize]| -> Result<Vec<Vec<f32>>> {
         let out = model.forward(&be, &PackedBatch::pack(seqs), false)?;
         Ok(heads
@@ -258,81 +178,34 @@ pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
             .map(|(k, &h)| out.logits[h].data[2 * k..2 * k + 2].to_vec())
             .collect())
     };
-    let progress = bar.clone();
-    let stats = pipeline::run(
-        SchedulerConfig {
-            max_batch_tokens: args.max_batch_tokens,
-            max_active: args.max_active,
+    question_run::run(
+        &RunOptions {
+            input: args.input.clone(),
+            output: args.output.clone(),
+            quarantine: args.quarantine.clone(),
+            resume: args.resume,
+            shard: args.shard,
+            part_rows: args.part_rows,
+            scheduler: SchedulerConfig {
+                max_batch_tokens: args.max_batch_tokens,
+                max_active: args.max_active,
+            },
         },
-        read,
-        score,
-        write,
-        move |s| {
-            let secs = progress.elapsed().as_secs_f64().max(1e-9);
-            progress.set_message(format!(
-                "{:.0} hyp/s {:.0} tok/s",
-                s.hypotheses as f64 / secs,
-                s.tokens as f64 / secs
-            ));
+        question_run::Command {
+            metadata,
+            prepare: move |q: &Question| prepare(q, &tok, beam_size, hops, tau, max_hops),
+            finish: Ok,
+            write_part: |path: &std::path::Path, chains: Vec<Chain>, meta: &[(String, String)]| {
+                let mut w = ChainWriter::create(path, meta)?;
+                for chain in chains {
+                    w.push(chain)?;
+                }
+                w.finish()
+            },
+            schema: chain_schema(),
+            score,
         },
-    )?;
-    bar.finish_and_clear();
-    let quarantine_path = args
-        .quarantine
-        .clone()
-        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
-    let parts = Arc::into_inner(parts)
-        .expect("the writer has finished")
-        .into_inner()
-        .expect("parts lock");
-    let interrupted = !complete.load(Ordering::SeqCst);
-    if !interrupted {
-        parts.finish(
-            &args.output,
-            &quarantine_path,
-            (chain_schema(), crate::io::quarantine::schema()),
-            &metadata,
-        )?;
-    }
-    Ok(BeamSummary {
-        stats,
-        quarantine_path,
-        resumed_from: skip,
-        interrupted,
-    })
-}
-
-/// Rows finished since the last committed part.
-#[derive(Default)]
-struct PendingPart {
-    chains: Vec<Chain>,
-    bad: Vec<BadRow>,
-}
-
-impl PendingPart {
-    /// Commits the pending rows as the part ending at `end_row` (nothing when empty).
-    fn commit(
-        &mut self,
-        parts: &mut Parts,
-        end_row: u64,
-        metadata: &[(String, String)],
-    ) -> Result<()> {
-        if self.chains.is_empty() && self.bad.is_empty() {
-            return Ok(());
-        }
-        parts.commit(end_row, |results, quarantine| {
-            let mut w = ChainWriter::create(results, metadata)?;
-            for chain in self.chains.drain(..) {
-                w.push(chain)?;
-            }
-            w.finish()?;
-            let mut q = QuarantineWriter::create(quarantine, metadata)?;
-            q.write(&self.bad)?;
-            self.bad.clear();
-            q.finish()?;
-            Ok(())
-        })
-    }
+    )
 }
 
 /// Renders and tokenises one question (SPEC §1), or says why it cannot be searched.

@@ -8,8 +8,10 @@ pub mod classify;
 pub mod eval;
 pub mod import;
 pub mod inspect;
+pub mod label;
 pub mod loglik;
 pub mod merge;
+pub mod question_run;
 pub mod rows;
 pub mod show;
 
@@ -34,6 +36,8 @@ pub struct Cli {
 pub enum Command {
     /// Beam Retrieval over a question file: chains, scores and features.
     Beam(beam::BeamArgs),
+    /// EfficientRAG over a question file: Labeler tags and kept text, Filter queries.
+    Label(label::LabelArgs),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
     /// Print the rows and run metadata of a Parquet file.

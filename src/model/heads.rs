@@ -22,6 +22,10 @@ pub enum Pooling {
     Cls,
     /// HF `ContextPooler`: `gelu(dense(h_CLS))`.
     Pooler,
+    /// `gelu(dense(mean_t h_t))`: the pooler applied to the mean of the hidden states
+    /// of the sequence's unmasked tokens (the EfficientRAG paper's mean pooling; the
+    /// official code uses [`Pooling::Pooler`]). The mean is taken on the host.
+    MeanPooler,
     /// Every token (token classification).
     Tokens,
 }
@@ -100,7 +104,7 @@ pub struct Head<B: Backend> {
 impl<B: Backend> Head<B> {
     pub fn load(be: &B, w: &Weights, c: &DebertaConfig, spec: HeadSpec) -> Result<Self> {
         let h = c.hidden_size;
-        let (pooler, input) = if spec.pooling == Pooling::Pooler {
+        let (pooler, input) = if matches!(spec.pooling, Pooling::Pooler | Pooling::MeanPooler) {
             let p = c.pooler_hidden_size;
             (
                 Some(Linear::load(be, &w.pp("pooler.dense"), h, p, true)?),
@@ -121,8 +125,12 @@ impl<B: Backend> Head<B> {
     pub fn forward(&self, be: &B, hidden: &B::Tensor, batch: &PackedBatch) -> Result<HostTensor> {
         let logits = match self.spec.pooling {
             Pooling::Tokens => self.classifier.forward(be, hidden)?,
-            Pooling::Cls | Pooling::Pooler => {
-                let mut x = be.gather_rows(hidden, &batch.layout.first_rows())?;
+            Pooling::Cls | Pooling::Pooler | Pooling::MeanPooler => {
+                let mut x = if self.spec.pooling == Pooling::MeanPooler {
+                    be.upload(&masked_means(&be.download(hidden)?, &batch.layout))?
+                } else {
+                    be.gather_rows(hidden, &batch.layout.first_rows())?
+                };
                 if let Some(p) = &self.pooler {
                     x = p.forward(be, &x)?;
                     be.gelu(&mut x)?;
@@ -132,6 +140,26 @@ impl<B: Backend> Head<B> {
         };
         Ok(be.download(&logits)?)
     }
+}
+
+/// Per sequence, the mean of the rows of `hidden` `[tokens, H]` whose mask is 1
+/// (`Σ m_t h_t / Σ m_t`, as HF-style mean pooling) → `[sequences, H]`.
+fn masked_means(hidden: &HostTensor, layout: &crate::backend::SeqLayout) -> HostTensor {
+    let h = hidden.shape[1];
+    let mut out = vec![0f32; layout.num_seqs() * h];
+    for (s, w) in layout.cu_seqlens.windows(2).enumerate() {
+        let row = &mut out[s * h..(s + 1) * h];
+        let mut weight = 0f32;
+        for t in w[0]..w[1] {
+            let m = layout.mask[t];
+            weight += m;
+            for (o, x) in row.iter_mut().zip(&hidden.data[t * h..(t + 1) * h]) {
+                *o += m * x;
+            }
+        }
+        row.iter_mut().for_each(|o| *o /= weight.max(1.0));
+    }
+    HostTensor::new(vec![layout.num_seqs(), h], out)
 }
 
 /// Picks a head by name, or the only per-sequence head when `name` is `None`.

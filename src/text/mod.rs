@@ -4,5 +4,6 @@
 pub mod causal_tokenizer;
 pub mod render;
 pub mod tokenizer;
+pub mod words;
 
 pub use tokenizer::TextTokenizer;

@@ -33,6 +33,16 @@ pub fn beam_question(question: &str) -> &str {
     question.strip_suffix('?').unwrap_or(question)
 }
 
+/// EfficientRAG chunk text, as the official corpus builds it
+/// (`data_module/dataset.py::process_chunk`): `"{title}: {" ".join(sentences)}"`, or
+/// `"{title}: {text}"` when the passage has no sentence list (MuSiQue, corpora).
+pub fn efficientrag_chunk(title: &str, text: &str, sentences: Option<&[String]>) -> String {
+    match sentences {
+        Some(s) => format!("{title}: {}", s.join(" ")),
+        None => format!("{title}: {text}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +59,11 @@ mod tests {
         );
         assert_eq!(beam_question("Who is he??"), "Who is he?");
         assert_eq!(beam_question("who"), "who");
+        let sentences = ["It is big.".to_string(), " Very.".to_string()];
+        assert_eq!(
+            efficientrag_chunk("Paris", "It is big. Very.", Some(&sentences)),
+            "Paris: It is big.  Very."
+        );
+        assert_eq!(efficientrag_chunk("P", "x", None), "P: x");
     }
 }

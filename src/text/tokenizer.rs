@@ -65,6 +65,24 @@ impl TextTokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Ids of each word tokenised on its own, concatenated (EfficientRAG's input rule:
+    /// every word gets its own `▁`).
+    pub fn encode_words(&self, words: &[&str]) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        for w in words {
+            ids.extend(self.encode_plain(w)?);
+        }
+        Ok(ids)
+    }
+
+    /// Text of `ids` without special tokens (HF `decode(ids, skip_special_tokens=True)`
+    /// before any clean-up).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, true)
+            .map_err(|e| anyhow!("tokenizer {} cannot decode: {e}", self.path.display()))
+    }
+
     /// `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` with segment ids, truncated
     /// longest-first to the configured length.
     pub fn encode_pair(&self, a: &str, b: Option<&str>) -> Result<Sequence> {
