@@ -325,17 +325,13 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     let prepare = move |q: &Question| -> Result<Job, String> {
         let source: Arc<dyn ChunkSource> = match &source {
             Some(c) => c.clone(),
-            None => {
-                if q.passages.is_empty() {
-                    return Err("no passages to retrieve from (or pass --corpus)".into());
-                }
-                Arc::new(PoolChunks::new(
-                    q.passages
-                        .iter()
-                        .map(|p| efficientrag_chunk(&p.title, &p.text, p.sentences.as_deref()))
-                        .collect(),
-                ))
-            }
+            // The question reader has checked that there are passages.
+            None => Arc::new(PoolChunks::new(
+                q.passages
+                    .iter()
+                    .map(|p| efficientrag_chunk(&p.title, &p.text, p.sentences.as_deref()))
+                    .collect(),
+            )),
         };
         Ok(Job {
             id: q.id.clone(),

@@ -1,0 +1,316 @@
+//! `hopscore label` end to end on real HotpotQA questions with the random EfficientRAG
+//! fixtures: bad rows go to the quarantine file, the kept passages equal the Python
+//! reference's (tests/fixtures/efficientrag/goldens.json), a run SIGKILLed at several
+//! points and resumed writes the same bytes as an uninterrupted one, and `--corpus`
+//! retrieves from one shared corpus (on a corpus made of one question's own passages it
+//! repeats the pool run exactly).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, StringArray, StructArray};
+use hopscore::io::questions::{Question, QuestionReader, QuestionWriter};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+
+fn hopscore() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hopscore"));
+    c.env("HOPSCORE_THREADS", "2");
+    c
+}
+
+/// The first `n` HotpotQA questions of the sample, imported.
+fn questions(dir: &Path, n: usize) -> Option<Vec<Question>> {
+    let src = common::shared_data("hotpot_dev_distractor_sample600.json.gz")?;
+    let all = dir.join("hotpot.parquet");
+    let st = hopscore()
+        .args(["import", "hotpotqa"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&all)
+        .status()
+        .unwrap();
+    assert!(st.success(), "import failed");
+    Some(
+        QuestionReader::open(&all, 64)
+            .unwrap()
+            .take(n)
+            .map(|r| r.unwrap().unwrap())
+            .collect(),
+    )
+}
+
+fn write_questions(path: &Path, qs: &[Question]) {
+    let mut w = QuestionWriter::create(path, &[]).unwrap();
+    w.write(qs).unwrap();
+    w.finish().unwrap();
+}
+
+fn label(input: &Path, output: &Path, extra: &[&str]) -> Command {
+    let mut c = hopscore();
+    c.arg("label")
+        .arg("--labeler")
+        .arg(common::fixture("efficientrag/labeler"))
+        .arg("--filter")
+        .arg(common::fixture("efficientrag/filter"))
+        .arg("--tokenizer")
+        .arg(common::deberta_v3_tokenizer())
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(output)
+        .args(extra);
+    c
+}
+
+fn read(path: &Path) -> RecordBatch {
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+fn column<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {
+    b.column_by_name(name)
+        .unwrap()
+        .as_any()
+        .downcast_ref::<T>()
+        .unwrap()
+}
+
+/// Row `r` of a `list<utf8>` or `list<int32>` column, as strings.
+fn list_at(col: &ListArray, r: usize) -> Vec<String> {
+    let v: ArrayRef = col.value(r);
+    if let Some(i) = v.as_any().downcast_ref::<Int32Array>() {
+        i.values().iter().map(|x| x.to_string()).collect()
+    } else {
+        let s = v.as_any().downcast_ref::<StringArray>().unwrap();
+        (0..s.len()).map(|k| s.value(k).to_string()).collect()
+    }
+}
+
+/// Per row: per iteration (query, retrieved, tags, kept_text, next_query).
+type Iterations = Vec<(
+    String,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+    Option<String>,
+)>;
+
+fn iterations(b: &RecordBatch) -> Vec<Iterations> {
+    let its = column::<ListArray>(b, "iterations");
+    (0..b.num_rows())
+        .map(|r| {
+            let v = its.value(r);
+            let s = v.as_any().downcast_ref::<StructArray>().unwrap();
+            let col = |name: &str| s.column_by_name(name).unwrap().clone();
+            let (query, next) = (col("query"), col("next_query"));
+            let query = query.as_any().downcast_ref::<StringArray>().unwrap();
+            let next = next.as_any().downcast_ref::<StringArray>().unwrap();
+            let lists = |name: &str| {
+                col(name)
+                    .as_any()
+                    .downcast_ref::<ListArray>()
+                    .unwrap()
+                    .clone()
+            };
+            let (ret, tags, kept) = (lists("retrieved"), lists("tags"), lists("kept_text"));
+            (0..s.len())
+                .map(|k| {
+                    (
+                        query.value(k).to_string(),
+                        list_at(&ret, k),
+                        list_at(&tags, k),
+                        list_at(&kept, k),
+                        (!next.is_null(k)).then(|| next.value(k).to_string()),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn bad_rows_are_quarantined_and_resumed_runs_write_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(mut qs) = questions(tmp.path(), 16) else {
+        return;
+    };
+    qs[3].question = "  ".into();
+    qs[9].passages.clear();
+    let input = tmp.path().join("q.parquet");
+    write_questions(&input, &qs);
+    let args = ["--part-rows", "3", "--max-active", "4"];
+
+    let whole = tmp.path().join("whole.parquet");
+    assert!(label(&input, &whole, &args).status().unwrap().success());
+    let out = read(&whole);
+    let ids = column::<StringArray>(&out, "id");
+    let good: Vec<usize> = (0..16).filter(|&i| i != 3 && i != 9).collect();
+    assert_eq!(out.num_rows(), good.len());
+    let q = read(&tmp.path().join("whole.quarantine.parquet"));
+    let rows = column::<arrow::array::UInt64Array>(&q, "row");
+    assert_eq!(rows.values().to_vec(), [3, 9]);
+    let reasons = column::<StringArray>(&q, "reason");
+    assert!(
+        reasons.value(0).contains("question is empty"),
+        "{}",
+        reasons.value(0)
+    );
+    assert!(
+        reasons.value(1).contains("no passages"),
+        "{}",
+        reasons.value(1)
+    );
+
+    // Kept passages and loop lengths equal the reference's (HotpotQA #0–#15, CLS pooling).
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture("efficientrag/goldens.json")).unwrap(),
+    )
+    .unwrap();
+    let kept = column::<ListArray>(&out, "kept");
+    let its = iterations(&out);
+    let mut checked = 0;
+    for g in golden["questions"].as_array().unwrap() {
+        let index = g["index"].as_u64().unwrap() as usize;
+        let Some(r) = good.iter().position(|&i| i == index) else {
+            continue;
+        };
+        if g["dataset"] != "hotpotqa" || g["pooling"] != "cls" {
+            continue;
+        }
+        assert_eq!(ids.value(r), g["id"].as_str().unwrap());
+        let want: Vec<String> = g["kept"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        assert_eq!(list_at(kept, r), want, "question {index}");
+        assert_eq!(its[r].len(), g["iterations"].as_array().unwrap().len());
+        checked += 1;
+    }
+    assert_eq!(checked, 14);
+
+    // Killed at several points and resumed: the same bytes.
+    let resumed = tmp.path().join("resumed.parquet");
+    let parts = tmp.path().join("resumed.parquet.parts");
+    let (mut kills, mut resumes_with_parts) = (0, 0);
+    let mut delay_ms = 80u64;
+    loop {
+        let mut cmd = label(&input, &resumed, &args);
+        if parts.exists() {
+            cmd.arg("--resume");
+            resumes_with_parts += usize::from(parts.join("manifest.json").is_file());
+        }
+        let mut child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success());
+            break;
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills += 1;
+        delay_ms += 90;
+    }
+    assert!(
+        kills >= 1 && resumes_with_parts >= 1,
+        "{kills} kills, {resumes_with_parts} resumes"
+    );
+    assert!(!parts.exists(), "parts are merged and removed at the end");
+    assert!(
+        std::fs::read(&whole).unwrap() == std::fs::read(&resumed).unwrap(),
+        "resumed output differs from the uninterrupted one"
+    );
+    assert_eq!(
+        std::fs::read(tmp.path().join("whole.quarantine.parquet")).unwrap(),
+        std::fs::read(tmp.path().join("resumed.quarantine.parquet")).unwrap()
+    );
+}
+
+/// A corpus file of the passages of `qs`: id `"{question id}-{j}"`, title, text =
+/// the sentences joined with spaces (so a chunk reads as in the pool).
+fn write_corpus(path: &Path, qs: &[Question]) -> Vec<String> {
+    let (mut ids, mut titles, mut texts) = (Vec::new(), Vec::new(), Vec::new());
+    for q in qs {
+        for (j, p) in q.passages.iter().enumerate() {
+            ids.push(format!("{}-{j}", q.id));
+            titles.push(p.title.clone());
+            texts.push(p.sentences.as_ref().unwrap().join(" "));
+        }
+    }
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(StringArray::from(ids.clone())) as ArrayRef),
+        ("title", Arc::new(StringArray::from(titles)) as ArrayRef),
+        ("text", Arc::new(StringArray::from(texts)) as ArrayRef),
+    ])
+    .unwrap();
+    let mut w =
+        ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    ids
+}
+
+#[test]
+fn corpus_mode_searches_one_shared_corpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(qs) = questions(tmp.path(), 6) else {
+        return;
+    };
+    let run = |qs: &[Question], corpus: Option<&PathBuf>, name: &str| -> RecordBatch {
+        let input = tmp.path().join(format!("{name}.questions.parquet"));
+        write_questions(&input, qs);
+        let out = tmp.path().join(format!("{name}.parquet"));
+        let mut cmd = label(&input, &out, &[]);
+        if let Some(c) = corpus {
+            cmd.arg("--corpus").arg(c);
+        }
+        assert!(cmd.status().unwrap().success());
+        read(&out)
+    };
+
+    // A corpus of question #0's own passages repeats the pool run exactly.
+    let own = tmp.path().join("own.corpus.parquet");
+    let own_ids = write_corpus(&own, &qs[..1]);
+    let pool = iterations(&run(&qs[..1], None, "pool"))[0].clone();
+    let corpus = iterations(&run(&qs[..1], Some(&own), "own"))[0].clone();
+    assert_eq!(pool.len(), corpus.len());
+    for (p, c) in pool.iter().zip(&corpus) {
+        let mapped: Vec<String> =
+            p.1.iter()
+                .map(|j| own_ids[j.parse::<usize>().unwrap()].clone())
+                .collect();
+        assert_eq!(c.1, mapped);
+        assert_eq!((&p.0, &p.2, &p.3, &p.4), (&c.0, &c.2, &c.3, &c.4));
+    }
+
+    // One corpus for six questions: ids come from it, and questions reach passages
+    // that belong to other questions.
+    let shared = tmp.path().join("shared.corpus.parquet");
+    let ids = write_corpus(&shared, &qs);
+    let out = run(&qs, Some(&shared), "shared");
+    assert_eq!(out.num_rows(), 6);
+    let mut foreign = 0;
+    for (r, its) in iterations(&out).iter().enumerate() {
+        for it in its {
+            assert!(!it.1.is_empty());
+            for id in &it.1 {
+                assert!(ids.contains(id), "{id} is not a corpus id");
+                foreign += usize::from(!id.starts_with(&qs[r].id));
+            }
+        }
+    }
+    assert!(
+        foreign > 0,
+        "every retrieval stayed in the question's own passages"
+    );
+}
