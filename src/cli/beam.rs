@@ -135,6 +135,7 @@ impl Strategy for Job {
 }
 
 pub fn run(args: &BeamArgs) -> Result<RunSummary> {
+    super::install_interrupt_handler();
     anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
     anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
     let be = match args.device {

@@ -265,6 +265,7 @@ struct Labeled {
 }
 
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
+    super::install_interrupt_handler();
     anyhow::ensure!(args.max_iter >= 1, "--max-iter must be at least 1");
     anyhow::ensure!(args.top_k >= 1, "--top-k must be at least 1");
     let be = match args.device {

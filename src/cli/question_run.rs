@@ -62,7 +62,9 @@ pub struct Command<P, F, W, Sc> {
     pub score: Sc,
 }
 
-/// Runs a command over the question file of `opts`.
+/// Runs a command over the question file of `opts`. The command installs the Ctrl-C
+/// handler ([`super::install_interrupt_handler`]) before loading its models, so that a
+/// Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
 pub fn run<S, R, P, F, W, Sc>(opts: &RunOptions, cmd: Command<P, F, W, Sc>) -> Result<RunSummary>
 where
     S: Strategy + 'static,
@@ -73,7 +75,6 @@ where
     W: Fn(&Path, Vec<R>, &[(String, String)]) -> Result<()> + Send + 'static,
     Sc: FnMut(&[Sequence], &[usize]) -> Result<Vec<Vec<f32>>>,
 {
-    super::install_interrupt_handler();
     anyhow::ensure!(opts.part_rows >= 1, "--part-rows must be at least 1");
     let reader = QuestionReader::open(&opts.input, 256)?;
     let total = reader.total_rows();
