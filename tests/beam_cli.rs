@@ -10,18 +10,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use arrow::array::{Array, Int32Array, ListArray, RecordBatch, StringArray};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-
-fn hopscore() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hopscore"));
-    c.env("HOPSCORE_THREADS", "2");
-    c
-}
 
 fn import(dataset: &str, file: &str, dir: &Path) -> Option<PathBuf> {
     let src = common::shared_data(file)?;
     let out = dir.join(format!("{dataset}.parquet"));
-    let st = hopscore()
+    let st = common::hopscore()
         .args(["import", dataset])
         .arg(&src)
         .arg("-o")
@@ -33,7 +26,7 @@ fn import(dataset: &str, file: &str, dir: &Path) -> Option<PathBuf> {
 }
 
 fn beam(input: &Path, output: &Path, extra: &[&str]) -> Command {
-    let mut c = hopscore();
+    let mut c = common::hopscore();
     c.arg("beam")
         .arg("--model")
         .arg(common::fixture("beam/model"))
@@ -45,15 +38,6 @@ fn beam(input: &Path, output: &Path, extra: &[&str]) -> Command {
         .arg(output)
         .args(extra);
     c
-}
-
-fn read(path: &Path) -> RecordBatch {
-    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
-    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
 }
 
 fn chains(batch: &RecordBatch) -> Vec<(String, Vec<i32>)> {
@@ -155,7 +139,7 @@ fn killed_and_resumed_runs_write_the_same_bytes_and_the_reference_chains() {
     );
 
     // The chains equal the Python reference's for the golden HotpotQA questions.
-    let got = chains(&read(&whole));
+    let got = chains(&common::read_parquet(&whole));
     assert_eq!(got.len(), 150);
     let golden: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(common::fixture("beam/goldens.json")).unwrap(),
@@ -205,7 +189,7 @@ fn merged_shards_equal_an_unsharded_run() {
         shards.push(out);
     }
     let merged = tmp.path().join("merged.parquet");
-    let st = hopscore()
+    let st = common::hopscore()
         .arg("merge")
         .args(&shards)
         .arg("-o")
@@ -213,7 +197,7 @@ fn merged_shards_equal_an_unsharded_run() {
         .status()
         .unwrap();
     assert!(st.success());
-    let (a, b) = (read(&all), read(&merged));
+    let (a, b) = (common::read_parquet(&all), common::read_parquet(&merged));
     assert_eq!(a.num_rows(), 100);
     for (k, field) in a.schema().fields().iter().enumerate() {
         if a.column(k) != b.column(k) {
@@ -227,7 +211,7 @@ fn merged_shards_equal_an_unsharded_run() {
     }
 
     // An incomplete set is refused.
-    let out = hopscore()
+    let out = common::hopscore()
         .arg("merge")
         .args(&shards[..2])
         .arg("-o")

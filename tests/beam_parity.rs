@@ -70,16 +70,9 @@ fn beam_search_matches_the_official_loop() {
         &std::fs::read_to_string(common::fixture("beam/goldens.json")).unwrap(),
     )
     .unwrap();
-    let mut data = std::collections::HashMap::new();
-    for (name, file) in [
-        ("hotpotqa", "hotpot_dev_distractor_sample600.json.gz"),
-        ("musique", "musique_ans_v1.0_dev_sample100.jsonl.gz"),
-    ] {
-        let Some(path) = common::shared_data(file) else {
-            return;
-        };
-        data.insert(name, common::read_json_gz(&path));
-    }
+    let Some(data) = common::hotpot_and_musique_samples() else {
+        return;
+    };
     let tok = TextTokenizer::from_file(&common::deberta_v3_tokenizer(), None).unwrap();
     let be = CpuBackend;
     let dir = common::fixture("beam/model");

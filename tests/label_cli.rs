@@ -14,20 +14,13 @@ use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, StringArray, StructArray};
 use hopscore::io::questions::{Question, QuestionReader, QuestionWriter};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
-
-fn hopscore() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hopscore"));
-    c.env("HOPSCORE_THREADS", "2");
-    c
-}
 
 /// The first `n` HotpotQA questions of the sample, imported.
 fn questions(dir: &Path, n: usize) -> Option<Vec<Question>> {
     let src = common::shared_data("hotpot_dev_distractor_sample600.json.gz")?;
     let all = dir.join("hotpot.parquet");
-    let st = hopscore()
+    let st = common::hopscore()
         .args(["import", "hotpotqa"])
         .arg(&src)
         .arg("-o")
@@ -51,7 +44,7 @@ fn write_questions(path: &Path, qs: &[Question]) {
 }
 
 fn label(input: &Path, output: &Path, extra: &[&str]) -> Command {
-    let mut c = hopscore();
+    let mut c = common::hopscore();
     c.arg("label")
         .arg("--labeler")
         .arg(common::fixture("efficientrag/labeler"))
@@ -65,15 +58,6 @@ fn label(input: &Path, output: &Path, extra: &[&str]) -> Command {
         .arg(output)
         .args(extra);
     c
-}
-
-fn read(path: &Path) -> RecordBatch {
-    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
-    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
 }
 
 fn column<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {
@@ -151,11 +135,11 @@ fn bad_rows_are_quarantined_and_resumed_runs_write_the_same_bytes() {
 
     let whole = tmp.path().join("whole.parquet");
     assert!(label(&input, &whole, &args).status().unwrap().success());
-    let out = read(&whole);
+    let out = common::read_parquet(&whole);
     let ids = column::<StringArray>(&out, "id");
     let good: Vec<usize> = (0..16).filter(|&i| i != 3 && i != 9).collect();
     assert_eq!(out.num_rows(), good.len());
-    let q = read(&tmp.path().join("whole.quarantine.parquet"));
+    let q = common::read_parquet(&tmp.path().join("whole.quarantine.parquet"));
     let rows = column::<arrow::array::UInt64Array>(&q, "row");
     assert_eq!(rows.values().to_vec(), [3, 9]);
     let reasons = column::<StringArray>(&q, "reason");
@@ -275,7 +259,7 @@ fn corpus_mode_searches_one_shared_corpus() {
             cmd.arg("--corpus").arg(c);
         }
         assert!(cmd.status().unwrap().success());
-        read(&out)
+        common::read_parquet(&out)
     };
 
     // A corpus of question #0's own passages repeats the pool run exactly.

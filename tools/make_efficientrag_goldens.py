@@ -65,6 +65,9 @@ import transformers  # noqa: E402
 from transformers import DebertaV2Config, PreTrainedTokenizerFast  # noqa: E402
 from transformers.models.deberta_v2 import modeling_deberta_v2 as hf  # noqa: E402
 
+# Weights N(0, 0.5), LayerNorms 1 + N(0, 0.1) / N(0, 0.1), in named_modules() order.
+from make_beam_goldens import MODEL_CONFIG as BEAM_MODEL_CONFIG, randomize  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "efficientrag"
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -81,37 +84,13 @@ TAGS = ["<CONTINUE>", "<TERMINATE>"]
 GAP_MIN = 5e-5
 
 LABELER_SEED, FILTER_SEED = 9101, 9102
-WEIGHT_STD, LN_STD = 0.5, 0.1
 # Added to the tag head's bias so that both tags occur and loops of every length
 # (1-4 iterations) appear among the questions (chosen by looking at the histogram).
 TERMINATE_BIAS = -0.35
 N_HOTPOT, N_MUSIQUE, N_MEAN = 16, 8, 4
 
-MODEL_CONFIG = dict(
-    vocab_size=128100,
-    hidden_size=4,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=8,
-    hidden_act="gelu",
-    hidden_dropout_prob=0.1,
-    attention_probs_dropout_prob=0.1,
-    max_position_embeddings=512,
-    type_vocab_size=0,
-    initializer_range=0.02,
-    layer_norm_eps=1e-7,
-    relative_attention=True,
-    max_relative_positions=-1,
-    position_buckets=256,
-    pos_att_type=["p2c", "c2p"],
-    share_att_key=True,
-    norm_rel_ebd="layer_norm",
-    position_biased_input=False,
-    pad_token_id=PAD_ID,
-    pooler_hidden_size=4,
-    pooler_hidden_act="gelu",
-    pooler_dropout=0.0,
-)
+# The Beam Retrieval fixture's DeBERTa-v3 shape, narrowed to hidden 4.
+MODEL_CONFIG = dict(BEAM_MODEL_CONFIG, hidden_size=4, intermediate_size=8, pooler_hidden_size=4)
 EMBEDDING_KEY = "deberta.embeddings.word_embeddings.weight"
 OWN_FILE = "weights.safetensors"  # each checkpoint's tensors other than the shared embedding
 
@@ -237,19 +216,6 @@ class Labeler(nn.Module):
             mean = (h * m).sum(1) / m.sum(1)
             pooled = transformers.activations.ACT2FN["gelu"](self.pooler.dense(mean))
         return self.sequence_classifier(pooled), self.token_classifier(h)
-
-
-@torch.no_grad()
-def randomize(model: nn.Module, gen: torch.Generator) -> None:
-    """Linear/Embedding weights and biases N(0, 0.5); LayerNorm 1+N(0,0.1) / N(0,0.1)."""
-    for _, module in model.named_modules():
-        if isinstance(module, nn.LayerNorm):
-            module.weight.copy_(1.0 + LN_STD * torch.randn(module.weight.shape, generator=gen))
-            module.bias.copy_(LN_STD * torch.randn(module.bias.shape, generator=gen))
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
-            module.weight.copy_(WEIGHT_STD * torch.randn(module.weight.shape, generator=gen))
-            if getattr(module, "bias", None) is not None:
-                module.bias.copy_(WEIGHT_STD * torch.randn(module.bias.shape, generator=gen))
 
 
 def round_bf16(model: nn.Module) -> None:

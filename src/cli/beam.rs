@@ -14,14 +14,13 @@ use arrow::datatypes::{DataType, Field, Fields, Schema};
 use clap::Args;
 use rayon::prelude::*;
 
-use super::question_run::{self, RunOptions, RunSummary};
-use super::{run_metadata, DeviceArg, Shard};
+use super::question_run::{self, RunArgs, RunSummary};
+use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
 use crate::io::parquet_io::create_writer;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
-use crate::pipeline::SchedulerConfig;
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode};
 use crate::strategy::Strategy;
 use crate::text::render::{beam_passage, beam_question, PassageStyle};
@@ -39,12 +38,6 @@ pub struct BeamArgs {
     /// tokenizer.json (or its directory) when the model directory has none.
     #[arg(long, env = "HOPSCORE_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
-    /// Question file written by `hopscore import`.
-    #[arg(long)]
-    pub input: PathBuf,
-    /// Output Parquet of chains and scores (schema in README).
-    #[arg(long)]
-    pub output: PathBuf,
     /// Beams kept per hop (the official models were trained with 1 or 2).
     #[arg(long, default_value_t = 2)]
     pub beam_size: usize,
@@ -58,25 +51,8 @@ pub struct BeamArgs {
     /// `--hops auto`: most hops searched (truncation budgets use this count).
     #[arg(long, default_value_t = 4)]
     pub max_hops: usize,
-    /// Token budget of one forward pass.
-    #[arg(long, default_value_t = 16384)]
-    pub max_batch_tokens: usize,
-    /// Questions in flight at once: more mixes hops better, and holds more memory.
-    #[arg(long, default_value_t = 64)]
-    pub max_active: usize,
-    /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
-    #[arg(long)]
-    pub quarantine: Option<PathBuf>,
-    /// Continue an interrupted run (its `<output>.parts` directory) with the same flags.
-    #[arg(long)]
-    pub resume: bool,
-    /// Process only shard i of N (contiguous row ranges, for Slurm arrays or indexed
-    /// jobs); combine the outputs with `hopscore merge`.
-    #[arg(long, value_parser = super::parse_shard)]
-    pub shard: Option<Shard>,
-    /// Input rows per committed part: a killed run loses at most this much work.
-    #[arg(long, default_value_t = 256)]
-    pub part_rows: u64,
+    #[command(flatten)]
+    pub run: RunArgs,
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
 }
@@ -180,18 +156,7 @@ pub fn run(args: &BeamArgs) -> Result<RunSummary> {
             .collect())
     };
     question_run::run(
-        &RunOptions {
-            input: args.input.clone(),
-            output: args.output.clone(),
-            quarantine: args.quarantine.clone(),
-            resume: args.resume,
-            shard: args.shard,
-            part_rows: args.part_rows,
-            scheduler: SchedulerConfig {
-                max_batch_tokens: args.max_batch_tokens,
-                max_active: args.max_active,
-            },
-        },
+        &args.run,
         question_run::Command {
             metadata,
             prepare: move |q: &Question| prepare(q, &tok, beam_size, hops, tau, max_hops),

@@ -14,8 +14,8 @@ use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields, Schema};
 use clap::{Args, ValueEnum};
 
-use super::question_run::{self, RunOptions, RunSummary};
-use super::{run_metadata, DeviceArg, Shard};
+use super::question_run::{self, RunArgs, RunSummary};
+use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
 use crate::io::parquet_io::create_writer;
 use crate::io::questions::Question;
@@ -23,7 +23,6 @@ use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
 use crate::model::weights::sha256_file;
-use crate::pipeline::SchedulerConfig;
 use crate::retrieve::Corpus;
 use crate::strategy::efficientrag::{
     ChunkSource, EfficientRag, Iteration, LabelResult, LoopConfig, PoolChunks, FILTER, LABELER,
@@ -47,12 +46,6 @@ pub struct LabelArgs {
     /// models share it.
     #[arg(long, env = "HOPSCORE_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
-    /// Question file written by `hopscore import`.
-    #[arg(long)]
-    pub input: PathBuf,
-    /// Output Parquet of iterations and kept passages (schema in README).
-    #[arg(long)]
-    pub output: PathBuf,
     /// Retrieve from this corpus (Parquet `id`, `text`, optional `title`; one BM25
     /// index built at start) instead of each question's own passages.
     #[arg(long)]
@@ -67,24 +60,8 @@ pub struct LabelArgs {
     /// Chunks retrieved per iteration.
     #[arg(long, default_value_t = TOP_K)]
     pub top_k: usize,
-    /// Token budget of one forward pass.
-    #[arg(long, default_value_t = 16384)]
-    pub max_batch_tokens: usize,
-    /// Questions in flight at once: more mixes iterations better, and holds more memory.
-    #[arg(long, default_value_t = 64)]
-    pub max_active: usize,
-    /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
-    #[arg(long)]
-    pub quarantine: Option<PathBuf>,
-    /// Continue an interrupted run (its `<output>.parts` directory) with the same flags.
-    #[arg(long)]
-    pub resume: bool,
-    /// Process only shard i of N (contiguous row ranges); combine with `hopscore merge`.
-    #[arg(long, value_parser = super::parse_shard)]
-    pub shard: Option<Shard>,
-    /// Input rows per committed part: a killed run loses at most this much work.
-    #[arg(long, default_value_t = 256)]
-    pub part_rows: u64,
+    #[command(flatten)]
+    pub run: RunArgs,
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
 }
@@ -343,18 +320,7 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     let doc_ids = corpus.map(DocIds);
     let schema = label_schema(doc_ids.is_some());
     question_run::run(
-        &RunOptions {
-            input: args.input.clone(),
-            output: args.output.clone(),
-            quarantine: args.quarantine.clone(),
-            resume: args.resume,
-            shard: args.shard,
-            part_rows: args.part_rows,
-            scheduler: SchedulerConfig {
-                max_batch_tokens: args.max_batch_tokens,
-                max_active: args.max_active,
-            },
-        },
+        &args.run,
         question_run::Command {
             metadata,
             prepare,

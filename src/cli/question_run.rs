@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use arrow::datatypes::SchemaRef;
+use clap::Args;
 
 use super::{progress_bar, Shard};
 use crate::io::parquet_io::sibling;
@@ -20,18 +21,36 @@ use crate::model::batch::Sequence;
 use crate::pipeline::{self, Admission, Finished, SchedulerConfig};
 use crate::strategy::Strategy;
 
-/// Where a run reads and writes, and how it is split and committed.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
+/// Where a run reads and writes, and how it is batched, split and committed: the
+/// flags every question-file command shares (flattened into its arguments).
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Question file written by `hopscore import`.
+    #[arg(long)]
     pub input: PathBuf,
+    /// Output Parquet (schema in README).
+    #[arg(long)]
     pub output: PathBuf,
-    /// Default: `<output stem>.quarantine.parquet`.
+    /// Token budget of one forward pass.
+    #[arg(long, default_value_t = 16384)]
+    pub max_batch_tokens: usize,
+    /// Questions in flight at once: more mixes the steps of different questions
+    /// better, and holds more memory.
+    #[arg(long, default_value_t = 64)]
+    pub max_active: usize,
+    /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
+    #[arg(long)]
     pub quarantine: Option<PathBuf>,
+    /// Continue an interrupted run (its `<output>.parts` directory) with the same flags.
+    #[arg(long)]
     pub resume: bool,
+    /// Process only shard i of N (contiguous row ranges, for Slurm arrays or indexed
+    /// jobs); combine the outputs with `hopscore merge`.
+    #[arg(long, value_parser = super::parse_shard)]
     pub shard: Option<Shard>,
-    /// Input rows per committed part.
+    /// Input rows per committed part: a killed run loses at most this much work.
+    #[arg(long, default_value_t = 256)]
     pub part_rows: u64,
-    pub scheduler: SchedulerConfig,
 }
 
 /// Counts of a run.
@@ -65,7 +84,7 @@ pub struct Command<P, F, W, Sc> {
 /// Runs a command over the question file of `opts`. The command installs the Ctrl-C
 /// handler ([`super::install_interrupt_handler`]) before loading its models, so that a
 /// Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
-pub fn run<S, R, P, F, W, Sc>(opts: &RunOptions, cmd: Command<P, F, W, Sc>) -> Result<RunSummary>
+pub fn run<S, R, P, F, W, Sc>(opts: &RunArgs, cmd: Command<P, F, W, Sc>) -> Result<RunSummary>
 where
     S: Strategy + 'static,
     S::Output: 'static,
@@ -157,7 +176,11 @@ where
         pending.commit(&mut parts, row - start, &write_meta, &write_part)
     };
     let progress = bar.clone();
-    let stats = pipeline::run(opts.scheduler, read, cmd.score, write, move |s| {
+    let scheduler = SchedulerConfig {
+        max_batch_tokens: opts.max_batch_tokens,
+        max_active: opts.max_active,
+    };
+    let stats = pipeline::run(scheduler, read, cmd.score, write, move |s| {
         let secs = progress.elapsed().as_secs_f64().max(1e-9);
         progress.set_message(format!(
             "{:.0} hyp/s {:.0} tok/s",

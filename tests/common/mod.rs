@@ -79,6 +79,39 @@ pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
         .collect()
 }
 
+/// The `hopscore` binary of this build, on 2 worker threads.
+pub fn hopscore() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hopscore"));
+    c.env("HOPSCORE_THREADS", "2");
+    c
+}
+
+/// All rows of a Parquet file as one record batch.
+pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(path).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let batches: Vec<_> = r.map(Result::unwrap).collect();
+    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+/// The HotpotQA and MuSiQue dev samples of ../shared/data by dataset name (`hotpotqa`,
+/// `musique`), or `None` (with a message) when they are absent.
+pub fn hotpot_and_musique_samples(
+) -> Option<std::collections::HashMap<&'static str, Vec<serde_json::Value>>> {
+    let mut data = std::collections::HashMap::new();
+    for (name, file) in [
+        ("hotpotqa", "hotpot_dev_distractor_sample600.json.gz"),
+        ("musique", "musique_ans_v1.0_dev_sample100.jsonl.gz"),
+    ] {
+        data.insert(name, read_json_gz(&shared_data(file)?));
+    }
+    Some(data)
+}
+
 /// Reads a gzip-compressed JSON array or JSON-lines file.
 pub fn read_json_gz(path: &Path) -> Vec<serde_json::Value> {
     use std::io::Read;
