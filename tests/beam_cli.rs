@@ -26,18 +26,7 @@ fn import(dataset: &str, file: &str, dir: &Path) -> Option<PathBuf> {
 }
 
 fn beam(input: &Path, output: &Path, extra: &[&str]) -> Command {
-    let mut c = common::hopscore();
-    c.arg("beam")
-        .arg("--model")
-        .arg(common::fixture("beam/model"))
-        .arg("--tokenizer")
-        .arg(common::deberta_v3_tokenizer())
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(output)
-        .args(extra);
-    c
+    common::question_command("beam", &[("--model", "beam/model")], input, output, extra)
 }
 
 fn chains(batch: &RecordBatch) -> Vec<(String, Vec<i32>)> {
@@ -141,10 +130,7 @@ fn killed_and_resumed_runs_write_the_same_bytes_and_the_reference_chains() {
     // The chains equal the Python reference's for the golden HotpotQA questions.
     let got = chains(&common::read_parquet(&whole));
     assert_eq!(got.len(), 150);
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("beam/goldens.json")).unwrap(),
-    )
-    .unwrap();
+    let golden: serde_json::Value = common::fixture_json("beam/goldens.json");
     let mut checked = 0;
     for g in golden["questions"].as_array().unwrap() {
         let index = g["index"].as_u64().unwrap() as usize;

@@ -66,10 +66,7 @@ fn texts(dataset: &str, rec: &Value) -> (String, Vec<(String, String)>) {
 
 #[test]
 fn beam_search_matches_the_official_loop() {
-    let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("beam/goldens.json")).unwrap(),
-    )
-    .unwrap();
+    let golden: Value = common::fixture_json("beam/goldens.json");
     let Some(data) = common::hotpot_and_musique_samples() else {
         return;
     };

@@ -66,10 +66,7 @@ fn chunks(dataset: &str, rec: &Value) -> Vec<String> {
 
 #[test]
 fn the_loop_matches_the_official_one() {
-    let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("efficientrag/goldens.json")).unwrap(),
-    )
-    .unwrap();
+    let golden: Value = common::fixture_json("efficientrag/goldens.json");
     let Some(data) = common::hotpot_and_musique_samples() else {
         return;
     };

@@ -44,20 +44,16 @@ fn write_questions(path: &Path, qs: &[Question]) {
 }
 
 fn label(input: &Path, output: &Path, extra: &[&str]) -> Command {
-    let mut c = common::hopscore();
-    c.arg("label")
-        .arg("--labeler")
-        .arg(common::fixture("efficientrag/labeler"))
-        .arg("--filter")
-        .arg(common::fixture("efficientrag/filter"))
-        .arg("--tokenizer")
-        .arg(common::deberta_v3_tokenizer())
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(output)
-        .args(extra);
-    c
+    common::question_command(
+        "label",
+        &[
+            ("--labeler", "efficientrag/labeler"),
+            ("--filter", "efficientrag/filter"),
+        ],
+        input,
+        output,
+        extra,
+    )
 }
 
 fn column<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> &'a T {
@@ -155,10 +151,7 @@ fn bad_rows_are_quarantined_and_resumed_runs_write_the_same_bytes() {
     );
 
     // Kept passages and loop lengths equal the reference's (HotpotQA #0–#15, CLS pooling).
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("efficientrag/goldens.json")).unwrap(),
-    )
-    .unwrap();
+    let golden: serde_json::Value = common::fixture_json("efficientrag/goldens.json");
     let kept = column::<ListArray>(&out, "kept");
     let its = iterations(&out);
     let mut checked = 0;

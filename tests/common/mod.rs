@@ -86,6 +86,35 @@ pub fn hopscore() -> std::process::Command {
     c
 }
 
+/// `hopscore <command> --<flag> <fixture>… --tokenizer <DeBERTa-v3> --input … --output …`
+/// followed by `extra`: a question-file command on fixture models.
+pub fn question_command(
+    command: &str,
+    models: &[(&str, &str)],
+    input: &Path,
+    output: &Path,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut c = hopscore();
+    c.arg(command);
+    for (flag, dir) in models {
+        c.arg(flag).arg(fixture(dir));
+    }
+    c.arg("--tokenizer")
+        .arg(deberta_v3_tokenizer())
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(output)
+        .args(extra);
+    c
+}
+
+/// A JSON fixture (`tests/fixtures/<rel>`).
+pub fn fixture_json(rel: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(rel)).unwrap()).unwrap()
+}
+
 /// All rows of a Parquet file as one record batch.
 pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
