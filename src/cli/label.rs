@@ -76,6 +76,8 @@ pub enum TagPooling {
 /// A loaded model and where its heads' logits are.
 struct Scorer {
     model: CrossEncoder<CpuBackend>,
+    /// The first weight file (its sha256 goes into the run metadata).
+    weights: PathBuf,
     /// Index of the tag head (Labeler only) and its class count.
     tags: Option<(usize, usize)>,
     tokens: usize,
@@ -117,10 +119,12 @@ impl Scorer {
                 Some((k, specs[k].num_labels))
             }
         };
+        let weights = files.weights_path();
         let model = CrossEncoder::from_weights(be, &files.weights, files.config, specs)
             .with_context(|| format!("loading the {role} in {}", dir.display()))?;
         Ok(Self {
             model,
+            weights,
             tags,
             tokens,
         })
@@ -271,11 +275,10 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
             Some(Arc::new(CorpusChunks(c)))
         }
     };
-    let filter_weights = ModelFiles::open(&args.filter)?.weights_path();
     let mut options = vec![
         ("strategy", "efficientrag".to_string()),
         ("filter", args.filter.display().to_string()),
-        ("filter_sha256", sha256_file(&filter_weights)?),
+        ("filter_sha256", sha256_file(&models.filter.weights)?),
         (
             "tag_pooling",
             format!("{:?}", args.tag_pooling).to_lowercase(),
@@ -289,11 +292,7 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
         options.push(("corpus", path.display().to_string()));
         options.push(("corpus_sha256", sha256_file(path)?));
     }
-    let metadata = run_metadata(
-        &args.labeler,
-        &ModelFiles::open(&args.labeler)?.weights_path(),
-        &options,
-    )?;
+    let metadata = run_metadata(&args.labeler, &models.labeler.weights, &options)?;
     let config = LoopConfig {
         max_iter: args.max_iter,
         top_k: args.top_k,
