@@ -156,8 +156,8 @@ impl Stop {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LabelResult {
     pub iterations: Vec<Iteration>,
-    /// Chunks not tagged `<TERMINATE>` in any iteration where they were retrieved,
-    /// first retrieval first, without repeats.
+    /// Chunks tagged other than `<TERMINATE>` in some iteration, first retrieval
+    /// first, without repeats.
     pub kept: Vec<usize>,
     pub stop: Stop,
 }
@@ -165,7 +165,7 @@ pub struct LabelResult {
 enum Pending {
     /// Labeler inputs of the retrieved chunks.
     Label(Vec<Sequence>),
-    /// The Filter input, and the ids of its tokens.
+    /// The Filter input.
     Filter(Sequence),
     Done,
 }
