@@ -10,6 +10,7 @@ pub mod import;
 pub mod inspect;
 pub mod loglik;
 pub mod merge;
+pub mod review;
 pub mod rows;
 pub mod show;
 
@@ -34,6 +35,8 @@ pub struct Cli {
 pub enum Command {
     /// Beam Retrieval over a question file: chains, scores and features.
     Beam(beam::BeamArgs),
+    /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
+    Review(review::ReviewArgs),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
     /// Print the rows and run metadata of a Parquet file.
