@@ -224,3 +224,148 @@ pub fn run(
         trace: serde_json::json!({ "init": init, "rounds": rounds, "exit": exit }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::post::testing::{pool, ScriptedLlm};
+    use crate::post::Bm25Retriever;
+
+    const QUESTION: &str = "Where was the founder of Alpha born?";
+    const Q1: &str = "Who founded Alpha?";
+    const Q2: &str = "Where was Zed Zimmer born?";
+
+    fn llm() -> ScriptedLlm {
+        ScriptedLlm::new(
+            &[
+                (
+                    &["sub-questions"],
+                    "Ranked sub-questions:\n1. Who founded Alpha?\n2. Where was Zed Zimmer born?\n3. Extra one?",
+                ),
+                (&["Below are search queries", "Query: Where was Zed Zimmer born?"], "The answer is Quebec."),
+                (&["Below are search queries", "Query: Who founded Alpha?"], "Montreal"),
+                (&["Below are search queries"], "Nice"),
+                (&["Candidate answer: Quebec"], "0.9"),
+                (&["Candidate answer: Montreal"], "Score: 0.6"),
+                (&["Candidate answer: Nice"], "0.5"),
+                (&["Candidate answer: Lyon"], "0.2 (weak)"),
+                (&["single entity, from your own knowledge"], "Lyon"),
+            ],
+            "unexpected prompt",
+        )
+    }
+
+    fn config(threshold: f64) -> AlliesConfig {
+        AlliesConfig {
+            beam_size: 2,
+            depth: 2,
+            sub_questions: 2,
+            top_n: 1,
+            threshold,
+        }
+    }
+
+    fn run_with<'l>(llm: &'l ScriptedLlm, config: &AlliesConfig) -> (Outcome, Session<'l>) {
+        let passages = pool(&[
+            ("Alpha", "Alpha is a rock band founded by Zed Zimmer."),
+            ("Bravo", "Bravo is a river town with a harbour."),
+            ("Zed Zimmer", "Zed Zimmer was born in Quebec."),
+        ]);
+        let retriever = Bm25Retriever::pool(&passages);
+        let mut session = Session::new(llm);
+        let out = run(QUESTION, None, &retriever, &mut session, config).unwrap();
+        (out, session)
+    }
+
+    fn summary(states: &serde_json::Value) -> Vec<(Vec<String>, String, f64)> {
+        states
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    serde_json::from_value(s["queries"].clone()).unwrap(),
+                    s["answer"].as_str().unwrap().to_string(),
+                    s["score"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn stops_when_a_kept_state_reaches_the_threshold() {
+        let llm = llm();
+        let (out, session) = run_with(&llm, &config(0.8));
+        let q = QUESTION.to_string();
+        assert_eq!(
+            summary(&out.trace["init"]),
+            [(vec![], "Lyon".into(), 0.2), (vec![q], "Nice".into(), 0.5)]
+        );
+        // Four children (2 states × K=2; the third listed question is over K), trimmed
+        // to B=2: the two Quebec states in generation order.
+        assert_eq!(
+            summary(&out.trace["rounds"][0]),
+            [
+                (vec![Q2.into()], "Quebec".into(), 0.9),
+                (vec![QUESTION.into(), Q2.into()], "Quebec".into(), 0.9)
+            ]
+        );
+        assert_eq!(out.trace["rounds"].as_array().unwrap().len(), 1);
+        assert_eq!(out.trace["exit"], "threshold");
+        assert_eq!(out.answer.as_deref(), Some("Quebec"));
+        assert_eq!(out.evidence, [2]);
+        // 2 + 2 (init) + 2 asks + 4 × (answer + score).
+        assert_eq!(session.stats.llm_calls, 14);
+        assert!(session.parse_failures.is_empty());
+    }
+
+    #[test]
+    fn runs_every_round_below_the_threshold() {
+        let llm = llm();
+        let (out, session) = run_with(&llm, &config(0.95));
+        assert_eq!(out.trace["exit"], "depth");
+        let last = summary(&out.trace["rounds"][1]);
+        assert_eq!(last.len(), 2);
+        assert_eq!(last[0], (vec![Q2.into(), Q1.into()], "Quebec".into(), 0.9));
+        assert_eq!(out.evidence, [2, 0]);
+        assert_eq!(session.stats.llm_calls, 24);
+    }
+
+    #[test]
+    fn unreadable_replies_are_counted_and_survived() {
+        let llm = ScriptedLlm::new(
+            &[
+                (&["sub-questions"], "No."),
+                (&["Below are search queries"], "  "),
+                (&["Candidate answer"], "very likely"),
+                (&["single entity, from your own knowledge"], "Lyon"),
+            ],
+            "unexpected prompt",
+        );
+        let (out, session) = run_with(&llm, &config(0.8));
+        assert_eq!(out.trace["exit"], "no-sub-questions");
+        assert_eq!(out.answer.as_deref(), Some("Lyon"));
+        assert!(out.evidence.is_empty());
+        // Direct answer and score, grounded answer (empty: not scored), two asks.
+        assert_eq!(session.stats.llm_calls, 5);
+        assert_eq!(
+            session.parse_failures,
+            [
+                "allies.score: no number between 0 and 1",
+                "allies.answer: empty reply",
+                "allies.ask: no sub-question in the reply",
+                "allies.ask: no sub-question in the reply",
+            ]
+        );
+    }
+
+    #[test]
+    fn depth_zero_answers_from_the_initial_beam() {
+        let llm = llm();
+        let mut c = config(0.8);
+        c.depth = 0;
+        let (out, session) = run_with(&llm, &c);
+        assert_eq!(out.answer.as_deref(), Some("Nice"));
+        assert_eq!(session.stats.llm_calls, 4);
+    }
+}

@@ -228,20 +228,25 @@ pub(crate) mod testing {
 
     use super::*;
 
-    /// Replies with the first rule whose needle is in the prompt (or the fallback), and
-    /// logs every prompt.
+    /// Replies with the first rule whose needles are all in the prompt (or the
+    /// fallback), and logs every prompt.
     pub struct ScriptedLlm {
-        pub rules: Vec<(String, String)>,
-        pub fallback: String,
+        rules: Vec<(Vec<String>, String)>,
+        fallback: String,
         pub prompts: Mutex<Vec<String>>,
     }
 
     impl ScriptedLlm {
-        pub fn new(rules: &[(&str, &str)], fallback: &str) -> Self {
+        pub fn new(rules: &[(&[&str], &str)], fallback: &str) -> Self {
             Self {
                 rules: rules
                     .iter()
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .map(|(needles, reply)| {
+                        (
+                            needles.iter().map(|n| n.to_string()).collect(),
+                            reply.to_string(),
+                        )
+                    })
                     .collect(),
                 fallback: fallback.to_string(),
                 prompts: Mutex::new(Vec::new()),
@@ -259,7 +264,7 @@ pub(crate) mod testing {
             let text = self
                 .rules
                 .iter()
-                .find(|(needle, _)| prompt.contains(needle.as_str()))
+                .find(|(needles, _)| needles.iter().all(|n| prompt.contains(n.as_str())))
                 .map_or(&self.fallback, |(_, reply)| reply);
             Ok(Reply {
                 text: text.clone(),

@@ -76,8 +76,13 @@ pub fn after_tag(text: &str, tag: &str) -> Option<String> {
 /// Strips decoration from a short answer: surrounding quotes, brackets, asterisks and a
 /// final period.
 pub fn clean_answer(s: &str) -> String {
-    let t = s.trim().trim_matches(['"', '\'', '*', '`', '[', ']', ' ']);
-    t.strip_suffix('.').unwrap_or(t).trim().to_string()
+    let strip = |t: &str| {
+        t.trim()
+            .trim_matches(['"', '\'', '*', '`', '[', ']', ' '])
+            .to_string()
+    };
+    let t = strip(s);
+    strip(t.strip_suffix('.').unwrap_or(&t))
 }
 
 /// The answer in a reply that ends with `The answer is X` (the last such sentence wins);

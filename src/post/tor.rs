@@ -179,8 +179,9 @@ fn fusion_prompt(question: &str, evidence: &[Evidence]) -> String {
     )
 }
 
-/// Reads a review reply; `None` when it holds no tag at all.
-fn parse_review(text: &str) -> Option<Review> {
+/// Reads a review reply; `None` when it holds no tag at all. The flag says whether a
+/// judgement was missing and inferred from the action.
+fn parse_review(text: &str) -> Option<(Review, bool)> {
     let answer = after_tag(text, "ANSWER");
     let query = after_tag(text, "QUERY");
     let relevant = first_of(text, "RELEVANT", "IRRELEVANT");
@@ -189,12 +190,14 @@ fn parse_review(text: &str) -> Option<Review> {
         return None;
     }
     let acts = answer.is_some() || query.is_some();
-    Some(Review {
+    let inferred = relevant.is_none() || supported.is_none();
+    let review = Review {
         relevant: relevant.unwrap_or(acts),
         supported: supported.unwrap_or(answer.is_some() && query.is_none()),
         answer,
         query,
-    })
+    };
+    Some((review, inferred))
 }
 
 /// The depth-first search of one question.
@@ -229,11 +232,17 @@ impl Search<'_, '_, '_> {
         let reply = self
             .session
             .ask(&review_prompt(self.question, path, reasons))?;
-        let Some(review) = parse_review(&reply) else {
+        let Some((review, inferred)) = parse_review(&reply) else {
             self.session
                 .parse_failure("tor.review", "no relevance, support or action tag");
             return Ok(node);
         };
+        if inferred {
+            self.session.parse_failure(
+                "tor.review",
+                "a relevance or support judgement is missing (inferred from the action)",
+            );
+        }
         if !review.relevant && self.config.relevance_pruning {
             node.verdict = Verdict::Rejected;
             return Ok(node);
@@ -333,4 +342,195 @@ pub fn run(
         evidence: distinct_indices(search.evidence.iter().flat_map(|e| &e.docs)),
         trace: serde_json::json!({ "tree": tree, "evidence_pool": search.evidence.len() }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::post::testing::{pool, ScriptedLlm};
+    use crate::post::Bm25Retriever;
+
+    const QUESTION: &str = "Where was the founder of Alpha born?";
+    const REVIEW: &str = "Work in three steps";
+
+    fn passages() -> Vec<crate::io::questions::Passage> {
+        pool(&[
+            ("Alpha", "Alpha is a rock band founded by Zed Zimmer."),
+            ("Bravo", "Bravo is a river town with a harbour."),
+            ("Zed Zimmer", "Zed Zimmer was born in Quebec."),
+            (
+                "Zimmer Hall",
+                "Zimmer Hall is a large concert building in the old harbour district.",
+            ),
+            (
+                "Hall History",
+                "The hall history goes back to an old market.",
+            ),
+        ])
+    }
+
+    /// Replies of a model that accepts [Alpha, Zed Zimmer], rejects Bravo and keeps
+    /// asking below Zimmer Hall.
+    fn tree_llm() -> ScriptedLlm {
+        ScriptedLlm::new(
+            &[
+                (
+                    &[REVIEW, "[2] Zed Zimmer:"],
+                    "Relevance: founder and birthplace [RELEVANT]\nSupport: Alpha was founded by \
+                     Zed Zimmer, born in Quebec [SUPPORTED]\nAction: [ANSWER] Quebec",
+                ),
+                (
+                    &[REVIEW, "[3] Hall History:"],
+                    "Relevance: [RELEVANT]\nSupport: [UNSUPPORTED]\nAction: [QUERY] market founder",
+                ),
+                (
+                    &[REVIEW, "[2] Zimmer Hall:"],
+                    "Relevance: a Zimmer [RELEVANT]\nSupport: no birthplace [UNSUPPORTED]\n\
+                     Action: [QUERY] quebec hall history",
+                ),
+                (
+                    &[REVIEW, "[1] Alpha:"],
+                    "Relevance: names the founder [RELEVANT]\nSupport: birthplace missing \
+                     [UNSUPPORTED]\nAction: [QUERY] zimmer birthplace",
+                ),
+                (
+                    &[REVIEW, "[1] Bravo:"],
+                    "Relevance: not relevant to the band [IRRELEVANT]\nSupport: [UNSUPPORTED]\n\
+                     Action: [QUERY] alpha",
+                ),
+                (
+                    &["Each piece of evidence", "Assertion: Quebec"],
+                    "Zed Zimmer founded Alpha and was born in Quebec.\nThe answer is Quebec.",
+                ),
+            ],
+            "unexpected prompt",
+        )
+    }
+
+    fn config(widths: &[usize], expansion: Expansion) -> TorConfig {
+        TorConfig {
+            widths: widths.to_vec(),
+            expansion,
+            relevance_pruning: true,
+            repetitive_pruning: true,
+        }
+    }
+
+    fn run_with(
+        llm: &ScriptedLlm,
+        initial: &[usize],
+        config: &TorConfig,
+    ) -> (Outcome, crate::post::CallStats, Vec<String>) {
+        let passages = passages();
+        let retriever = Bm25Retriever::pool(&passages);
+        let initial = initial.iter().map(|&i| retriever.doc(i).unwrap()).collect();
+        let mut session = Session::new(llm);
+        let out = run(QUESTION, Some(initial), &retriever, &mut session, config).unwrap();
+        (out, session.stats, session.parse_failures)
+    }
+
+    #[test]
+    fn prunes_accepts_and_stops_at_the_depth_limit() {
+        let llm = tree_llm();
+        let (out, stats, failures) = run_with(&llm, &[0, 1], &config(&[2, 2, 2], Expansion::Cot));
+        assert_eq!(out.answer.as_deref(), Some("Quebec"));
+        assert_eq!(out.evidence, [0, 2]);
+        let expected = serde_json::json!({
+            "tree": [
+                {"doc": 0, "title": "Alpha", "verdict": "expanded", "query": "zimmer birthplace",
+                 "children": [
+                    {"doc": 2, "title": "Zed Zimmer", "verdict": "accepted", "analysis": "Quebec"},
+                    {"doc": 3, "title": "Zimmer Hall", "verdict": "expanded",
+                     "query": "quebec hall history", "pruned": [2],
+                     "children": [{"doc": 4, "title": "Hall History", "verdict": "depth-limit"}]}
+                 ]},
+                {"doc": 1, "title": "Bravo", "verdict": "rejected"}
+            ],
+            "evidence_pool": 1
+        });
+        assert_eq!(out.trace, expected);
+        // Five reviews and the fusion; the depth-3 node asks for no retrieval.
+        assert_eq!((stats.llm_calls, llm.calls()), (6, 6));
+        assert_eq!((stats.prompt_tokens, stats.completion_tokens), (60, 12));
+        assert!(failures.is_empty(), "{failures:?}");
+        let prompts = llm.prompts.lock().unwrap();
+        let fusion = prompts.last().unwrap();
+        assert!(fusion.contains("Evidence 1\nAssertion: Quebec\nPassages:\n[1] Alpha: "));
+        assert!(!fusion.contains("Evidence 2"));
+    }
+
+    #[test]
+    fn ablations_review_more_nodes() {
+        let llm = tree_llm();
+        let mut c = config(&[2, 2, 2], Expansion::Cot);
+        c.repetitive_pruning = false;
+        let (out, stats, _) = run_with(&llm, &[0, 1], &c);
+        // Zed Zimmer is reviewed again under Zimmer Hall (at depth 3: depth limit).
+        assert_eq!(stats.llm_calls, 7);
+        let below_hall = &out.trace["tree"][0]["children"][1]["children"];
+        assert_eq!(
+            (&below_hall[0]["doc"], &below_hall[1]["doc"]),
+            (&4.into(), &2.into())
+        );
+        assert_eq!(out.evidence, [0, 2]);
+
+        let llm = tree_llm();
+        let mut c = config(&[2, 2], Expansion::Cot);
+        c.relevance_pruning = false;
+        let (out, stats, _) = run_with(&llm, &[1], &c);
+        // Bravo is expanded with its query "alpha": [Bravo, Alpha] is still irrelevant
+        // and at the depth limit; nothing is accepted.
+        assert_eq!(out.trace["tree"][0]["verdict"], "expanded");
+        assert_eq!(
+            out.trace["tree"][0]["children"][0]["verdict"],
+            "depth-limit"
+        );
+        assert_eq!(stats.llm_calls, 3);
+        assert!(out.evidence.is_empty());
+    }
+
+    #[test]
+    fn mpc_queries_and_parse_failures() {
+        let llm = ScriptedLlm::new(
+            &[
+                (
+                    &["starts with [INFO]"],
+                    "Thought: the birthplace.\n[INFO] Zed Zimmer was born in Quebec.\n[ANSWER] Quebec",
+                ),
+                (&[REVIEW, "[2] Zed Zimmer:"], "lorem ipsum dolor"),
+                (&[REVIEW, "[1] Alpha:"], "Action: [QUERY] who founded it"),
+                (&["(no evidence was found"], "I am not sure.\nMaybe Paris."),
+            ],
+            "unexpected prompt",
+        );
+        let (out, stats, failures) = run_with(&llm, &[0], &config(&[1, 1], Expansion::Mpc));
+        let root = &out.trace["tree"][0];
+        assert_eq!(root["query"], "Zed Zimmer was born in Quebec");
+        assert_eq!(root["children"][0]["doc"], 2);
+        assert_eq!(root["children"][0]["verdict"], "unparsed");
+        assert_eq!(stats.llm_calls, 4);
+        assert_eq!(
+            failures,
+            [
+                "tor.review: a relevance or support judgement is missing (inferred from the action)",
+                "tor.review: no relevance, support or action tag",
+                "tor.fusion: no \"The answer is\" sentence",
+            ]
+        );
+        assert_eq!(out.answer.as_deref(), Some("I am not sure"));
+        assert!(out.evidence.is_empty());
+    }
+
+    #[test]
+    fn review_replies_parse_tolerantly() {
+        let (r, inferred) =
+            parse_review("relevance: [relevant]\nsupport: [supported]\n[answer]: 1997.").unwrap();
+        assert_eq!(
+            (r.relevant, r.supported, r.answer.as_deref(), inferred),
+            (true, true, Some("1997"), false)
+        );
+        let (r, inferred) = parse_review("**[ANSWER]** Paris").unwrap();
+        assert_eq!((r.relevant, r.supported, inferred), (true, true, true));
+        assert!(parse_review("I don't know").is_none());
+    }
 }
