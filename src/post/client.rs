@@ -110,9 +110,7 @@ impl ChatClient {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| Duration::from_secs_f64(s).min(RETRY_AFTER_CAP));
+            .and_then(retry_after);
         let text = match response.body_mut().read_to_string() {
             Ok(t) => t,
             Err(e) => return Attempt::Retry(format!("HTTP {status}, body unreadable: {e}"), None),
@@ -149,6 +147,13 @@ impl ChatClient {
         exp.min(self.config.backoff_max)
             .mul_f64(0.5 + 0.5 * fastrand::f64())
     }
+}
+
+/// The wait a `Retry-After: <seconds>` header asks for, capped at [`RETRY_AFTER_CAP`];
+/// `None` for other forms (an HTTP date falls back to the backoff).
+fn retry_after(value: &str) -> Option<Duration> {
+    let s = value.trim().parse::<f64>().ok()?;
+    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s).min(RETRY_AFTER_CAP))
 }
 
 /// The reply text and usage of a chat-completion body; `None` when it is not one.
@@ -260,6 +265,15 @@ mod tests {
         assert_eq!(completion("{\"choices\": ["), None);
         assert_eq!(completion("{\"error\": \"busy\"}"), None);
         assert_eq!(completion("<html>502</html>"), None);
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_is_capped() {
+        assert_eq!(retry_after(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after("0.25"), Some(Duration::from_millis(250)));
+        assert_eq!(retry_after("86400"), Some(RETRY_AFTER_CAP));
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(retry_after("-1"), None);
     }
 
     #[test]
