@@ -5,6 +5,8 @@
 //! reason, bad rows go to the quarantine file, and a second run with the server gone is
 //! served entirely from the response cache.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,7 +19,6 @@ use std::time::Duration;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int32Type, UInt32Type, UInt64Type};
 use hopscore::io::questions::{Dataset, Passage, Question, QuestionWriter};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 /// What the server does with one request.
 enum Act {
@@ -301,15 +302,6 @@ fn review(server: &Server, input: &Path, output: &Path, extra: &[&str]) -> std::
     out
 }
 
-fn read(path: &Path) -> RecordBatch {
-    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
-    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
-}
-
 fn strings(b: &RecordBatch, col: &str) -> Vec<Option<String>> {
     let c = b.column_by_name(col).unwrap().as_string::<i32>();
     (0..c.len())
@@ -349,7 +341,7 @@ fn tor_survives_faults_and_a_rerun_is_served_from_the_cache() {
     args.extend(["--chains", chains.to_str().unwrap()]);
     review(&server, &input, &output, &args);
 
-    let b = read(&output);
+    let b = common::read_parquet(&output);
     assert_eq!(
         strings(&b, "id"),
         ["q1", "q2", "q3", "q4"].map(|s| Some(s.into()))
@@ -399,7 +391,7 @@ fn tor_survives_faults_and_a_rerun_is_served_from_the_cache() {
     assert_eq!(verdicts, ["expanded", "unparsed"]);
     // 3 + 2 + 2 + 1 requests for q1, 3 for q2, 1 for q3, 2 for q4.
     assert_eq!(server.requests.load(Ordering::SeqCst), 14);
-    let quarantine = read(&dir.path().join("tor.quarantine.parquet"));
+    let quarantine = common::read_parquet(&dir.path().join("tor.quarantine.parquet"));
     assert_eq!(strings(&quarantine, "id"), [Some("q5".into())]);
     assert!(strings(&quarantine, "reason")[0]
         .as_deref()
@@ -415,7 +407,7 @@ fn tor_survives_faults_and_a_rerun_is_served_from_the_cache() {
     args2.extend(["--cache", cache.to_str().unwrap()]);
     review(&server, &input, &again, &args2);
     assert_eq!(server.requests.load(Ordering::SeqCst), 14);
-    let b2 = read(&again);
+    let b2 = common::read_parquet(&again);
     assert_eq!(u32s(&b2, "cached_calls")[0], 4);
     assert_eq!(u32s(&b2, "cached_calls")[3], 2);
     assert_eq!(u32s(&b2, "llm_calls"), [4, 1, 1, 2]);
@@ -448,7 +440,7 @@ fn allies_runs_through_the_endpoint() {
         &output,
         &["--strategy", "allies", "--no-cache", "--top-n", "1"],
     );
-    let b = read(&output);
+    let b = common::read_parquet(&output);
     assert_eq!(strings(&b, "answer"), [Some("green".into())]);
     // Direct answer + score, grounded answer + score, 2 asks, 2 × (answer + score); the
     // first round's best scores 0.9 ≥ 0.8.

@@ -22,7 +22,7 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use clap::{Args, ValueEnum};
 
 use super::{progress_bar, tool_metadata};
-use crate::io::parquet_io::{create_writer, sibling, string_column, ParquetInput};
+use crate::io::parquet_io::{sibling, string_column, BatchedWriter, ParquetInput};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::io::questions::{Question, QuestionReader};
 use crate::post::allies::{self, AlliesConfig};
@@ -314,7 +314,13 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         .quarantine
         .clone()
         .unwrap_or_else(|| sibling(&args.output, "quarantine"));
-    let mut writer = ReviewWriter::create(&args.output, &metadata)?;
+    let mut writer = BatchedWriter::create(
+        &args.output,
+        review_schema(),
+        &metadata,
+        WRITE_ROWS,
+        review_batch,
+    )?;
     let mut quarantine = QuarantineWriter::create(&quarantine_path, &metadata)?;
     let bar = progress_bar(total, "questions");
     let mut summary = ReviewSummary {
@@ -552,94 +558,59 @@ fn review_schema() -> Arc<Schema> {
     ]))
 }
 
-/// Buffers rows and writes them in record batches.
-struct ReviewWriter {
-    writer: parquet::arrow::ArrowWriter<std::fs::File>,
-    rows: Vec<ReviewRow>,
-}
-
-impl ReviewWriter {
-    fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self> {
-        Ok(Self {
-            writer: create_writer(path, review_schema(), metadata)?,
-            rows: Vec::new(),
-        })
-    }
-
-    fn push(&mut self, row: ReviewRow) -> Result<()> {
-        self.rows.push(row);
-        if self.rows.len() >= WRITE_ROWS {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        if self.rows.is_empty() {
-            return Ok(());
-        }
-        let rows = std::mem::take(&mut self.rows);
-        let strings = |f: &dyn Fn(&ReviewRow) -> &[String]| {
-            let mut b = ListBuilder::new(StringBuilder::new());
-            for r in &rows {
-                f(r).iter().for_each(|s| b.values().append_value(s));
-                b.append(true);
-            }
-            Arc::new(b.finish()) as ArrayRef
-        };
-        let mut chain = ListBuilder::new(Int32Builder::new());
+/// The record batch of `rows` in the [`review_schema`] layout.
+fn review_batch(rows: Vec<ReviewRow>) -> Result<RecordBatch> {
+    let strings = |f: &dyn Fn(&ReviewRow) -> &[String]| {
+        let mut b = ListBuilder::new(StringBuilder::new());
         for r in &rows {
-            r.chain
-                .iter()
-                .for_each(|&i| chain.values().append_value(i as i32));
-            chain.append(true);
+            f(r).iter().for_each(|s| b.values().append_value(s));
+            b.append(true);
         }
-        let u32s = |f: &dyn Fn(&ReviewRow) -> u32| {
-            Arc::new(UInt32Array::from_iter_values(rows.iter().map(f))) as ArrayRef
-        };
-        let u64s = |f: &dyn Fn(&ReviewRow) -> u64| {
-            Arc::new(UInt64Array::from_iter_values(rows.iter().map(f))) as ArrayRef
-        };
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.id.as_str()),
-            )),
-            Arc::new(StringArray::from_iter(
-                rows.iter().map(|r| r.answer.as_deref()),
-            )),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| {
-                if r.answer.is_some() {
-                    "answered"
-                } else {
-                    "failed"
-                }
-            }))),
-            Arc::new(StringArray::from_iter(
-                rows.iter().map(|r| r.failure.as_deref()),
-            )),
-            Arc::new(chain.finish()),
-            strings(&|r| &r.titles),
-            strings(&|r| &r.corpus_ids),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.trace.as_str()),
-            )),
-            u32s(&|r| r.stats.llm_calls),
-            u32s(&|r| r.stats.cached_calls),
-            u64s(&|r| r.stats.prompt_tokens),
-            u64s(&|r| r.stats.completion_tokens),
-            u32s(&|r| r.stats.retries),
-            u32s(&|r| r.parse_failures.len() as u32),
-            strings(&|r| &r.parse_failures),
-        ];
-        self.writer.write(
-            &RecordBatch::try_new(review_schema(), columns).context("building the output batch")?,
-        )?;
-        Ok(())
+        Arc::new(b.finish()) as ArrayRef
+    };
+    let mut chain = ListBuilder::new(Int32Builder::new());
+    for r in &rows {
+        r.chain
+            .iter()
+            .for_each(|&i| chain.values().append_value(i as i32));
+        chain.append(true);
     }
-
-    fn finish(mut self) -> Result<()> {
-        self.flush()?;
-        self.writer.close()?;
-        Ok(())
-    }
+    let u32s = |f: &dyn Fn(&ReviewRow) -> u32| {
+        Arc::new(UInt32Array::from_iter_values(rows.iter().map(f))) as ArrayRef
+    };
+    let u64s = |f: &dyn Fn(&ReviewRow) -> u64| {
+        Arc::new(UInt64Array::from_iter_values(rows.iter().map(f))) as ArrayRef
+    };
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.id.as_str()),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.answer.as_deref()),
+        )),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| {
+            if r.answer.is_some() {
+                "answered"
+            } else {
+                "failed"
+            }
+        }))),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.failure.as_deref()),
+        )),
+        Arc::new(chain.finish()),
+        strings(&|r| &r.titles),
+        strings(&|r| &r.corpus_ids),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.trace.as_str()),
+        )),
+        u32s(&|r| r.stats.llm_calls),
+        u32s(&|r| r.stats.cached_calls),
+        u64s(&|r| r.stats.prompt_tokens),
+        u64s(&|r| r.stats.completion_tokens),
+        u32s(&|r| r.stats.retries),
+        u32s(&|r| r.parse_failures.len() as u32),
+        strings(&|r| &r.parse_failures),
+    ];
+    RecordBatch::try_new(review_schema(), columns).context("building the output batch")
 }
