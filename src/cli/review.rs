@@ -220,23 +220,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
             .clone()
             .unwrap_or_else(|| sibling(&args.output, "llm-cache").with_extension(""))
     });
-    let cache = cache_dir.as_deref().map(ResponseCache::open).transpose()?;
-    let client = ChatClient::new(
-        ClientConfig {
-            endpoint: args.endpoint.clone(),
-            model: args.llm_model.clone(),
-            api_key: std::env::var(&args.api_key_env)
-                .ok()
-                .filter(|k| !k.is_empty()),
-            temperature: args.temperature,
-            max_tokens: args.max_tokens,
-            timeout: Duration::from_secs_f64(args.timeout),
-            max_retries: args.max_retries,
-            backoff_base: Duration::from_secs_f64(args.backoff),
-            backoff_max: Duration::from_secs_f64(args.backoff_max),
-        },
-        cache,
-    )?;
+    let client = client(args, cache_dir.as_deref())?;
     let widths: Vec<usize> = (0..args.depth)
         .map(|d| args.widths[d.min(args.widths.len() - 1)])
         .collect();
@@ -259,52 +243,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
             threshold: args.threshold,
         },
     };
-    let strategy_options = match args.strategy {
-        StrategyArg::Tor => vec![
-            ("strategy", "tor".to_string()),
-            ("widths", format!("{widths:?}")),
-            ("expansion", format!("{:?}", args.expansion).to_lowercase()),
-            (
-                "relevance_pruning",
-                (!args.no_relevance_pruning).to_string(),
-            ),
-            (
-                "repetitive_pruning",
-                (!args.no_repetitive_pruning).to_string(),
-            ),
-        ],
-        StrategyArg::Allies => vec![
-            ("strategy", "allies".to_string()),
-            ("beam_size", args.beam_size.to_string()),
-            ("beam_depth", args.beam_depth.to_string()),
-            ("sub_questions", args.sub_questions.to_string()),
-            ("top_n", args.top_n.to_string()),
-            ("threshold", args.threshold.to_string()),
-        ],
-    };
-    let mut options = strategy_options;
-    options.extend([
-        ("llm_endpoint", args.endpoint.clone()),
-        ("llm_model", args.llm_model.clone()),
-        ("temperature", args.temperature.to_string()),
-        ("max_tokens", args.max_tokens.to_string()),
-        ("input", args.input.display().to_string()),
-        (
-            "chains",
-            args.chains
-                .as_ref()
-                .map_or("none".into(), |p| p.display().to_string()),
-        ),
-        (
-            "retrieval",
-            args.corpus
-                .as_ref()
-                .map_or("bm25 over the question's passages".into(), |p| {
-                    format!("bm25 over {}", p.display())
-                }),
-        ),
-    ]);
-    let metadata = tool_metadata(&options);
+    let metadata = metadata(args, &widths);
 
     let reader = QuestionReader::open(&args.input, 64)?;
     let total = args
@@ -398,6 +337,77 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
     summary.interrupted = super::INTERRUPTED.load(Ordering::SeqCst);
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// The output's `hopscore.*` metadata: strategy settings, endpoint, model, inputs.
+fn metadata(args: &ReviewArgs, widths: &[usize]) -> Vec<(String, String)> {
+    let strategy_options = match args.strategy {
+        StrategyArg::Tor => vec![
+            ("strategy", "tor".to_string()),
+            ("widths", format!("{widths:?}")),
+            ("expansion", format!("{:?}", args.expansion).to_lowercase()),
+            (
+                "relevance_pruning",
+                (!args.no_relevance_pruning).to_string(),
+            ),
+            (
+                "repetitive_pruning",
+                (!args.no_repetitive_pruning).to_string(),
+            ),
+        ],
+        StrategyArg::Allies => vec![
+            ("strategy", "allies".to_string()),
+            ("beam_size", args.beam_size.to_string()),
+            ("beam_depth", args.beam_depth.to_string()),
+            ("sub_questions", args.sub_questions.to_string()),
+            ("top_n", args.top_n.to_string()),
+            ("threshold", args.threshold.to_string()),
+        ],
+    };
+    let mut options = strategy_options;
+    options.extend([
+        ("llm_endpoint", args.endpoint.clone()),
+        ("llm_model", args.llm_model.clone()),
+        ("temperature", args.temperature.to_string()),
+        ("max_tokens", args.max_tokens.to_string()),
+        ("input", args.input.display().to_string()),
+        (
+            "chains",
+            args.chains
+                .as_ref()
+                .map_or("none".into(), |p| p.display().to_string()),
+        ),
+        (
+            "retrieval",
+            args.corpus
+                .as_ref()
+                .map_or("bm25 over the question's passages".into(), |p| {
+                    format!("bm25 over {}", p.display())
+                }),
+        ),
+    ]);
+    tool_metadata(&options)
+}
+
+/// The HTTP client the flags describe, with its cache unless `--no-cache`.
+fn client(args: &ReviewArgs, cache_dir: Option<&Path>) -> Result<ChatClient> {
+    let cache = cache_dir.map(ResponseCache::open).transpose()?;
+    ChatClient::new(
+        ClientConfig {
+            endpoint: args.endpoint.clone(),
+            model: args.llm_model.clone(),
+            api_key: std::env::var(&args.api_key_env)
+                .ok()
+                .filter(|k| !k.is_empty()),
+            temperature: args.temperature,
+            max_tokens: args.max_tokens,
+            timeout: Duration::from_secs_f64(args.timeout),
+            max_retries: args.max_retries,
+            backoff_base: Duration::from_secs_f64(args.backoff),
+            backoff_max: Duration::from_secs_f64(args.backoff_max),
+        },
+        cache,
+    )
 }
 
 fn add_stats(total: &mut CallStats, s: &CallStats) {
