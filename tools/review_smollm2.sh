@@ -26,7 +26,9 @@ mkdir -p "$OUT"
 if ! "$VENV/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q cmake ninja
-    "$VENV/bin/pip" install "llama-cpp-python[server]"
+    # The multimodal library (llava/mtmd) is not needed: a third fewer files to compile.
+    CMAKE_ARGS="-DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        "$VENV/bin/pip" install "llama-cpp-python[server]"
 fi
 cargo build --release
 HOPSCORE=target/release/hopscore
