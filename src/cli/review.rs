@@ -312,7 +312,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
                         } else {
                             summary.failed += 1;
                         }
-                        add_stats(&mut summary.calls, &r.stats);
+                        summary.calls += r.stats;
                         summary.parse_failures += r.parse_failures.len() as u64;
                         writer.push(r)?;
                     }
@@ -341,7 +341,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
 
 /// The output's `hopscore.*` metadata: strategy settings, endpoint, model, inputs.
 fn metadata(args: &ReviewArgs, widths: &[usize]) -> Vec<(String, String)> {
-    let strategy_options = match args.strategy {
+    let mut options = match args.strategy {
         StrategyArg::Tor => vec![
             ("strategy", "tor".to_string()),
             ("widths", format!("{widths:?}")),
@@ -364,7 +364,6 @@ fn metadata(args: &ReviewArgs, widths: &[usize]) -> Vec<(String, String)> {
             ("threshold", args.threshold.to_string()),
         ],
     };
-    let mut options = strategy_options;
     options.extend([
         ("llm_endpoint", args.endpoint.clone()),
         ("llm_model", args.llm_model.clone()),
@@ -408,14 +407,6 @@ fn client(args: &ReviewArgs, cache_dir: Option<&Path>) -> Result<ChatClient> {
         },
         cache,
     )
-}
-
-fn add_stats(total: &mut CallStats, s: &CallStats) {
-    total.llm_calls += s.llm_calls;
-    total.cached_calls += s.cached_calls;
-    total.prompt_tokens += s.prompt_tokens;
-    total.completion_tokens += s.completion_tokens;
-    total.retries += s.retries;
 }
 
 /// Runs the strategy on one question.

@@ -63,6 +63,16 @@ pub struct CallStats {
     pub retries: u32,
 }
 
+impl std::ops::AddAssign for CallStats {
+    fn add_assign(&mut self, s: Self) {
+        self.llm_calls += s.llm_calls;
+        self.cached_calls += s.cached_calls;
+        self.prompt_tokens += s.prompt_tokens;
+        self.completion_tokens += s.completion_tokens;
+        self.retries += s.retries;
+    }
+}
+
 /// One question's conversation with the model: calls go through it so that they are
 /// counted, and parse failures are recorded in it.
 pub struct Session<'a> {
