@@ -6,6 +6,10 @@
 #
 #   bash tools/review_smollm2.sh            # 10 questions
 #   N=50 PORT=8800 bash tools/review_smollm2.sh
+#   TOR_FLAGS="--depth 2 --widths 3,2" bash tools/review_smollm2.sh   # a smaller tree
+#
+# Defaults are the papers' settings (ToR depth 3, widths 5,3,3, MPC expansion; ALLIES
+# B=2, D=2, K=2, N=2, threshold 0.8); extra flags go in TOR_FLAGS and ALLIES_FLAGS.
 #
 # Outputs go to $OUT (default target/review-smollm2): the question file, tor.parquet,
 # allies.parquet, their caches and eval reports, and the server log. A second run is
@@ -58,9 +62,10 @@ done
 
 for strategy in tor allies; do
     echo "== $strategy"
+    if [ "$strategy" = tor ]; then extra=${TOR_FLAGS:-}; else extra=${ALLIES_FLAGS:-}; fi
     "$HOPSCORE" review --strategy "$strategy" --input "$OUT/questions.parquet" \
         --output "$OUT/$strategy.parquet" --endpoint "http://127.0.0.1:$PORT" \
-        --llm-model smollm2 --concurrency 2 --max-tokens 256 --timeout 300
+        --llm-model smollm2 --concurrency 2 --max-tokens 256 --timeout 300 $extra
     "$HOPSCORE" eval --pred "$OUT/$strategy.parquet" --gold "$OUT/questions.parquet" \
         | tee "$OUT/$strategy.eval.txt"
     "$HOPSCORE" show "$OUT/$strategy.parquet" --rows "$N" \
