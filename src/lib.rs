@@ -10,6 +10,7 @@ pub mod io;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod post;
 pub mod retrieve;
 pub mod strategy;
 pub mod text;

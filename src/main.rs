@@ -42,6 +42,34 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Beam(args) => report_run(&cli::beam::run(&args)?),
         Command::Label(args) => report_run(&cli::label::run(&args)?),
+        Command::Review(args) => {
+            let s = cli::review::run(&args)?;
+            let c = &s.calls;
+            eprintln!(
+                "{} questions: {} answered, {} failed, {} quarantined → {}; {} LLM calls ({} from \
+                 the cache{}), {} retries, {} prompt + {} completion tokens, {} parse failures, \
+                 {:.1} s",
+                s.questions,
+                s.answered,
+                s.failed,
+                s.quarantined,
+                s.quarantine_path.display(),
+                c.llm_calls,
+                c.cached_calls,
+                s.cache_dir
+                    .as_ref()
+                    .map_or(String::new(), |d| format!(" {}", d.display())),
+                c.retries,
+                c.prompt_tokens,
+                c.completion_tokens,
+                s.parse_failures,
+                s.seconds
+            );
+            if s.interrupted {
+                eprintln!("interrupted: the rows finished so far are written; rerun the same command (the cache answers the calls already made)");
+                std::process::exit(130);
+            }
+        }
         Command::Show(args) => print!("{}", cli::show::run(&args)?),
         Command::Merge(args) => {
             let n = cli::merge::run(&args)?;

@@ -12,6 +12,7 @@ pub mod label;
 pub mod loglik;
 pub mod merge;
 pub mod question_run;
+pub mod review;
 pub mod rows;
 pub mod show;
 
@@ -38,6 +39,8 @@ pub enum Command {
     Beam(beam::BeamArgs),
     /// EfficientRAG over a question file: Labeler tags and kept text, Filter queries.
     Label(label::LabelArgs),
+    /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
+    Review(review::ReviewArgs),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
     /// Print the rows and run metadata of a Parquet file.

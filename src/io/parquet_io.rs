@@ -117,6 +117,56 @@ pub fn create_writer(
     Ok(ArrowWriter::try_new(file, schema, Some(props))?)
 }
 
+/// Buffers rows of type `R` and writes them as record batches of `batch_rows` rows,
+/// built by `to_batch`.
+pub struct BatchedWriter<R> {
+    writer: ArrowWriter<File>,
+    rows: Vec<R>,
+    batch_rows: usize,
+    to_batch: fn(Vec<R>) -> Result<RecordBatch>,
+}
+
+impl<R> BatchedWriter<R> {
+    /// Creates `path` (see [`create_writer`]).
+    pub fn create(
+        path: &Path,
+        schema: SchemaRef,
+        metadata: &[(String, String)],
+        batch_rows: usize,
+        to_batch: fn(Vec<R>) -> Result<RecordBatch>,
+    ) -> Result<Self> {
+        Ok(Self {
+            writer: create_writer(path, schema, metadata)?,
+            rows: Vec::new(),
+            batch_rows,
+            to_batch,
+        })
+    }
+
+    pub fn push(&mut self, row: R) -> Result<()> {
+        self.rows.push(row);
+        if self.rows.len() >= self.batch_rows {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if !self.rows.is_empty() {
+            let batch = (self.to_batch)(std::mem::take(&mut self.rows))?;
+            self.writer.write(&batch)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered rows and closes the file.
+    pub fn finish(mut self) -> Result<()> {
+        self.flush()?;
+        self.writer.close()?;
+        Ok(())
+    }
+}
+
 /// Longest text accepted in a row, in bytes; longer rows are quarantined (a text this
 /// long is almost certainly a data error, and no model here reads that many tokens).
 pub const MAX_TEXT_BYTES: usize = 1 << 20;

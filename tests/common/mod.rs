@@ -206,3 +206,15 @@ pub fn smollm2_lepus_pairs() -> Option<(Vec<LepusPair>, bool)> {
         .collect();
     Some((pairs, refs["add_bos"].as_bool().unwrap()))
 }
+
+/// Every row of a Parquet file as one record batch.
+pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let batches: Vec<_> = r.map(Result::unwrap).collect();
+    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}

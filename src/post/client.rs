@@ -1,0 +1,319 @@
+//! A blocking client for OpenAI-compatible `POST {base}/v1/chat/completions` endpoints,
+//! built to survive a night of calls to a flaky server.
+//!
+//! - Every call has a global timeout (connect, send, wait, read).
+//! - 429, 408 and 5xx replies, timeouts, connection errors and 200 replies whose body is
+//!   not a chat completion are retried up to `max_retries` times, waiting
+//!   `min(backoff_max, backoff_base · 2^attempt)` scaled by a random factor in [0.5, 1)
+//!   (jitter, so that workers do not retry in lockstep) — or, when the server sends
+//!   `Retry-After: <seconds>`, that long (capped at [`RETRY_AFTER_CAP`]).
+//! - Other 4xx replies (bad key, unknown model) fail at once: retrying cannot help.
+//! - Successful replies are stored in the [`ResponseCache`] when one is configured, and
+//!   served from it without a request afterwards.
+//!
+//! Concurrency is bounded by the caller: each worker thread makes one call at a time.
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+use super::cache::{self, Entry, ResponseCache};
+use super::{Llm, LlmError, Reply, Usage};
+
+/// Longest `Retry-After` honoured; a longer one waits this long.
+pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(600);
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Base URL, e.g. `http://127.0.0.1:8000` (a trailing `/v1` is accepted).
+    pub endpoint: String,
+    pub model: String,
+    /// Sent as `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
+    pub temperature: f32,
+    pub max_tokens: u32,
+    pub timeout: Duration,
+    pub max_retries: u32,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+/// The request body (field order fixed, so equal requests hash equally).
+#[derive(Serialize)]
+struct ChatBody<'a> {
+    model: &'a str,
+    messages: [Message<'a>; 1],
+    temperature: f32,
+    max_tokens: u32,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'a str,
+    content: &'a str,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Done(String, Usage),
+    /// Worth another try; the server's `Retry-After` when it sent one.
+    Retry(String, Option<Duration>),
+    Fatal(String),
+}
+
+/// The HTTP client with its cache.
+pub struct ChatClient {
+    agent: ureq::Agent,
+    url: String,
+    config: ClientConfig,
+    cache: Option<ResponseCache>,
+}
+
+impl ChatClient {
+    pub fn new(config: ClientConfig, cache: Option<ResponseCache>) -> Result<Self> {
+        let base = config.endpoint.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!(
+                "--endpoint {base}: expected an http:// or https:// base URL, e.g. http://127.0.0.1:8000"
+            );
+        }
+        let base = base.strip_suffix("/v1").unwrap_or(base);
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(config.timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Ok(Self {
+            agent,
+            url: format!("{base}/v1/chat/completions"),
+            config,
+            cache,
+        })
+    }
+
+    fn attempt(&self, body: &str) -> Attempt {
+        let mut request = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+        let mut response = match request.send(body) {
+            Ok(r) => r,
+            Err(e) => return Attempt::Retry(format!("request failed: {e}"), None),
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(retry_after);
+        let text = match response.body_mut().read_to_string() {
+            Ok(t) => t,
+            Err(e) => return Attempt::Retry(format!("HTTP {status}, body unreadable: {e}"), None),
+        };
+        let excerpt = || text.chars().take(200).collect::<String>();
+        match status {
+            200..=299 => match completion(&text) {
+                Some((reply, usage)) => Attempt::Done(reply, usage),
+                None => Attempt::Retry(
+                    format!(
+                        "HTTP {status} with a body that is not a chat completion: {:?}",
+                        excerpt()
+                    ),
+                    None,
+                ),
+            },
+            408 | 429 | 500..=599 => {
+                Attempt::Retry(format!("HTTP {status}: {:?}", excerpt()), retry_after)
+            }
+            _ => Attempt::Fatal(format!(
+                "HTTP {status} from {} (check --endpoint, --llm-model and the API key): {:?}",
+                self.url,
+                excerpt()
+            )),
+        }
+    }
+
+    /// The wait before retry number `attempt` (0-based) without a `Retry-After`.
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .config
+            .backoff_base
+            .saturating_mul(1u32.checked_shl(attempt.min(30)).unwrap_or(u32::MAX));
+        exp.min(self.config.backoff_max)
+            .mul_f64(0.5 + 0.5 * fastrand::f64())
+    }
+}
+
+/// The wait a `Retry-After: <seconds>` header asks for, capped at [`RETRY_AFTER_CAP`];
+/// `None` for other forms (an HTTP date falls back to the backoff).
+fn retry_after(value: &str) -> Option<Duration> {
+    let s = value.trim().parse::<f64>().ok()?;
+    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s).min(RETRY_AFTER_CAP))
+}
+
+/// The reply text and usage of a chat-completion body; `None` when it is not one.
+fn completion(body: &str) -> Option<(String, Usage)> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let message = v.get("choices")?.get(0)?.get("message")?;
+    let text = match message.get("content")? {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        _ => return None,
+    };
+    let count = |k: &str| {
+        v.get("usage")
+            .and_then(|u| u.get(k))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
+    Some((
+        text,
+        Usage {
+            prompt_tokens: count("prompt_tokens"),
+            completion_tokens: count("completion_tokens"),
+        },
+    ))
+}
+
+impl Llm for ChatClient {
+    fn chat(&self, prompt: &str) -> Result<Reply, LlmError> {
+        let c = &self.config;
+        let body = serde_json::to_string(&ChatBody {
+            model: &c.model,
+            messages: [Message {
+                role: "user",
+                content: prompt,
+            }],
+            temperature: c.temperature,
+            max_tokens: c.max_tokens,
+        })
+        .expect("a chat request serialises");
+        let key = cache::key(&body);
+        if let Some(hit) = self.cache.as_ref().and_then(|cache| cache.get(&key)) {
+            return Ok(Reply {
+                text: hit.text,
+                usage: hit.usage,
+                cached: true,
+                retries: 0,
+            });
+        }
+        let mut retries = 0;
+        loop {
+            let (why, wait) = match self.attempt(&body) {
+                Attempt::Done(text, usage) => {
+                    if let Some(cache) = &self.cache {
+                        let entry = Entry {
+                            request: serde_json::from_str(&body).expect("valid JSON"),
+                            text: text.clone(),
+                            usage,
+                        };
+                        cache.put(&key, &entry).map_err(|e| LlmError {
+                            reason: format!("{e:#}"),
+                            retries,
+                        })?;
+                    }
+                    return Ok(Reply {
+                        text,
+                        usage,
+                        cached: false,
+                        retries,
+                    });
+                }
+                Attempt::Fatal(reason) => return Err(LlmError { reason, retries }),
+                Attempt::Retry(why, wait) => (why, wait),
+            };
+            if retries >= c.max_retries {
+                return Err(LlmError {
+                    reason: format!("gave up after {} attempts; last: {why}", retries + 1),
+                    retries,
+                });
+            }
+            std::thread::sleep(wait.unwrap_or_else(|| self.backoff(retries)));
+            retries += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_bodies_parse_and_others_do_not() {
+        let ok = r#"{"choices":[{"message":{"role":"assistant","content":"hi"}}],
+                    "usage":{"prompt_tokens":5,"completion_tokens":1}}"#;
+        assert_eq!(
+            completion(ok),
+            Some((
+                "hi".to_string(),
+                Usage {
+                    prompt_tokens: 5,
+                    completion_tokens: 1
+                }
+            ))
+        );
+        let no_usage = r#"{"choices":[{"message":{"content":null}}]}"#;
+        assert_eq!(
+            completion(no_usage),
+            Some((String::new(), Usage::default()))
+        );
+        assert_eq!(completion("{\"choices\": ["), None);
+        assert_eq!(completion("{\"error\": \"busy\"}"), None);
+        assert_eq!(completion("<html>502</html>"), None);
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_is_capped() {
+        assert_eq!(retry_after(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after("0.25"), Some(Duration::from_millis(250)));
+        assert_eq!(retry_after("86400"), Some(RETRY_AFTER_CAP));
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(retry_after("-1"), None);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_jitter() {
+        let client = ChatClient::new(
+            ClientConfig {
+                endpoint: "http://127.0.0.1:9/v1/".into(),
+                model: "m".into(),
+                api_key: None,
+                temperature: 0.0,
+                max_tokens: 8,
+                timeout: Duration::from_secs(1),
+                max_retries: 3,
+                backoff_base: Duration::from_millis(100),
+                backoff_max: Duration::from_millis(1000),
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(client.url, "http://127.0.0.1:9/v1/chat/completions");
+        for (attempt, full) in [
+            (0, 100.0),
+            (1, 200.0),
+            (3, 800.0),
+            (4, 1000.0),
+            (40, 1000.0),
+        ] {
+            let ms = client.backoff(attempt).as_secs_f64() * 1000.0;
+            assert!(
+                ms >= full * 0.5 - 1e-6 && ms < full,
+                "attempt {attempt}: {ms} ms"
+            );
+        }
+        assert!(ChatClient::new(
+            ClientConfig {
+                endpoint: "127.0.0.1:8000".into(),
+                ..client.config.clone()
+            },
+            None
+        )
+        .is_err());
+    }
+}
