@@ -115,18 +115,6 @@ pub fn fixture_json(rel: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(rel)).unwrap()).unwrap()
 }
 
-/// All rows of a Parquet file as one record batch.
-pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
-    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(path).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap();
-    let batches: Vec<_> = r.map(Result::unwrap).collect();
-    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
-}
-
 /// The HotpotQA and MuSiQue dev samples of ../shared/data by dataset name (`hotpotqa`,
 /// `musique`), or `None` (with a message) when they are absent.
 pub fn hotpot_and_musique_samples(
