@@ -41,6 +41,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 std::process::exit(130);
             }
         }
+        Command::Lepus(args) => {
+            let s = cli::lepus::run(&args)?;
+            eprintln!("{s}");
+            if s.interrupted {
+                eprintln!(
+                    "interrupted: finished rows are committed; run the same command with --resume"
+                );
+                std::process::exit(130);
+            }
+        }
         Command::Show(args) => print!("{}", cli::show::run(&args)?),
         Command::Merge(args) => {
             let n = cli::merge::run(&args)?;

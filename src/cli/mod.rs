@@ -8,8 +8,10 @@ pub mod classify;
 pub mod eval;
 pub mod import;
 pub mod inspect;
+pub mod lepus;
 pub mod loglik;
 pub mod merge;
+pub mod question_run;
 pub mod rows;
 pub mod show;
 
@@ -34,6 +36,8 @@ pub struct Cli {
 pub enum Command {
     /// Beam Retrieval over a question file: chains, scores and features.
     Beam(beam::BeamArgs),
+    /// LEPUS reranking of each question's passages with a causal LM (or BM25).
+    Lepus(lepus::LepusArgs),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
     /// Print the rows and run metadata of a Parquet file.

@@ -2,6 +2,7 @@
 //! scores, and never call a backend (ARCHITECTURE principle 3).
 
 pub mod beam;
+pub mod lepus;
 
 use crate::model::batch::Sequence;
 
