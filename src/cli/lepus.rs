@@ -32,7 +32,7 @@ use crate::backend::Backend;
 use crate::io::parquet_io::create_writer;
 use crate::io::questions::Question;
 use crate::model::batch::Sequence;
-use crate::model::decoder::ScoredSequence;
+use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
 use crate::pipeline::SchedulerConfig;
 use crate::retrieve::tfidf::TfIdfOptions;
 use crate::retrieve::{Bm25Index, TfIdf};
@@ -217,9 +217,9 @@ impl QuestionSearch for Bm25Job {
 /// Encodes `prompt.trim() + " " + question` with the model's tokenizer (prompt and
 /// question tokenised separately, BOS when the tokenizer asks for it), cut to
 /// `max_tokens`.
-struct LmEncoder {
-    tok: Arc<CausalTokenizer>,
-    max_tokens: usize,
+pub struct LmEncoder {
+    pub tok: Arc<CausalTokenizer>,
+    pub max_tokens: usize,
 }
 
 impl PromptEncoder for LmEncoder {
@@ -306,19 +306,31 @@ pub fn tfidf_expansions(question: &str, texts: &[&str], k: usize) -> Vec<Vec<usi
         .collect()
 }
 
-/// What `prepare` needs for every question.
-struct LmSetup {
-    tok: Arc<CausalTokenizer>,
-    encoder: Arc<dyn PromptEncoder>,
-    templates: Arc<[Template]>,
-    config: LepusConfig,
-    second_hops: usize,
-    title: bool,
-    max_doc_tokens: usize,
+/// How every question's search is set up.
+pub struct LmSetup {
+    pub tok: Arc<CausalTokenizer>,
+    pub encoder: Arc<dyn PromptEncoder>,
+    pub templates: Arc<[Template]>,
+    pub config: LepusConfig,
+    /// K2.
+    pub second_hops: usize,
+    /// `Title: {t}. ` before each document.
+    pub title: bool,
+    pub max_doc_tokens: usize,
 }
 
 impl LmSetup {
     fn prepare(&self, q: &Question) -> Result<LmJob, String> {
+        Ok(LmJob {
+            id: q.id.clone(),
+            titles: q.passages.iter().map(|p| p.title.clone()).collect(),
+            search: self.search(q)?,
+        })
+    }
+
+    /// The search of one question: documents shortened (and titled), second hops
+    /// ranked by TF-IDF.
+    pub fn search(&self, q: &Question) -> Result<LepusSearch, String> {
         let question = question_text(&q.question);
         let docs = q
             .passages
@@ -338,18 +350,14 @@ impl LmSetup {
             .map_err(|e| format!("passage: {e:#}"))?;
         let texts: Vec<&str> = q.passages.iter().map(|p| p.text.as_str()).collect();
         let expansions = tfidf_expansions(&question, &texts, self.second_hops);
-        Ok(LmJob {
-            id: q.id.clone(),
-            titles: q.passages.iter().map(|p| p.title.clone()).collect(),
-            search: LepusSearch::new(
-                &question,
-                docs,
-                expansions,
-                self.templates.clone(),
-                self.config,
-                self.encoder.clone(),
-            ),
-        })
+        Ok(LepusSearch::new(
+            &question,
+            docs,
+            expansions,
+            self.templates.clone(),
+            self.config,
+            self.encoder.clone(),
+        ))
     }
 }
 
@@ -496,21 +504,29 @@ pub fn run(args: &LepusArgs) -> Result<RunSummary> {
         scheduler,
         &metadata,
         move |q| setup.prepare(q),
-        |seqs, _| {
-            let scored: Vec<ScoredSequence> = seqs
-                .iter()
-                .map(|s| ScoredSequence {
-                    ids: s.ids.clone(),
-                    target_start: s
-                        .type_ids
-                        .iter()
-                        .position(|&t| t == 1)
-                        .expect("every prompt marks its question tokens"),
-                })
-                .collect();
-            model.target_logprobs(&be, &scored, temperature)
-        },
+        |seqs, _| score_requests(&be, &model, seqs, temperature),
     )
+}
+
+/// Log-probabilities of the question tokens (`type_ids` 1) of each request.
+pub fn score_requests<B: Backend>(
+    be: &B,
+    model: &DecoderForCausalLM<B>,
+    seqs: &[Sequence],
+    temperature: f32,
+) -> Result<Vec<Vec<f32>>> {
+    let scored: Vec<ScoredSequence> = seqs
+        .iter()
+        .map(|s| ScoredSequence {
+            ids: s.ids.clone(),
+            target_start: s
+                .type_ids
+                .iter()
+                .position(|&t| t == 1)
+                .expect("every prompt marks its question tokens"),
+        })
+        .collect();
+    model.target_logprobs(be, &scored, temperature)
 }
 
 fn input_rows(args: &LepusArgs) -> Result<u64> {

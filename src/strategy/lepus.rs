@@ -178,6 +178,7 @@ impl LepusResult {
 #[derive(Debug, Clone)]
 struct Pending {
     path: Vec<usize>,
+    template: usize,
     seq: Sequence,
 }
 
@@ -247,9 +248,19 @@ impl LepusSearch {
         self.templates[t].render(&docs)
     }
 
-    /// The question as scored (with `?`).
-    pub fn question(&self) -> &str {
-        &self.question
+    /// The texts scored by the pending requests, in request order:
+    /// `prompt.trim() + " " + question` (before the encoder's length cut).
+    pub fn pending_texts(&self) -> Vec<String> {
+        self.pending
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {}",
+                    self.prompt(&p.path, p.template).trim(),
+                    self.question
+                )
+            })
+            .collect()
     }
 
     /// Encodes every (path, template) prompt of the next step, or ends the search
@@ -261,6 +272,7 @@ impl LepusSearch {
                 match self.encoder.encode(&self.prompt(&path, t), &self.question) {
                     Ok(seq) => pending.push(Pending {
                         path: path.clone(),
+                        template: t,
                         seq,
                     }),
                     Err(e) => {
