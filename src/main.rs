@@ -16,41 +16,8 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<()> {
     cli::init_threads(cli.threads)?;
     match cli.command {
-        Command::Beam(args) => {
-            let s = cli::beam::run(&args)?;
-            let st = &s.stats;
-            let secs = st.wall.as_secs_f64().max(1e-9);
-            eprintln!(
-                "{} questions ({} quarantined → {}), {} hypotheses, {} tokens in {:.1} s: \
-                 {:.2} questions/s, {:.1} hypotheses/s, {:.0} tokens/s, forward {:.0}% of wall time",
-                st.rows,
-                st.bad_rows,
-                s.quarantine_path.display(),
-                st.hypotheses,
-                st.tokens,
-                secs,
-                st.rows as f64 / secs,
-                st.hypotheses as f64 / secs,
-                st.tokens as f64 / secs,
-                100.0 * st.forward.as_secs_f64() / secs
-            );
-            if s.interrupted {
-                eprintln!(
-                    "interrupted: finished rows are committed; run the same command with --resume"
-                );
-                std::process::exit(130);
-            }
-        }
-        Command::Lepus(args) => {
-            let s = cli::lepus::run(&args)?;
-            eprintln!("{s}");
-            if s.interrupted {
-                eprintln!(
-                    "interrupted: finished rows are committed; run the same command with --resume"
-                );
-                std::process::exit(130);
-            }
-        }
+        Command::Beam(args) => finish_run(cli::beam::run(&args)?),
+        Command::Lepus(args) => finish_run(cli::lepus::run(&args)?),
         Command::Show(args) => print!("{}", cli::show::run(&args)?),
         Command::Merge(args) => {
             let n = cli::merge::run(&args)?;
@@ -107,4 +74,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Prints a question run's summary; exits with 130 when Ctrl-C stopped it.
+fn finish_run(s: cli::question_run::RunSummary) {
+    eprintln!("{s}");
+    if s.interrupted {
+        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
+        std::process::exit(130);
+    }
 }

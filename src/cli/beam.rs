@@ -2,28 +2,27 @@
 //! streaming pipeline, with every score kept as a feature.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use arrow::array::{
-    ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListArray, ListBuilder,
-    RecordBatch, StringArray, StringBuilder, StructArray,
+    ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListBuilder, RecordBatch,
+    StringArray, StringBuilder,
 };
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Fields, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use clap::Args;
 use rayon::prelude::*;
 
-use super::{progress_bar, run_metadata, DeviceArg, Shard};
+use super::question_run::{
+    self, list_of, QuestionSearch, RowWriter, RunFiles, RunSummary, ScoredChainsBuilder,
+};
+use super::{run_metadata, DeviceArg, Shard};
 use crate::backend::cpu::CpuBackend;
-use crate::io::parquet_io::{create_writer, sibling};
-use crate::io::parts::Parts;
-use crate::io::quarantine::{BadRow, QuarantineWriter};
+use crate::io::parquet_io::create_writer;
 use crate::io::questions::{Question, QuestionReader};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
-use crate::pipeline::{self, Admission, Finished, SchedulerConfig};
+use crate::pipeline::SchedulerConfig;
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode};
 use crate::strategy::Strategy;
 use crate::text::render::{beam_passage, beam_question, PassageStyle};
@@ -104,17 +103,6 @@ fn parse_hops(s: &str) -> Result<HopsArg, String> {
     }
 }
 
-/// Counts of a run.
-#[derive(Debug, Clone)]
-pub struct BeamSummary {
-    pub stats: pipeline::PipelineStats,
-    pub quarantine_path: PathBuf,
-    /// Rows already committed by an earlier run (`--resume`).
-    pub resumed_from: u64,
-    /// Stopped by Ctrl-C: parts are committed and `--resume` continues.
-    pub interrupted: bool,
-}
-
 /// One question's search plus what the output needs besides the result.
 struct Job {
     id: String,
@@ -130,28 +118,32 @@ struct Chain {
 }
 
 impl Strategy for Job {
-    type Output = Chain;
+    type Output = Result<Chain, String>;
     fn requests(&self) -> Vec<(Sequence, usize)> {
         self.search.requests()
     }
     fn feed(&mut self, logits: Vec<Vec<f32>>) {
         Strategy::feed(&mut self.search, logits);
     }
-    fn take_output(&mut self) -> Option<Chain> {
+    fn take_output(&mut self) -> Option<Self::Output> {
         let result = self.search.take_output()?;
-        Some(Chain {
+        Some(Ok(Chain {
             id: std::mem::take(&mut self.id),
             titles: std::mem::take(&mut self.titles),
             result,
-        })
+        }))
     }
 }
 
-pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
+impl QuestionSearch for Job {
+    type Row = Chain;
+}
+
+pub fn run(args: &BeamArgs) -> Result<RunSummary> {
+    // First, so that a Ctrl-C while the model loads is handled too.
     super::install_interrupt_handler();
     anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
     anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
-    anyhow::ensure!(args.part_rows >= 1, "--part-rows must be at least 1");
     let be = match args.device {
         DeviceArg::Cpu => CpuBackend,
     };
@@ -173,9 +165,7 @@ pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
         None,
     )?);
 
-    let reader = QuestionReader::open(&args.input, 256)?;
-    let total = reader.total_rows();
-    let (start, end) = args.shard.map_or((0, total), |s| s.range(total));
+    let total = QuestionReader::open(&args.input, 1)?.total_rows();
     let metadata = run_metadata(
         &args.model,
         &weights_path,
@@ -190,149 +180,31 @@ pub fn run(args: &BeamArgs) -> Result<BeamSummary> {
             ("device", "cpu".into()),
         ],
     )?;
-    let fingerprint = serde_json::to_string(&metadata)?;
-    let parts = Parts::open(&args.output, &fingerprint, args.resume)?;
-    let skip = parts.resume_row();
-    if skip > 0 {
-        eprintln!("resuming after {skip} committed rows");
-    }
-    let bar = progress_bar(end - start, "questions");
-    bar.set_position(skip);
-    let complete = Arc::new(AtomicBool::new(false));
-    let read_complete = complete.clone();
     let (beam_size, hops, tau, max_hops) = (args.beam_size, args.hops, args.tau, args.max_hops);
-    let read = move |tx: crossbeam_channel::Sender<Admission<Job>>| -> Result<()> {
-        for (row, item) in (0u64..).zip(reader) {
-            if row < start + skip {
-                continue;
-            }
-            if row >= end {
-                break;
-            }
-            if super::INTERRUPTED.load(Ordering::SeqCst) {
-                return Ok(());
-            }
-            let admission = match item? {
-                Ok(q) => match prepare(&q, &tok, beam_size, hops, tau, max_hops) {
-                    Ok(job) => Admission::Task(job),
-                    Err(reason) => Admission::Bad(BadRow {
-                        row,
-                        id: Some(q.id.clone()),
-                        reason,
-                    }),
-                },
-                Err(bad) => Admission::Bad(bad),
-            };
-            if tx.send(admission).is_err() {
-                return Ok(()); // the scheduler stopped; its error is reported
-            }
-        }
-        read_complete.store(true, Ordering::SeqCst);
-        Ok(())
-    };
-    let parts = Arc::new(Mutex::new(parts));
-    let (write_parts, write_bar, part_rows) = (parts.clone(), bar.clone(), args.part_rows);
-    let write_meta = metadata.clone();
-    let write = move |rx: crossbeam_channel::Receiver<Finished<Chain>>| -> Result<()> {
-        let mut parts = write_parts.lock().expect("parts lock");
-        let mut pending = PendingPart::default();
-        let mut row = skip;
-        for item in rx {
-            match item {
-                Finished::Done(chain) => pending.chains.push(chain),
-                Finished::Bad(bad) => pending.bad.push(bad),
-            }
-            row += 1;
-            write_bar.inc(1);
-            if row % part_rows == 0 {
-                pending.commit(&mut parts, row, &write_meta)?;
-            }
-        }
-        pending.commit(&mut parts, row, &write_meta)
-    };
-    let score = |seqs: &[Sequence], heads: &[usize]| -> Result<Vec<Vec<f32>>> {
-        let out = model.forward(&be, &PackedBatch::pack(seqs), false)?;
-        Ok(heads
-            .iter()
-            .enumerate()
-            .map(|(k, &h)| out.logits[h].data[2 * k..2 * k + 2].to_vec())
-            .collect())
-    };
-    let progress = bar.clone();
-    let stats = pipeline::run(
+    question_run::run::<_, ChainWriter>(
+        RunFiles {
+            input: &args.input,
+            output: &args.output,
+            quarantine: args.quarantine.as_deref(),
+            resume: args.resume,
+            shard: args.shard,
+            part_rows: args.part_rows,
+        },
         SchedulerConfig {
             max_batch_tokens: args.max_batch_tokens,
             max_active: args.max_active,
         },
-        read,
-        score,
-        write,
-        move |s| {
-            let secs = progress.elapsed().as_secs_f64().max(1e-9);
-            progress.set_message(format!(
-                "{:.0} hyp/s {:.0} tok/s",
-                s.hypotheses as f64 / secs,
-                s.tokens as f64 / secs
-            ));
+        &metadata,
+        move |q| prepare(q, &tok, beam_size, hops, tau, max_hops),
+        |seqs: &[Sequence], heads: &[usize]| -> Result<Vec<Vec<f32>>> {
+            let out = model.forward(&be, &PackedBatch::pack(seqs), false)?;
+            Ok(heads
+                .iter()
+                .enumerate()
+                .map(|(k, &h)| out.logits[h].data[2 * k..2 * k + 2].to_vec())
+                .collect())
         },
-    )?;
-    bar.finish_and_clear();
-    let quarantine_path = args
-        .quarantine
-        .clone()
-        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
-    let parts = Arc::into_inner(parts)
-        .expect("the writer has finished")
-        .into_inner()
-        .expect("parts lock");
-    let interrupted = !complete.load(Ordering::SeqCst);
-    if !interrupted {
-        parts.finish(
-            &args.output,
-            &quarantine_path,
-            (chain_schema(), crate::io::quarantine::schema()),
-            &metadata,
-        )?;
-    }
-    Ok(BeamSummary {
-        stats,
-        quarantine_path,
-        resumed_from: skip,
-        interrupted,
-    })
-}
-
-/// Rows finished since the last committed part.
-#[derive(Default)]
-struct PendingPart {
-    chains: Vec<Chain>,
-    bad: Vec<BadRow>,
-}
-
-impl PendingPart {
-    /// Commits the pending rows as the part ending at `end_row` (nothing when empty).
-    fn commit(
-        &mut self,
-        parts: &mut Parts,
-        end_row: u64,
-        metadata: &[(String, String)],
-    ) -> Result<()> {
-        if self.chains.is_empty() && self.bad.is_empty() {
-            return Ok(());
-        }
-        parts.commit(end_row, |results, quarantine| {
-            let mut w = ChainWriter::create(results, metadata)?;
-            for chain in self.chains.drain(..) {
-                w.push(chain)?;
-            }
-            w.finish()?;
-            let mut q = QuarantineWriter::create(quarantine, metadata)?;
-            q.write(&self.bad)?;
-            self.bad.clear();
-            q.finish()?;
-            Ok(())
-        })
-    }
+    )
 }
 
 /// Renders and tokenises one question (SPEC §1), or says why it cannot be searched.
@@ -374,132 +246,89 @@ fn prepare(
     })
 }
 
-fn list_of(t: DataType) -> DataType {
-    DataType::List(Arc::new(Field::new("item", t, true)))
-}
-
-/// Fields of one entry of the `beams` column.
-fn beam_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("chain", list_of(DataType::Int32), false),
-        Field::new("score", DataType::Float32, false),
-    ])
-}
-
 /// Output columns, in order.
 fn chain_schema() -> Arc<Schema> {
     let f32_list = || list_of(DataType::Float32);
     let i32_list = || list_of(DataType::Int32);
-    let beam_fields = beam_fields();
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("chain", i32_list(), false),
         Field::new("chain_titles", list_of(DataType::Utf8), false),
         Field::new("chain_score", DataType::Float32, true),
         Field::new("hop_scores", f32_list(), false),
-        Field::new("beams", list_of(DataType::Struct(beam_fields)), false),
+        Field::new("beams", ScoredChainsBuilder::data_type(), false),
         Field::new("hop1_logits", list_of(f32_list()), false),
     ]))
 }
 
-/// Buffers finished chains and writes them in record batches.
-struct ChainWriter {
-    writer: parquet::arrow::ArrowWriter<std::fs::File>,
-    rows: Vec<Chain>,
+/// Writes finished chains.
+struct ChainWriter;
+
+impl RowWriter for ChainWriter {
+    type Row = Chain;
+
+    fn schema() -> SchemaRef {
+        chain_schema()
+    }
+
+    fn write(
+        path: &std::path::Path,
+        rows: Vec<Chain>,
+        metadata: &[(String, String)],
+    ) -> Result<()> {
+        let mut writer = create_writer(path, chain_schema(), metadata)?;
+        for chunk in rows.chunks(WRITE_ROWS) {
+            writer.write(&chain_batch(chunk)?)?;
+        }
+        writer.close()?;
+        Ok(())
+    }
 }
 
-impl ChainWriter {
-    fn create(path: &std::path::Path, metadata: &[(String, String)]) -> Result<Self> {
-        Ok(Self {
-            writer: create_writer(path, chain_schema(), metadata)?,
-            rows: Vec::new(),
-        })
-    }
-
-    fn push(&mut self, chain: Chain) -> Result<()> {
-        self.rows.push(chain);
-        if self.rows.len() >= WRITE_ROWS {
-            self.flush()?;
+/// One record batch of chains.
+fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
+    let i32_list = |v: &[usize]| Int32Array::from_iter_values(v.iter().map(|&x| x as i32));
+    let mut chain = ListBuilder::new(Int32Builder::new());
+    let mut titles = ListBuilder::new(StringBuilder::new());
+    let mut hop_scores = ListBuilder::new(Float32Builder::new());
+    let mut hop1 = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+    let mut beams = ScoredChainsBuilder::default();
+    for r in rows {
+        let res = &r.result;
+        chain
+            .values()
+            .append_slice(&i32_list(&res.chain).values()[..]);
+        chain.append(true);
+        for &j in &res.chain {
+            titles.values().append_value(&r.titles[j]);
         }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        if self.rows.is_empty() {
-            return Ok(());
+        titles.append(true);
+        hop_scores.values().append_slice(&res.hop_scores);
+        hop_scores.append(true);
+        for l in &res.hop1_logits {
+            hop1.values().values().append_slice(l);
+            hop1.values().append(true);
         }
-        let rows = std::mem::take(&mut self.rows);
-        let i32_list = |v: &[usize]| Int32Array::from_iter_values(v.iter().map(|&x| x as i32));
-        let mut chain = ListBuilder::new(Int32Builder::new());
-        let mut titles = ListBuilder::new(StringBuilder::new());
-        let mut hop_scores = ListBuilder::new(Float32Builder::new());
-        let mut hop1 = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
-        let mut beam_chains = ListBuilder::new(Int32Builder::new());
-        let mut beam_scores = Float32Builder::new();
-        let mut beam_counts = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let res = &r.result;
-            chain
-                .values()
-                .append_slice(&i32_list(&res.chain).values()[..]);
-            chain.append(true);
-            for &j in &res.chain {
-                titles.values().append_value(&r.titles[j]);
-            }
-            titles.append(true);
-            hop_scores.values().append_slice(&res.hop_scores);
-            hop_scores.append(true);
-            for l in &res.hop1_logits {
-                hop1.values().values().append_slice(l);
-                hop1.values().append(true);
-            }
-            hop1.append(true);
-            for b in &res.beams {
-                beam_chains
-                    .values()
-                    .append_slice(&i32_list(&b.chain).values()[..]);
-                beam_chains.append(true);
-                beam_scores.append_value(b.score());
-            }
-            beam_counts.push(res.beams.len());
+        hop1.append(true);
+        for b in &res.beams {
+            beams.push(&b.chain, b.score());
         }
-        let beams = ListArray::new(
-            Arc::new(Field::new("item", DataType::Struct(beam_fields()), true)),
-            OffsetBuffer::from_lengths(beam_counts),
-            Arc::new(StructArray::new(
-                beam_fields(),
-                vec![
-                    Arc::new(beam_chains.finish()),
-                    Arc::new(beam_scores.finish()),
-                ],
-                None,
-            )),
-            None,
-        );
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.id.as_str()),
-            )),
-            Arc::new(chain.finish()),
-            Arc::new(titles.finish()),
-            Arc::new(Float32Array::from_iter(
-                rows.iter().map(|r| r.result.hop_scores.last().copied()),
-            )),
-            Arc::new(hop_scores.finish()),
-            Arc::new(beams),
-            Arc::new(hop1.finish()),
-        ];
-        self.writer.write(
-            &RecordBatch::try_new(chain_schema(), columns).context("building the output batch")?,
-        )?;
-        Ok(())
+        beams.end_row();
     }
-
-    fn finish(mut self) -> Result<()> {
-        self.flush()?;
-        self.writer.close()?;
-        Ok(())
-    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.id.as_str()),
+        )),
+        Arc::new(chain.finish()),
+        Arc::new(titles.finish()),
+        Arc::new(Float32Array::from_iter(
+            rows.iter().map(|r| r.result.hop_scores.last().copied()),
+        )),
+        Arc::new(hop_scores.finish()),
+        Arc::new(beams.finish()),
+        Arc::new(hop1.finish()),
+    ];
+    RecordBatch::try_new(chain_schema(), columns).context("building the output batch")
 }
 
 #[cfg(test)]

@@ -17,15 +17,16 @@ use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
 use arrow::array::{
-    ArrayRef, Float32Array, Float32Builder, Int32Builder, ListArray, ListBuilder, RecordBatch,
-    StringArray, StringBuilder, StructArray,
+    ArrayRef, Float32Array, Float32Builder, Int32Builder, ListBuilder, RecordBatch, StringArray,
+    StringBuilder,
 };
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 
-use super::question_run::{self, QuestionSearch, RowWriter, RunFiles, RunSummary};
+use super::question_run::{
+    self, list_of, QuestionSearch, RowWriter, RunFiles, RunSummary, ScoredChainsBuilder,
+};
 use super::{run_metadata, tool_metadata, DeviceArg, Shard};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
@@ -392,6 +393,8 @@ fn bm25_ranking(q: &Question) -> Ranked {
 
 /// Runs `hopscore lepus`.
 pub fn run(args: &LepusArgs) -> Result<RunSummary> {
+    // First, so that a Ctrl-C while the model loads is handled too.
+    super::install_interrupt_handler();
     let files = RunFiles {
         input: &args.input,
         output: &args.output,
@@ -533,18 +536,6 @@ fn input_rows(args: &LepusArgs) -> Result<u64> {
     Ok(crate::io::questions::QuestionReader::open(&args.input, 1)?.total_rows())
 }
 
-fn list_of(t: DataType) -> DataType {
-    DataType::List(Arc::new(Field::new("item", t, true)))
-}
-
-/// Fields of one entry of `top_paths`.
-fn path_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("chain", list_of(DataType::Int32), false),
-        Field::new("score", DataType::Float32, false),
-    ])
-}
-
 /// Writes [`Ranked`] rows.
 struct RankedWriter;
 
@@ -559,7 +550,7 @@ impl RowWriter for RankedWriter {
             Field::new("doc_scores", list_of(DataType::Float32), false),
             Field::new("best_path", list_of(DataType::Int32), false),
             Field::new("best_path_score", DataType::Float32, true),
-            Field::new("top_paths", list_of(DataType::Struct(path_fields())), false),
+            Field::new("top_paths", ScoredChainsBuilder::data_type(), false),
             Field::new("single_scores", list_of(DataType::Float32), false),
         ]))
     }
@@ -589,9 +580,7 @@ fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
     let mut doc_scores = ListBuilder::new(Float32Builder::new());
     let mut best = ListBuilder::new(Int32Builder::new());
     let mut single = ListBuilder::new(Float32Builder::new());
-    let mut path_chains = ListBuilder::new(Int32Builder::new());
-    let mut path_scores = Float32Builder::new();
-    let mut path_counts = Vec::with_capacity(rows.len());
+    let mut top_paths = ScoredChainsBuilder::default();
     for r in rows {
         let res = &r.result;
         chain.values().extend(indices(&res.ranking).map(Some));
@@ -607,25 +596,10 @@ fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
         single.values().extend(res.single_scores.iter().copied());
         single.append(true);
         for ScoredPath { chain, score } in &res.top_paths {
-            path_chains.values().extend(indices(chain).map(Some));
-            path_chains.append(true);
-            path_scores.append_value(*score);
+            top_paths.push(chain, *score);
         }
-        path_counts.push(res.top_paths.len());
+        top_paths.end_row();
     }
-    let top_paths = ListArray::new(
-        Arc::new(Field::new("item", DataType::Struct(path_fields()), true)),
-        OffsetBuffer::from_lengths(path_counts),
-        Arc::new(StructArray::new(
-            path_fields(),
-            vec![
-                Arc::new(path_chains.finish()),
-                Arc::new(path_scores.finish()),
-            ],
-            None,
-        )),
-        None,
-    );
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.id.as_str()),
@@ -637,7 +611,7 @@ fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
         Arc::new(Float32Array::from_iter(
             rows.iter().map(|r| r.best_path_score),
         )),
-        Arc::new(top_paths),
+        Arc::new(top_paths.finish()),
         Arc::new(single.finish()),
     ];
     RecordBatch::try_new(RankedWriter::schema(), columns).context("building the output batch")
