@@ -88,20 +88,16 @@ fn templates_text(golden: &Value) -> String {
         .collect()
 }
 
+fn json_list<T>(v: &Value, item: impl Fn(&Value) -> T) -> Vec<T> {
+    v.as_array().unwrap().iter().map(item).collect()
+}
+
 fn usize_list(v: &Value) -> Vec<usize> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
-        .collect()
+    json_list(v, |x| x.as_u64().unwrap() as usize)
 }
 
 fn f32_list(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
+    json_list(v, |x| x.as_f64().unwrap() as f32)
 }
 
 fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) -> f32 {
@@ -289,21 +285,8 @@ fn lepus_command_writes_the_reference_rankings() {
             .unwrap()
             .as_string::<i32>()
             .clone();
-        let chains = batch
-            .column_by_name("chain")
-            .unwrap()
-            .as_list::<i32>()
-            .clone();
-        let scores = batch
-            .column_by_name("doc_scores")
-            .unwrap()
-            .as_list::<i32>()
-            .clone();
-        let best = batch
-            .column_by_name("best_path")
-            .unwrap()
-            .as_list::<i32>()
-            .clone();
+        let list = |name: &str| batch.column_by_name(name).unwrap().as_list::<i32>().clone();
+        let (chains, scores, best) = (list("chain"), list("doc_scores"), list("best_path"));
         for r in 0..batch.num_rows() {
             let g = &golden["questions"][row];
             assert_eq!(ids.value(r), g["id"].as_str().unwrap());
