@@ -624,7 +624,7 @@ mod tests {
     #[test]
     fn clean_up_follows_transformers() {
         assert_eq!(
-            clean_up_tokenization("It is , he said . Isn 't it ? I 'm sure !"),
+            clean_up_tokenization("It is , he said . Is n't it ? I 'm sure !"),
             "It is, he said. Isn't it? I'm sure!"
         );
     }

@@ -455,7 +455,8 @@ mod tests {
             "Ask about the passages. Passage: x Passage: y  Question:"
         );
         let bare = Template("<P> Question:".into());
-        assert_eq!(bare.render(&["x", "y"]), "x y  Question:");
+        // No prefix: `"{p}  <P>"` per document, then `" <P>"` removed.
+        assert_eq!(bare.render(&["x", "y"]), "x  y  Question:");
         assert_eq!(question_text("Who?"), "Who?");
         assert_eq!(question_text("Who"), "Who?");
     }
