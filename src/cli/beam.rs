@@ -6,17 +6,17 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use arrow::array::{
-    ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListArray, ListBuilder,
-    RecordBatch, StringArray, StringBuilder, StructArray,
+    ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListBuilder, RecordBatch,
+    StringArray, StringBuilder,
 };
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Fields, Schema};
+use arrow::datatypes::{DataType, Field, Schema};
 use clap::Args;
 use rayon::prelude::*;
 
 use super::question_run::{self, RunArgs, RunSummary};
 use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
+use crate::io::columns::{list_of, ScoredChainsBuilder};
 use crate::io::parquet_io::create_writer;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
@@ -213,30 +213,17 @@ fn prepare(
     })
 }
 
-fn list_of(t: DataType) -> DataType {
-    DataType::List(Arc::new(Field::new("item", t, true)))
-}
-
-/// Fields of one entry of the `beams` column.
-fn beam_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("chain", list_of(DataType::Int32), false),
-        Field::new("score", DataType::Float32, false),
-    ])
-}
-
 /// Output columns, in order.
 fn chain_schema() -> Arc<Schema> {
     let f32_list = || list_of(DataType::Float32);
     let i32_list = || list_of(DataType::Int32);
-    let beam_fields = beam_fields();
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("chain", i32_list(), false),
         Field::new("chain_titles", list_of(DataType::Utf8), false),
         Field::new("chain_score", DataType::Float32, true),
         Field::new("hop_scores", f32_list(), false),
-        Field::new("beams", list_of(DataType::Struct(beam_fields)), false),
+        Field::new("beams", ScoredChainsBuilder::data_type(), false),
         Field::new("hop1_logits", list_of(f32_list()), false),
     ]))
 }
@@ -273,9 +260,7 @@ impl ChainWriter {
         let mut titles = ListBuilder::new(StringBuilder::new());
         let mut hop_scores = ListBuilder::new(Float32Builder::new());
         let mut hop1 = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
-        let mut beam_chains = ListBuilder::new(Int32Builder::new());
-        let mut beam_scores = Float32Builder::new();
-        let mut beam_counts = Vec::with_capacity(rows.len());
+        let mut beams = ScoredChainsBuilder::default();
         for r in &rows {
             let res = &r.result;
             chain
@@ -294,27 +279,10 @@ impl ChainWriter {
             }
             hop1.append(true);
             for b in &res.beams {
-                beam_chains
-                    .values()
-                    .append_slice(&i32_list(&b.chain).values()[..]);
-                beam_chains.append(true);
-                beam_scores.append_value(b.score());
+                beams.push(&b.chain, b.score());
             }
-            beam_counts.push(res.beams.len());
+            beams.end_row();
         }
-        let beams = ListArray::new(
-            Arc::new(Field::new("item", DataType::Struct(beam_fields()), true)),
-            OffsetBuffer::from_lengths(beam_counts),
-            Arc::new(StructArray::new(
-                beam_fields(),
-                vec![
-                    Arc::new(beam_chains.finish()),
-                    Arc::new(beam_scores.finish()),
-                ],
-                None,
-            )),
-            None,
-        );
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(
                 rows.iter().map(|r| r.id.as_str()),
@@ -325,7 +293,7 @@ impl ChainWriter {
                 rows.iter().map(|r| r.result.hop_scores.last().copied()),
             )),
             Arc::new(hop_scores.finish()),
-            Arc::new(beams),
+            Arc::new(beams.finish()),
             Arc::new(hop1.finish()),
         ];
         self.writer.write(

@@ -50,6 +50,9 @@ pub struct EvalArgs {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The prediction column holding the chain (e.g. `best_path` of `hopscore lepus`).
+    #[arg(long, default_value = "chain")]
+    pub chain_column: String,
 }
 
 /// Averages over one group of questions (all, or one hop count).
@@ -279,11 +282,21 @@ fn pairs(facts: &[SupportingFact]) -> impl Iterator<Item = (&str, i32)> {
 
 /// Runs `hopscore eval` (see [`evaluate`]).
 pub fn run(args: &EvalArgs) -> Result<EvalReport> {
-    evaluate(&args.gold, &args.pred, &args.k)
+    evaluate_column(&args.gold, &args.pred, &args.k, &args.chain_column)
 }
 
 /// Scores the predictions in `pred` against the question file `gold` at cut-offs `ks`.
 pub fn evaluate(gold: &Path, pred: &Path, ks: &[usize]) -> Result<EvalReport> {
+    evaluate_column(gold, pred, ks, "chain")
+}
+
+/// [`evaluate`] with the chains read from the prediction column `chain_column`.
+pub fn evaluate_column(
+    gold: &Path,
+    pred: &Path,
+    ks: &[usize],
+    chain_column: &str,
+) -> Result<EvalReport> {
     if ks.is_empty() || ks.contains(&0) {
         bail!("--k needs positive cut-offs, e.g. --k 2,5,10");
     }
@@ -310,7 +323,7 @@ pub fn evaluate(gold: &Path, pred: &Path, ks: &[usize]) -> Result<EvalReport> {
         .enumerate()
         .map(|(i, g)| (g.id.as_str(), i))
         .collect();
-    let (preds, cols) = read_predictions(pred, &gold_ids, &mut report)?;
+    let (preds, cols) = read_predictions(pred, chain_column, &gold_ids, &mut report)?;
 
     let mut overall = Sums::default();
     let mut by_hops: BTreeMap<usize, Sums> = BTreeMap::new();
@@ -358,6 +371,7 @@ pub fn evaluate(gold: &Path, pred: &Path, ks: &[usize]) -> Result<EvalReport> {
 /// which optional columns it has.
 fn read_predictions(
     path: &Path,
+    chain_column: &str,
     gold_ids: &HashMap<&str, usize>,
     report: &mut EvalReport,
 ) -> Result<(Vec<Option<Pred>>, PredColumns)> {
@@ -365,10 +379,10 @@ fn read_predictions(
     input.check_column("id", &["string"], true)?;
     let chain_type = input
         .schema
-        .field_with_name("chain")
+        .field_with_name(chain_column)
         .map_err(|_| {
             anyhow::anyhow!(
-                "{} has no column `chain` (list of passage indices, best first)",
+                "{} has no column `{chain_column}` (list of passage indices, best first)",
                 path.display()
             )
         })?
@@ -377,7 +391,7 @@ fn read_predictions(
     let int_list = matches!(&chain_type, DataType::List(f) | DataType::LargeList(f) if f.data_type().is_integer());
     if !int_list {
         bail!(
-            "column `chain` of {} has type {chain_type}; expected a list of integers (passage indices)",
+            "column `{chain_column}` of {} has type {chain_type}; expected a list of integers (passage indices)",
             path.display()
         );
     }
@@ -395,8 +409,10 @@ fn read_predictions(
     for batch in input.reader.by_ref() {
         let batch = batch.with_context(|| format!("reading {}", path.display()))?;
         let ids = string_column(&batch, "id")?;
-        let chains =
-            arrow::compute::cast(batch.column_by_name("chain").expect("checked"), &chain_as)?;
+        let chains = arrow::compute::cast(
+            batch.column_by_name(chain_column).expect("checked"),
+            &chain_as,
+        )?;
         let chains = chains.as_list::<i32>();
         let answers = cols
             .answer

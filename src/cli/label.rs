@@ -17,6 +17,7 @@ use clap::{Args, ValueEnum};
 use super::question_run::{self, RunArgs, RunSummary};
 use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
+use crate::io::columns::list_of;
 use crate::io::parquet_io::create_writer;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
@@ -338,10 +339,6 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
 
 /// Corpus ids for the output (in `--corpus` mode).
 struct DocIds(Arc<CorpusChunks>);
-
-fn list_of(t: DataType) -> DataType {
-    DataType::List(Arc::new(Field::new("item", t, true)))
-}
 
 /// Fields of one entry of the `iterations` column.
 fn iteration_fields(doc: &DataType) -> Fields {

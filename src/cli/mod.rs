@@ -9,6 +9,7 @@ pub mod eval;
 pub mod import;
 pub mod inspect;
 pub mod label;
+pub mod lepus;
 pub mod loglik;
 pub mod merge;
 pub mod question_run;
@@ -41,6 +42,8 @@ pub enum Command {
     Label(label::LabelArgs),
     /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
     Review(review::ReviewArgs),
+    /// LEPUS reranking of each question's passages with a causal LM (or BM25).
+    Lepus(lepus::LepusArgs),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
     /// Print the rows and run metadata of a Parquet file.

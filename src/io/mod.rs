@@ -2,6 +2,7 @@
 //! run metadata, the quarantine file for rows that cannot be scored, the question file
 //! schema, and the importers for native HotpotQA / MuSiQue / 2Wiki files.
 
+pub mod columns;
 pub mod import;
 pub mod json_records;
 pub mod parquet_io;

@@ -1,30 +1,78 @@
 //! TF-IDF cosine similarity with scikit-learn's `TfidfVectorizer` defaults: raw term
 //! counts, smooth idf `ln((1 + N)/(1 + df)) + 1`, L2-normalised rows. The vocabulary
 //! and idf come from the documents given at construction; query terms outside it are
-//! ignored, as `transform` does.
+//! ignored, as `transform` does. [`TfIdfOptions`] adds the vectorizer's
+//! `strip_accents="unicode"` and `stop_words="english"` (what LEPUS's pruner uses).
 
 use std::collections::HashMap;
 
 use super::{terms, top_k, Hit};
 
+/// Options of the analyzer beyond scikit-learn's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TfIdfOptions {
+    /// `strip_accents="unicode"`: NFKD, then combining marks removed.
+    pub strip_accents: bool,
+    /// `stop_words="english"`: drop [`SKLEARN_ENGLISH_STOP_WORDS`].
+    pub english_stop_words: bool,
+}
+
+impl TfIdfOptions {
+    /// The analyzer of LEPUS's TF-IDF pruner (`TfidfVectorizer(strip_accents="unicode",
+    /// stop_words="english")`).
+    pub const LEPUS: Self = Self {
+        strip_accents: true,
+        english_stop_words: true,
+    };
+
+    fn terms(self, text: &str) -> Vec<String> {
+        let mut t = if self.strip_accents {
+            use tokenizers::normalizers::{StripAccents, NFKD};
+            use tokenizers::Normalizer;
+            let mut n = tokenizers::NormalizedString::from(text);
+            // Neither normalizer can fail on a plain string.
+            let _ = NFKD
+                .normalize(&mut n)
+                .and_then(|()| StripAccents.normalize(&mut n));
+            terms(n.get())
+        } else {
+            terms(text)
+        };
+        if self.english_stop_words {
+            t.retain(|w| {
+                SKLEARN_ENGLISH_STOP_WORDS
+                    .binary_search(&w.as_str())
+                    .is_err()
+            });
+        }
+        t
+    }
+}
+
 /// A fitted TF-IDF model with the normalised vector of each document.
 #[derive(Debug, Clone)]
 pub struct TfIdf {
+    options: TfIdfOptions,
     vocab: HashMap<String, usize>,
     idf: Vec<f64>,
     docs: Vec<Vec<(usize, f64)>>,
 }
 
 impl TfIdf {
-    /// Fits on `docs` and stores their vectors.
+    /// Fits on `docs` (default analyzer) and stores their vectors.
     pub fn new<S: AsRef<str>>(docs: &[S]) -> Self {
+        Self::with_options(docs, TfIdfOptions::default())
+    }
+
+    /// Fits on `docs` with the given analyzer options.
+    pub fn with_options<S: AsRef<str>>(docs: &[S], options: TfIdfOptions) -> Self {
         let mut vocab: HashMap<String, usize> = HashMap::new();
         let mut df: Vec<u32> = Vec::new();
         let counted: Vec<HashMap<usize, u32>> = docs
             .iter()
             .map(|doc| {
                 let mut c: HashMap<usize, u32> = HashMap::new();
-                for w in terms(doc.as_ref()) {
+                for w in options.terms(doc.as_ref()) {
                     let next = vocab.len();
                     let t = *vocab.entry(w).or_insert(next);
                     if t == df.len() {
@@ -47,13 +95,23 @@ impl TfIdf {
             .into_iter()
             .map(|c| normalise(c.into_iter().map(|(t, tf)| (t, f64::from(tf) * idf[t]))))
             .collect();
-        Self { vocab, idf, docs }
+        Self {
+            options,
+            vocab,
+            idf,
+            docs,
+        }
+    }
+
+    /// Whether the fitted vocabulary is empty (scikit-learn's `fit` raises then).
+    pub fn is_empty(&self) -> bool {
+        self.vocab.is_empty()
     }
 
     /// The normalised vector of `text` in this model's vocabulary.
     fn vector(&self, text: &str) -> Vec<(usize, f64)> {
         let mut c: HashMap<usize, u32> = HashMap::new();
-        for w in terms(text) {
+        for w in self.options.terms(text) {
             if let Some(&t) = self.vocab.get(&w) {
                 *c.entry(t).or_default() += 1;
             }
@@ -84,6 +142,329 @@ impl TfIdf {
         top_k(candidates.iter().map(|&d| (d, cos[d])), k)
     }
 }
+
+/// scikit-learn's English stop words (`sklearn.feature_extraction.text.ENGLISH_STOP_WORDS`,
+/// the Glasgow Information Retrieval Group list), sorted for binary search.
+pub const SKLEARN_ENGLISH_STOP_WORDS: [&str; 318] = [
+    "a",
+    "about",
+    "above",
+    "across",
+    "after",
+    "afterwards",
+    "again",
+    "against",
+    "all",
+    "almost",
+    "alone",
+    "along",
+    "already",
+    "also",
+    "although",
+    "always",
+    "am",
+    "among",
+    "amongst",
+    "amoungst",
+    "amount",
+    "an",
+    "and",
+    "another",
+    "any",
+    "anyhow",
+    "anyone",
+    "anything",
+    "anyway",
+    "anywhere",
+    "are",
+    "around",
+    "as",
+    "at",
+    "back",
+    "be",
+    "became",
+    "because",
+    "become",
+    "becomes",
+    "becoming",
+    "been",
+    "before",
+    "beforehand",
+    "behind",
+    "being",
+    "below",
+    "beside",
+    "besides",
+    "between",
+    "beyond",
+    "bill",
+    "both",
+    "bottom",
+    "but",
+    "by",
+    "call",
+    "can",
+    "cannot",
+    "cant",
+    "co",
+    "con",
+    "could",
+    "couldnt",
+    "cry",
+    "de",
+    "describe",
+    "detail",
+    "do",
+    "done",
+    "down",
+    "due",
+    "during",
+    "each",
+    "eg",
+    "eight",
+    "either",
+    "eleven",
+    "else",
+    "elsewhere",
+    "empty",
+    "enough",
+    "etc",
+    "even",
+    "ever",
+    "every",
+    "everyone",
+    "everything",
+    "everywhere",
+    "except",
+    "few",
+    "fifteen",
+    "fifty",
+    "fill",
+    "find",
+    "fire",
+    "first",
+    "five",
+    "for",
+    "former",
+    "formerly",
+    "forty",
+    "found",
+    "four",
+    "from",
+    "front",
+    "full",
+    "further",
+    "get",
+    "give",
+    "go",
+    "had",
+    "has",
+    "hasnt",
+    "have",
+    "he",
+    "hence",
+    "her",
+    "here",
+    "hereafter",
+    "hereby",
+    "herein",
+    "hereupon",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "however",
+    "hundred",
+    "i",
+    "ie",
+    "if",
+    "in",
+    "inc",
+    "indeed",
+    "interest",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "keep",
+    "last",
+    "latter",
+    "latterly",
+    "least",
+    "less",
+    "ltd",
+    "made",
+    "many",
+    "may",
+    "me",
+    "meanwhile",
+    "might",
+    "mill",
+    "mine",
+    "more",
+    "moreover",
+    "most",
+    "mostly",
+    "move",
+    "much",
+    "must",
+    "my",
+    "myself",
+    "name",
+    "namely",
+    "neither",
+    "never",
+    "nevertheless",
+    "next",
+    "nine",
+    "no",
+    "nobody",
+    "none",
+    "noone",
+    "nor",
+    "not",
+    "nothing",
+    "now",
+    "nowhere",
+    "of",
+    "off",
+    "often",
+    "on",
+    "once",
+    "one",
+    "only",
+    "onto",
+    "or",
+    "other",
+    "others",
+    "otherwise",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "part",
+    "per",
+    "perhaps",
+    "please",
+    "put",
+    "rather",
+    "re",
+    "same",
+    "see",
+    "seem",
+    "seemed",
+    "seeming",
+    "seems",
+    "serious",
+    "several",
+    "she",
+    "should",
+    "show",
+    "side",
+    "since",
+    "sincere",
+    "six",
+    "sixty",
+    "so",
+    "some",
+    "somehow",
+    "someone",
+    "something",
+    "sometime",
+    "sometimes",
+    "somewhere",
+    "still",
+    "such",
+    "system",
+    "take",
+    "ten",
+    "than",
+    "that",
+    "the",
+    "their",
+    "them",
+    "themselves",
+    "then",
+    "thence",
+    "there",
+    "thereafter",
+    "thereby",
+    "therefore",
+    "therein",
+    "thereupon",
+    "these",
+    "they",
+    "thick",
+    "thin",
+    "third",
+    "this",
+    "those",
+    "though",
+    "three",
+    "through",
+    "throughout",
+    "thru",
+    "thus",
+    "to",
+    "together",
+    "too",
+    "top",
+    "toward",
+    "towards",
+    "twelve",
+    "twenty",
+    "two",
+    "un",
+    "under",
+    "until",
+    "up",
+    "upon",
+    "us",
+    "very",
+    "via",
+    "was",
+    "we",
+    "well",
+    "were",
+    "what",
+    "whatever",
+    "when",
+    "whence",
+    "whenever",
+    "where",
+    "whereafter",
+    "whereas",
+    "whereby",
+    "wherein",
+    "whereupon",
+    "wherever",
+    "whether",
+    "which",
+    "while",
+    "whither",
+    "who",
+    "whoever",
+    "whole",
+    "whom",
+    "whose",
+    "why",
+    "will",
+    "with",
+    "within",
+    "without",
+    "would",
+    "yet",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
 
 /// L2-normalised sparse vector, sorted by term index (so sums run in a fixed order).
 fn normalise(v: impl Iterator<Item = (usize, f64)>) -> Vec<(usize, f64)> {
@@ -125,5 +506,20 @@ mod tests {
         assert!((cos[1] - expect).abs() < 1e-12, "{} vs {expect}", cos[1]);
         let ranked = m.rank(q, &[0, 1, 2], 2);
         assert_eq!(ranked.iter().map(|h| h.doc).collect::<Vec<_>>(), [1, 0]);
+    }
+
+    #[test]
+    fn lepus_options_strip_accents_and_english_stop_words() {
+        // sklearn: TfidfVectorizer(strip_accents="unicode", stop_words="english")
+        //   .build_analyzer()("Émile went to the Café across the street")
+        //   == ['emile', 'went', 'cafe', 'street']
+        assert_eq!(
+            TfIdfOptions::LEPUS.terms("Émile went to the Café across the street"),
+            ["emile", "went", "cafe", "street"]
+        );
+        assert!(SKLEARN_ENGLISH_STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        let m = TfIdf::with_options(&["the of and", "cafe"], TfIdfOptions::LEPUS);
+        assert_eq!(m.cosine("Café?"), [0.0, 1.0]);
+        assert!(TfIdf::with_options(&["the"], TfIdfOptions::LEPUS).is_empty());
     }
 }

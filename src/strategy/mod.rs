@@ -3,6 +3,7 @@
 
 pub mod beam;
 pub mod efficientrag;
+pub mod lepus;
 
 use crate::model::batch::Sequence;
 

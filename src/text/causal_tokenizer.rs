@@ -125,6 +125,13 @@ impl CausalTokenizer {
             .to_vec())
     }
 
+    /// Text of `ids`, special tokens skipped (no clean-up of spaces).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer
+            .decode(ids, true)
+            .map_err(|e| anyhow!("tokenizer failed to decode: {e}"))
+    }
+
     /// `[BOS] prompt target` as lm-evaluation-harness builds a context/continuation
     /// pair: trailing whitespace of the prompt moves to the start of the target, the
     /// two are tokenised separately, and BOS is prepended when the tokenizer says so.

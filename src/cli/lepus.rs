@@ -1,0 +1,592 @@
+//! `hopscore lepus`: LEPUS / PromptRank reranking of each question's passage pool
+//! with a causal LM (SPEC §3), through the streaming pipeline; or, with
+//! `--scorer bm25`, the BM25 ranking of the same pools as a baseline.
+//!
+//! Per question (on the reader thread): the question gets `?`; each passage is cut
+//! to `--max-doc-tokens` tokens as the official `shorten_paragraph_if_necessary`
+//! does (decode the first tokens, clean up spaces before punctuation as
+//! transformers 4.x did, append `". "` unless it ends with `.`), optionally titled
+//! `Title: {t}. `; each passage's second-hop candidates are the other passages of
+//! the pool ranked by TF-IDF cosine to the question (the vectorizer fitted on those
+//! candidates' texts, `strip_accents="unicode"`, `stop_words="english"`, as the
+//! official `TopTfIdf`), the best `--second-hops` kept. The search itself is
+//! [`crate::strategy::lepus`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, ensure, Context, Result};
+use arrow::array::{
+    ArrayRef, Float32Array, Float32Builder, Int32Builder, ListBuilder, RecordBatch, StringArray,
+    StringBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use clap::{Args, ValueEnum};
+use rayon::prelude::*;
+
+use super::question_run::{self, RunArgs, RunSummary};
+use super::{run_metadata, tool_metadata, DeviceArg};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
+use crate::io::columns::{list_of, ScoredChainsBuilder};
+use crate::io::parquet_io::create_writer;
+use crate::io::questions::Question;
+use crate::model::batch::Sequence;
+use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
+use crate::retrieve::tfidf::TfIdfOptions;
+use crate::retrieve::{Bm25Index, TfIdf};
+use crate::strategy::lepus::{
+    parse_templates, question_text, Ensemble, InstructionPosition, LepusConfig, LepusResult,
+    LepusSearch, PromptEncoder, ScoredPath, Template, DEFAULT_INSTRUCTIONS,
+};
+use crate::strategy::Strategy;
+use crate::text::causal_tokenizer::CausalTokenizer;
+use crate::text::words::clean_up_tokenization;
+
+#[derive(Debug, Clone, Args)]
+pub struct LepusArgs {
+    /// A GGUF file, a directory holding one, or an HF directory (config.json,
+    /// model.safetensors, tokenizer.json). Not needed with `--scorer bm25`.
+    #[arg(long, env = "HOPSCORE_MODEL")]
+    pub model: Option<PathBuf>,
+    /// tokenizer.json (or a directory holding it) instead of the model's own.
+    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    pub tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// `lm`: LEPUS with the causal LM; `bm25`: BM25 (Lucene scoring, k1 0.9, b 0.4)
+    /// of the question against each passage's title and text, no model (a baseline).
+    #[arg(long, value_enum, default_value_t = ScorerArg::Lm)]
+    pub scorer: ScorerArg,
+    /// Instruction file (see src/strategy/lepus_instructions.txt for the format).
+    /// Default: hopscore's own instruction set.
+    #[arg(long)]
+    pub templates: Option<PathBuf>,
+    /// Templates used (the first N of the set); scores are combined by --ensemble.
+    /// 1 is the official code's default; each template multiplies the work.
+    #[arg(long, default_value_t = 1)]
+    pub num_templates: usize,
+    /// Where instruction lines go relative to the documents.
+    #[arg(long, value_enum, default_value_t = PositionArg::After)]
+    pub instruction_position: PositionArg,
+    /// Ensemble over templates of single-document scores (paper: max is better;
+    /// official default: mean).
+    #[arg(long, value_enum, default_value_t = EnsembleArg::Mean)]
+    pub ensemble: EnsembleArg,
+    /// Ensemble over templates of path scores (the official code always uses mean).
+    #[arg(long, value_enum, default_value_t = EnsembleArg::Mean)]
+    pub path_ensemble: EnsembleArg,
+    /// K1: the best single documents expanded into two-document paths.
+    #[arg(long, default_value_t = 5)]
+    pub first_hops: usize,
+    /// K2: second documents per expanded document (the TF-IDF best of the pool).
+    #[arg(long, default_value_t = 3)]
+    pub second_hops: usize,
+    /// Prepend `Title: {title}. ` to every document.
+    #[arg(long)]
+    pub title: bool,
+    /// Documents are cut to this many tokens.
+    #[arg(long, default_value_t = 230)]
+    pub max_doc_tokens: usize,
+    /// Prompt + question are cut to this many tokens (the question's tail is lost, as
+    /// in the official code); a prompt that leaves no question token fails the
+    /// question.
+    #[arg(long, default_value_t = 600)]
+    pub max_prompt_tokens: usize,
+    /// Logits are divided by T before the log-softmax (1.4 is best in the paper).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
+
+/// Which scorer ranks the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScorerArg {
+    Lm,
+    Bm25,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PositionArg {
+    After,
+    Before,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EnsembleArg {
+    Mean,
+    Max,
+}
+
+impl From<EnsembleArg> for Ensemble {
+    fn from(e: EnsembleArg) -> Self {
+        match e {
+            EnsembleArg::Mean => Ensemble::Mean,
+            EnsembleArg::Max => Ensemble::Max,
+        }
+    }
+}
+
+/// One output row.
+struct Ranked {
+    id: String,
+    titles: Vec<String>,
+    result: LepusResult,
+    /// The best path (LEPUS) or the two best documents (BM25).
+    best_path: Vec<usize>,
+    best_path_score: Option<f32>,
+}
+
+/// A LEPUS search with what the output needs besides its result.
+struct LmJob {
+    id: String,
+    titles: Vec<String>,
+    search: LepusSearch,
+}
+
+impl Strategy for LmJob {
+    type Output = Result<Ranked, (String, String)>;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        self.search.requests()
+    }
+    fn feed(&mut self, logprobs: Vec<Vec<f32>>) {
+        Strategy::feed(&mut self.search, logprobs);
+    }
+    fn take_output(&mut self) -> Option<Self::Output> {
+        let result = self.search.take_output()?;
+        let id = self.id.clone();
+        Some(result.map_err(|reason| (id, reason)).map(|result| {
+            let best = result.best_path();
+            Ranked {
+                id: std::mem::take(&mut self.id),
+                titles: std::mem::take(&mut self.titles),
+                best_path: best.as_ref().map_or_else(Vec::new, |p| p.chain.clone()),
+                best_path_score: best.map(|p| p.score),
+                result,
+            }
+        }))
+    }
+}
+
+/// The BM25 baseline: ranked at admission, no model requests.
+struct Bm25Job(Option<Ranked>);
+
+impl Strategy for Bm25Job {
+    type Output = Result<Ranked, (String, String)>;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        Vec::new()
+    }
+    fn feed(&mut self, _: Vec<Vec<f32>>) {
+        unreachable!("BM25 makes no model requests")
+    }
+    fn take_output(&mut self) -> Option<Self::Output> {
+        self.0.take().map(Ok)
+    }
+}
+
+/// Encodes `prompt.trim() + " " + question` with the model's tokenizer (prompt and
+/// question tokenised separately, BOS when the tokenizer asks for it), cut to
+/// `max_tokens`.
+pub struct LmEncoder {
+    pub tok: Arc<CausalTokenizer>,
+    pub max_tokens: usize,
+}
+
+impl PromptEncoder for LmEncoder {
+    fn encode(&self, prompt: &str, question: &str) -> Result<Sequence, String> {
+        let enc = self
+            .tok
+            .encode_pair(&format!("{} ", prompt.trim()), question)
+            .map_err(|e| format!("{e:#}"))?;
+        if enc.target_start == 0 {
+            return Err("the prompt is empty and the model adds no BOS".into());
+        }
+        if enc.target_start >= self.max_tokens {
+            return Err(format!(
+                "the prompt is {} tokens: no question token fits in --max-prompt-tokens {}",
+                enc.target_start, self.max_tokens
+            ));
+        }
+        let mut ids = enc.ids;
+        ids.truncate(self.max_tokens);
+        let mut type_ids = vec![0u32; ids.len()];
+        type_ids[enc.target_start..].fill(1);
+        Ok(Sequence {
+            ids,
+            type_ids,
+            mask: Vec::new(),
+        })
+    }
+}
+
+/// The official `shorten_paragraph_if_necessary`: a text over `max_tokens` tokens is
+/// decoded from its first `max_tokens`, with `". "` appended unless it ends with `.`.
+pub fn shorten(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<String> {
+    let ids = tok.encode(text)?;
+    if ids.len() <= max_tokens {
+        return Ok(text.to_string());
+    }
+    let cut = clean_up_tokenization(&tok.decode(&ids[..max_tokens])?);
+    Ok(if cut.trim().ends_with('.') {
+        cut
+    } else {
+        format!("{cut}. ")
+    })
+}
+
+/// Per passage, the other non-blank passages ranked by TF-IDF cosine to the question
+/// (fitted on those candidates), the best `k` (none when their vocabulary is empty).
+pub fn tfidf_expansions(question: &str, texts: &[&str], k: usize) -> Vec<Vec<usize>> {
+    (0..texts.len())
+        .map(|d| {
+            let cands: Vec<usize> = (0..texts.len())
+                .filter(|&j| j != d && !texts[j].trim().is_empty())
+                .collect();
+            let docs: Vec<&str> = cands.iter().map(|&j| texts[j]).collect();
+            let model = TfIdf::with_options(&docs, TfIdfOptions::LEPUS);
+            if model.is_empty() {
+                return Vec::new();
+            }
+            let all: Vec<usize> = (0..docs.len()).collect();
+            model
+                .rank(question, &all, k)
+                .into_iter()
+                .map(|h| cands[h.doc])
+                .collect()
+        })
+        .collect()
+}
+
+/// How every question's search is set up.
+pub struct LmSetup {
+    pub tok: Arc<CausalTokenizer>,
+    pub encoder: Arc<dyn PromptEncoder>,
+    pub templates: Arc<[Template]>,
+    pub config: LepusConfig,
+    /// K2.
+    pub second_hops: usize,
+    /// `Title: {t}. ` before each document.
+    pub title: bool,
+    pub max_doc_tokens: usize,
+}
+
+impl LmSetup {
+    fn prepare(&self, q: &Question) -> Result<LmJob, String> {
+        Ok(LmJob {
+            id: q.id.clone(),
+            titles: q.passages.iter().map(|p| p.title.clone()).collect(),
+            search: self.search(q)?,
+        })
+    }
+
+    /// The search of one question: documents shortened (and titled), second hops
+    /// ranked by TF-IDF.
+    pub fn search(&self, q: &Question) -> Result<LepusSearch, String> {
+        let question = question_text(&q.question);
+        let docs = q
+            .passages
+            .par_iter()
+            .map(|p| {
+                if p.text.trim().is_empty() {
+                    return Ok(None);
+                }
+                let body = shorten(&self.tok, &p.text, self.max_doc_tokens)?;
+                Ok(Some(if self.title {
+                    format!("Title: {}. {body}", p.title)
+                } else {
+                    body
+                }))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| format!("passage: {e:#}"))?;
+        let texts: Vec<&str> = q.passages.iter().map(|p| p.text.as_str()).collect();
+        let expansions = tfidf_expansions(&question, &texts, self.second_hops);
+        Ok(LepusSearch::new(
+            &question,
+            docs,
+            expansions,
+            self.templates.clone(),
+            self.config,
+            self.encoder.clone(),
+        ))
+    }
+}
+
+/// BM25 of the question against each passage's `title text`, ranked (ties: passage
+/// order).
+fn bm25_ranking(q: &Question) -> Ranked {
+    let docs: Vec<String> = q
+        .passages
+        .iter()
+        .map(|p| format!("{} {}", p.title, p.text))
+        .collect();
+    let index = Bm25Index::new(&docs);
+    let scores = index.scores(&q.question);
+    let single: Vec<f32> = (0..docs.len())
+        .map(|d| scores.get(&d).copied().unwrap_or(0.0) as f32)
+        .collect();
+    let mut ranking: Vec<usize> = (0..docs.len()).collect();
+    ranking.sort_by(|&a, &b| single[b].total_cmp(&single[a]));
+    Ranked {
+        id: q.id.clone(),
+        titles: q.passages.iter().map(|p| p.title.clone()).collect(),
+        best_path: ranking.iter().take(2).copied().collect(),
+        best_path_score: None,
+        result: LepusResult {
+            doc_scores: ranking.iter().map(|&d| single[d]).collect(),
+            ranking,
+            top_paths: Vec::new(),
+            single_scores: single.into_iter().map(Some).collect(),
+        },
+    }
+}
+
+/// Runs `hopscore lepus`.
+pub fn run(args: &LepusArgs) -> Result<RunSummary> {
+    // First, so that a Ctrl-C while the model loads is handled too.
+    super::install_interrupt_handler();
+    let common = [("strategy", "lepus".to_string())];
+    if args.scorer == ScorerArg::Bm25 {
+        let mut options = common.to_vec();
+        options.push(("scorer", "bm25".into()));
+        let metadata = tool_metadata(&options);
+        return question_run::run(
+            &args.run,
+            ranked_command(
+                metadata,
+                |q: &Question| Ok(Bm25Job(Some(bm25_ranking(q)))),
+                |_: &[Sequence], _: &[usize]| bail!("BM25 makes no model requests"),
+            ),
+        );
+    }
+
+    ensure!(
+        args.temperature > 0.0 && args.temperature.is_finite(),
+        "--temperature must be positive, got {}",
+        args.temperature
+    );
+    ensure!(args.first_hops >= 1, "--first-hops must be at least 1");
+    ensure!(
+        args.max_doc_tokens >= 1,
+        "--max-doc-tokens must be at least 1"
+    );
+    let model_path = args
+        .model
+        .as_deref()
+        .context("--model is required with --scorer lm (a GGUF file or HF directory)")?;
+    let instructions = match &args.templates {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read --templates {}", p.display()))?,
+        None => DEFAULT_INSTRUCTIONS.to_string(),
+    };
+    let position = match args.instruction_position {
+        PositionArg::After => InstructionPosition::After,
+        PositionArg::Before => InstructionPosition::Before,
+    };
+    let templates =
+        parse_templates(&instructions, position, args.num_templates).map_err(anyhow::Error::msg)?;
+    let be = match args.device {
+        DeviceArg::Cpu => CpuBackend,
+    };
+    let loaded = super::loglik::load_decoder(&be, model_path, args.tokenizer.as_deref())?;
+    let context = loaded.model.config.max_position_embeddings;
+    ensure!(
+        args.max_prompt_tokens <= context,
+        "--max-prompt-tokens {} is over the model's context of {context} tokens",
+        args.max_prompt_tokens
+    );
+    let config = LepusConfig {
+        first_hops: args.first_hops,
+        ensemble: args.ensemble.into(),
+        path_ensemble: args.path_ensemble.into(),
+    };
+    let mut options = common.to_vec();
+    options.extend([
+        ("scorer", "lm".to_string()),
+        ("model_type", loaded.model.config.model_type.clone()),
+        (
+            "templates",
+            serde_json::to_string(&templates.iter().map(|t| &t.0).collect::<Vec<_>>())?,
+        ),
+        ("ensemble", format!("{:?}", args.ensemble).to_lowercase()),
+        (
+            "path_ensemble",
+            format!("{:?}", args.path_ensemble).to_lowercase(),
+        ),
+        ("first_hops", args.first_hops.to_string()),
+        ("second_hops", args.second_hops.to_string()),
+        ("title", args.title.to_string()),
+        ("max_doc_tokens", args.max_doc_tokens.to_string()),
+        ("max_prompt_tokens", args.max_prompt_tokens.to_string()),
+        ("temperature", args.temperature.to_string()),
+        ("add_bos", loaded.tokenizer.add_bos.to_string()),
+        ("device", be.name()),
+    ]);
+    let metadata = run_metadata(model_path, &loaded.weights_path, &options)?;
+    let tok = Arc::new(loaded.tokenizer);
+    let setup = LmSetup {
+        encoder: Arc::new(LmEncoder {
+            tok: tok.clone(),
+            max_tokens: args.max_prompt_tokens,
+        }),
+        tok,
+        templates: templates.into(),
+        config,
+        second_hops: args.second_hops,
+        title: args.title,
+        max_doc_tokens: args.max_doc_tokens,
+    };
+    let (model, temperature) = (loaded.model, args.temperature);
+    question_run::run(
+        &args.run,
+        ranked_command(
+            metadata,
+            move |q: &Question| setup.prepare(q),
+            |seqs: &[Sequence], _: &[usize]| score_requests(&be, &model, seqs, temperature),
+        ),
+    )
+}
+
+/// Log-probabilities of the question tokens (`type_ids` 1) of each request.
+pub fn score_requests<B: Backend>(
+    be: &B,
+    model: &DecoderForCausalLM<B>,
+    seqs: &[Sequence],
+    temperature: f32,
+) -> Result<Vec<Vec<f32>>> {
+    let scored: Vec<ScoredSequence> = seqs
+        .iter()
+        .map(|s| ScoredSequence {
+            ids: s.ids.clone(),
+            target_start: s
+                .type_ids
+                .iter()
+                .position(|&t| t == 1)
+                .expect("every prompt marks its question tokens"),
+        })
+        .collect();
+    model.target_logprobs(be, &scored, temperature)
+}
+
+type Finish = fn(Result<Ranked, (String, String)>) -> Result<Ranked, (String, String)>;
+type WritePart = fn(&std::path::Path, Vec<Ranked>, &[(String, String)]) -> Result<()>;
+
+/// The question-run command of either scorer: rows are [`Ranked`].
+fn ranked_command<P, Sc>(
+    metadata: Vec<(String, String)>,
+    prepare: P,
+    score: Sc,
+) -> question_run::Command<P, Finish, WritePart, Sc> {
+    question_run::Command {
+        metadata,
+        prepare,
+        finish: |outcome| outcome,
+        write_part: RankedWriter::write,
+        schema: RankedWriter::schema(),
+        score,
+    }
+}
+
+/// Writes [`Ranked`] rows.
+struct RankedWriter;
+
+impl RankedWriter {
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("chain", list_of(DataType::Int32), false),
+            Field::new("chain_titles", list_of(DataType::Utf8), false),
+            Field::new("doc_scores", list_of(DataType::Float32), false),
+            Field::new("best_path", list_of(DataType::Int32), false),
+            Field::new("best_path_score", DataType::Float32, true),
+            Field::new("top_paths", ScoredChainsBuilder::data_type(), false),
+            Field::new("single_scores", list_of(DataType::Float32), false),
+        ]))
+    }
+
+    fn write(
+        path: &std::path::Path,
+        rows: Vec<Ranked>,
+        metadata: &[(String, String)],
+    ) -> Result<()> {
+        let mut writer = create_writer(path, Self::schema(), metadata)?;
+        for chunk in rows.chunks(256) {
+            writer.write(&batch(chunk)?)?;
+        }
+        writer.close()?;
+        Ok(())
+    }
+}
+
+fn indices(v: &[usize]) -> impl Iterator<Item = i32> + '_ {
+    v.iter().map(|&x| x as i32)
+}
+
+/// One record batch of output rows.
+fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
+    let mut chain = ListBuilder::new(Int32Builder::new());
+    let mut titles = ListBuilder::new(StringBuilder::new());
+    let mut doc_scores = ListBuilder::new(Float32Builder::new());
+    let mut best = ListBuilder::new(Int32Builder::new());
+    let mut single = ListBuilder::new(Float32Builder::new());
+    let mut top_paths = ScoredChainsBuilder::default();
+    for r in rows {
+        let res = &r.result;
+        chain.values().extend(indices(&res.ranking).map(Some));
+        chain.append(true);
+        for &j in &res.ranking {
+            titles.values().append_value(&r.titles[j]);
+        }
+        titles.append(true);
+        doc_scores.values().append_slice(&res.doc_scores);
+        doc_scores.append(true);
+        best.values().extend(indices(&r.best_path).map(Some));
+        best.append(true);
+        single.values().extend(res.single_scores.iter().copied());
+        single.append(true);
+        for ScoredPath { chain, score } in &res.top_paths {
+            top_paths.push(chain, *score);
+        }
+        top_paths.end_row();
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.id.as_str()),
+        )),
+        Arc::new(chain.finish()),
+        Arc::new(titles.finish()),
+        Arc::new(doc_scores.finish()),
+        Arc::new(best.finish()),
+        Arc::new(Float32Array::from_iter(
+            rows.iter().map(|r| r.best_path_score),
+        )),
+        Arc::new(top_paths.finish()),
+        Arc::new(single.finish()),
+    ];
+    RecordBatch::try_new(RankedWriter::schema(), columns).context("building the output batch")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansions_rank_the_other_passages_by_tfidf() {
+        let texts = [
+            "The river flows north.",
+            "Apricots grow on the terraces.",
+            "",
+            "The terraces face the river.",
+        ];
+        let e = tfidf_expansions("Which terraces grow apricots?", &texts, 2);
+        assert_eq!(e[0], vec![1, 3]);
+        assert_eq!(e[1], vec![3, 0]);
+        assert_eq!(e[3], vec![1, 0]);
+        assert_eq!(
+            e[2].len(),
+            2,
+            "a blank passage is no candidate but can be expanded"
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! LEPUS against a Python re-implementation of PromptRank's scoring and search with
+//! HF transformers (tests/fixtures/lepus/*.json, written by tools/make_lepus_goldens.py)
+//! on 20 real HotpotQA questions, pools of their first 6 passages, K1 = K2 = 2:
+//!
+//! - every scored text (sha256 of `prompt.strip() + " " + question`, in request order;
+//!   the first differing text is printed on failure) and its score;
+//! - the document ranking, document scores and scored paths;
+//! - `gpt2`: a tiny random GPT-2 with a byte-level tokenizer (documents cut at 150
+//!   tokens, prompts at 500, so question tails are cut too), two templates (instruction
+//!   after and before), max ensemble, titles, T = 1.4; tolerance 1e-4;
+//! - `smollm2`: SmolLM2-135M-Instruct GGUF Q4_1 (weights/smollm2/) against HF on the
+//!   dequantised weights, hopscore's first template, T = 1; tolerance 1e-3;
+//! - and `hopscore lepus` end to end (pipeline, writer) on the GPT-2 case.
+//!
+//! The texts are rebuilt from ../shared/data (skipped with a message when absent).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{Float32Type, Int32Type};
+use hopscore::backend::cpu::CpuBackend;
+use hopscore::cli::lepus::{self, LmEncoder, LmSetup};
+use hopscore::cli::loglik::load_decoder;
+use hopscore::io::questions::{Dataset, Question, QuestionWriter};
+use hopscore::strategy::lepus::{parse_templates, Ensemble, InstructionPosition, LepusConfig};
+use hopscore::strategy::Strategy;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+struct Case {
+    golden: Value,
+    questions: Vec<Question>,
+}
+
+fn sha256(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The golden file and its questions rebuilt from the data (first `pool` passages).
+fn case(name: &str) -> Option<Case> {
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture(&format!("lepus/{name}.json"))).unwrap(),
+    )
+    .unwrap();
+    let rows = common::read_json_gz(&common::shared_data(
+        "hotpot_dev_distractor_sample600.json.gz",
+    )?);
+    let pool = golden["pool"].as_u64().unwrap() as usize;
+    let questions = golden["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let mut row = rows
+                .iter()
+                .find(|r| r["_id"] == g["id"])
+                .expect("question id in the data")
+                .clone();
+            let context: Vec<Value> = row["context"].as_array().unwrap()[..pool].to_vec();
+            let kept: Vec<&str> = context.iter().map(|c| c[0].as_str().unwrap()).collect();
+            let facts: Vec<Value> = row["supporting_facts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| kept.contains(&f[0].as_str().unwrap()))
+                .cloned()
+                .collect();
+            row["context"] = Value::Array(context);
+            row["supporting_facts"] = Value::Array(facts);
+            hopscore::io::import::convert(Dataset::HotpotQa, &row).unwrap()
+        })
+        .collect();
+    Some(Case { golden, questions })
+}
+
+fn templates_text(golden: &Value) -> String {
+    golden["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string() + "\n")
+        .collect()
+}
+
+fn json_list<T>(v: &Value, item: impl Fn(&Value) -> T) -> Vec<T> {
+    v.as_array().unwrap().iter().map(item).collect()
+}
+
+fn usize_list(v: &Value) -> Vec<usize> {
+    json_list(v, |x| x.as_u64().unwrap() as usize)
+}
+
+fn f32_list(v: &Value) -> Vec<f32> {
+    json_list(v, |x| x.as_f64().unwrap() as f32)
+}
+
+fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let mut worst = 0f32;
+    for (g, w) in got.iter().zip(want) {
+        worst = worst.max((g - w).abs());
+    }
+    assert!(worst <= tol, "{what}: {got:?} vs {want:?}");
+    worst
+}
+
+/// Drives each question's search with the model, checking every step against the
+/// golden prompts and scores, then the result.
+fn check_case(name: &str, model: &Path, tol: f32) {
+    let Some(Case { golden, questions }) = case(name) else {
+        return;
+    };
+    let be = CpuBackend;
+    let loaded = load_decoder(&be, model, None).unwrap();
+    let ensemble = match golden["ensemble"].as_str().unwrap() {
+        "max" => Ensemble::Max,
+        _ => Ensemble::Mean,
+    };
+    let templates = templates_text(&golden);
+    let n_templates = golden["templates"].as_array().unwrap().len();
+    let tok = Arc::new(loaded.tokenizer);
+    let setup = LmSetup {
+        encoder: Arc::new(LmEncoder {
+            tok: tok.clone(),
+            max_tokens: golden["max_prompt_tokens"].as_u64().unwrap() as usize,
+        }),
+        tok,
+        templates: parse_templates(&templates, InstructionPosition::After, n_templates)
+            .unwrap()
+            .into(),
+        config: LepusConfig {
+            first_hops: golden["first_hops"].as_u64().unwrap() as usize,
+            ensemble,
+            path_ensemble: Ensemble::Mean,
+        },
+        second_hops: golden["second_hops"].as_u64().unwrap() as usize,
+        title: golden["title"].as_bool().unwrap(),
+        max_doc_tokens: golden["max_doc_tokens"].as_u64().unwrap() as usize,
+    };
+    let temperature = golden["temperature"].as_f64().unwrap() as f32;
+    let (mut prompts, mut worst) = (0, 0f32);
+    for (q, g) in questions
+        .iter()
+        .zip(golden["questions"].as_array().unwrap())
+    {
+        assert!(
+            g.get("error").is_none(),
+            "the goldens hold no failed question"
+        );
+        let want_prompts = g["prompts"].as_array().unwrap();
+        let mut search = setup.search(q).unwrap();
+        let mut at = 0;
+        loop {
+            let requests = search.requests();
+            if requests.is_empty() {
+                break;
+            }
+            for (k, text) in search.pending_texts().iter().enumerate() {
+                let want = &want_prompts[at + k];
+                assert_eq!(
+                    sha256(text),
+                    want[0].as_str().unwrap(),
+                    "{}: prompt {} differs from the reference; hopscore's text:\n{text}",
+                    q.id,
+                    at + k
+                );
+            }
+            let seqs: Vec<_> = requests.into_iter().map(|(s, _)| s).collect();
+            let logprobs = lepus::score_requests(&be, &loaded.model, &seqs, temperature).unwrap();
+            let means: Vec<f32> = logprobs
+                .iter()
+                .map(|lp| (lp.iter().map(|&x| f64::from(x)).sum::<f64>() / lp.len() as f64) as f32)
+                .collect();
+            let want: Vec<f32> = want_prompts[at..at + means.len()]
+                .iter()
+                .map(|p| p[1].as_f64().unwrap() as f32)
+                .collect();
+            worst = worst.max(assert_close(
+                &means,
+                &want,
+                tol,
+                &format!("{} scores", q.id),
+            ));
+            at += means.len();
+            Strategy::feed(&mut search, logprobs);
+        }
+        assert_eq!(at, want_prompts.len(), "{}: number of prompts", q.id);
+        prompts += at;
+        let r = search.take_output().unwrap().unwrap();
+        assert_eq!(r.ranking, usize_list(&g["ranking"]), "{} ranking", q.id);
+        assert_close(&r.doc_scores, &f32_list(&g["doc_scores"]), tol, &q.id);
+        let paths = g["top_paths"].as_array().unwrap();
+        assert_eq!(r.top_paths.len(), paths.len());
+        for (p, w) in r.top_paths.iter().zip(paths) {
+            assert_eq!(p.chain, usize_list(&w["chain"]), "{} paths", q.id);
+            assert!((p.score - w["score"].as_f64().unwrap() as f32).abs() <= tol);
+        }
+    }
+    assert!(questions.len() >= 20 && prompts >= 200);
+    eprintln!(
+        "{name}: {} questions, {prompts} prompts, max |score error| {worst:.2e}",
+        questions.len()
+    );
+}
+
+fn gpt2_dir() -> PathBuf {
+    common::fixture("lepus/gpt2_bytes")
+}
+
+fn smollm2_gguf() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "{} is missing: run tools/fetch_smollm2.sh first (the README's test command does)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn tiny_gpt2_prompts_and_scores_match_the_python_reference() {
+    check_case("gpt2", &gpt2_dir(), 1e-4);
+}
+
+#[test]
+fn smollm2_prompts_and_scores_match_the_python_reference() {
+    check_case("smollm2", &smollm2_gguf(), 1e-3);
+}
+
+#[test]
+fn lepus_command_writes_the_reference_rankings() {
+    let Some(Case { golden, questions }) = case("gpt2") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("q.parquet");
+    let mut w = QuestionWriter::create(&input, &[]).unwrap();
+    w.write(&questions).unwrap();
+    w.finish().unwrap();
+    let templates = dir.path().join("templates.txt");
+    std::fs::write(&templates, templates_text(&golden)).unwrap();
+    let output = dir.path().join("ranked.parquet");
+    let num = |k: &str| golden[k].as_u64().unwrap();
+    let args = lepus::LepusArgs {
+        model: Some(gpt2_dir()),
+        tokenizer: None,
+        run: hopscore::cli::question_run::RunArgs {
+            input: input.clone(),
+            output: output.clone(),
+            max_batch_tokens: 4096,
+            max_active: 4,
+            quarantine: None,
+            resume: false,
+            shard: None,
+            part_rows: 7,
+        },
+        scorer: lepus::ScorerArg::Lm,
+        templates: Some(templates),
+        num_templates: golden["templates"].as_array().unwrap().len(),
+        instruction_position: lepus::PositionArg::After,
+        ensemble: lepus::EnsembleArg::Max,
+        path_ensemble: lepus::EnsembleArg::Mean,
+        first_hops: num("first_hops") as usize,
+        second_hops: num("second_hops") as usize,
+        title: true,
+        max_doc_tokens: num("max_doc_tokens") as usize,
+        max_prompt_tokens: num("max_prompt_tokens") as usize,
+        temperature: golden["temperature"].as_f64().unwrap() as f32,
+        device: hopscore::cli::DeviceArg::Cpu,
+    };
+    let summary = lepus::run(&args).unwrap();
+    assert_eq!((summary.stats.rows, summary.stats.bad_rows), (20, 0));
+    let file = std::fs::File::open(&output).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(file, 64).unwrap();
+    let mut row = 0;
+    for batch in reader {
+        let batch = batch.unwrap();
+        let ids = batch
+            .column_by_name("id")
+            .unwrap()
+            .as_string::<i32>()
+            .clone();
+        let list = |name: &str| batch.column_by_name(name).unwrap().as_list::<i32>().clone();
+        let (chains, scores, best) = (list("chain"), list("doc_scores"), list("best_path"));
+        for r in 0..batch.num_rows() {
+            let g = &golden["questions"][row];
+            assert_eq!(ids.value(r), g["id"].as_str().unwrap());
+            let chain: Vec<usize> = chains
+                .value(r)
+                .as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|&x| x as usize)
+                .collect();
+            assert_eq!(chain, usize_list(&g["ranking"]), "{}", ids.value(r));
+            let got = scores
+                .value(r)
+                .as_primitive::<Float32Type>()
+                .values()
+                .to_vec();
+            assert_close(&got, &f32_list(&g["doc_scores"]), 1e-4, ids.value(r));
+            let best: Vec<usize> = best
+                .value(r)
+                .as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|&x| x as usize)
+                .collect();
+            assert_eq!(best, usize_list(&g["top_paths"][0]["chain"]));
+            row += 1;
+        }
+        assert!(batch.column_by_name("top_paths").unwrap().null_count() == 0);
+    }
+    assert_eq!(row, 20);
+}
