@@ -117,15 +117,7 @@ fn killed_and_resumed_runs_write_the_same_bytes_and_the_reference_chains() {
         cmd.arg("--resume");
     }
     assert!(cmd.status().unwrap().success());
-    assert!(!parts.exists(), "parts are merged and removed at the end");
-    assert!(
-        std::fs::read(&whole).unwrap() == std::fs::read(&resumed).unwrap(),
-        "resumed output differs from the uninterrupted one"
-    );
-    assert_eq!(
-        std::fs::read(tmp.path().join("whole.quarantine.parquet")).unwrap(),
-        std::fs::read(tmp.path().join("resumed.quarantine.parquet")).unwrap()
-    );
+    common::assert_resumed_equals_whole(tmp.path());
 
     // The chains equal the Python reference's for the golden HotpotQA questions.
     let got = chains(&common::read_parquet(&whole));

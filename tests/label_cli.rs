@@ -202,15 +202,7 @@ fn bad_rows_are_quarantined_and_resumed_runs_write_the_same_bytes() {
         kills >= 1 && resumes_with_parts >= 1,
         "{kills} kills, {resumes_with_parts} resumes"
     );
-    assert!(!parts.exists(), "parts are merged and removed at the end");
-    assert!(
-        std::fs::read(&whole).unwrap() == std::fs::read(&resumed).unwrap(),
-        "resumed output differs from the uninterrupted one"
-    );
-    assert_eq!(
-        std::fs::read(tmp.path().join("whole.quarantine.parquet")).unwrap(),
-        std::fs::read(tmp.path().join("resumed.quarantine.parquet")).unwrap()
-    );
+    common::assert_resumed_equals_whole(tmp.path());
 }
 
 /// A corpus file of the passages of `qs`: id `"{question id}-{j}"`, title, text =

@@ -206,3 +206,21 @@ pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
     let batches: Vec<_> = r.map(Result::unwrap).collect();
     arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
 }
+
+/// Asserts that a run killed and resumed into `dir/resumed.parquet` left no parts and
+/// the same output and quarantine bytes as the uninterrupted `dir/whole.parquet`.
+pub fn assert_resumed_equals_whole(dir: &Path) {
+    assert!(
+        !dir.join("resumed.parquet.parts").exists(),
+        "parts are merged and removed at the end"
+    );
+    assert!(
+        std::fs::read(dir.join("whole.parquet")).unwrap()
+            == std::fs::read(dir.join("resumed.parquet")).unwrap(),
+        "resumed output differs from the uninterrupted one"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("whole.quarantine.parquet")).unwrap(),
+        std::fs::read(dir.join("resumed.quarantine.parquet")).unwrap()
+    );
+}
