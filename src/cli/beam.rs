@@ -17,7 +17,7 @@ use super::question_run::{self, RunArgs, RunSummary};
 use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
-use crate::io::parquet_io::create_writer;
+use crate::io::parquet_io::write_in_batches;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
@@ -162,11 +162,7 @@ pub fn run(args: &BeamArgs) -> Result<RunSummary> {
             prepare: move |q: &Question| prepare(q, &tok, beam_size, hops, tau, max_hops),
             finish: Ok,
             write_part: |path: &std::path::Path, chains: Vec<Chain>, meta: &[(String, String)]| {
-                let mut w = ChainWriter::create(path, meta)?;
-                for chain in chains {
-                    w.push(chain)?;
-                }
-                w.finish()
+                write_in_batches(path, chain_schema(), meta, &chains, WRITE_ROWS, chain_batch)
             },
             schema: chain_schema(),
             score,
@@ -228,85 +224,50 @@ fn chain_schema() -> Arc<Schema> {
     ]))
 }
 
-/// Buffers finished chains and writes them in record batches.
-struct ChainWriter {
-    writer: parquet::arrow::ArrowWriter<std::fs::File>,
-    rows: Vec<Chain>,
-}
-
-impl ChainWriter {
-    fn create(path: &std::path::Path, metadata: &[(String, String)]) -> Result<Self> {
-        Ok(Self {
-            writer: create_writer(path, chain_schema(), metadata)?,
-            rows: Vec::new(),
-        })
-    }
-
-    fn push(&mut self, chain: Chain) -> Result<()> {
-        self.rows.push(chain);
-        if self.rows.len() >= WRITE_ROWS {
-            self.flush()?;
+/// One record batch of output rows.
+fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
+    let i32_list = |v: &[usize]| Int32Array::from_iter_values(v.iter().map(|&x| x as i32));
+    let mut chain = ListBuilder::new(Int32Builder::new());
+    let mut titles = ListBuilder::new(StringBuilder::new());
+    let mut hop_scores = ListBuilder::new(Float32Builder::new());
+    let mut hop1 = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+    let mut beams = ScoredChainsBuilder::default();
+    for r in rows {
+        let res = &r.result;
+        chain
+            .values()
+            .append_slice(&i32_list(&res.chain).values()[..]);
+        chain.append(true);
+        for &j in &res.chain {
+            titles.values().append_value(&r.titles[j]);
         }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        if self.rows.is_empty() {
-            return Ok(());
+        titles.append(true);
+        hop_scores.values().append_slice(&res.hop_scores);
+        hop_scores.append(true);
+        for l in &res.hop1_logits {
+            hop1.values().values().append_slice(l);
+            hop1.values().append(true);
         }
-        let rows = std::mem::take(&mut self.rows);
-        let i32_list = |v: &[usize]| Int32Array::from_iter_values(v.iter().map(|&x| x as i32));
-        let mut chain = ListBuilder::new(Int32Builder::new());
-        let mut titles = ListBuilder::new(StringBuilder::new());
-        let mut hop_scores = ListBuilder::new(Float32Builder::new());
-        let mut hop1 = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
-        let mut beams = ScoredChainsBuilder::default();
-        for r in &rows {
-            let res = &r.result;
-            chain
-                .values()
-                .append_slice(&i32_list(&res.chain).values()[..]);
-            chain.append(true);
-            for &j in &res.chain {
-                titles.values().append_value(&r.titles[j]);
-            }
-            titles.append(true);
-            hop_scores.values().append_slice(&res.hop_scores);
-            hop_scores.append(true);
-            for l in &res.hop1_logits {
-                hop1.values().values().append_slice(l);
-                hop1.values().append(true);
-            }
-            hop1.append(true);
-            for b in &res.beams {
-                beams.push(&b.chain, b.score());
-            }
-            beams.end_row();
+        hop1.append(true);
+        for b in &res.beams {
+            beams.push(&b.chain, b.score());
         }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.id.as_str()),
-            )),
-            Arc::new(chain.finish()),
-            Arc::new(titles.finish()),
-            Arc::new(Float32Array::from_iter(
-                rows.iter().map(|r| r.result.hop_scores.last().copied()),
-            )),
-            Arc::new(hop_scores.finish()),
-            Arc::new(beams.finish()),
-            Arc::new(hop1.finish()),
-        ];
-        self.writer.write(
-            &RecordBatch::try_new(chain_schema(), columns).context("building the output batch")?,
-        )?;
-        Ok(())
+        beams.end_row();
     }
-
-    fn finish(mut self) -> Result<()> {
-        self.flush()?;
-        self.writer.close()?;
-        Ok(())
-    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.id.as_str()),
+        )),
+        Arc::new(chain.finish()),
+        Arc::new(titles.finish()),
+        Arc::new(Float32Array::from_iter(
+            rows.iter().map(|r| r.result.hop_scores.last().copied()),
+        )),
+        Arc::new(hop_scores.finish()),
+        Arc::new(beams.finish()),
+        Arc::new(hop1.finish()),
+    ];
+    RecordBatch::try_new(chain_schema(), columns).context("building the output batch")
 }
 
 #[cfg(test)]

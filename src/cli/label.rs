@@ -18,7 +18,7 @@ use super::question_run::{self, RunArgs, RunSummary};
 use super::{run_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
 use crate::io::columns::list_of;
-use crate::io::parquet_io::create_writer;
+use crate::io::parquet_io::write_in_batches;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
@@ -431,8 +431,7 @@ fn write_rows(
     ids: Option<&DocIds>,
 ) -> Result<()> {
     let schema = label_schema(ids.is_some());
-    let mut writer = create_writer(path, schema.clone(), metadata)?;
-    for chunk in rows.chunks(256) {
+    write_in_batches(path, schema.clone(), metadata, rows, 256, |chunk| {
         let its: Vec<&Iteration> = chunk.iter().flat_map(|r| &r.result.iterations).collect();
         let doc = if ids.is_some() {
             DataType::Utf8
@@ -472,10 +471,6 @@ fn write_rows(
                 chunk.iter().map(|r| r.result.stop.as_str()),
             )),
         ];
-        writer.write(
-            &RecordBatch::try_new(schema.clone(), columns).context("building the output batch")?,
-        )?;
-    }
-    writer.close()?;
-    Ok(())
+        RecordBatch::try_new(schema.clone(), columns).context("building the output batch")
+    })
 }

@@ -29,7 +29,7 @@ use super::{run_metadata, tool_metadata, DeviceArg};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
-use crate::io::parquet_io::create_writer;
+use crate::io::parquet_io::write_in_batches;
 use crate::io::questions::Question;
 use crate::model::batch::Sequence;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
@@ -510,12 +510,7 @@ impl RankedWriter {
         rows: Vec<Ranked>,
         metadata: &[(String, String)],
     ) -> Result<()> {
-        let mut writer = create_writer(path, Self::schema(), metadata)?;
-        for chunk in rows.chunks(256) {
-            writer.write(&batch(chunk)?)?;
-        }
-        writer.close()?;
-        Ok(())
+        write_in_batches(path, Self::schema(), metadata, &rows, 256, batch)
     }
 }
 

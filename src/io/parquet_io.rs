@@ -167,6 +167,24 @@ impl<R> BatchedWriter<R> {
     }
 }
 
+/// Writes `rows` as a complete Parquet file, in record batches of `batch_rows` rows
+/// built by `to_batch`.
+pub fn write_in_batches<R>(
+    path: &Path,
+    schema: SchemaRef,
+    metadata: &[(String, String)],
+    rows: &[R],
+    batch_rows: usize,
+    to_batch: impl Fn(&[R]) -> Result<RecordBatch>,
+) -> Result<()> {
+    let mut writer = create_writer(path, schema, metadata)?;
+    for chunk in rows.chunks(batch_rows.max(1)) {
+        writer.write(&to_batch(chunk)?)?;
+    }
+    writer.close()?;
+    Ok(())
+}
+
 /// Longest text accepted in a row, in bytes; longer rows are quarantined (a text this
 /// long is almost certainly a data error, and no model here reads that many tokens).
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
