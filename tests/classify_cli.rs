@@ -11,7 +11,6 @@ use arrow::array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UIn
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::cli::classify::{run, ClassifyArgs};
 use hopscore::cli::DeviceArg;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 
 /// A word-level tokenizer where word `w<i>` is token id `i` (ids 3..1000; `w3` doubles
@@ -94,15 +93,6 @@ fn write_input(path: &Path, rows: &[(Option<&str>, Option<String>, Option<String
     w.close().unwrap();
 }
 
-fn read_all(path: &Path) -> RecordBatch {
-    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
-    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
-}
-
 #[test]
 fn classify_matches_hf_logits_and_quarantines_bad_rows() {
     let tmp = tempfile::tempdir().unwrap();
@@ -137,7 +127,7 @@ fn classify_matches_hf_logits_and_quarantines_bad_rows() {
     .unwrap();
     assert_eq!((summary.scored, summary.quarantined), (3, 4));
 
-    let out = read_all(&output);
+    let out = common::read_parquet(&output);
     let ids = out
         .column(0)
         .as_any()
@@ -154,7 +144,7 @@ fn classify_matches_hf_logits_and_quarantines_bad_rows() {
         }
     }
 
-    let q = read_all(&tmp.path().join("out/scores.quarantine.parquet"));
+    let q = common::read_parquet(&tmp.path().join("out/scores.quarantine.parquet"));
     let rows = q.column(0).as_any().downcast_ref::<UInt64Array>().unwrap();
     let reasons = q.column(2).as_any().downcast_ref::<StringArray>().unwrap();
     let got: Vec<(u64, &str)> = rows

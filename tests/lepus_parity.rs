@@ -277,46 +277,38 @@ fn lepus_command_writes_the_reference_rankings() {
     };
     let summary = lepus::run(&args).unwrap();
     assert_eq!((summary.stats.rows, summary.stats.bad_rows), (20, 0));
-    let file = std::fs::File::open(&output).unwrap();
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(file, 64).unwrap();
-    let mut row = 0;
-    for batch in reader {
-        let batch = batch.unwrap();
-        let ids = batch
-            .column_by_name("id")
-            .unwrap()
-            .as_string::<i32>()
-            .clone();
-        let list = |name: &str| batch.column_by_name(name).unwrap().as_list::<i32>().clone();
-        let (chains, scores, best) = (list("chain"), list("doc_scores"), list("best_path"));
-        for r in 0..batch.num_rows() {
-            let g = &golden["questions"][row];
-            assert_eq!(ids.value(r), g["id"].as_str().unwrap());
-            let chain: Vec<usize> = chains
-                .value(r)
-                .as_primitive::<Int32Type>()
-                .values()
-                .iter()
-                .map(|&x| x as usize)
-                .collect();
-            assert_eq!(chain, usize_list(&g["ranking"]), "{}", ids.value(r));
-            let got = scores
-                .value(r)
-                .as_primitive::<Float32Type>()
-                .values()
-                .to_vec();
-            assert_close(&got, &f32_list(&g["doc_scores"]), 1e-4, ids.value(r));
-            let best: Vec<usize> = best
-                .value(r)
-                .as_primitive::<Int32Type>()
-                .values()
-                .iter()
-                .map(|&x| x as usize)
-                .collect();
-            assert_eq!(best, usize_list(&g["top_paths"][0]["chain"]));
-            row += 1;
-        }
-        assert!(batch.column_by_name("top_paths").unwrap().null_count() == 0);
+    let batch = common::read_parquet(&output);
+    assert_eq!(batch.num_rows(), 20);
+    let ids = batch
+        .column_by_name("id")
+        .unwrap()
+        .as_string::<i32>()
+        .clone();
+    let list = |name: &str| batch.column_by_name(name).unwrap().as_list::<i32>().clone();
+    let (chains, scores, best) = (list("chain"), list("doc_scores"), list("best_path"));
+    let indices = |col: &arrow::array::ListArray, r: usize| -> Vec<usize> {
+        let v = col.value(r);
+        v.as_primitive::<Int32Type>()
+            .values()
+            .iter()
+            .map(|&x| x as usize)
+            .collect()
+    };
+    for (r, g) in golden["questions"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(ids.value(r), g["id"].as_str().unwrap());
+        assert_eq!(
+            indices(&chains, r),
+            usize_list(&g["ranking"]),
+            "{}",
+            ids.value(r)
+        );
+        let got = scores
+            .value(r)
+            .as_primitive::<Float32Type>()
+            .values()
+            .to_vec();
+        assert_close(&got, &f32_list(&g["doc_scores"]), 1e-4, ids.value(r));
+        assert_eq!(indices(&best, r), usize_list(&g["top_paths"][0]["chain"]));
     }
-    assert_eq!(row, 20);
+    assert!(batch.column_by_name("top_paths").unwrap().null_count() == 0);
 }

@@ -12,17 +12,6 @@ use arrow::array::{Array, Float64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::cli::loglik::{run, LoglikArgs};
 use hopscore::cli::DeviceArg;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-
-fn read_all(path: &std::path::Path) -> Vec<RecordBatch> {
-    let f = std::fs::File::open(path).unwrap();
-    ParquetRecordBatchReaderBuilder::try_new(f)
-        .unwrap()
-        .build()
-        .unwrap()
-        .map(|b| b.unwrap())
-        .collect()
-}
 
 #[test]
 fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
@@ -107,7 +96,7 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
     .unwrap();
     assert_eq!((summary.scored, summary.quarantined), (8, 4));
 
-    let out = &read_all(&output)[0];
+    let out = &common::read_parquet(&output);
     let col = |n: &str| out.column_by_name(n).unwrap().clone();
     let id = col("id");
     let id = id.as_any().downcast_ref::<StringArray>().unwrap();
@@ -134,7 +123,7 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
         );
     }
 
-    let q = &read_all(&summary.quarantine_path)[0];
+    let q = &common::read_parquet(&summary.quarantine_path);
     let reasons = q.column_by_name("reason").unwrap();
     let reasons = reasons.as_any().downcast_ref::<StringArray>().unwrap();
     let rows = q.column_by_name("row").unwrap();
