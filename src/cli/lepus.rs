@@ -316,17 +316,12 @@ impl LmSetup {
 /// BM25 of the question against each passage's `title text`, ranked (ties: passage
 /// order).
 fn bm25_ranking(q: &Question) -> Ranked {
-    let docs: Vec<String> = q
-        .passages
-        .iter()
-        .map(|p| format!("{} {}", p.title, p.text))
-        .collect();
-    let index = Bm25Index::new(&docs);
+    let index = Bm25Index::over_passages(&q.passages);
     let scores = index.scores(&q.question);
-    let single: Vec<f32> = (0..docs.len())
+    let single: Vec<f32> = (0..index.len())
         .map(|d| scores.get(&d).copied().unwrap_or(0.0) as f32)
         .collect();
-    let mut ranking: Vec<usize> = (0..docs.len()).collect();
+    let mut ranking: Vec<usize> = (0..index.len()).collect();
     ranking.sort_by(|&a, &b| single[b].total_cmp(&single[a]));
     Ranked {
         id: q.id.clone(),

@@ -159,13 +159,9 @@ pub enum Bm25Retriever<'a> {
 impl<'a> Bm25Retriever<'a> {
     /// Indexes a question's passages.
     pub fn pool(passages: &'a [Passage]) -> Self {
-        let docs: Vec<String> = passages
-            .iter()
-            .map(|p| format!("{} {}", p.title, p.text))
-            .collect();
         Self::Pool {
             passages,
-            index: Bm25Index::new(&docs),
+            index: Bm25Index::over_passages(passages),
         }
     }
 }

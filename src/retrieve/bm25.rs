@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::{content_terms, top_k, Hit};
+use crate::io::questions::Passage;
 
 /// Term-weighting parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,6 +71,15 @@ impl Bm25Index {
             doc_len,
             avg_len,
         }
+    }
+
+    /// Indexes a question's passages as `title text`.
+    pub fn over_passages(passages: &[Passage]) -> Self {
+        let docs: Vec<String> = passages
+            .iter()
+            .map(|p| format!("{} {}", p.title, p.text))
+            .collect();
+        Self::new(&docs)
     }
 
     /// Number of indexed documents.
