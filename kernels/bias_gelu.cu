@@ -16,10 +16,13 @@ __device__ void bias_gelu(T* x, const T* bias, unsigned rows, unsigned cols) {
 extern "C" __global__ void bias_gelu_f32(float* x, const float* bias, unsigned rows, unsigned cols) {
   bias_gelu(x, bias, rows, cols);
 }
+HOPSCORE_ENTRY(bias_gelu_f32);
 extern "C" __global__ void bias_gelu_bf16(__nv_bfloat16* x, const __nv_bfloat16* bias, unsigned rows,
                                           unsigned cols) {
   bias_gelu(x, bias, rows, cols);
 }
+HOPSCORE_ENTRY(bias_gelu_bf16);
 extern "C" __global__ void bias_gelu_f16(__half* x, const __half* bias, unsigned rows, unsigned cols) {
   bias_gelu(x, bias, rows, cols);
 }
+HOPSCORE_ENTRY(bias_gelu_f16);

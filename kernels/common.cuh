@@ -1,8 +1,21 @@
 // Shared device helpers for hopscore kernels. Only headers share code: each
 // kernels/<op>.cu compiles to its own PTX module.
+//
+// Conventions (so that tools/cuda_emu can also compile every kernel as C++ and run it
+// on the CPU behind a fake libcuda; see tools/cuda_emu/README.md):
+// - every `extern "C" __global__` entry is followed by `HOPSCORE_ENTRY(name);`
+// - dynamic shared memory is declared with `HOPSCORE_DYNAMIC_SMEM(type, name);`
+// - warp collectives use the `*_sync` intrinsics with a full mask, in warps that are
+//   complete (block sizes are multiples of 32); tensor cores only through nvcuda::wmma.
 #pragma once
+#ifndef HOPSCORE_CUDA_EMU
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <mma.h>
+// Entries need no registration on a real GPU: the driver finds them in the PTX.
+#define HOPSCORE_ENTRY(name) static_assert(true, "")
+#define HOPSCORE_DYNAMIC_SMEM(type, name) extern __shared__ __align__(16) type name[]
+#endif
 
 namespace hopscore {
 
@@ -20,6 +33,33 @@ template <> __device__ __forceinline__ __half from_float<__half>(float x) { retu
 // Exact (erf) GELU, as `hidden_act = "gelu"` in HF DeBERTa.
 __device__ __forceinline__ float gelu_erf(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+// Sum over the 32 lanes of a warp (every lane gets the total).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Maximum over the 32 lanes of a warp (every lane gets it).
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
+// the total. `scratch` holds 32 floats of shared memory; the call synchronises.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const unsigned warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(t);
 }
 
 }  // namespace hopscore
