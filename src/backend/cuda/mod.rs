@@ -12,10 +12,11 @@ pub mod memory;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use self::device::{grid_1d, per_row, Device};
-pub use self::memory::{CudaTensor, DType};
 use self::memory::device_err;
+pub use self::memory::CudaTensor;
 use super::check::{self, Dims};
 use super::{AttentionShape, Backend, CausalShape, OpError, OpResult, RelAttention, SeqLayout};
+pub use crate::backend::dtype::DType;
 use crate::model::weights::HostTensor;
 
 /// Most blocks a grid-stride elementwise kernel is launched with.
@@ -83,7 +84,12 @@ impl CudaBackend {
     }
 
     /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
-    fn rowwise_inplace(&self, op: &'static str, x: &CudaTensor, extra: Option<u64>) -> OpResult<()> {
+    fn rowwise_inplace(
+        &self,
+        op: &'static str,
+        x: &CudaTensor,
+        extra: Option<u64>,
+    ) -> OpResult<()> {
         if x.numel() == 0 {
             return Ok(());
         }
@@ -114,7 +120,12 @@ impl Backend for CudaBackend {
     type Tensor = CudaTensor;
 
     fn name(&self) -> String {
-        format!("cuda:{} ({}, {})", self.dev.ctx.ordinal(), self.dev.name(), self.dev.dtype.suffix())
+        format!(
+            "cuda:{} ({}, {})",
+            self.dev.ctx.ordinal(),
+            self.dev.name(),
+            self.dev.dtype.suffix()
+        )
     }
 
     fn upload(&self, t: &HostTensor) -> OpResult<CudaTensor> {
@@ -132,7 +143,10 @@ impl Backend for CudaBackend {
         let bytes = self
             .dev
             .download_bytes("download", &t.buf, t.numel() * t.dtype.size())?;
-        Ok(HostTensor::new(vec![t.rows, t.cols], t.dtype.decode(&bytes)))
+        Ok(HostTensor::new(
+            vec![t.rows, t.cols],
+            t.dtype.decode(&bytes),
+        ))
     }
 
     fn linear(
@@ -143,7 +157,16 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaTensor> {
         check::linear(x, w, bias)?;
         let y = self.tensor(x.rows, w.rows)?;
-        blas::gemm_xwt(&self.dev, self.dev.dtype, x.ptr(), w.ptr(), y.ptr(), x.rows, x.cols, w.rows)?;
+        blas::gemm_xwt(
+            &self.dev,
+            self.dev.dtype,
+            x.ptr(),
+            w.ptr(),
+            y.ptr(),
+            x.rows,
+            x.cols,
+            w.rows,
+        )?;
         if let Some(b) = bias {
             self.rowwise_inplace("bias_add", &y, Some(b.ptr()))?;
         }
