@@ -21,7 +21,7 @@ mkdir -p "$out/obj"
 common=(-std=c++20 -O2 -g -fPIC -pthread -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas)
 # Shared memory is function-static storage that other fibers write during a sync call:
 # no interprocedural assumption that a call leaves such statics untouched.
-kflags=(-x c++ -include "$emu/emu.h" -DHOPSCORE_CUDA_EMU -Ikernels -I"$emu" -fno-ipa-reference -fno-strict-aliasing)
+kflags=(-x c++ -include "$emu/emu.h" -DHOPSCORE_CUDA_EMU -Ikernels -I"$emu" -fno-ipa-reference -fno-strict-aliasing -fstack-clash-protection)
 
 newer() {  # newer OBJ DEP...: true if OBJ is missing or older than any DEP
   local obj="$1"; shift
@@ -62,11 +62,11 @@ link() {  # link SO SONAME OBJ...
     mv "$so.tmp" "$so"
   fi
 }
-link "$out/libcuda.so" libcuda.so.1 "${objs[@]}"
-# A kernel dropped from kernels/ or CUDA_EMU_EXTRA must not linger: relink when the
-# object list changes.
+# Relink when an object is newer, or when the object list changed (a kernel dropped from
+# kernels/ or CUDA_EMU_EXTRA must not linger).
 list="$out/obj/libcuda.objs"
-if [[ "$(cat "$list" 2>/dev/null)" != "${objs[*]}" ]]; then
+if newer "$out/libcuda.so" "${objs[@]}" || [[ "$(cat "$list" 2>/dev/null)" != "${objs[*]}" ]]; then
+  echo "cuda_emu: link $out/libcuda.so" >&2
   "$cxx" -shared -pthread -Wl,-soname,libcuda.so.1 -o "$out/libcuda.so.tmp" "${objs[@]}"
   mv "$out/libcuda.so.tmp" "$out/libcuda.so"
   printf '%s' "${objs[*]}" >"$list"

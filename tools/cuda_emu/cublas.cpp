@@ -101,8 +101,13 @@ void gemm(bool ta, bool tb, int m, int n, int k, Acc alpha, const void* A, int a
       const Acc* bj = &b[(size_t)j * k];
       for (int i = 0; i < m; ++i) {
         const Acc* ai = &a[(size_t)i * k];
-        Acc s = 0;
-        for (int l = 0; l < k; ++l) s += ai[l] * bj[l];
+        // 8 independent partial sums (vectorisable), then a fixed pairwise combination.
+        Acc p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int l = 0;
+        for (; l + 8 <= k; l += 8)
+          for (int u = 0; u < 8; ++u) p[u] += ai[l + u] * bj[l + u];
+        for (int u = 0; l < k; ++l, ++u) p[u] += ai[l] * bj[l];
+        const Acc s = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
         const size_t ci = (size_t)j * ldc + i;
         Acc v = alpha * s;
         if (beta != Acc(0)) v += beta * load<Acc>(C, ct, ci);  // beta == 0: C is not read (may hold NaN)

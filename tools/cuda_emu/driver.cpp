@@ -8,6 +8,7 @@
 // cooperative fiber (own 256 KB stack) that runs until a sync point or its end.
 #include "emu.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -75,6 +76,8 @@ struct Fiber {
   unsigned linear;
 };
 
+thread_local bool t_in_kernel = false;
+struct sigaction g_old_segv, g_old_bus;
 std::mutex g_launch_mutex;  // one launch at a time (tests call from several threads)
 std::vector<Fiber> g_fibers;
 char* g_stacks = nullptr;  // kMaxThreads slots of (guard page + stack)
@@ -157,8 +160,42 @@ void* fiber_initial_sp(unsigned i) {
   return sp;
 }
 
+// A fault while this thread runs a kernel is reported with the kernel, block and thread
+// (an out-of-bounds device access, or a fiber stack overflow into its guard page);
+// any other fault goes to the previous handler (e.g. Rust's stack-overflow handler).
+void on_fault(int sig, siginfo_t* si, void* uc) {
+  if (t_in_kernel) {
+    const char* addr = static_cast<const char*>(si->si_addr);
+    const size_t slot = kStackBytes + kGuardBytes;
+    const bool overflow = g_stacks && addr >= g_stacks && addr < g_stacks + slot * kMaxThreads &&
+                          size_t(addr - g_stacks) % slot < kGuardBytes;
+    fprintf(stderr,
+            "cuda_emu: %s at address %p in kernel `%s`, block (%u,%u,%u), thread (%u,%u,%u)\n",
+            overflow ? "FIBER STACK OVERFLOW (256 KB per CUDA thread)" : "INVALID MEMORY ACCESS (signal in kernel code)",
+            si->si_addr, g_kernel ? g_kernel : "?", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+            threadIdx.z);
+    signal(SIGABRT, SIG_DFL);
+    abort();
+  }
+  struct sigaction* old = sig == SIGSEGV ? &g_old_segv : &g_old_bus;
+  if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
+    old->sa_sigaction(sig, si, uc);
+  } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+    old->sa_handler(sig);
+  } else {
+    sigaction(sig, old, nullptr);  // the fault repeats on return and takes the default action
+  }
+}
+
 void ensure_stacks() {
   if (g_stacks) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_old_segv);
+  sigaction(SIGBUS, &sa, &g_old_bus);
   const size_t slot = kStackBytes + kGuardBytes;
   void* p = mmap(nullptr, slot * kMaxThreads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
@@ -447,12 +484,22 @@ CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned b
   g_kernel = f->name.c_str();
   blockDim = dim3(bx, by, bz);
   gridDim = dim3(gx, gy, gz);
+  // The fault handler runs on its own 64 KB alternate stack while a kernel runs (the
+  // fiber stack may be the thing that overflowed; Rust's 8 KB one is too small for it).
+  static thread_local char* alt = static_cast<char*>(malloc(64 * 1024));
+  stack_t ss{}, old_ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = 64 * 1024;
+  sigaltstack(&ss, &old_ss);
+  t_in_kernel = true;
   for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
       for (unsigned x = 0; x < gx; ++x) {
         blockIdx = dim3(x, y, z);
         run_block(n);
       }
+  t_in_kernel = false;
+  sigaltstack(&old_ss, nullptr);
   g_kernel = nullptr;
   return CUDA_SUCCESS;
 }

@@ -313,6 +313,26 @@ inline unsigned short __half_as_ushort(__half h) { return h.__x; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { __nv_bfloat16 r; r.__x = b; return r; }
 inline __half __ushort_as_half(unsigned short b) { __half r; r.__x = b; return r; }
 
+// Scalar half arithmetic: computed in float, rounded once (what the hardware does for
+// a single add/mul/fma of two halves).
+#define HOPSCORE_EMU_HALF_OPS(T)                                                          \
+  inline T __hadd(T a, T b) { return T(float(a) + float(b)); }                            \
+  inline T __hsub(T a, T b) { return T(float(a) - float(b)); }                            \
+  inline T __hmul(T a, T b) { return T(float(a) * float(b)); }                            \
+  inline T __hdiv(T a, T b) { return T(float(a) / float(b)); }                            \
+  inline T __hneg(T a) { T r = a; r.__x ^= 0x8000u; return r; }                          \
+  inline T __habs(T a) { T r = a; r.__x &= 0x7fffu; return r; }                          \
+  inline T __hfma(T a, T b, T c) { return T(fmaf(float(a), float(b), float(c))); }        \
+  inline T __hmax(T a, T b) { return T(fmaxf(float(a), float(b))); }                     \
+  inline T __hmin(T a, T b) { return T(fminf(float(a), float(b))); }                     \
+  inline bool __hlt(T a, T b) { return float(a) < float(b); }                             \
+  inline bool __hgt(T a, T b) { return float(a) > float(b); }                             \
+  inline bool __heq(T a, T b) { return float(a) == float(b); }                            \
+  inline bool __hisnan(T a) { return std::isnan(float(a)); }
+HOPSCORE_EMU_HALF_OPS(__half)
+HOPSCORE_EMU_HALF_OPS(__nv_bfloat16)
+#undef HOPSCORE_EMU_HALF_OPS
+
 // ---------------------------------------------------------------- nvcuda::wmma
 // Every thread holds the whole tile (row-major in `x`), which is exact for code that
 // treats fragments opaquely: fill, element-wise ops over all x[i], load/store/mma.
