@@ -74,6 +74,7 @@ struct Fiber {
   State st;
   dim3 tid;
   unsigned linear;
+  unsigned count_calls;  // __syncthreads_count calls made by this thread
 };
 
 thread_local bool t_in_kernel = false;
@@ -87,6 +88,7 @@ Trampoline g_tramp = nullptr;
 void** g_params = nullptr;
 const char* g_kernel = nullptr;
 std::vector<uint64_t> g_warp_buf;
+int g_count_slots[3];  // __syncthreads_count accumulators, used round-robin
 unsigned char* g_smem = nullptr;
 size_t g_smem_alloc = 0;  // capacity of g_smem
 size_t g_smem_cap = 0;    // dynamic shared memory bytes of the current launch
@@ -241,6 +243,8 @@ void run_block(unsigned n) {
     g_fibers[i].sp = fiber_initial_sp(i);
   }
   if (g_smem_cap) memset(g_smem, 0xFF, g_smem_cap);
+  for (unsigned i = 0; i < n; ++i) g_fibers[i].count_calls = 0;
+  g_count_slots[0] = g_count_slots[1] = g_count_slots[2] = 0;
   const unsigned warps = (n + 31) / 32;
   for (;;) {
     for (unsigned i = 0; i < n; ++i)
@@ -281,6 +285,20 @@ void block_barrier() {
   Fiber& f = current("__syncthreads");
   f.st = AT_BLOCK;
   hopscore_emu_switch(&f.sp, g_sched_sp);
+}
+
+// Call c of every thread adds to slot c % 3, and clears slot (c + 2) % 3 after the
+// barrier: that slot is next written in call c + 2, after another barrier that every
+// thread reaches only once it has cleared it.
+int block_barrier_count(int pred) {
+  Fiber& f = current("__syncthreads_count");
+  const unsigned c = f.count_calls++;
+  g_count_slots[c % 3] += pred ? 1 : 0;
+  f.st = AT_BLOCK;
+  hopscore_emu_switch(&f.sp, g_sched_sp);
+  const int r = g_count_slots[c % 3];
+  g_count_slots[(c + 2) % 3] = 0;
+  return r;
 }
 
 void warp_barrier() {

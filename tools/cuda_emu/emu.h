@@ -71,6 +71,7 @@ constexpr int warpSize = 32;
 namespace hopscore_emu {
 // driver.cpp
 void block_barrier();             // __syncthreads
+int block_barrier_count(int pred);  // __syncthreads_count: barrier + number of true predicates
 void warp_barrier();              // all live lanes of the caller's warp
 unsigned lane_id();
 uint64_t* warp_exchange_buffer();  // 32 slots for the caller's warp
@@ -136,6 +137,14 @@ inline void __syncthreads() {
   hopscore_emu::block_barrier();
   hopscore_emu::clobber();
 }
+inline int __syncthreads_count(int pred) {
+  hopscore_emu::clobber();
+  const int r = hopscore_emu::block_barrier_count(pred);
+  hopscore_emu::clobber();
+  return r;
+}
+inline int __syncthreads_or(int pred) { return __syncthreads_count(pred) != 0; }
+inline int __syncthreads_and(int pred) { return __syncthreads_count(!pred) == 0; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   hopscore_emu::check_mask(mask);
   hopscore_emu::clobber();
