@@ -18,6 +18,10 @@
 #ifndef HOPSCORE_CUDA_EMU
 #define HOPSCORE_CUDA_EMU 1
 #endif
+// Kernels are "device code" here, for the PTX baseline of build.rs (compute_80).
+#ifndef __CUDA_ARCH__
+#define __CUDA_ARCH__ 800
+#endif
 
 #include <math.h>
 #include <stdint.h>
