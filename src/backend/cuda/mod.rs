@@ -13,9 +13,9 @@ pub mod profile;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use self::device::{grid_1d, per_row, Device};
-use self::profile::Profiler;
 use self::memory::device_err;
 pub use self::memory::CudaTensor;
+use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
     AttentionShape, Backend, CausalShape, KernelTime, OpError, OpResult, RelAttention, SeqLayout,
@@ -61,7 +61,6 @@ impl CudaBackend {
     pub fn dtype(&self) -> DType {
         self.dev.dtype
     }
-
 
     fn tensor(&self, rows: usize, cols: usize) -> OpResult<CudaTensor> {
         let dtype = self.dev.dtype;

@@ -64,7 +64,9 @@ impl Profiler {
 impl Drop for Span<'_> {
     fn drop(&mut self) {
         if let Some((profiler, dev, name, start)) = self.owner.take() {
-            let Ok(end) = dev.ctx.new_event(None) else { return };
+            let Ok(end) = dev.ctx.new_event(None) else {
+                return;
+            };
             if end.record(&dev.stream).is_ok() {
                 if let Some(spans) = profiler.spans.lock().unwrap().as_mut() {
                     spans.push((name, start, end));
