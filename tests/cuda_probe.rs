@@ -1,15 +1,16 @@
 //! The CUDA driver probe (feature `cuda`): on a machine without a driver or device it
-//! must return a clear error, never panic; with a GPU it names device 0.
+//! must return a clear error, never panic; with a GPU it opens and names device 0.
 
 #![cfg(feature = "cuda")]
 
 #[test]
 fn probe_reports_device_or_clear_error() {
-    match hopscore::backend::cuda::probe() {
-        Ok((count, name)) => {
-            assert!(count >= 1);
-            assert!(!name.is_empty());
-            eprintln!("CUDA: {count} device(s), device 0 = {name}");
+    match hopscore::backend::cuda::CudaBackend::new(0, hopscore::backend::cuda::DType::F32) {
+        Ok(be) => {
+            use hopscore::backend::Backend;
+            let name = be.name();
+            assert!(name.starts_with("cuda:0 ("), "{name}");
+            eprintln!("CUDA device: {name}");
         }
         Err(e) => {
             let msg = format!("{e:#}");

@@ -5,9 +5,11 @@
 //! Activations are 2-D row-major matrices `[rows, cols]`; sequences are packed
 //! without padding and delimited by `cu_seqlens` (varlen layout).
 
+pub mod check;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod dtype;
 pub mod kernels;
 
 use crate::model::weights::HostTensor;
@@ -130,6 +132,9 @@ pub trait Backend: Send + Sync {
     ) -> OpResult<Self::Tensor>;
     /// Rows `rows` of `x` (the [CLS] gather of classification heads).
     fn gather_rows(&self, x: &Self::Tensor, rows: &[usize]) -> OpResult<Self::Tensor>;
+    /// Per sequence, the mean of its rows whose mask is 1 (`Σ m_t x_t / max(Σ m_t, 1)`)
+    /// → `[sequences, cols]` (mean pooling heads).
+    fn mean_pool(&self, x: &Self::Tensor, layout: &SeqLayout) -> OpResult<Self::Tensor>;
     /// A copy of `x` (the residual stream before a pre-norm block).
     fn copy(&self, x: &Self::Tensor) -> OpResult<Self::Tensor>;
     /// `x ← x + y` (residual add).

@@ -127,7 +127,7 @@ impl<B: Backend> Head<B> {
             Pooling::Tokens => self.classifier.forward(be, hidden)?,
             Pooling::Cls | Pooling::Pooler | Pooling::MeanPooler => {
                 let mut x = if self.spec.pooling == Pooling::MeanPooler {
-                    be.upload(&masked_means(&be.download(hidden)?, &batch.layout))?
+                    be.mean_pool(hidden, &batch.layout)?
                 } else {
                     be.gather_rows(hidden, &batch.layout.first_rows())?
                 };
@@ -140,26 +140,6 @@ impl<B: Backend> Head<B> {
         };
         Ok(be.download(&logits)?)
     }
-}
-
-/// Per sequence, the mean of the rows of `hidden` `[tokens, H]` whose mask is 1
-/// (`Σ m_t h_t / Σ m_t`, as HF-style mean pooling) → `[sequences, H]`.
-fn masked_means(hidden: &HostTensor, layout: &crate::backend::SeqLayout) -> HostTensor {
-    let h = hidden.shape[1];
-    let mut out = vec![0f32; layout.num_seqs() * h];
-    for (s, w) in layout.cu_seqlens.windows(2).enumerate() {
-        let row = &mut out[s * h..(s + 1) * h];
-        let mut weight = 0f32;
-        for t in w[0]..w[1] {
-            let m = layout.mask[t];
-            weight += m;
-            for (o, x) in row.iter_mut().zip(&hidden.data[t * h..(t + 1) * h]) {
-                *o += m * x;
-            }
-        }
-        row.iter_mut().for_each(|o| *o /= weight.max(1.0));
-    }
-    HostTensor::new(vec![layout.num_seqs(), h], out)
 }
 
 /// Picks a head by name, or the only per-sequence head when `name` is `None`.

@@ -9,6 +9,7 @@ pub mod gelu;
 pub mod gelu_new;
 pub mod layer_norm;
 pub mod matmul;
+pub mod mean_pool;
 pub mod question_loglik;
 pub mod rms_norm;
 pub mod rope;
@@ -16,7 +17,8 @@ pub mod swiglu;
 
 use rayon::prelude::*;
 
-use super::{AttentionShape, Backend, CausalShape, OpError, OpResult, RelAttention, SeqLayout};
+use super::check::{self, Dims};
+use super::{AttentionShape, Backend, CausalShape, OpResult, RelAttention, SeqLayout};
 use crate::model::weights::HostTensor;
 
 /// A row-major f32 matrix in host memory.
@@ -34,8 +36,16 @@ pub struct CpuTensor {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CpuBackend;
 
-fn shape_err(op: &'static str, msg: String) -> OpError {
-    OpError::Shape { op, msg }
+impl Dims for CpuTensor {
+    fn dims(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+}
+
+impl CpuTensor {
+    fn like(rows: usize, cols: usize, data: Vec<f32>) -> Self {
+        Self { rows, cols, data }
+    }
 }
 
 impl Backend for CpuBackend {
@@ -46,21 +56,8 @@ impl Backend for CpuBackend {
     }
 
     fn upload(&self, t: &HostTensor) -> OpResult<CpuTensor> {
-        let (rows, cols) = match t.shape.as_slice() {
-            [n] => (1, *n),
-            [r, c] => (*r, *c),
-            other => {
-                return Err(shape_err(
-                    "upload",
-                    format!("expected 1-D or 2-D, got {other:?}"),
-                ))
-            }
-        };
-        Ok(CpuTensor {
-            rows,
-            cols,
-            data: t.data.clone(),
-        })
+        let (rows, cols) = check::matrix_shape(&t.shape)?;
+        Ok(CpuTensor::like(rows, cols, t.data.clone()))
     }
 
     fn download(&self, t: &CpuTensor) -> OpResult<HostTensor> {
@@ -73,33 +70,16 @@ impl Backend for CpuBackend {
         w: &CpuTensor,
         bias: Option<&CpuTensor>,
     ) -> OpResult<CpuTensor> {
-        if x.cols != w.cols {
-            return Err(shape_err(
-                "linear",
-                format!(
-                    "x is [{}, {}] but w is [{}, {}]",
-                    x.rows, x.cols, w.rows, w.cols
-                ),
-            ));
-        }
-        if let Some(b) = bias.filter(|b| b.data.len() != w.rows) {
-            return Err(shape_err(
-                "linear",
-                format!("bias has {} values for {} outputs", b.data.len(), w.rows),
-            ));
-        }
-        Ok(CpuTensor {
-            rows: x.rows,
-            cols: w.rows,
-            data: matmul::linear(
-                &x.data,
-                x.rows,
-                &w.data,
-                w.rows,
-                w.cols,
-                bias.map(|b| b.data.as_slice()),
-            ),
-        })
+        check::linear(x, w, bias)?;
+        let data = matmul::linear(
+            &x.data,
+            x.rows,
+            &w.data,
+            w.rows,
+            w.cols,
+            bias.map(|b| b.data.as_slice()),
+        );
+        Ok(CpuTensor::like(x.rows, w.rows, data))
     }
 
     fn gelu(&self, x: &mut CpuTensor) -> OpResult<()> {
@@ -115,20 +95,7 @@ impl Backend for CpuBackend {
         bias: &CpuTensor,
         eps: f32,
     ) -> OpResult<()> {
-        if let Some(r) = residual {
-            if (r.rows, r.cols) != (x.rows, x.cols) {
-                return Err(shape_err(
-                    "layer_norm",
-                    "residual shape differs from x".into(),
-                ));
-            }
-        }
-        if weight.data.len() != x.cols || bias.data.len() != x.cols {
-            return Err(shape_err(
-                "layer_norm",
-                format!("affine size != {} columns", x.cols),
-            ));
-        }
+        check::layer_norm(x, residual, weight, bias)?;
         layer_norm::layer_norm(
             &mut x.data,
             residual.map(|r| r.data.as_slice()),
@@ -141,24 +108,7 @@ impl Backend for CpuBackend {
     }
 
     fn embedding(&self, lookups: &[(&CpuTensor, &[u32])]) -> OpResult<CpuTensor> {
-        let Some((first, ids)) = lookups.first() else {
-            return Err(shape_err("embedding", "no tables".into()));
-        };
-        let (cols, tokens) = (first.cols, ids.len());
-        for (table, ids) in lookups {
-            if table.cols != cols || ids.len() != tokens {
-                return Err(shape_err(
-                    "embedding",
-                    "tables or id lists disagree in size".into(),
-                ));
-            }
-            if let Some(bad) = ids.iter().find(|&&i| i as usize >= table.rows) {
-                return Err(shape_err(
-                    "embedding",
-                    format!("id {bad} is outside a table of {} rows", table.rows),
-                ));
-            }
-        }
+        let (cols, tokens) = check::embedding(lookups)?;
         let ls: Vec<embedding::Lookup<'_>> = lookups
             .iter()
             .map(|(t, ids)| embedding::Lookup {
@@ -166,20 +116,12 @@ impl Backend for CpuBackend {
                 ids,
             })
             .collect();
-        Ok(CpuTensor {
-            rows: tokens,
-            cols,
-            data: embedding::embedding_sum(&ls, cols, tokens),
-        })
+        let data = embedding::embedding_sum(&ls, cols, tokens);
+        Ok(CpuTensor::like(tokens, cols, data))
     }
 
     fn scale_rows(&self, x: &mut CpuTensor, scale: &[f32]) -> OpResult<()> {
-        if scale.len() != x.rows {
-            return Err(shape_err(
-                "scale_rows",
-                format!("{} scales for {} rows", scale.len(), x.rows),
-            ));
-        }
+        check::scale_rows(x, scale)?;
         embedding::scale_rows(&mut x.data, x.cols, scale);
         Ok(())
     }
@@ -193,25 +135,7 @@ impl Backend for CpuBackend {
         shape: AttentionShape,
         layout: &SeqLayout,
     ) -> OpResult<CpuTensor> {
-        let width = shape.heads * shape.head_size;
-        let tokens = layout.num_tokens();
-        for t in [q, k, v] {
-            if (t.rows, t.cols) != (tokens, width) {
-                return Err(shape_err(
-                    "disentangled_attention",
-                    format!(
-                        "q/k/v must be [{tokens}, {width}], got [{}, {}]",
-                        t.rows, t.cols
-                    ),
-                ));
-            }
-        }
-        if layout.mask.len() != tokens {
-            return Err(shape_err(
-                "disentangled_attention",
-                "mask length != tokens".into(),
-            ));
-        }
+        check::disentangled_attention([q, k, v], shape, layout)?;
         let data = disentangled_attention::disentangled_attention(
             &disentangled_attention::AttentionArgs {
                 q: &q.data,
@@ -224,26 +148,26 @@ impl Backend for CpuBackend {
                 layout,
             },
         );
-        Ok(CpuTensor {
-            rows: tokens,
-            cols: width,
+        Ok(CpuTensor::like(
+            layout.num_tokens(),
+            shape.heads * shape.head_size,
             data,
-        })
+        ))
     }
 
     fn gather_rows(&self, x: &CpuTensor, rows: &[usize]) -> OpResult<CpuTensor> {
-        if let Some(bad) = rows.iter().find(|&&r| r >= x.rows) {
-            return Err(shape_err("gather_rows", format!("row {bad} of {}", x.rows)));
-        }
+        check::gather_rows(x, rows)?;
         let data = rows
             .iter()
             .flat_map(|&r| x.data[r * x.cols..(r + 1) * x.cols].iter().copied())
             .collect();
-        Ok(CpuTensor {
-            rows: rows.len(),
-            cols: x.cols,
-            data,
-        })
+        Ok(CpuTensor::like(rows.len(), x.cols, data))
+    }
+
+    fn mean_pool(&self, x: &CpuTensor, layout: &SeqLayout) -> OpResult<CpuTensor> {
+        check::mean_pool(x, layout)?;
+        let data = mean_pool::mean_pool(&x.data, x.cols, layout);
+        Ok(CpuTensor::like(layout.num_seqs(), x.cols, data))
     }
 
     fn copy(&self, x: &CpuTensor) -> OpResult<CpuTensor> {
@@ -251,12 +175,7 @@ impl Backend for CpuBackend {
     }
 
     fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> OpResult<()> {
-        if (x.rows, x.cols) != (y.rows, y.cols) {
-            return Err(shape_err(
-                "add",
-                format!("[{}, {}] + [{}, {}]", x.rows, x.cols, y.rows, y.cols),
-            ));
-        }
+        check::add(x, y)?;
         x.data
             .par_chunks_mut(4096)
             .zip(y.data.par_chunks(4096))
@@ -265,19 +184,10 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &CpuTensor, weight: &CpuTensor, eps: f32) -> OpResult<CpuTensor> {
-        if weight.data.len() != x.cols {
-            return Err(shape_err(
-                "rms_norm",
-                format!("{} weights for {} columns", weight.data.len(), x.cols),
-            ));
-        }
+        check::rms_norm(x, weight)?;
         let mut data = vec![0f32; x.data.len()];
         rms_norm::rms_norm(&x.data, &mut data, x.cols, &weight.data, eps);
-        Ok(CpuTensor {
-            rows: x.rows,
-            cols: x.cols,
-            data,
-        })
+        Ok(CpuTensor::like(x.rows, x.cols, data))
     }
 
     fn gelu_new(&self, x: &mut CpuTensor) -> OpResult<()> {
@@ -286,20 +196,10 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&self, x: &CpuTensor) -> OpResult<CpuTensor> {
-        if x.cols % 2 != 0 {
-            return Err(shape_err(
-                "swiglu",
-                format!("{} columns is not [gate | up]", x.cols),
-            ));
-        }
-        let inter = x.cols / 2;
+        let inter = check::swiglu(x)?;
         let mut data = vec![0f32; x.rows * inter];
         swiglu::swiglu(&x.data, &mut data, inter);
-        Ok(CpuTensor {
-            rows: x.rows,
-            cols: inter,
-            data,
-        })
+        Ok(CpuTensor::like(x.rows, inter, data))
     }
 
     fn rope(
@@ -310,19 +210,7 @@ impl Backend for CpuBackend {
         positions: &[u32],
         inv_freq: &[f32],
     ) -> OpResult<()> {
-        if heads * head_dim > x.cols || positions.len() != x.rows || 2 * inv_freq.len() != head_dim
-        {
-            return Err(shape_err(
-                "rope",
-                format!(
-                    "x [{}, {}], {heads} heads of {head_dim}, {} positions, {} frequencies",
-                    x.rows,
-                    x.cols,
-                    positions.len(),
-                    inv_freq.len()
-                ),
-            ));
-        }
+        check::rope(x, heads, head_dim, positions, inv_freq)?;
         rope::rope(&mut x.data, x.cols, heads, head_dim, positions, inv_freq);
         Ok(())
     }
@@ -333,37 +221,13 @@ impl Backend for CpuBackend {
         shape: CausalShape,
         layout: &SeqLayout,
     ) -> OpResult<CpuTensor> {
-        let width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim;
-        let tokens = layout.num_tokens();
-        if (qkv.rows, qkv.cols) != (tokens, width) {
-            return Err(shape_err(
-                "causal_attention",
-                format!(
-                    "qkv must be [{tokens}, {width}], got [{}, {}]",
-                    qkv.rows, qkv.cols
-                ),
-            ));
-        }
-        if shape.kv_heads == 0 || shape.heads % shape.kv_heads != 0 {
-            return Err(shape_err(
-                "causal_attention",
-                format!(
-                    "{} heads do not group over {} kv heads",
-                    shape.heads, shape.kv_heads
-                ),
-            ));
-        }
-        if layout.mask.len() != tokens {
-            return Err(shape_err(
-                "causal_attention",
-                "mask length != tokens".into(),
-            ));
-        }
-        Ok(CpuTensor {
-            rows: tokens,
-            cols: shape.heads * shape.head_dim,
-            data: causal_attention::causal_attention(&qkv.data, shape, layout),
-        })
+        check::causal_attention(qkv, shape, layout)?;
+        let data = causal_attention::causal_attention(&qkv.data, shape, layout);
+        Ok(CpuTensor::like(
+            layout.num_tokens(),
+            shape.heads * shape.head_dim,
+            data,
+        ))
     }
 
     fn question_loglik(
@@ -374,32 +238,7 @@ impl Backend for CpuBackend {
         targets: &[u32],
         temperature: f32,
     ) -> OpResult<Vec<f32>> {
-        if lm_head.cols != hidden.cols || rows.len() != targets.len() {
-            return Err(shape_err(
-                "question_loglik",
-                format!(
-                    "hidden [{}, {}], head [{}, {}], {} rows, {} targets",
-                    hidden.rows,
-                    hidden.cols,
-                    lm_head.rows,
-                    lm_head.cols,
-                    rows.len(),
-                    targets.len()
-                ),
-            ));
-        }
-        if let Some(bad) = targets.iter().find(|&&t| t as usize >= lm_head.rows) {
-            return Err(shape_err(
-                "question_loglik",
-                format!("target {bad} is outside the vocabulary of {}", lm_head.rows),
-            ));
-        }
-        if !(temperature > 0.0 && temperature.is_finite()) {
-            return Err(shape_err(
-                "question_loglik",
-                format!("temperature {temperature} must be positive"),
-            ));
-        }
+        check::question_loglik(hidden, rows, lm_head, targets, temperature)?;
         let x = self.gather_rows(hidden, rows)?;
         Ok(question_loglik::question_loglik(
             &x.data,

@@ -1,22 +1,388 @@
-//! CUDA backend (feature `cuda`): driver detection without panicking. The kernels
-//! and the `Backend` implementation arrive with the CUDA backend issue; until then
-//! this module only reports whether a usable driver and device are present.
+//! CUDA backend (feature `cuda`): the ops of [`Backend`] as kernels from `kernels/`
+//! (PTX embedded at build time) and cuBLAS GEMMs, on one device and one stream.
+//!
+//! Activations and weights live on the device as `--dtype` elements (bf16 by
+//! default); every kernel accumulates in f32. Each launcher below mirrors the CPU
+//! twin named in its kernel file; `tests/gpu_parity.rs` holds them to it.
 
-use anyhow::{bail, Result};
+pub mod blas;
+pub mod device;
+pub mod memory;
 
-/// Name and count of the CUDA devices, or a clear error when none can be used.
-pub fn probe() -> Result<(usize, String)> {
-    // SAFETY: `is_culib_present` only tries to dlopen libcuda; it does not call into it.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        bail!("no CUDA driver (libcuda.so) found: install the NVIDIA driver or use --device cpu");
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use self::device::{grid_1d, per_row, Device};
+use self::memory::device_err;
+pub use self::memory::CudaTensor;
+use super::check::{self, Dims};
+use super::{AttentionShape, Backend, CausalShape, OpError, OpResult, RelAttention, SeqLayout};
+pub use crate::backend::dtype::DType;
+use crate::model::weights::HostTensor;
+
+/// Most blocks a grid-stride elementwise kernel is launched with.
+const MAX_BLOCKS: u32 = 65_535;
+/// Threads per block of the row-wise and elementwise kernels.
+const THREADS: u32 = 256;
+
+pub use self::device::device_count;
+
+/// The CUDA backend on one device.
+pub struct CudaBackend {
+    dev: Device,
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` with activations and weights in `dtype`.
+    pub fn new(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
+        Ok(Self {
+            dev: Device::open(ordinal, dtype, false)?,
+        })
     }
-    let count = cudarc::driver::CudaContext::device_count()
-        .map_err(|e| anyhow::anyhow!("CUDA driver error: {e}"))?;
-    if count < 1 {
-        bail!("the CUDA driver reports no device: use --device cpu");
+
+    /// As [`CudaBackend::new`], but every fresh buffer is filled with NaN bytes so
+    /// that an output element a kernel leaves unwritten fails a parity test.
+    pub fn poisoned(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
+        Ok(Self {
+            dev: Device::open(ordinal, dtype, true)?,
+        })
     }
-    let ctx = cudarc::driver::CudaContext::new(0)
-        .map_err(|e| anyhow::anyhow!("cannot create a CUDA context on device 0: {e}"))?;
-    let name = ctx.name().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((count as usize, name))
+
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dev.dtype
+    }
+
+    fn tensor(&self, rows: usize, cols: usize) -> OpResult<CudaTensor> {
+        let dtype = self.dev.dtype;
+        Ok(CudaTensor {
+            buf: self.dev.pool.alloc(rows * cols * dtype.size())?,
+            rows,
+            cols,
+            dtype,
+        })
+    }
+
+    /// Launches `<op>_<dtype>` with `args` in the kernel's parameter order.
+    fn launch(&self, op: &'static str, cfg: LaunchConfig, args: &[Arg]) -> OpResult<()> {
+        let f = self.dev.typed(op, self.dev.dtype)?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        for a in args {
+            match a {
+                Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
+                Arg::U32(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        // SAFETY: each launcher passes the argument list of its kernel's signature,
+        // with pointers to live buffers of the checked shapes.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| device_err(op, e))
+    }
+
+    /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
+    fn rowwise_inplace(
+        &self,
+        op: &'static str,
+        x: &CudaTensor,
+        extra: Option<u64>,
+    ) -> OpResult<()> {
+        if x.numel() == 0 {
+            return Ok(());
+        }
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(extra.unwrap_or(0)),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+        ];
+        self.launch(op, grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
+    }
+}
+
+/// A kernel argument (device pointers are `u64` addresses; null is 0).
+#[derive(Debug, Clone, Copy)]
+pub enum Arg {
+    Ptr(u64),
+    U64(u64),
+    U32(u32),
+    F32(f32),
+}
+
+fn ptr_or_null(t: Option<&CudaTensor>) -> u64 {
+    t.map_or(0, CudaTensor::ptr)
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+
+    fn name(&self) -> String {
+        format!(
+            "cuda:{} ({}, {})",
+            self.dev.ctx.ordinal(),
+            self.dev.name(),
+            self.dev.dtype.suffix()
+        )
+    }
+
+    fn upload(&self, t: &HostTensor) -> OpResult<CudaTensor> {
+        let (rows, cols) = check::matrix_shape(&t.shape)?;
+        let dtype = self.dev.dtype;
+        Ok(CudaTensor {
+            buf: self.dev.upload_bytes("upload", &dtype.encode(&t.data))?,
+            rows,
+            cols,
+            dtype,
+        })
+    }
+
+    fn download(&self, t: &CudaTensor) -> OpResult<HostTensor> {
+        let bytes = self
+            .dev
+            .download_bytes("download", &t.buf, t.numel() * t.dtype.size())?;
+        Ok(HostTensor::new(
+            vec![t.rows, t.cols],
+            t.dtype.decode(&bytes),
+        ))
+    }
+
+    fn linear(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+    ) -> OpResult<CudaTensor> {
+        check::linear(x, w, bias)?;
+        let y = self.tensor(x.rows, w.rows)?;
+        blas::gemm_xwt(
+            &self.dev,
+            self.dev.dtype,
+            x.ptr(),
+            w.ptr(),
+            y.ptr(),
+            x.rows,
+            x.cols,
+            w.rows,
+        )?;
+        if let Some(b) = bias {
+            self.rowwise_inplace("bias_add", &y, Some(b.ptr()))?;
+        }
+        Ok(y)
+    }
+
+    fn gelu(&self, x: &mut CudaTensor) -> OpResult<()> {
+        self.rowwise_inplace("bias_gelu", x, None)
+    }
+
+    fn layer_norm(
+        &self,
+        x: &mut CudaTensor,
+        residual: Option<&CudaTensor>,
+        weight: &CudaTensor,
+        bias: &CudaTensor,
+        eps: f32,
+    ) -> OpResult<()> {
+        check::layer_norm(x, residual, weight, bias)?;
+        if x.rows == 0 {
+            return Ok(());
+        }
+        let smem = x.cols * 4;
+        if smem > 48 * 1024 {
+            return Err(OpError::Shape {
+                op: "layer_norm",
+                msg: format!("{} columns exceed the kernel's 12,288", x.cols),
+            });
+        }
+        let cfg = LaunchConfig {
+            shared_mem_bytes: smem as u32,
+            ..per_row(x.rows, THREADS)
+        };
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(ptr_or_null(residual)),
+            Arg::Ptr(weight.ptr()),
+            Arg::Ptr(bias.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+            Arg::F32(eps),
+        ];
+        self.launch("layer_norm", cfg, &args)
+    }
+
+    fn embedding(&self, lookups: &[(&CudaTensor, &[u32])]) -> OpResult<CudaTensor> {
+        let (cols, tokens) = check::embedding(lookups)?;
+        if lookups.len() > 3 {
+            return Err(OpError::Shape {
+                op: "embedding",
+                msg: format!("{} tables; the kernel sums at most 3", lookups.len()),
+            });
+        }
+        let out = self.tensor(tokens, cols)?;
+        if tokens == 0 {
+            return Ok(out);
+        }
+        let ids = lookups
+            .iter()
+            .map(|(_, ids)| self.dev.upload_u32("embedding", ids))
+            .collect::<OpResult<Vec<_>>>()?;
+        let mut args = vec![Arg::Ptr(out.ptr())];
+        for k in 0..3 {
+            match (lookups.get(k), ids.get(k)) {
+                (Some((table, _)), Some(ids)) => {
+                    args.extend([Arg::Ptr(table.ptr()), Arg::Ptr(ids.ptr())])
+                }
+                _ => args.extend([Arg::Ptr(0), Arg::Ptr(0)]),
+            }
+        }
+        args.extend([Arg::U32(tokens as u32), Arg::U32(cols as u32)]);
+        self.launch("embedding", per_row(tokens, THREADS), &args)?;
+        Ok(out)
+    }
+
+    fn scale_rows(&self, x: &mut CudaTensor, scale: &[f32]) -> OpResult<()> {
+        check::scale_rows(x, scale)?;
+        if x.numel() == 0 {
+            return Ok(());
+        }
+        let s = self.dev.upload_f32("scale_rows", scale)?;
+        self.rowwise_inplace("scale_rows", x, Some(s.ptr()))
+    }
+
+    fn disentangled_attention(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        rel: Option<&RelAttention<'_, CudaTensor>>,
+        shape: AttentionShape,
+        layout: &SeqLayout,
+    ) -> OpResult<CudaTensor> {
+        check::disentangled_attention([q, k, v], shape, layout)?;
+        Err(OpError::Device {
+            op: "disentangled_attention",
+            msg: format!("not implemented yet ({rel_some})", rel_some = rel.is_some()),
+        })
+    }
+
+    fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> OpResult<CudaTensor> {
+        check::gather_rows(x, rows)?;
+        let out = self.tensor(rows.len(), x.cols)?;
+        if out.numel() == 0 {
+            return Ok(out);
+        }
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let idx = self.dev.upload_u32("gather_rows", &idx)?;
+        let args = [
+            Arg::Ptr(out.ptr()),
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(idx.ptr()),
+            Arg::U32(rows.len() as u32),
+            Arg::U32(x.cols as u32),
+        ];
+        self.launch("gather_rows", per_row(rows.len(), THREADS), &args)?;
+        Ok(out)
+    }
+
+    fn mean_pool(&self, x: &CudaTensor, layout: &SeqLayout) -> OpResult<CudaTensor> {
+        check::mean_pool(x, layout)?;
+        let seqs = layout.num_seqs();
+        let out = self.tensor(seqs, x.cols)?;
+        if out.numel() == 0 {
+            return Ok(out);
+        }
+        let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
+        let cu = self.dev.upload_u32("mean_pool", &cu)?;
+        let mask = self.dev.upload_f32("mean_pool", &layout.mask)?;
+        let cfg = LaunchConfig {
+            grid_dim: (seqs as u32, (x.cols as u32).div_ceil(THREADS), 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(out.ptr()),
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(cu.ptr()),
+            Arg::Ptr(mask.ptr()),
+            Arg::U32(seqs as u32),
+            Arg::U32(x.cols as u32),
+        ];
+        self.launch("mean_pool", cfg, &args)?;
+        Ok(out)
+    }
+
+    fn copy(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
+        let out = self.tensor(x.rows, x.cols)?;
+        self.dev
+            .copy_bytes("copy", &out.buf, &x.buf, x.numel() * x.dtype.size())?;
+        Ok(out)
+    }
+
+    fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> OpResult<()> {
+        check::add(x, y)?;
+        let n = x.numel() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n)];
+        self.launch("add", grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
+    }
+
+    fn rms_norm(&self, x: &CudaTensor, weight: &CudaTensor, eps: f32) -> OpResult<CudaTensor> {
+        check::rms_norm(x, weight)?;
+        let _ = eps;
+        Err(unavailable("rms_norm"))
+    }
+
+    fn gelu_new(&self, _x: &mut CudaTensor) -> OpResult<()> {
+        Err(unavailable("gelu_new"))
+    }
+
+    fn swiglu(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
+        check::swiglu(x)?;
+        Err(unavailable("swiglu"))
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaTensor,
+        heads: usize,
+        head_dim: usize,
+        positions: &[u32],
+        inv_freq: &[f32],
+    ) -> OpResult<()> {
+        check::rope(x, heads, head_dim, positions, inv_freq)?;
+        Err(unavailable("rope"))
+    }
+
+    fn causal_attention(
+        &self,
+        qkv: &CudaTensor,
+        shape: CausalShape,
+        layout: &SeqLayout,
+    ) -> OpResult<CudaTensor> {
+        check::causal_attention(qkv, shape, layout)?;
+        Err(unavailable("causal_attention"))
+    }
+
+    fn question_loglik(
+        &self,
+        hidden: &CudaTensor,
+        rows: &[usize],
+        lm_head: &CudaTensor,
+        targets: &[u32],
+        temperature: f32,
+    ) -> OpResult<Vec<f32>> {
+        check::question_loglik(hidden, rows, lm_head, targets, temperature)?;
+        Err(unavailable("question_loglik"))
+    }
+}
+
+fn unavailable(op: &'static str) -> OpError {
+    OpError::Device {
+        op,
+        msg: "not implemented yet".into(),
+    }
 }

@@ -1,0 +1,47 @@
+// layer_norm: x <- LN(x + residual) row-wise with affine weight, bias; row-major
+// [rows, cols], residual optional (nullptr). One block per row; the row is staged in
+// shared memory as f32 and normalised with a two-pass mean/variance.
+// CPU twin: src/backend/cpu/layer_norm.rs.
+#include "common.cuh"
+
+template <typename T>
+__device__ void layer_norm(T* x, const T* residual, const T* weight, const T* bias, unsigned rows,
+                           unsigned cols, float eps) {
+  HOPSCORE_DYNAMIC_SMEM(float, row);  // cols floats
+  __shared__ float scratch[32];
+  const unsigned r = blockIdx.x;
+  if (r >= rows) return;
+  T* xr = x + (size_t)r * cols;
+  const T* rr = residual != nullptr ? residual + (size_t)r * cols : nullptr;
+  float sum = 0.0f;
+  for (unsigned c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = hopscore::to_float(xr[c]);
+    if (rr != nullptr) v += hopscore::to_float(rr[c]);
+    row[c] = v;
+    sum += v;
+  }
+  const float mean = hopscore::block_sum(sum, scratch) / (float)cols;
+  float sq = 0.0f;
+  for (unsigned c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float d = row[c] - mean;
+    sq += d * d;
+  }
+  const float var = hopscore::block_sum(sq, scratch) / (float)cols;
+  const float inv = rsqrtf(var + eps);
+  for (unsigned c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float y = (row[c] - mean) * inv * hopscore::to_float(weight[c]) + hopscore::to_float(bias[c]);
+    xr[c] = hopscore::from_float<T>(y);
+  }
+}
+
+#define LAYER_NORM_ENTRY(SUFFIX, T)                                                              \
+  extern "C" __global__ void layer_norm_##SUFFIX(T* x, const T* residual, const T* weight,      \
+                                                 const T* bias, unsigned rows, unsigned cols,   \
+                                                 float eps) {                                   \
+    layer_norm(x, residual, weight, bias, rows, cols, eps);                                     \
+  }                                                                                             \
+  HOPSCORE_ENTRY(layer_norm_##SUFFIX);
+
+LAYER_NORM_ENTRY(f32, float)
+LAYER_NORM_ENTRY(bf16, __nv_bfloat16)
+LAYER_NORM_ENTRY(f16, __half)

@@ -1,0 +1,240 @@
+//! Argument checks shared by every backend: an op validates shapes here before it
+//! touches data, so the CPU and CUDA backends fail alike with the same message.
+
+use super::{AttentionShape, CausalShape, OpError, OpResult, SeqLayout};
+
+/// A matrix shape `[rows, cols]`.
+pub trait Dims {
+    fn dims(&self) -> (usize, usize);
+    fn numel(&self) -> usize {
+        let (r, c) = self.dims();
+        r * c
+    }
+}
+
+fn fail<T>(op: &'static str, msg: String) -> OpResult<T> {
+    Err(OpError::Shape { op, msg })
+}
+
+/// `(rows, cols)` of a 1-D or 2-D host shape.
+pub fn matrix_shape(shape: &[usize]) -> OpResult<(usize, usize)> {
+    match shape {
+        [n] => Ok((1, *n)),
+        [r, c] => Ok((*r, *c)),
+        other => fail("upload", format!("expected 1-D or 2-D, got {other:?}")),
+    }
+}
+
+pub fn linear(x: &impl Dims, w: &impl Dims, bias: Option<&impl Dims>) -> OpResult<()> {
+    let ((xr, xc), (wr, wc)) = (x.dims(), w.dims());
+    if xc != wc {
+        return fail("linear", format!("x is [{xr}, {xc}] but w is [{wr}, {wc}]"));
+    }
+    if let Some(b) = bias.filter(|b| b.numel() != wr) {
+        return fail(
+            "linear",
+            format!("bias has {} values for {wr} outputs", b.numel()),
+        );
+    }
+    Ok(())
+}
+
+pub fn layer_norm(
+    x: &impl Dims,
+    residual: Option<&impl Dims>,
+    weight: &impl Dims,
+    bias: &impl Dims,
+) -> OpResult<()> {
+    if residual.is_some_and(|r| r.dims() != x.dims()) {
+        return fail("layer_norm", "residual shape differs from x".into());
+    }
+    let cols = x.dims().1;
+    if weight.numel() != cols || bias.numel() != cols {
+        return fail("layer_norm", format!("affine size != {cols} columns"));
+    }
+    Ok(())
+}
+
+/// Returns `(cols, tokens)` of the summed embedding.
+pub fn embedding<T: Dims>(lookups: &[(&T, &[u32])]) -> OpResult<(usize, usize)> {
+    let Some((first, ids)) = lookups.first() else {
+        return fail("embedding", "no tables".into());
+    };
+    let (cols, tokens) = (first.dims().1, ids.len());
+    for (table, ids) in lookups {
+        let (rows, c) = table.dims();
+        if c != cols || ids.len() != tokens {
+            return fail("embedding", "tables or id lists disagree in size".into());
+        }
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= rows) {
+            return fail(
+                "embedding",
+                format!("id {bad} is outside a table of {rows} rows"),
+            );
+        }
+    }
+    Ok((cols, tokens))
+}
+
+pub fn scale_rows(x: &impl Dims, scale: &[f32]) -> OpResult<()> {
+    let rows = x.dims().0;
+    if scale.len() != rows {
+        return fail(
+            "scale_rows",
+            format!("{} scales for {rows} rows", scale.len()),
+        );
+    }
+    Ok(())
+}
+
+pub fn disentangled_attention(
+    qkv: [&impl Dims; 3],
+    shape: AttentionShape,
+    layout: &SeqLayout,
+) -> OpResult<()> {
+    let width = shape.heads * shape.head_size;
+    let tokens = layout.num_tokens();
+    for t in qkv {
+        let (r, c) = t.dims();
+        if (r, c) != (tokens, width) {
+            return fail(
+                "disentangled_attention",
+                format!("q/k/v must be [{tokens}, {width}], got [{r}, {c}]"),
+            );
+        }
+    }
+    if layout.mask.len() != tokens {
+        return fail("disentangled_attention", "mask length != tokens".into());
+    }
+    Ok(())
+}
+
+pub fn gather_rows(x: &impl Dims, rows: &[usize]) -> OpResult<()> {
+    let n = x.dims().0;
+    if let Some(bad) = rows.iter().find(|&&r| r >= n) {
+        return fail("gather_rows", format!("row {bad} of {n}"));
+    }
+    Ok(())
+}
+
+pub fn mean_pool(x: &impl Dims, layout: &SeqLayout) -> OpResult<()> {
+    let (rows, _) = x.dims();
+    if rows != layout.num_tokens() || layout.mask.len() != rows {
+        return fail(
+            "mean_pool",
+            format!(
+                "{rows} rows, {} tokens in the layout, {} mask values",
+                layout.num_tokens(),
+                layout.mask.len()
+            ),
+        );
+    }
+    Ok(())
+}
+
+pub fn add(x: &impl Dims, y: &impl Dims) -> OpResult<()> {
+    if x.dims() != y.dims() {
+        let ((a, b), (c, d)) = (x.dims(), y.dims());
+        return fail("add", format!("[{a}, {b}] + [{c}, {d}]"));
+    }
+    Ok(())
+}
+
+pub fn rms_norm(x: &impl Dims, weight: &impl Dims) -> OpResult<()> {
+    let cols = x.dims().1;
+    if weight.numel() != cols {
+        return fail(
+            "rms_norm",
+            format!("{} weights for {cols} columns", weight.numel()),
+        );
+    }
+    Ok(())
+}
+
+/// Returns the `inter` width of the output.
+pub fn swiglu(x: &impl Dims) -> OpResult<usize> {
+    let cols = x.dims().1;
+    if cols % 2 != 0 {
+        return fail("swiglu", format!("{cols} columns is not [gate | up]"));
+    }
+    Ok(cols / 2)
+}
+
+pub fn rope(
+    x: &impl Dims,
+    heads: usize,
+    head_dim: usize,
+    positions: &[u32],
+    inv_freq: &[f32],
+) -> OpResult<()> {
+    let (rows, cols) = x.dims();
+    if heads * head_dim > cols || positions.len() != rows || 2 * inv_freq.len() != head_dim {
+        return fail(
+            "rope",
+            format!(
+                "x [{rows}, {cols}], {heads} heads of {head_dim}, {} positions, {} frequencies",
+                positions.len(),
+                inv_freq.len()
+            ),
+        );
+    }
+    Ok(())
+}
+
+pub fn causal_attention(qkv: &impl Dims, shape: CausalShape, layout: &SeqLayout) -> OpResult<()> {
+    let width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim;
+    let tokens = layout.num_tokens();
+    let (r, c) = qkv.dims();
+    if (r, c) != (tokens, width) {
+        return fail(
+            "causal_attention",
+            format!("qkv must be [{tokens}, {width}], got [{r}, {c}]"),
+        );
+    }
+    if shape.kv_heads == 0 || shape.heads % shape.kv_heads != 0 {
+        return fail(
+            "causal_attention",
+            format!(
+                "{} heads do not group over {} kv heads",
+                shape.heads, shape.kv_heads
+            ),
+        );
+    }
+    if layout.mask.len() != tokens {
+        return fail("causal_attention", "mask length != tokens".into());
+    }
+    Ok(())
+}
+
+pub fn question_loglik(
+    hidden: &impl Dims,
+    rows: &[usize],
+    lm_head: &impl Dims,
+    targets: &[u32],
+    temperature: f32,
+) -> OpResult<()> {
+    let ((hr, hc), (vocab, lc)) = (hidden.dims(), lm_head.dims());
+    if lc != hc || rows.len() != targets.len() {
+        return fail(
+            "question_loglik",
+            format!(
+                "hidden [{hr}, {hc}], head [{vocab}, {lc}], {} rows, {} targets",
+                rows.len(),
+                targets.len()
+            ),
+        );
+    }
+    if let Some(bad) = targets.iter().find(|&&t| t as usize >= vocab) {
+        return fail(
+            "question_loglik",
+            format!("target {bad} is outside the vocabulary of {vocab}"),
+        );
+    }
+    if !(temperature > 0.0 && temperature.is_finite()) {
+        return fail(
+            "question_loglik",
+            format!("temperature {temperature} must be positive"),
+        );
+    }
+    gather_rows(hidden, rows)
+}

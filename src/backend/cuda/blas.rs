@@ -1,0 +1,67 @@
+//! Dense GEMMs through cuBLAS (`cublasGemmEx`, f32 accumulation in every dtype).
+
+use std::ffi::c_void;
+
+use cudarc::cublas::{result as blas, sys};
+
+use super::device::Device;
+use super::memory::device_err;
+use crate::backend::dtype::DType;
+
+fn data_type(dt: DType) -> sys::cudaDataType {
+    match dt {
+        DType::F32 => sys::cudaDataType::CUDA_R_32F,
+        DType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+        DType::F16 => sys::cudaDataType::CUDA_R_16F,
+    }
+}
+
+/// `y[n, out] = x[n, in] · w[out, in]ᵀ` on row-major device matrices (pointers to
+/// `dtype` elements). Row-major `y` is column-major `yᵀ = w · xᵀ`, so cuBLAS sees
+/// `C(out×n) = op(A)·B` with `A = w` (column-major `[in, out]`, transposed) and
+/// `B = x` (column-major `[in, n]`).
+pub fn gemm_xwt(
+    dev: &Device,
+    dtype: DType,
+    x: u64,
+    w: u64,
+    y: u64,
+    n: usize,
+    k: usize,
+    out: usize,
+) -> crate::backend::OpResult<()> {
+    if n == 0 || out == 0 {
+        return Ok(());
+    }
+    let dt = data_type(dtype);
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let dim = |v: usize| {
+        i32::try_from(v).map_err(|_| device_err("linear", format!("dimension {v} exceeds i32")))
+    };
+    // SAFETY: the pointers address live device buffers of the stated shapes on the
+    // handle's stream; alpha/beta are host f32 as the default pointer mode expects.
+    unsafe {
+        blas::gemm_ex(
+            *dev.blas.handle(),
+            sys::cublasOperation_t::CUBLAS_OP_T,
+            sys::cublasOperation_t::CUBLAS_OP_N,
+            dim(out)?,
+            dim(n)?,
+            dim(k)?,
+            (&alpha as *const f32).cast::<c_void>(),
+            w as *const c_void,
+            dt,
+            dim(k)?,
+            x as *const c_void,
+            dt,
+            dim(k)?,
+            (&beta as *const f32).cast::<c_void>(),
+            y as *mut c_void,
+            dt,
+            dim(out)?,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| device_err("linear", e))
+}

@@ -1,0 +1,215 @@
+//! One CUDA device: context, stream, cuBLAS handle, the PTX modules of the kernels
+//! and a launch helper. Opening it never panics, even without a driver.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::nvrtc::Ptx;
+
+use super::memory::{device_err, DeviceBuf, Pool};
+use crate::backend::dtype::DType;
+use crate::backend::{kernels, OpError, OpResult};
+
+/// An opened device with its stream, allocator and loaded kernels.
+pub struct Device {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub blas: CudaBlas,
+    pub pool: Arc<Pool>,
+    pub dtype: DType,
+    name: String,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+/// Number of CUDA devices, or a clear error when no driver or device can be used.
+pub fn device_count() -> Result<usize> {
+    // SAFETY: `is_culib_present` only tries to dlopen libcuda; it calls nothing in it.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        bail!("no CUDA driver (libcuda.so) found: install the NVIDIA driver or use --device cpu");
+    }
+    let count = CudaContext::device_count()
+        .map_err(|e| anyhow::anyhow!("the CUDA driver failed to start ({e}): use --device cpu"))?;
+    if count < 1 {
+        bail!("the CUDA driver reports no device: use --device cpu");
+    }
+    Ok(count as usize)
+}
+
+impl Device {
+    /// Opens device `ordinal`; `poison` fills fresh buffers with NaN bytes (tests).
+    pub fn open(ordinal: usize, dtype: DType, poison: bool) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            bail!("CUDA device {ordinal} requested but only {count} present");
+        }
+        if kernels::PTX_MODULES.is_empty() {
+            bail!(
+                "this hopscore binary was built without its CUDA kernels (nvcc was not found \
+                 at build time): rebuild with NVCC=/path/to/nvcc, or use --device cpu"
+            );
+        }
+        let ctx = CudaContext::new(ordinal)
+            .with_context(|| format!("cannot create a CUDA context on device {ordinal}"))?;
+        // One stream per device: cross-stream event tracking would only add overhead.
+        // SAFETY: called before any allocation or stream exists on this context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).context("cannot create a cuBLAS handle")?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        Ok(Self {
+            pool: Pool::new(stream.clone(), poison),
+            ctx,
+            stream,
+            blas,
+            dtype,
+            name,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kernel `entry` of `kernels/<op>.cu`, loading the module on first use.
+    pub fn function(&self, op: &'static str, entry: &str) -> OpResult<CudaFunction> {
+        if let Some(f) = self.functions.lock().unwrap().get(entry) {
+            return Ok(f.clone());
+        }
+        let module = {
+            let mut modules = self.modules.lock().unwrap();
+            match modules.get(op) {
+                Some(m) => m.clone(),
+                None => {
+                    let ptx = kernels::ptx(op).ok_or_else(|| OpError::Device {
+                        op,
+                        msg: format!("no PTX module `{op}` in this binary"),
+                    })?;
+                    let m = self
+                        .ctx
+                        .load_module(Ptx::from_src(ptx))
+                        .map_err(|e| device_err(op, format!("loading PTX: {e}")))?;
+                    modules.insert(op, m.clone());
+                    m
+                }
+            }
+        };
+        let f = module
+            .load_function(entry)
+            .map_err(|e| device_err(op, format!("kernel `{entry}`: {e}")))?;
+        self.functions
+            .lock()
+            .unwrap()
+            .insert(entry.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// The kernel `<op>_<dtype>` of `kernels/<op>.cu`.
+    pub fn typed(&self, op: &'static str, dtype: DType) -> OpResult<CudaFunction> {
+        self.function(op, &format!("{op}_{}", dtype.suffix()))
+    }
+
+    /// Host bytes into a fresh pooled buffer.
+    pub fn upload_bytes(&self, op: &'static str, bytes: &[u8]) -> OpResult<DeviceBuf> {
+        let buf = self.pool.alloc(bytes.len())?;
+        if !bytes.is_empty() {
+            // SAFETY: `buf` holds at least `bytes.len()` bytes; pageable host memory is
+            // staged by the driver before the call returns.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(buf.ptr(), bytes, self.stream.cu_stream())
+            }
+            .map_err(|e| device_err(op, e))?;
+        }
+        Ok(buf)
+    }
+
+    /// `u32` values (ids, offsets, index tables) into a fresh buffer.
+    pub fn upload_u32(&self, op: &'static str, values: &[u32]) -> OpResult<DeviceBuf> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.upload_bytes(op, &bytes)
+    }
+
+    /// `f32` values (masks, scales) into a fresh buffer.
+    pub fn upload_f32(&self, op: &'static str, values: &[f32]) -> OpResult<DeviceBuf> {
+        self.upload_bytes(op, &DType::F32.encode(values))
+    }
+
+    /// The first `bytes` bytes of `buf`, after the stream has finished.
+    pub fn download_bytes(
+        &self,
+        op: &'static str,
+        buf: &DeviceBuf,
+        bytes: usize,
+    ) -> OpResult<Vec<u8>> {
+        let mut out = vec![0u8; bytes];
+        if bytes > 0 {
+            // SAFETY: `buf` holds at least `bytes` bytes; the stream is synchronised
+            // before `out` is read.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(
+                    &mut out,
+                    buf.ptr(),
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(|e| device_err(op, e))?;
+        }
+        self.stream.synchronize().map_err(|e| device_err(op, e))?;
+        Ok(out)
+    }
+
+    /// Device-to-device copy of `bytes` bytes.
+    pub fn copy_bytes(
+        &self,
+        op: &'static str,
+        dst: &DeviceBuf,
+        src: &DeviceBuf,
+        bytes: usize,
+    ) -> OpResult<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: both buffers hold at least `bytes` bytes on this stream.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.ptr(),
+                src.ptr(),
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| device_err(op, e))
+    }
+
+    /// Waits for all queued work; device faults surface here.
+    pub fn synchronize(&self) -> OpResult<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| device_err("synchronize", e))
+    }
+}
+
+/// A 1-D launch of `threads`-wide blocks covering `n` items, capped at `max_blocks`
+/// (grid-stride kernels loop over the rest).
+pub fn grid_1d(n: usize, threads: u32, max_blocks: u32) -> LaunchConfig {
+    let blocks = (n.div_ceil(threads as usize) as u64).clamp(1, u64::from(max_blocks)) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// One block of `threads` per row.
+pub fn per_row(rows: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.max(1) as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}

@@ -1,0 +1,179 @@
+//! Device memory: element types, a caching allocator for activations, and the
+//! device matrix type of the CUDA backend.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{result as drv, sys, CudaSlice, CudaStream, DevicePtr, DriverError};
+
+use crate::backend::check::Dims;
+use crate::backend::dtype::DType;
+use crate::backend::{OpError, OpResult};
+
+/// Size class of an allocation: 512-byte steps up to 1 MiB, then 1 MiB steps, so
+/// that the activations of similar batches reuse each other's buffers.
+fn size_class(bytes: usize) -> usize {
+    const SMALL: usize = 512;
+    const LARGE: usize = 1 << 20;
+    let step = if bytes <= LARGE { SMALL } else { LARGE };
+    bytes.max(1).div_ceil(step) * step
+}
+
+/// A caching allocator on one stream: freed buffers go to a free list per size
+/// class and are handed out again without a driver call. On out-of-memory the cache
+/// is released and the allocation retried once.
+pub struct Pool {
+    stream: Arc<CudaStream>,
+    free: Mutex<HashMap<usize, Vec<CudaSlice<u8>>>>,
+    /// Fill every buffer handed out with 0xFF bytes (NaN in f32/bf16/f16), so that a
+    /// kernel that leaves an output element unwritten fails its parity test.
+    poison: bool,
+}
+
+impl Pool {
+    pub fn new(stream: Arc<CudaStream>, poison: bool) -> Arc<Self> {
+        Arc::new(Self {
+            stream,
+            free: Mutex::new(HashMap::new()),
+            poison,
+        })
+    }
+
+    /// Bytes held in the free lists.
+    pub fn cached_bytes(&self) -> usize {
+        let free = self.free.lock().unwrap();
+        free.iter().map(|(class, v)| class * v.len()).sum()
+    }
+
+    fn release_cache(&self) {
+        self.free.lock().unwrap().clear();
+    }
+
+    /// A buffer of at least `bytes` bytes (contents undefined unless poisoning).
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> OpResult<DeviceBuf> {
+        let class = size_class(bytes);
+        let reused = self.free.lock().unwrap().get_mut(&class).and_then(Vec::pop);
+        let slice = match reused {
+            Some(s) => s,
+            None => self.fresh(class)?,
+        };
+        let buf = DeviceBuf {
+            slice: Some(slice),
+            bytes,
+            pool: self.clone(),
+        };
+        if self.poison {
+            // SAFETY: the pointer covers `bytes` bytes of a live allocation on this stream.
+            unsafe { drv::memset_d8_async(buf.ptr(), 0xFF, bytes, self.stream.cu_stream()) }
+                .map_err(|e| device_err("alloc", e))?;
+        }
+        Ok(buf)
+    }
+
+    fn fresh(&self, class: usize) -> OpResult<CudaSlice<u8>> {
+        // SAFETY: the contents are uninitialised; every op writes its outputs.
+        match unsafe { self.stream.alloc::<u8>(class) } {
+            Ok(s) => Ok(s),
+            Err(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                let cached = self.cached_bytes();
+                self.release_cache();
+                // SAFETY: as above.
+                unsafe { self.stream.alloc::<u8>(class) }.map_err(|_| {
+                    let free = drv::mem_get_info().map(|(f, _)| f).unwrap_or(0);
+                    OpError::Device {
+                        op: "alloc",
+                        msg: format!(
+                            "out of GPU memory allocating {} MiB ({} MiB were cached and \
+                             released, {} MiB free): lower --batch-tokens or use a smaller \
+                             --dtype",
+                            class >> 20,
+                            cached >> 20,
+                            free >> 20
+                        ),
+                    }
+                })
+            }
+            Err(e) => Err(device_err("alloc", e)),
+        }
+    }
+
+    fn give_back(&self, slice: CudaSlice<u8>) {
+        let class = slice.len();
+        self.free
+            .lock()
+            .unwrap()
+            .entry(class)
+            .or_default()
+            .push(slice);
+    }
+}
+
+/// Maps a driver error of op `op` to an [`OpError`].
+pub fn device_err(op: &'static str, e: impl std::fmt::Display) -> OpError {
+    OpError::Device {
+        op,
+        msg: e.to_string(),
+    }
+}
+
+/// Pooled device bytes; returned to the pool's free list on drop.
+pub struct DeviceBuf {
+    slice: Option<CudaSlice<u8>>,
+    bytes: usize,
+    pool: Arc<Pool>,
+}
+
+impl DeviceBuf {
+    /// The device address (kernel argument).
+    pub fn ptr(&self) -> u64 {
+        let s = self.slice.as_ref().expect("live buffer");
+        // Event tracking is off (one stream), so the guard records nothing.
+        let (ptr, _guard) = s.device_ptr(&self.pool.stream);
+        ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        if let Some(s) = self.slice.take() {
+            self.pool.give_back(s);
+        }
+    }
+}
+
+/// A row-major device matrix `[rows, cols]` of `dtype` elements.
+pub struct CudaTensor {
+    pub(super) buf: DeviceBuf,
+    pub rows: usize,
+    pub cols: usize,
+    pub dtype: DType,
+}
+
+impl CudaTensor {
+    pub fn ptr(&self) -> u64 {
+        self.buf.ptr()
+    }
+}
+
+impl Dims for CudaTensor {
+    fn dims(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_round_up() {
+        assert_eq!(size_class(0), 512);
+        assert_eq!(size_class(513), 1024);
+        assert_eq!(size_class(1 << 20), 1 << 20);
+        assert_eq!(size_class((1 << 20) + 1), 2 << 20);
+    }
+}
