@@ -7,6 +7,7 @@
 
 pub mod blas;
 pub mod device;
+pub mod disentangled_attention;
 pub mod memory;
 pub mod profile;
 
@@ -301,10 +302,7 @@ impl Backend for CudaBackend {
         layout: &SeqLayout,
     ) -> OpResult<CudaTensor> {
         check::disentangled_attention([q, k, v], shape, layout)?;
-        Err(OpError::Device {
-            op: "disentangled_attention",
-            msg: format!("not implemented yet ({rel_some})", rel_some = rel.is_some()),
-        })
+        disentangled_attention::disentangled_attention(self, [q, k, v], rel, shape, layout)
     }
 
     fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> OpResult<CudaTensor> {
