@@ -79,6 +79,38 @@ pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
         .collect()
 }
 
+pub struct GoldenCase {
+    pub seqs: Vec<hopscore::model::batch::Sequence>,
+    /// Padded length of the golden tensors.
+    pub padded: usize,
+}
+
+/// The packed sequences of a DeBERTa golden file (`input_ids`, `token_type_ids`,
+/// `attention_mask`, padded with id 0).
+pub fn golden_sequences(g: &std::collections::HashMap<String, Golden>) -> GoldenCase {
+    let ids = &g["input_ids"];
+    let (b, l) = (ids.shape[0], ids.shape[1]);
+    let seqs = (0..b)
+        .map(|r| {
+            let row = |name: &str| g[name].i64[r * l..(r + 1) * l].to_vec();
+            let id_row = row("input_ids");
+            let len = id_row.iter().rposition(|&x| x != 0).unwrap() + 1; // pad id 0
+            hopscore::model::batch::Sequence {
+                ids: id_row[..len].iter().map(|&x| x as u32).collect(),
+                type_ids: row("token_type_ids")[..len]
+                    .iter()
+                    .map(|&x| x as u32)
+                    .collect(),
+                mask: row("attention_mask")[..len]
+                    .iter()
+                    .map(|&x| x as u8)
+                    .collect(),
+            }
+        })
+        .collect();
+    GoldenCase { seqs, padded: l }
+}
+
 /// The `hopscore` binary of this build, on 2 worker threads.
 pub fn hopscore() -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hopscore"));
@@ -223,4 +255,21 @@ pub fn assert_resumed_equals_whole(dir: &Path) {
         std::fs::read(dir.join("whole.quarantine.parquet")).unwrap(),
         std::fs::read(dir.join("resumed.quarantine.parquet")).unwrap()
     );
+}
+
+/// The CUDA backend on device 0 (NaN-poisoned buffers), or `None` after printing
+/// "no GPU: skipped". With `HOPSCORE_REQUIRE_GPU=1` (CI's emulator step) a missing
+/// device is a failure instead.
+#[cfg(feature = "cuda")]
+pub fn gpu(dtype: hopscore::backend::cuda::DType) -> Option<hopscore::backend::cuda::CudaBackend> {
+    match hopscore::backend::cuda::CudaBackend::poisoned(0, dtype) {
+        Ok(be) => Some(be),
+        Err(e) if std::env::var("HOPSCORE_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("HOPSCORE_REQUIRE_GPU=1 but no CUDA device: {e:#}")
+        }
+        Err(e) => {
+            eprintln!("no GPU: skipped ({e:#})");
+            None
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
 use super::memory::{device_err, DeviceBuf, Pool};
@@ -76,25 +76,30 @@ impl Device {
         &self.name
     }
 
-    /// The kernel `entry` of `kernels/<op>.cu`, loading the module on first use.
+    /// The kernel named `entry`, loading the PTX module that defines it on first use
+    /// (`op` names the calling op in errors).
     pub fn function(&self, op: &'static str, entry: &str) -> OpResult<CudaFunction> {
         if let Some(f) = self.functions.lock().unwrap().get(entry) {
             return Ok(f.clone());
         }
+        let marker = format!(".entry {entry}(");
+        let (module_name, ptx) = kernels::PTX_MODULES
+            .iter()
+            .find(|(_, ptx)| ptx.contains(&marker))
+            .ok_or_else(|| OpError::Device {
+                op,
+                msg: format!("no kernel `{entry}` in this binary's PTX"),
+            })?;
         let module = {
             let mut modules = self.modules.lock().unwrap();
-            match modules.get(op) {
+            match modules.get(module_name) {
                 Some(m) => m.clone(),
                 None => {
-                    let ptx = kernels::ptx(op).ok_or_else(|| OpError::Device {
-                        op,
-                        msg: format!("no PTX module `{op}` in this binary"),
-                    })?;
                     let m = self
                         .ctx
-                        .load_module(Ptx::from_src(ptx))
-                        .map_err(|e| device_err(op, format!("loading PTX: {e}")))?;
-                    modules.insert(op, m.clone());
+                        .load_module(Ptx::from_src(*ptx))
+                        .map_err(|e| device_err(op, format!("loading {module_name}.ptx: {e}")))?;
+                    modules.insert(module_name, m.clone());
                     m
                 }
             }
@@ -109,7 +114,7 @@ impl Device {
         Ok(f)
     }
 
-    /// The kernel `<op>_<dtype>` of `kernels/<op>.cu`.
+    /// The kernel `<op>_<dtype>` (`layer_norm_bf16`).
     pub fn typed(&self, op: &'static str, dtype: DType) -> OpResult<CudaFunction> {
         self.function(op, &format!("{op}_{}", dtype.suffix()))
     }
@@ -186,11 +191,70 @@ impl Device {
         .map_err(|e| device_err(op, e))
     }
 
+    /// Sets `buf` to the byte `value`.
+    pub fn memset(&self, buf: &DeviceBuf, value: u8) -> OpResult<()> {
+        // SAFETY: the pointer covers `buf.bytes()` bytes of a live allocation.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                buf.ptr(),
+                value,
+                buf.bytes(),
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| device_err("memset", e))
+    }
+
+    /// A pair of events: recorded now, and at [`Timer::elapsed_ms`].
+    pub fn timer(&self) -> OpResult<Timer<'_>> {
+        let start = self
+            .ctx
+            .new_event(None)
+            .map_err(|e| device_err("timer", e))?;
+        start
+            .record(&self.stream)
+            .map_err(|e| device_err("timer", e))?;
+        Ok(Timer { dev: self, start })
+    }
+
     /// Waits for all queued work; device faults surface here.
     pub fn synchronize(&self) -> OpResult<()> {
         self.stream
             .synchronize()
             .map_err(|e| device_err("synchronize", e))
+    }
+}
+
+/// Device time since [`Device::timer`].
+pub struct Timer<'a> {
+    dev: &'a Device,
+    start: CudaEvent,
+}
+
+impl Timer<'_> {
+    /// Records the end event, waits for it, and returns the milliseconds between.
+    pub fn elapsed_ms(&self) -> OpResult<f32> {
+        let end = self.end()?;
+        end.synchronize().map_err(|e| device_err("timer", e))?;
+        self.start
+            .elapsed_ms(&end)
+            .map_err(|e| device_err("timer", e))
+    }
+
+    /// Records the end event without waiting; returns (start, end).
+    pub fn end(&self) -> OpResult<CudaEvent> {
+        let end = self
+            .dev
+            .ctx
+            .new_event(None)
+            .map_err(|e| device_err("timer", e))?;
+        end.record(&self.dev.stream)
+            .map_err(|e| device_err("timer", e))?;
+        Ok(end)
+    }
+
+    pub fn into_start(self) -> CudaEvent {
+        self.start
     }
 }
 
