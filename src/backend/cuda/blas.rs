@@ -34,7 +34,9 @@ pub fn gemm_xwt(
     }
     let dt = data_type(dtype);
     let (alpha, beta) = (1.0f32, 0.0f32);
-    let dim = |v: usize| i32::try_from(v).map_err(|_| device_err("linear", format!("dimension {v} exceeds i32")));
+    let dim = |v: usize| {
+        i32::try_from(v).map_err(|_| device_err("linear", format!("dimension {v} exceeds i32")))
+    };
     // SAFETY: the pointers address live device buffers of the stated shapes on the
     // handle's stream; alpha/beta are host f32 as the default pointer mode expects.
     unsafe {

@@ -139,13 +139,22 @@ impl Device {
     }
 
     /// The first `bytes` bytes of `buf`, after the stream has finished.
-    pub fn download_bytes(&self, op: &'static str, buf: &DeviceBuf, bytes: usize) -> OpResult<Vec<u8>> {
+    pub fn download_bytes(
+        &self,
+        op: &'static str,
+        buf: &DeviceBuf,
+        bytes: usize,
+    ) -> OpResult<Vec<u8>> {
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
             // SAFETY: `buf` holds at least `bytes` bytes; the stream is synchronised
             // before `out` is read.
             unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(&mut out, buf.ptr(), self.stream.cu_stream())
+                cudarc::driver::result::memcpy_dtoh_async(
+                    &mut out,
+                    buf.ptr(),
+                    self.stream.cu_stream(),
+                )
             }
             .map_err(|e| device_err(op, e))?;
         }
@@ -154,20 +163,33 @@ impl Device {
     }
 
     /// Device-to-device copy of `bytes` bytes.
-    pub fn copy_bytes(&self, op: &'static str, dst: &DeviceBuf, src: &DeviceBuf, bytes: usize) -> OpResult<()> {
+    pub fn copy_bytes(
+        &self,
+        op: &'static str,
+        dst: &DeviceBuf,
+        src: &DeviceBuf,
+        bytes: usize,
+    ) -> OpResult<()> {
         if bytes == 0 {
             return Ok(());
         }
         // SAFETY: both buffers hold at least `bytes` bytes on this stream.
         unsafe {
-            cudarc::driver::result::memcpy_dtod_async(dst.ptr(), src.ptr(), bytes, self.stream.cu_stream())
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.ptr(),
+                src.ptr(),
+                bytes,
+                self.stream.cu_stream(),
+            )
         }
         .map_err(|e| device_err(op, e))
     }
 
     /// Waits for all queued work; device faults surface here.
     pub fn synchronize(&self) -> OpResult<()> {
-        self.stream.synchronize().map_err(|e| device_err("synchronize", e))
+        self.stream
+            .synchronize()
+            .map_err(|e| device_err("synchronize", e))
     }
 }
 

@@ -111,12 +111,7 @@ impl Pool {
     /// A buffer of at least `bytes` bytes (contents undefined unless poisoning).
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> OpResult<DeviceBuf> {
         let class = size_class(bytes);
-        let reused = self
-            .free
-            .lock()
-            .unwrap()
-            .get_mut(&class)
-            .and_then(Vec::pop);
+        let reused = self.free.lock().unwrap().get_mut(&class).and_then(Vec::pop);
         let slice = match reused {
             Some(s) => s,
             None => self.fresh(class)?,
@@ -248,7 +243,11 @@ mod tests {
             let back = dt.decode(&dt.encode(&v));
             assert_eq!(back.len(), v.len());
             for (a, b) in v.iter().zip(&back) {
-                let tol = if dt == DType::F32 { 0.0 } else { a.abs() / 128.0 };
+                let tol = if dt == DType::F32 {
+                    0.0
+                } else {
+                    a.abs() / 128.0
+                };
                 assert!((a - b).abs() <= tol, "{dt:?}: {a} vs {b}");
             }
         }
