@@ -1,0 +1,913 @@
+// hopscore CUDA CPU emulator: a fake CUDA driver (libcuda.so) for cudarc's
+// `dynamic-loading`, plus the block scheduler that runs the kernels compiled from
+// kernels/*.cu as C++ (see emu.h and README.md).
+//
+// Everything is synchronous: a launch runs all its blocks before cuLaunchKernel
+// returns, copies are memcpy, streams and events are bookkeeping. Device pointers are
+// host addresses. Blocks run one at a time; inside a block every CUDA thread is a
+// cooperative fiber (own 256 KB stack) that runs until a sync point or its end.
+#include "emu.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void* CUcontext;
+typedef void* CUstream;
+typedef void* CUevent;
+typedef void* CUmodule;
+typedef void* CUfunction;
+typedef void (*CUhostFn)(void*);
+typedef size_t (*CUoccupancyB2DSize)(int);
+
+enum : int {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_INVALID_IMAGE = 200,
+  CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_FILE_NOT_FOUND = 301,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701,
+  CUDA_ERROR_LAUNCH_FAILED = 719,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_UNKNOWN = 999,
+};
+
+// ============================================================ scheduler
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace hopscore_emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kGuardBytes = 4096;
+constexpr unsigned kMaxThreads = 1024;
+constexpr size_t kDefaultSmem = 48 * 1024;
+constexpr size_t kOptinSmem = 227 * 1024;
+
+enum State : uint8_t { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
+
+struct Fiber {
+  void* sp;
+  State st;
+  dim3 tid;
+  unsigned linear;
+  unsigned count_calls;  // __syncthreads_count calls made by this thread
+};
+
+thread_local bool t_in_kernel = false;
+struct sigaction g_old_segv, g_old_bus;
+std::mutex g_launch_mutex;  // one launch at a time (tests call from several threads)
+std::vector<Fiber> g_fibers;
+char* g_stacks = nullptr;  // kMaxThreads slots of (guard page + stack)
+void* g_sched_sp = nullptr;
+int g_cur = -1;
+Trampoline g_tramp = nullptr;
+void** g_params = nullptr;
+const char* g_kernel = nullptr;
+std::vector<uint64_t> g_warp_buf;
+int g_count_slots[3];  // __syncthreads_count accumulators, used round-robin
+unsigned char* g_smem = nullptr;
+size_t g_smem_alloc = 0;  // capacity of g_smem
+size_t g_smem_cap = 0;    // dynamic shared memory bytes of the current launch
+
+std::map<std::string, Trampoline>& registry() {
+  static std::map<std::string, Trampoline> r;
+  return r;
+}
+
+}  // namespace
+}  // namespace hopscore_emu
+
+#if defined(__x86_64__)
+// hopscore_emu_switch(save, to): saves callee-saved registers, MXCSR and the x87
+// control word on the current stack, stores the stack pointer in *save, and resumes
+// the context whose stack pointer is `to`.
+asm(R"(
+  .text
+  .globl hopscore_emu_switch
+  .hidden hopscore_emu_switch
+  .type hopscore_emu_switch,@function
+hopscore_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  retq
+  .size hopscore_emu_switch, .-hopscore_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+extern "C" void hopscore_emu_switch(void** save, void* to);
+#else
+#error "tools/cuda_emu: the fiber switch is written for x86-64 only"
+#endif
+
+namespace hopscore_emu {
+namespace {
+
+[[noreturn]] void fiber_entry() {
+  g_tramp(g_params);
+  Fiber& f = g_fibers[g_cur];
+  f.st = DONE;
+  hopscore_emu_switch(&f.sp, g_sched_sp);
+  __builtin_unreachable();
+}
+
+void* fiber_initial_sp(unsigned i) {
+  char* top = g_stacks + (size_t)(i + 1) * (kStackBytes + kGuardBytes);
+  uint64_t* sp = reinterpret_cast<uint64_t*>(top);
+  *--sp = 0;                                               // fake return address of fiber_entry
+  *--sp = reinterpret_cast<uint64_t>(&fiber_entry);        // `ret` target
+  for (int r = 0; r < 6; ++r) *--sp = 0;                   // rbp rbx r12 r13 r14 r15
+  *--sp = 0x1F80ull | (0x037Full << 32);                   // MXCSR, x87 control word
+  return sp;
+}
+
+// A fault while this thread runs a kernel is reported with the kernel, block and thread
+// (an out-of-bounds device access, or a fiber stack overflow into its guard page);
+// any other fault goes to the previous handler (e.g. Rust's stack-overflow handler).
+void on_fault(int sig, siginfo_t* si, void* uc) {
+  if (t_in_kernel) {
+    const char* addr = static_cast<const char*>(si->si_addr);
+    const size_t slot = kStackBytes + kGuardBytes;
+    const bool overflow = g_stacks && addr >= g_stacks && addr < g_stacks + slot * kMaxThreads &&
+                          size_t(addr - g_stacks) % slot < kGuardBytes;
+    fprintf(stderr,
+            "cuda_emu: %s at address %p in kernel `%s`, block (%u,%u,%u), thread (%u,%u,%u)\n",
+            overflow ? "FIBER STACK OVERFLOW (256 KB per CUDA thread)" : "INVALID MEMORY ACCESS (signal in kernel code)",
+            si->si_addr, g_kernel ? g_kernel : "?", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+            threadIdx.z);
+    signal(SIGABRT, SIG_DFL);
+    abort();
+  }
+  struct sigaction* old = sig == SIGSEGV ? &g_old_segv : &g_old_bus;
+  if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
+    old->sa_sigaction(sig, si, uc);
+  } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+    old->sa_handler(sig);
+  } else {
+    sigaction(sig, old, nullptr);  // the fault repeats on return and takes the default action
+  }
+}
+
+void ensure_stacks() {
+  if (g_stacks) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_old_segv);
+  sigaction(SIGBUS, &sa, &g_old_bus);
+  const size_t slot = kStackBytes + kGuardBytes;
+  void* p = mmap(nullptr, slot * kMaxThreads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) fatal("cannot reserve fiber stacks");
+  g_stacks = static_cast<char*>(p);
+  for (unsigned i = 0; i < kMaxThreads; ++i) mprotect(g_stacks + i * slot, kGuardBytes, PROT_NONE);
+}
+
+void switch_to(unsigned i) {
+  Fiber& f = g_fibers[i];
+  threadIdx = f.tid;
+  g_cur = int(i);
+  hopscore_emu_switch(&g_sched_sp, f.sp);
+  g_cur = -1;
+}
+
+Fiber& current(const char* what) {
+  if (g_cur < 0) {
+    fprintf(stderr, "cuda_emu: %s called outside a kernel launch\n", what);
+    abort();
+  }
+  return g_fibers[g_cur];
+}
+
+[[noreturn]] void deadlock(unsigned n) {
+  unsigned at_block = 0, at_warp = 0, done = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    at_block += g_fibers[i].st == AT_BLOCK;
+    at_warp += g_fibers[i].st == AT_WARP;
+    done += g_fibers[i].st == DONE;
+  }
+  fprintf(stderr,
+          "cuda_emu: DEADLOCK in kernel `%s`, block (%u,%u,%u) of %u threads: %u threads wait at "
+          "__syncthreads, %u at a warp collective (shuffle/ballot/__syncwarp/wmma store), %u have exited. "
+          "A barrier is in divergent code (not reached by every live thread of the block/warp).\n",
+          g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, n, at_block, at_warp, done);
+  abort();
+}
+
+void run_block(unsigned n) {
+  for (unsigned i = 0; i < n; ++i) {
+    g_fibers[i].st = RUNNABLE;
+    g_fibers[i].sp = fiber_initial_sp(i);
+  }
+  if (g_smem_cap) memset(g_smem, 0xFF, g_smem_cap);
+  for (unsigned i = 0; i < n; ++i) g_fibers[i].count_calls = 0;
+  g_count_slots[0] = g_count_slots[1] = g_count_slots[2] = 0;
+  const unsigned warps = (n + 31) / 32;
+  for (;;) {
+    for (unsigned i = 0; i < n; ++i)
+      if (g_fibers[i].st == RUNNABLE) switch_to(i);
+    // Everyone is now blocked or done: release what can be released.
+    bool released = false, any_live = false, all_at_block = true;
+    for (unsigned w = 0; w < warps; ++w) {
+      const unsigned lo = w * 32, hi = std::min(n, lo + 32);
+      bool live = false, all_at_warp = true;
+      for (unsigned i = lo; i < hi; ++i) {
+        const State s = g_fibers[i].st;
+        if (s == DONE) continue;
+        live = true;
+        if (s != AT_WARP) all_at_warp = false;
+        if (s != AT_BLOCK) all_at_block = false;
+      }
+      any_live |= live;
+      if (live && all_at_warp) {
+        for (unsigned i = lo; i < hi; ++i)
+          if (g_fibers[i].st == AT_WARP) g_fibers[i].st = RUNNABLE;
+        released = true;
+      }
+    }
+    if (!any_live) return;
+    if (released) continue;
+    if (all_at_block) {
+      for (unsigned i = 0; i < n; ++i)
+        if (g_fibers[i].st == AT_BLOCK) g_fibers[i].st = RUNNABLE;
+      continue;
+    }
+    deadlock(n);
+  }
+}
+
+}  // namespace
+
+void block_barrier() {
+  Fiber& f = current("__syncthreads");
+  f.st = AT_BLOCK;
+  hopscore_emu_switch(&f.sp, g_sched_sp);
+}
+
+// Call c of every thread adds to slot c % 3, and clears slot (c + 2) % 3 after the
+// barrier: that slot is next written in call c + 2, after another barrier that every
+// thread reaches only once it has cleared it.
+int block_barrier_count(int pred) {
+  Fiber& f = current("__syncthreads_count");
+  const unsigned c = f.count_calls++;
+  g_count_slots[c % 3] += pred ? 1 : 0;
+  f.st = AT_BLOCK;
+  hopscore_emu_switch(&f.sp, g_sched_sp);
+  const int r = g_count_slots[c % 3];
+  g_count_slots[(c + 2) % 3] = 0;
+  return r;
+}
+
+void warp_barrier() {
+  Fiber& f = current("a warp collective");
+  f.st = AT_WARP;
+  hopscore_emu_switch(&f.sp, g_sched_sp);
+}
+
+unsigned lane_id() { return current("lane_id").linear & 31u; }
+
+uint64_t* warp_exchange_buffer() { return &g_warp_buf[(current("a warp collective").linear & ~31u)]; }
+
+unsigned warp_live_mask() {
+  const unsigned lo = current("a warp collective").linear & ~31u;
+  const unsigned hi = std::min<unsigned>(unsigned(g_fibers.size()), lo + 32);
+  unsigned m = 0;
+  for (unsigned i = lo; i < hi; ++i)
+    if (g_fibers[i].st != DONE) m |= 1u << (i - lo);
+  return m;
+}
+
+void* dynamic_smem() { return g_smem; }
+
+void fatal(const char* what) {
+  fprintf(stderr, "cuda_emu: %s (kernel `%s`, block (%u,%u,%u), thread (%u,%u,%u))\n", what,
+          g_kernel ? g_kernel : "?", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+  abort();
+}
+
+void register_kernel(const char* name, Trampoline t) {
+  auto& r = registry();
+  if (r.count(name) && r[name] != t) {
+    fprintf(stderr, "cuda_emu: kernel `%s` registered twice\n", name);
+    abort();
+  }
+  r[name] = t;
+}
+
+}  // namespace hopscore_emu
+
+// ============================================================ driver objects
+namespace {
+using namespace hopscore_emu;
+
+struct Function {
+  std::string name;
+  Trampoline tramp;
+  int max_dynamic_smem = int(kDefaultSmem);
+};
+struct Module {
+  std::set<std::string> entries;
+  std::map<std::string, Function*> functions;
+};
+struct Event {
+  std::chrono::steady_clock::time_point t{};
+  bool recorded = false;
+};
+struct Stream {
+  int dummy = 0;
+};
+
+std::mutex g_mutex;  // allocations, modules
+int g_primary_ctx = 0;
+int g_primary_refs = 0;
+thread_local void* t_ctx = nullptr;
+
+constexpr size_t kTotalMem = 16ull << 30;
+constexpr size_t kRedZone = 64;
+constexpr unsigned char kRedByte = 0xAB;
+std::unordered_map<uintptr_t, size_t> g_allocs;
+size_t g_allocated = 0;
+
+bool trace() {
+  static const bool t = getenv("HOPSCORE_CUDA_EMU_TRACE") != nullptr;
+  return t;
+}
+
+CUresult alloc(CUdeviceptr* dptr, size_t bytes) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  const size_t body = (bytes + 255) / 256 * 256;
+  void* p = aligned_alloc(256, body + 256);  // the red zone lives in the extra 256 bytes
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  memset(static_cast<char*>(p) + bytes, kRedByte, kRedZone + (body - bytes));
+  {
+    std::lock_guard<std::mutex> g(g_mutex);
+    g_allocs[uintptr_t(p)] = bytes;
+    g_allocated += body;
+  }
+  *dptr = CUdeviceptr(uintptr_t(p));
+  return CUDA_SUCCESS;
+}
+
+CUresult release(CUdeviceptr dptr) {
+  if (dptr == 0) return CUDA_SUCCESS;
+  size_t bytes;
+  {
+    std::lock_guard<std::mutex> g(g_mutex);
+    auto it = g_allocs.find(uintptr_t(dptr));
+    if (it == g_allocs.end()) {
+      fprintf(stderr, "cuda_emu: cuMemFree of %#llx, which is not an allocation\n", dptr);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    bytes = it->second;
+    g_allocs.erase(it);
+    g_allocated -= (bytes + 255) / 256 * 256;
+  }
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(uintptr_t(dptr));
+  const size_t body = (bytes + 255) / 256 * 256;
+  for (size_t i = bytes; i < body + kRedZone; ++i)
+    if (p[i] != kRedByte) {
+      fprintf(stderr,
+              "cuda_emu: OUT-OF-BOUNDS WRITE detected when freeing a %zu-byte allocation at %#llx: byte %zu "
+              "past its end was overwritten\n",
+              bytes, dptr, i - bytes);
+      abort();
+    }
+  free(reinterpret_cast<void*>(uintptr_t(dptr)));
+  return CUDA_SUCCESS;
+}
+
+std::set<std::string> ptx_entries(const char* text) {
+  std::set<std::string> out;
+  const char* p = text;
+  while ((p = strstr(p, ".entry")) != nullptr) {
+    p += 6;
+    if (*p != ' ' && *p != '\t') continue;
+    while (*p == ' ' || *p == '\t') ++p;
+    const char* b = p;
+    while (isalnum((unsigned char)*p) || *p == '_' || *p == '$' || *p == '.') ++p;
+    if (p > b) out.insert(std::string(b, p));
+  }
+  return out;
+}
+
+CUresult load_module(CUmodule* out, const char* image) {
+  if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
+  if ((unsigned char)image[0] == 0x7f && image[1] == 'E' && image[2] == 'L' && image[3] == 'F') {
+    fprintf(stderr, "cuda_emu: cuModuleLoadData given a cubin; the emulator needs PTX text\n");
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  uint32_t magic;
+  memcpy(&magic, image, 4);
+  if (magic == 0xBA55ED50u || magic == 0x466243B1u) {
+    fprintf(stderr, "cuda_emu: cuModuleLoadData given a fatbin; the emulator needs PTX text\n");
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  auto* m = new Module;
+  m->entries = ptx_entries(image);
+  if (trace()) fprintf(stderr, "cuda_emu: module %p with %zu entries\n", (void*)m, m->entries.size());
+  *out = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                unsigned smem, void** params, void** extra) {
+  auto* f = static_cast<Function*>(fh);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  const unsigned long long threads = (unsigned long long)bx * by * bz;
+  if (threads == 0 || gx == 0 || gy == 0 || gz == 0) {
+    fprintf(stderr, "cuda_emu: launch of `%s` with an empty grid or block\n", f->name.c_str());
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (threads > kMaxThreads || bx > 1024 || by > 1024 || bz > 64 || gy > 65535 || gz > 65535) {
+    fprintf(stderr, "cuda_emu: launch of `%s` with block (%u,%u,%u) / grid (%u,%u,%u) over the device limits\n",
+            f->name.c_str(), bx, by, bz, gx, gy, gz);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (smem > kOptinSmem || smem > (unsigned)std::max<int>(f->max_dynamic_smem, int(kDefaultSmem))) {
+    fprintf(stderr,
+            "cuda_emu: launch of `%s` asks %u bytes of dynamic shared memory (limit %d without "
+            "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, at most %zu)\n",
+            f->name.c_str(), smem, std::max<int>(f->max_dynamic_smem, int(kDefaultSmem)), kOptinSmem);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!params) {
+    if (extra) fprintf(stderr, "cuda_emu: cuLaunchKernel `extra` is not supported\n");
+    // A kernel without parameters may legitimately pass no kernelParams.
+  }
+  if (trace())
+    fprintf(stderr, "cuda_emu: launch %s grid (%u,%u,%u) block (%u,%u,%u) smem %u\n", f->name.c_str(), gx, gy, gz,
+            bx, by, bz, smem);
+  std::lock_guard<std::mutex> g(g_launch_mutex);
+  ensure_stacks();
+  const unsigned n = unsigned(threads);
+  g_fibers.assign(n, Fiber{});
+  for (unsigned z = 0, i = 0; z < bz; ++z)
+    for (unsigned y = 0; y < by; ++y)
+      for (unsigned x = 0; x < bx; ++x, ++i) {
+        g_fibers[i].tid = dim3(x, y, z);
+        g_fibers[i].linear = i;
+      }
+  g_warp_buf.assign(((n + 31) / 32) * 32, 0);
+  if (smem > g_smem_alloc) {
+    free(g_smem);
+    g_smem_alloc = (smem + 255) / 256 * 256;
+    g_smem = static_cast<unsigned char*>(aligned_alloc(256, g_smem_alloc));
+  }
+  g_smem_cap = smem;
+  g_tramp = f->tramp;
+  g_params = params;
+  g_kernel = f->name.c_str();
+  blockDim = dim3(bx, by, bz);
+  gridDim = dim3(gx, gy, gz);
+  // The fault handler runs on its own 64 KB alternate stack while a kernel runs (the
+  // fiber stack may be the thing that overflowed; Rust's 8 KB one is too small for it).
+  static thread_local char* alt = static_cast<char*>(malloc(64 * 1024));
+  stack_t ss{}, old_ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = 64 * 1024;
+  sigaltstack(&ss, &old_ss);
+  t_in_kernel = true;
+  for (unsigned z = 0; z < gz; ++z)
+    for (unsigned y = 0; y < gy; ++y)
+      for (unsigned x = 0; x < gx; ++x) {
+        blockIdx = dim3(x, y, z);
+        run_block(n);
+      }
+  t_in_kernel = false;
+  sigaltstack(&old_ss, nullptr);
+  g_kernel = nullptr;
+  return CUDA_SUCCESS;
+}
+
+const char* error_name(CUresult e) {
+  switch (e) {
+    case 0: return "CUDA_SUCCESS";
+    case 1: return "CUDA_ERROR_INVALID_VALUE";
+    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+    case 101: return "CUDA_ERROR_INVALID_DEVICE";
+    case 200: return "CUDA_ERROR_INVALID_IMAGE";
+    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+    case 301: return "CUDA_ERROR_FILE_NOT_FOUND";
+    case 400: return "CUDA_ERROR_INVALID_HANDLE";
+    case 500: return "CUDA_ERROR_NOT_FOUND";
+    case 600: return "CUDA_ERROR_NOT_READY";
+    case 701: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    case 719: return "CUDA_ERROR_LAUNCH_FAILED";
+    case 801: return "CUDA_ERROR_NOT_SUPPORTED";
+    default: return nullptr;
+  }
+}
+const char* error_string(CUresult e) {
+  switch (e) {
+    case 0: return "no error";
+    case 1: return "invalid argument";
+    case 2: return "out of memory";
+    case 3: return "initialization error";
+    case 101: return "invalid device ordinal";
+    case 200: return "device kernel image is invalid (the CPU emulator needs PTX text)";
+    case 201: return "invalid device context";
+    case 301: return "file not found";
+    case 400: return "invalid resource handle";
+    case 500: return "named symbol not found";
+    case 600: return "device not ready";
+    case 701: return "too many resources requested for launch";
+    case 719: return "unspecified launch failure";
+    case 801: return "operation not supported (by the CPU emulator)";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+// ============================================================ driver API
+#define API extern "C" __attribute__((visibility("default")))
+
+API CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
+API CUresult cuDriverGetVersion(int* v) {
+  if (!v) return CUDA_ERROR_INVALID_VALUE;
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetCount(int* c) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  *c = 1;
+  return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  snprintf(name, size_t(len), "%s", "hopscore CPU emulator");
+  return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice d) {
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  int v = 0;
+  switch (attrib) {
+    case 1: v = 1024; break;           // MAX_THREADS_PER_BLOCK
+    case 2: case 3: v = 1024; break;   // MAX_BLOCK_DIM_X/Y
+    case 4: v = 64; break;             // MAX_BLOCK_DIM_Z
+    case 5: v = 2147483647; break;     // MAX_GRID_DIM_X
+    case 6: case 7: v = 65535; break;  // MAX_GRID_DIM_Y/Z
+    case 8: v = int(kDefaultSmem); break;  // MAX_SHARED_MEMORY_PER_BLOCK
+    case 9: v = 65536; break;          // TOTAL_CONSTANT_MEMORY
+    case 10: v = 32; break;            // WARP_SIZE
+    case 12: v = 65536; break;         // MAX_REGISTERS_PER_BLOCK
+    case 13: v = 1000000; break;       // CLOCK_RATE (kHz)
+    case 16: v = 2; break;             // MULTIPROCESSOR_COUNT
+    case 38: v = 50 << 20; break;      // L2_CACHE_SIZE
+    case 39: v = 2048; break;          // MAX_THREADS_PER_MULTIPROCESSOR
+    case 41: v = 1; break;             // UNIFIED_ADDRESSING
+    case 75: v = 9; break;             // COMPUTE_CAPABILITY_MAJOR
+    case 76: v = 0; break;             // COMPUTE_CAPABILITY_MINOR
+    case 81: v = 228 * 1024; break;    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    case 82: v = 65536; break;         // MAX_REGISTERS_PER_MULTIPROCESSOR
+    case 97: v = int(kOptinSmem); break;  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    case 106: v = 32; break;           // MAX_BLOCKS_PER_MULTIPROCESSOR
+    case 115: v = 1; break;            // MEMORY_POOLS_SUPPORTED
+    default: v = 0; break;
+  }
+  *pi = v;
+  return CUDA_SUCCESS;
+}
+API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  *bytes = kTotalMem;
+  return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetUuid(void* uuid, CUdevice) {
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  memcpy(uuid, "hopscore-cpu-emu", 16);
+  return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetUuid_v2(void* uuid, CUdevice d) { return cuDeviceGetUuid(uuid, d); }
+
+API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice d) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> g(g_mutex);
+  ++g_primary_refs;
+  *ctx = &g_primary_ctx;
+  return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> g(g_mutex);
+  if (g_primary_refs > 0) --g_primary_refs;
+  return CUDA_SUCCESS;
+}
+API CUresult cuCtxSetCurrent(CUcontext ctx) {
+  t_ctx = ctx;
+  return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = t_ctx;
+  return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetDevice(CUdevice* d) {
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+API CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
+API CUresult cuCtxSetFlags(unsigned) { return CUDA_SUCCESS; }
+API CUresult cuCtxGetLimit(size_t* v, int) {
+  if (!v) return CUDA_ERROR_INVALID_VALUE;
+  *v = 0;
+  return CUDA_SUCCESS;
+}
+API CUresult cuCtxSetLimit(int, size_t) { return CUDA_SUCCESS; }
+API CUresult cuCtxGetCacheConfig(int* c) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  *c = 0;
+  return CUDA_SUCCESS;
+}
+API CUresult cuCtxSetCacheConfig(int) { return CUDA_SUCCESS; }
+API CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamCreate(CUstream* s, unsigned) {
+  if (!s) return CUDA_ERROR_INVALID_VALUE;
+  *s = new Stream;
+  return CUDA_SUCCESS;
+}
+API CUresult cuStreamCreateWithPriority(CUstream* s, unsigned flags, int) { return cuStreamCreate(s, flags); }
+API CUresult cuStreamDestroy_v2(CUstream s) {
+  if (s && s != reinterpret_cast<CUstream>(0x1) && s != reinterpret_cast<CUstream>(0x2)) delete static_cast<Stream*>(s);
+  return CUDA_SUCCESS;
+}
+API CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+API CUresult cuStreamQuery(CUstream) { return CUDA_SUCCESS; }
+API CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
+API CUresult cuStreamIsCapturing(CUstream, int* status) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  *status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuEventCreate(CUevent* e, unsigned) {
+  if (!e) return CUDA_ERROR_INVALID_VALUE;
+  *e = new Event;
+  return CUDA_SUCCESS;
+}
+API CUresult cuEventRecord(CUevent e, CUstream) {
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = static_cast<Event*>(e);
+  ev->t = std::chrono::steady_clock::now();
+  ev->recorded = true;
+  return CUDA_SUCCESS;
+}
+API CUresult cuEventSynchronize(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+API CUresult cuEventQuery(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+API CUresult cuEventDestroy_v2(CUevent e) {
+  delete static_cast<Event*>(e);
+  return CUDA_SUCCESS;
+}
+API CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  if (!ms || !a || !b) return CUDA_ERROR_INVALID_VALUE;
+  auto *ea = static_cast<Event*>(a), *eb = static_cast<Event*>(b);
+  if (!ea->recorded || !eb->recorded) return CUDA_ERROR_NOT_READY;
+  *ms = std::chrono::duration<float, std::milli>(eb->t - ea->t).count();
+  return CUDA_SUCCESS;
+}
+API CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
+
+API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return alloc(p, n); }
+API CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream) { return alloc(p, n); }
+API CUresult cuMemFree_v2(CUdeviceptr p) { return release(p); }
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return release(p); }
+API CUresult cuMemGetInfo_v2(size_t* free_, size_t* total) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  if (free_) *free_ = kTotalMem - std::min(g_allocated, kTotalMem);
+  if (total) *total = kTotalMem;
+  return CUDA_SUCCESS;
+}
+API CUresult cuMemAllocHost_v2(void** pp, size_t n) {
+  if (!pp) return CUDA_ERROR_INVALID_VALUE;
+  *pp = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+  return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+API CUresult cuMemHostAlloc(void** pp, size_t n, unsigned) { return cuMemAllocHost_v2(pp, n); }
+API CUresult cuMemFreeHost(void* p) {
+  free(p);
+  return CUDA_SUCCESS;
+}
+
+static CUresult copy(void* dst, const void* src, size_t n) {
+  if (n && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
+  if (n) memmove(dst, src, n);
+  return CUDA_SUCCESS;
+}
+#define DPTR(p) reinterpret_cast<void*>(uintptr_t(p))
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* h, size_t n) { return copy(DPTR(d), h, n); }
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* h, size_t n, CUstream) { return copy(DPTR(d), h, n); }
+API CUresult cuMemcpyDtoH_v2(void* h, CUdeviceptr d, size_t n) { return copy(h, DPTR(d), n); }
+API CUresult cuMemcpyDtoHAsync_v2(void* h, CUdeviceptr d, size_t n, CUstream) { return copy(h, DPTR(d), n); }
+API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(DPTR(d), DPTR(s), n); }
+API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream) {
+  return copy(DPTR(d), DPTR(s), n);
+}
+API CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext, CUdeviceptr s, CUcontext, size_t n, CUstream) {
+  return copy(DPTR(d), DPTR(s), n);
+}
+API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
+  if (n && !d) return CUDA_ERROR_INVALID_VALUE;
+  if (n) memset(DPTR(d), v, n);
+  return CUDA_SUCCESS;
+}
+API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream) { return cuMemsetD8_v2(d, v, n); }
+API CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) {
+  if (n && !d) return CUDA_ERROR_INVALID_VALUE;
+  auto* p = static_cast<unsigned short*>(DPTR(d));
+  for (size_t i = 0; i < n; ++i) p[i] = v;
+  return CUDA_SUCCESS;
+}
+API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream) { return cuMemsetD16_v2(d, v, n); }
+API CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) {
+  if (n && !d) return CUDA_ERROR_INVALID_VALUE;
+  auto* p = static_cast<unsigned*>(DPTR(d));
+  for (size_t i = 0; i < n; ++i) p[i] = v;
+  return CUDA_SUCCESS;
+}
+API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream) { return cuMemsetD32_v2(d, v, n); }
+
+API CUresult cuModuleLoadData(CUmodule* m, const void* image) { return load_module(m, static_cast<const char*>(image)); }
+API CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned, void*, void**) {
+  return load_module(m, static_cast<const char*>(image));
+}
+API CUresult cuModuleLoad(CUmodule* m, const char* path) {
+  if (!path) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string s = ss.str();
+  return load_module(m, s.c_str());
+}
+API CUresult cuModuleUnload(CUmodule m) {
+  auto* mod = static_cast<Module*>(m);
+  if (!mod) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& kv : mod->functions) delete kv.second;
+  delete mod;
+  return CUDA_SUCCESS;
+}
+API CUresult cuModuleGetFunction(CUfunction* out, CUmodule m, const char* name) {
+  auto* mod = static_cast<Module*>(m);
+  if (!out || !name) return CUDA_ERROR_INVALID_VALUE;
+  if (!mod) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> g(g_mutex);
+  auto it = mod->functions.find(name);
+  if (it != mod->functions.end()) {
+    *out = it->second;
+    return CUDA_SUCCESS;
+  }
+  if (!mod->entries.count(name)) return CUDA_ERROR_NOT_FOUND;
+  auto r = registry().find(name);
+  if (r == registry().end()) {
+    fprintf(stderr,
+            "cuda_emu: kernel `%s` is in the PTX but not in the emulator: is it followed by "
+            "HOPSCORE_ENTRY(%s); and was tools/cuda_emu/build.sh re-run?\n",
+            name, name);
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  auto* f = new Function{name, r->second};
+  mod->functions[name] = f;
+  *out = f;
+  return CUDA_SUCCESS;
+}
+API CUresult cuModuleGetGlobal_v2(CUdeviceptr*, size_t*, CUmodule, const char* name) {
+  fprintf(stderr, "cuda_emu: cuModuleGetGlobal(%s) is not supported\n", name ? name : "?");
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+API CUresult cuFuncSetAttribute(CUfunction fh, int attrib, int value) {
+  auto* f = static_cast<Function*>(fh);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (attrib == 8) {  // MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if (value < 0 || size_t(value) > kOptinSmem) return CUDA_ERROR_INVALID_VALUE;
+    f->max_dynamic_smem = value;
+  }
+  return CUDA_SUCCESS;
+}
+API CUresult cuFuncGetAttribute(int* pi, int attrib, CUfunction fh) {
+  auto* f = static_cast<Function*>(fh);
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case 0: *pi = 1024; break;  // MAX_THREADS_PER_BLOCK
+    case 4: *pi = 32; break;    // NUM_REGS
+    case 5: *pi = 80; break;    // PTX_VERSION
+    case 6: *pi = 90; break;    // BINARY_VERSION
+    case 8: *pi = f->max_dynamic_smem; break;
+    default: *pi = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+API CUresult cuFuncSetCacheConfig(CUfunction, int) { return CUDA_SUCCESS; }
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned smem, CUstream, void** params, void** extra) {
+  return launch(f, gx, gy, gz, bx, by, bz, smem, params, extra);
+}
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                       unsigned bz, unsigned smem, CUstream, void** params) {
+  return launch(f, gx, gy, gz, bx, by, bz, smem, params, nullptr);
+}
+API CUresult cuLaunchHostFunc(CUstream, CUhostFn fn, void* user) {
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  fn(user);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int block, size_t) {
+  if (!n || !f || block <= 0) return CUDA_ERROR_INVALID_VALUE;
+  *n = std::max(1, std::min(32, 2048 / block));
+  return CUDA_SUCCESS;
+}
+API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, CUfunction f, int block, size_t s, unsigned) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, s);
+}
+API CUresult cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block, CUfunction f, CUoccupancyB2DSize, size_t,
+                                              int limit) {
+  if (!min_grid || !block || !f) return CUDA_ERROR_INVALID_VALUE;
+  *block = limit > 0 ? std::min(limit, 1024) : 1024;
+  *min_grid = 2 * std::max(1, 2048 / *block);
+  return CUDA_SUCCESS;
+}
+API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* block, CUfunction f, CUoccupancyB2DSize b2d,
+                                                       size_t s, int limit, unsigned) {
+  return cuOccupancyMaxPotentialBlockSize(min_grid, block, f, b2d, s, limit);
+}
+API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* s, CUfunction f, int, int) {
+  if (!s || !f) return CUDA_ERROR_INVALID_VALUE;
+  *s = kOptinSmem;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuProfilerStart() { return CUDA_SUCCESS; }
+API CUresult cuProfilerStop() { return CUDA_SUCCESS; }
+
+API CUresult cuGetErrorName(CUresult e, const char** s) {
+  if (!s) return CUDA_ERROR_INVALID_VALUE;
+  *s = error_name(e);
+  return *s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+API CUresult cuGetErrorString(CUresult e, const char** s) {
+  if (!s) return CUDA_ERROR_INVALID_VALUE;
+  *s = error_string(e);
+  return *s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}

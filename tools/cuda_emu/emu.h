@@ -1,0 +1,433 @@
+// hopscore CUDA CPU emulator: the device-side half.
+//
+// Force-included (g++ -include tools/cuda_emu/emu.h) before every kernels/*.cu, which
+// is then compiled as plain C++20 and linked into the fake libcuda.so built by
+// tools/cuda_emu/build.sh. It supplies the CUDA language extensions, builtins,
+// intrinsics, half types and nvcuda::wmma that the kernels use; the scheduler that
+// runs every CUDA thread of a block as a cooperative fiber lives in driver.cpp.
+//
+// Semantics:
+// - blocks run one at a time, so `__shared__` is `static` (function-static storage is
+//   the block's shared memory; it keeps the previous block's values, like real shared
+//   memory keeps garbage);
+// - every CUDA thread is a fiber; it runs until a sync point (__syncthreads, a warp
+//   collective, wmma::store_matrix_sync) or its end, so the kernel code sees exactly
+//   the synchronisation it asked for and nothing more;
+// - warp collectives require the full mask (0xffffffff), as kernels/common.cuh says.
+#pragma once
+#ifndef HOPSCORE_CUDA_EMU
+#define HOPSCORE_CUDA_EMU 1
+#endif
+// Kernels are "device code" here, for the PTX baseline of build.rs (compute_80).
+#ifndef __CUDA_ARCH__
+#define __CUDA_ARCH__ 800
+#endif
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <assert.h>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+// ---------------------------------------------------------------- language extensions
+#define __global__
+#define __device__
+#define __host__
+#define __noinline__ __attribute__((noinline))
+#define __forceinline__ inline
+#define __shared__ static
+#define __constant__ static
+#define __managed__
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
+// __restrict__ is already a g++ keyword.
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+typedef dim3 uint3;
+
+struct __attribute__((aligned(8))) float2 { float x, y; };
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+struct __attribute__((aligned(8))) int2 { int x, y; };
+struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
+struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
+struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return int2{x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+// Set by the scheduler (driver.cpp) before it switches into each fiber.
+extern dim3 threadIdx, blockIdx, blockDim, gridDim;
+constexpr int warpSize = 32;
+
+namespace hopscore_emu {
+// driver.cpp
+void block_barrier();             // __syncthreads
+int block_barrier_count(int pred);  // __syncthreads_count: barrier + number of true predicates
+void warp_barrier();              // all live lanes of the caller's warp
+unsigned lane_id();
+uint64_t* warp_exchange_buffer();  // 32 slots for the caller's warp
+unsigned warp_live_mask();         // lanes of the caller's warp that exist and have not exited
+void* dynamic_smem();
+[[noreturn]] void fatal(const char* what);
+
+typedef void (*Trampoline)(void** params);
+void register_kernel(const char* name, Trampoline t);
+struct Registrar {
+  Registrar(const char* name, Trampoline t) { register_kernel(name, t); }
+};
+
+template <auto F> struct Entry;
+template <typename... A, void (*F)(A...)> struct Entry<F> {
+  template <size_t... I> static void call_impl(void** p, std::index_sequence<I...>) {
+    F(*static_cast<std::decay_t<A>*>(p[I])...);
+  }
+  static void call(void** params) { call_impl(params, std::index_sequence_for<A...>{}); }
+};
+
+// The compiler must not keep shared (static) memory in registers across a sync point.
+inline void clobber() { asm volatile("" ::: "memory"); }
+
+inline void check_mask(unsigned mask) {
+  if (mask != 0xffffffffu) fatal("warp collective with a mask other than 0xffffffff (unsupported)");
+}
+
+template <typename T> inline uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "warp collective on a type over 8 bytes");
+  uint64_t b = 0;
+  memcpy(&b, &v, sizeof(T));
+  return b;
+}
+template <typename T> inline T from_bits(uint64_t b) {
+  T v;
+  memcpy(&v, &b, sizeof(T));
+  return v;
+}
+
+// Every lane publishes `v`, then reads the slot `src(lane)` (or its own when src < 0).
+template <typename T, typename Src> inline T exchange(T v, Src src) {
+  clobber();
+  uint64_t* buf = warp_exchange_buffer();
+  const unsigned lane = lane_id();
+  buf[lane] = to_bits(v);
+  warp_barrier();
+  const int s = src(lane);
+  T r = s < 0 ? v : from_bits<T>(buf[s]);
+  warp_barrier();
+  clobber();
+  return r;
+}
+}  // namespace hopscore_emu
+
+#define HOPSCORE_ENTRY(name) \
+  static ::hopscore_emu::Registrar hopscore_emu_entry_##name(#name, &::hopscore_emu::Entry<&name>::call)
+#define HOPSCORE_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::hopscore_emu::dynamic_smem())
+
+// ---------------------------------------------------------------- synchronisation
+inline void __syncthreads() {
+  hopscore_emu::clobber();
+  hopscore_emu::block_barrier();
+  hopscore_emu::clobber();
+}
+inline int __syncthreads_count(int pred) {
+  hopscore_emu::clobber();
+  const int r = hopscore_emu::block_barrier_count(pred);
+  hopscore_emu::clobber();
+  return r;
+}
+inline int __syncthreads_or(int pred) { return __syncthreads_count(pred) != 0; }
+inline int __syncthreads_and(int pred) { return __syncthreads_count(!pred) == 0; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  hopscore_emu::check_mask(mask);
+  hopscore_emu::clobber();
+  hopscore_emu::warp_barrier();
+  hopscore_emu::clobber();
+}
+inline void __threadfence() { hopscore_emu::clobber(); }
+inline void __threadfence_block() { hopscore_emu::clobber(); }
+inline unsigned __activemask() { return 0xffffffffu; }
+
+template <typename T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  hopscore_emu::check_mask(mask);
+  return hopscore_emu::exchange(v, [&](unsigned lane) {
+    return int((lane & ~unsigned(width - 1)) + (unsigned(src) & unsigned(width - 1)));
+  });
+}
+template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  hopscore_emu::check_mask(mask);
+  return hopscore_emu::exchange(v, [&](unsigned lane) {
+    const unsigned s = lane ^ unsigned(lane_mask);
+    const unsigned seg = lane & ~unsigned(width - 1);
+    return s >= seg + unsigned(width) || s >= 32 ? -1 : int(s);
+  });
+}
+template <typename T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  hopscore_emu::check_mask(mask);
+  return hopscore_emu::exchange(v, [&](unsigned lane) {
+    return (lane & unsigned(width - 1)) + delta >= unsigned(width) ? -1 : int(lane + delta);
+  });
+}
+template <typename T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  hopscore_emu::check_mask(mask);
+  return hopscore_emu::exchange(v, [&](unsigned lane) {
+    return (lane & unsigned(width - 1)) < delta ? -1 : int(lane - delta);
+  });
+}
+// Ballot: every lane publishes its predicate, then each reduces the slots of the live
+// lanes (lanes that do not exist or have exited count as 0).
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  hopscore_emu::check_mask(mask);
+  hopscore_emu::clobber();
+  uint64_t* buf = hopscore_emu::warp_exchange_buffer();
+  buf[hopscore_emu::lane_id()] = pred ? 1 : 0;
+  hopscore_emu::warp_barrier();
+  const unsigned live = hopscore_emu::warp_live_mask();
+  unsigned r = 0;
+  for (unsigned i = 0; i < 32; ++i)
+    if (((live >> i) & 1u) && buf[i] == 1) r |= 1u << i;
+  hopscore_emu::warp_barrier();
+  hopscore_emu::clobber();
+  return r;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, !pred) == 0; }
+
+// ---------------------------------------------------------------- atomics
+// Blocks are sequential and fibers cooperative: plain read-modify-write is atomic.
+template <typename T> inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+template <typename T> inline T atomicSub(T* p, T v) { T o = *p; *p = o - v; return o; }
+template <typename T> inline T atomicMax(T* p, T v) { T o = *p; *p = o < v ? v : o; return o; }
+template <typename T> inline T atomicMin(T* p, T v) { T o = *p; *p = v < o ? v : o; return o; }
+template <typename T> inline T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
+template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
+template <typename T> inline T atomicOr(T* p, T v) { T o = *p; *p = o | v; return o; }
+template <typename T> inline T atomicAnd(T* p, T v) { T o = *p; *p = o & v; return o; }
+
+// ---------------------------------------------------------------- math and bits
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+template <typename A, typename B> inline std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  if constexpr (std::is_floating_point_v<C>) return fmax(C(a), C(b));
+  else return C(a) < C(b) ? C(b) : C(a);
+}
+template <typename A, typename B> inline std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  if constexpr (std::is_floating_point_v<C>) return fmin(C(a), C(b));
+  else return C(b) < C(a) ? C(b) : C(a);
+}
+inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
+inline float __uint_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline unsigned __brev(unsigned x) {
+  unsigned r = 0;
+  for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+  return r;
+}
+template <typename T> inline T __ldg(const T* p) { return *p; }
+
+// ---------------------------------------------------------------- half types
+struct __nv_bfloat16;
+struct __half;
+namespace hopscore_emu {
+inline uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN, sign kept
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float bf16_bits_to_f32(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_f16_bits(float f) {
+  _Float16 h = (_Float16)f;
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+inline float f16_bits_to_f32(uint16_t b) {
+  _Float16 h;
+  memcpy(&h, &b, 2);
+  return (float)h;
+}
+}  // namespace hopscore_emu
+
+struct __attribute__((aligned(2))) __nv_bfloat16 {
+  uint16_t __x;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) : __x(hopscore_emu::f32_to_bf16_bits(f)) {}
+  __nv_bfloat16(double f) : __x(hopscore_emu::f32_to_bf16_bits(float(f))) {}
+  __nv_bfloat16(int f) : __x(hopscore_emu::f32_to_bf16_bits(float(f))) {}
+  operator float() const { return hopscore_emu::bf16_bits_to_f32(__x); }
+};
+struct __attribute__((aligned(2))) __half {
+  uint16_t __x;
+  __half() = default;
+  __half(float f) : __x(hopscore_emu::f32_to_f16_bits(f)) {}
+  __half(double f) : __x(hopscore_emu::f32_to_f16_bits(float(f))) {}
+  __half(int f) : __x(hopscore_emu::f32_to_f16_bits(float(f))) {}
+  operator float() const { return hopscore_emu::f16_bits_to_f32(__x); }
+};
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __half half;
+struct __attribute__((aligned(4))) __nv_bfloat162 { __nv_bfloat16 x, y; };
+struct __attribute__((aligned(4))) __half2 { __half x, y; };
+typedef __nv_bfloat162 nv_bfloat162;
+typedef __half2 half2;
+
+inline __nv_bfloat16 __float2bfloat16(float f) { __nv_bfloat16 r; r.__x = hopscore_emu::f32_to_bf16_bits(f); return r; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+inline float __bfloat162float(__nv_bfloat16 h) { return hopscore_emu::bf16_bits_to_f32(h.__x); }
+inline __half __float2half(float f) { __half r; r.__x = hopscore_emu::f32_to_f16_bits(f); return r; }
+inline __half __float2half_rn(float f) { return __float2half(f); }
+inline float __half2float(__half h) { return hopscore_emu::f16_bits_to_f32(h.__x); }
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16(a), __float2bfloat16(b)}; }
+inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
+inline __nv_bfloat162 __float22bfloat162_rn(float2 v) { return __floats2bfloat162_rn(v.x, v.y); }
+inline __half2 __floats2half2_rn(float a, float b) { return {__float2half(a), __float2half(b)}; }
+inline float2 __half22float2(__half2 v) { return {__half2float(v.x), __half2float(v.y)}; }
+inline __half2 __float22half2_rn(float2 v) { return __floats2half2_rn(v.x, v.y); }
+inline float __low2float(__half2 v) { return __half2float(v.x); }
+inline float __high2float(__half2 v) { return __half2float(v.y); }
+inline float __low2float(__nv_bfloat162 v) { return __bfloat162float(v.x); }
+inline float __high2float(__nv_bfloat162 v) { return __bfloat162float(v.y); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+inline unsigned short __half_as_ushort(__half h) { return h.__x; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { __nv_bfloat16 r; r.__x = b; return r; }
+inline __half __ushort_as_half(unsigned short b) { __half r; r.__x = b; return r; }
+
+// Scalar half arithmetic: computed in float, rounded once (what the hardware does for
+// a single add/mul/fma of two halves).
+#define HOPSCORE_EMU_HALF_OPS(T)                                                          \
+  inline T __hadd(T a, T b) { return T(float(a) + float(b)); }                            \
+  inline T __hsub(T a, T b) { return T(float(a) - float(b)); }                            \
+  inline T __hmul(T a, T b) { return T(float(a) * float(b)); }                            \
+  inline T __hdiv(T a, T b) { return T(float(a) / float(b)); }                            \
+  inline T __hneg(T a) { T r = a; r.__x ^= 0x8000u; return r; }                          \
+  inline T __habs(T a) { T r = a; r.__x &= 0x7fffu; return r; }                          \
+  inline T __hfma(T a, T b, T c) { return T(fmaf(float(a), float(b), float(c))); }        \
+  inline T __hmax(T a, T b) { return T(fmaxf(float(a), float(b))); }                     \
+  inline T __hmin(T a, T b) { return T(fminf(float(a), float(b))); }                     \
+  inline bool __hlt(T a, T b) { return float(a) < float(b); }                             \
+  inline bool __hgt(T a, T b) { return float(a) > float(b); }                             \
+  inline bool __heq(T a, T b) { return float(a) == float(b); }                            \
+  inline bool __hisnan(T a) { return std::isnan(float(a)); }
+HOPSCORE_EMU_HALF_OPS(__half)
+HOPSCORE_EMU_HALF_OPS(__nv_bfloat16)
+#undef HOPSCORE_EMU_HALF_OPS
+
+// ---------------------------------------------------------------- nvcuda::wmma
+// Every thread holds the whole tile (row-major in `x`), which is exact for code that
+// treats fragments opaquely: fill, element-wise ops over all x[i], load/store/mma.
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+namespace precision { struct tf32 {}; }
+
+template <typename Use, int M, int N, int K> struct tile_shape;
+template <int M, int N, int K> struct tile_shape<matrix_a, M, N, K> { static constexpr int rows = M, cols = K; };
+template <int M, int N, int K> struct tile_shape<matrix_b, M, N, K> { static constexpr int rows = K, cols = N; };
+template <int M, int N, int K> struct tile_shape<accumulator, M, N, K> { static constexpr int rows = M, cols = N; };
+
+template <typename T> struct storage { typedef T type; };
+template <> struct storage<precision::tf32> { typedef float type; };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+  typedef typename storage<T>::type element_type;
+  static constexpr int rows = tile_shape<Use, M, N, K>::rows;
+  static constexpr int cols = tile_shape<Use, M, N, K>::cols;
+  static constexpr int num_elements = rows * cols;
+  element_type x[num_elements];
+};
+
+template <typename Use, int M, int N, int K, typename T, typename L, typename V>
+inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, const V& v) {
+  typedef typename fragment<Use, M, N, K, T, L>::element_type E;
+  const E e = E(v);
+  for (int i = 0; i < f.num_elements; ++i) f.x[i] = e;
+}
+
+template <typename Use, int M, int N, int K, typename T, typename L, typename P>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm) {
+  static_assert(!std::is_void_v<L>, "matrix_a/matrix_b fragments need a row_major or col_major layout");
+  typedef fragment<Use, M, N, K, T, L> F;
+  hopscore_emu::clobber();
+  for (int r = 0; r < F::rows; ++r)
+    for (int c = 0; c < F::cols; ++c)
+      f.x[r * F::cols + c] = std::is_same_v<L, row_major> ? p[(size_t)r * ldm + c] : p[r + (size_t)c * ldm];
+}
+template <int M, int N, int K, typename T, typename P>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const P* p, unsigned ldm, layout_t layout) {
+  hopscore_emu::clobber();
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      f.x[r * N + c] = layout == mem_row_major ? p[(size_t)r * ldm + c] : p[r + (size_t)c * ldm];
+}
+// Collective over the warp: lane 0 writes the tile, between two warp barriers.
+template <int M, int N, int K, typename T, typename P>
+inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ldm, layout_t layout) {
+  hopscore_emu::clobber();
+  hopscore_emu::warp_barrier();
+  if (hopscore_emu::lane_id() == 0) {
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < N; ++c) {
+        P v = P(f.x[r * N + c]);
+        if (layout == mem_row_major) p[(size_t)r * ldm + c] = v;
+        else p[r + (size_t)c * ldm] = v;
+      }
+  }
+  hopscore_emu::clobber();
+  hopscore_emu::warp_barrier();
+  hopscore_emu::clobber();
+}
+
+template <int M, int N, int K, typename TA, typename LA, typename TB, typename LB, typename TC, typename TD>
+inline void mma_sync(fragment<accumulator, M, N, K, TD, void>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
+                     const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, TC, void>& c,
+                     bool /*satf*/ = false) {
+  float out[M * N];
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float s = float(c.x[i * N + j]);
+      for (int k = 0; k < K; ++k) s += float(a.x[i * K + k]) * float(b.x[k * N + j]);
+      out[i * N + j] = s;
+    }
+  for (int i = 0; i < M * N; ++i) d.x[i] = typename fragment<accumulator, M, N, K, TD, void>::element_type(out[i]);
+}
+}  // namespace wmma
+}  // namespace nvcuda
