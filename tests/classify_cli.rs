@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow::array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::cli::classify::{run, ClassifyArgs};
-use hopscore::cli::DeviceArg;
+use hopscore::cli::DeviceOpts;
 use parquet::arrow::ArrowWriter;
 
 /// A word-level tokenizer where word `w<i>` is token id `i` (ids 3..1000; `w3` doubles
@@ -122,7 +122,7 @@ fn classify_matches_hf_logits_and_quarantines_bad_rows() {
         max_batch_tokens: 200,
         max_length: None,
         quarantine: None,
-        device: DeviceArg::Cpu,
+        device: DeviceOpts::CPU,
     })
     .unwrap();
     assert_eq!((summary.scored, summary.quarantined), (3, 4));
@@ -189,7 +189,7 @@ fn wrong_column_type_is_a_clear_error() {
         max_batch_tokens: 1000,
         max_length: None,
         quarantine: None,
-        device: DeviceArg::Cpu,
+        device: DeviceOpts::CPU,
     })
     .unwrap_err();
     assert!(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow::array::{Array, Float64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::cli::loglik::{run, LoglikArgs};
-use hopscore::cli::DeviceArg;
+use hopscore::cli::DeviceOpts;
 
 #[test]
 fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
@@ -91,7 +91,7 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
         max_batch_tokens: 1024,
         max_length: None,
         quarantine: None,
-        device: DeviceArg::Cpu,
+        device: DeviceOpts::CPU,
     })
     .unwrap();
     assert_eq!((summary.scored, summary.quarantined), (8, 4));

@@ -28,10 +28,7 @@ pub fn matrix_shape(shape: &[usize]) -> OpResult<(usize, usize)> {
 pub fn linear(x: &impl Dims, w: &impl Dims, bias: Option<&impl Dims>) -> OpResult<()> {
     let ((xr, xc), (wr, wc)) = (x.dims(), w.dims());
     if xc != wc {
-        return fail(
-            "linear",
-            format!("x is [{xr}, {xc}] but w is [{wr}, {wc}]"),
-        );
+        return fail("linear", format!("x is [{xr}, {xc}] but w is [{wr}, {wc}]"));
     }
     if let Some(b) = bias.filter(|b| b.numel() != wr) {
         return fail(

@@ -9,6 +9,7 @@ pub mod check;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod dtype;
 pub mod kernels;
 
 use crate::model::weights::HostTensor;

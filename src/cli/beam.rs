@@ -14,8 +14,8 @@ use clap::Args;
 use rayon::prelude::*;
 
 use super::question_run::{self, RunArgs, RunSummary};
-use super::{run_metadata, DeviceArg};
-use crate::backend::cpu::CpuBackend;
+use super::{run_metadata, with_backend, DeviceOpts};
+use crate::backend::Backend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
 use crate::io::parquet_io::write_in_batches;
 use crate::io::questions::Question;
@@ -53,8 +53,8 @@ pub struct BeamArgs {
     pub max_hops: usize,
     #[command(flatten)]
     pub run: RunArgs,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[command(flatten)]
+    pub device: DeviceOpts,
 }
 
 /// The `--hops` setting.
@@ -114,9 +114,10 @@ pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     super::install_interrupt_handler();
     anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
     anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
-    let be = match args.device {
-        DeviceArg::Cpu => CpuBackend,
-    };
+    with_backend!(&args.device, be => run_on(be, args))
+}
+
+fn run_on<B: Backend>(be: &B, args: &BeamArgs) -> Result<RunSummary> {
     let files = ModelFiles::open(&args.model)?;
     let names: Vec<&str> = files.heads().iter().map(|h| h.name).collect();
     if !(names.contains(&"hop1") && names.contains(&"hop_n")) {
@@ -128,7 +129,7 @@ pub fn run(args: &BeamArgs) -> Result<RunSummary> {
         );
     }
     let weights_path = files.weights_path();
-    let model = CrossEncoder::load(&be, files, Some(&["hop1", "hop_n"]))?;
+    let model = CrossEncoder::load(be, files, Some(&["hop1", "hop_n"]))?;
     debug_assert_eq!(model.heads[0].spec.name, "hop1");
     let tok = Arc::new(TextTokenizer::from_file(
         &TextTokenizer::locate(&args.model, args.tokenizer.as_deref())?,
@@ -143,12 +144,12 @@ pub fn run(args: &BeamArgs) -> Result<RunSummary> {
             ("hops", format!("{:?}", args.hops)),
             ("tau", args.tau.to_string()),
             ("max_hops", args.max_hops.to_string()),
-            ("device", "cpu".into()),
+            ("device", be.name()),
         ],
     )?;
     let (beam_size, hops, tau, max_hops) = (args.beam_size, args.hops, args.tau, args.max_hops);
     let score = |seqs: &[Sequence], heads: &[usize]| -> Result<Vec<Vec<f32>>> {
-        let out = model.forward(&be, &PackedBatch::pack(seqs), false)?;
+        let out = model.forward(be, &PackedBatch::pack(seqs), false)?;
         Ok(heads
             .iter()
             .enumerate()

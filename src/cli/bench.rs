@@ -3,8 +3,7 @@
 use anyhow::{ensure, Result};
 use clap::Args;
 
-use super::DeviceArg;
-use crate::backend::cpu::CpuBackend;
+use super::{with_backend, DeviceOpts};
 use crate::bench::{BenchResult, BenchSpec, ModelShape};
 
 #[derive(Debug, Clone, Args)]
@@ -23,8 +22,8 @@ pub struct BenchArgs {
     /// Timed passes (the mean is reported).
     #[arg(long, default_value_t = 3)]
     pub iters: usize,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[command(flatten)]
+    pub device: DeviceOpts,
     /// Print one JSON line instead of a table (for tools/bench_reference.py).
     #[arg(long)]
     pub json: bool,
@@ -46,9 +45,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         warmup: args.warmup,
         iters: args.iters,
     };
-    match args.device {
-        DeviceArg::Cpu => crate::bench::run(&CpuBackend, spec),
-    }
+    with_backend!(&args.device, be => crate::bench::run(be, spec))
 }
 
 /// Human-readable form of a result.

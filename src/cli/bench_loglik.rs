@@ -10,8 +10,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::loglik::{load_decoder, score};
-use super::DeviceArg;
-use crate::backend::cpu::CpuBackend;
+use super::{with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::model::decoder::ScoredSequence;
 
@@ -35,8 +34,8 @@ pub struct BenchLoglikArgs {
     /// Timed passes over all pairs (the mean is reported).
     #[arg(long, default_value_t = 3)]
     pub iters: usize,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[command(flatten)]
+    pub device: DeviceOpts,
     /// Print one JSON line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -74,9 +73,7 @@ pub struct BenchLoglikResult {
 /// Runs `hopscore bench-loglik`.
 pub fn run(args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
     ensure!(args.iters >= 1, "--iters must be at least 1");
-    match args.device {
-        DeviceArg::Cpu => run_on(&CpuBackend, args),
-    }
+    with_backend!(&args.device, be => run_on(be, args))
 }
 
 fn run_on<B: Backend>(be: &B, args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {

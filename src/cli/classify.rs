@@ -14,8 +14,7 @@ use clap::Args;
 use rayon::prelude::*;
 
 use super::rows::{self, RowOutput, RowSummary};
-use super::{run_metadata, DeviceArg};
-use crate::backend::cpu::CpuBackend;
+use super::{run_metadata, with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::io::parquet_io::{check_text, string_column, ParquetInput};
 use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
@@ -57,14 +56,15 @@ pub struct ClassifyArgs {
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
     #[arg(long)]
     pub quarantine: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[command(flatten)]
+    pub device: DeviceOpts,
 }
 
 pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
-    let be = match args.device {
-        DeviceArg::Cpu => CpuBackend,
-    };
+    with_backend!(&args.device, be => run_on(be, args))
+}
+
+fn run_on<B: Backend>(be: &B, args: &ClassifyArgs) -> Result<RowSummary> {
     let files = ModelFiles::open(&args.model)?;
     let config = files.config.clone();
     let head = select(&files.heads(), args.head.as_deref())?.clone();
@@ -74,7 +74,7 @@ pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
         head.name
     );
     let weights_path = files.weights_path();
-    let model = CrossEncoder::load(&be, files, Some(&[head.name]))?;
+    let model = CrossEncoder::load(be, files, Some(&[head.name]))?;
     let max_len = args.max_length.unwrap_or(config.max_position_embeddings);
     let tok = TextTokenizer::from_file(
         &TextTokenizer::locate(&args.model, args.tokenizer.as_deref())?,
@@ -110,7 +110,7 @@ pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
         |s: &Sequence| s.ids.len(),
         |seqs| {
             Ok(vec![list_column(&score(
-                &be,
+                be,
                 &model,
                 seqs,
                 args.max_batch_tokens,

@@ -15,8 +15,8 @@ use arrow::datatypes::{DataType, Field, Fields, Schema};
 use clap::{Args, ValueEnum};
 
 use super::question_run::{self, RunArgs, RunSummary};
-use super::{run_metadata, DeviceArg};
-use crate::backend::cpu::CpuBackend;
+use super::{run_metadata, with_backend, DeviceOpts};
+use crate::backend::Backend;
 use crate::io::columns::list_of;
 use crate::io::parquet_io::write_in_batches;
 use crate::io::questions::Question;
@@ -63,8 +63,8 @@ pub struct LabelArgs {
     pub top_k: usize,
     #[command(flatten)]
     pub run: RunArgs,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[command(flatten)]
+    pub device: DeviceOpts,
 }
 
 /// The `--tag-pooling` setting.
@@ -75,8 +75,8 @@ pub enum TagPooling {
 }
 
 /// A loaded model and where its heads' logits are.
-struct Scorer {
-    model: CrossEncoder<CpuBackend>,
+struct Scorer<B: Backend> {
+    model: CrossEncoder<B>,
     /// The first weight file (its sha256 goes into the run metadata).
     weights: PathBuf,
     /// Index of the tag head (Labeler only) and its class count.
@@ -84,9 +84,9 @@ struct Scorer {
     tokens: usize,
 }
 
-impl Scorer {
+impl<B: Backend> Scorer<B> {
     /// Loads `dir` and finds its token head (2 labels) and, when `tags`, its tag head.
-    fn load(be: &CpuBackend, dir: &Path, role: &str, tags: Option<TagPooling>) -> Result<Self> {
+    fn load(be: &B, dir: &Path, role: &str, tags: Option<TagPooling>) -> Result<Self> {
         let files = ModelFiles::open(dir)?;
         let mut specs = files.heads();
         let names = specs.iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
@@ -132,7 +132,7 @@ impl Scorer {
     }
 
     /// Per sequence: the tag logits (if any), then the token logits `[len, 2]`.
-    fn score(&self, be: &CpuBackend, seqs: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
+    fn score(&self, be: &B, seqs: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
         let batch = PackedBatch::pack(seqs.iter().copied());
         let out = self.model.forward(be, &batch, false)?;
         let cu = &batch.layout.cu_seqlens;
@@ -150,19 +150,14 @@ impl Scorer {
 }
 
 /// The Labeler and the Filter, scoring the requests of [`EfficientRag`] searches.
-pub struct Models {
-    labeler: Scorer,
-    filter: Scorer,
+pub struct Models<B: Backend> {
+    labeler: Scorer<B>,
+    filter: Scorer<B>,
 }
 
-impl Models {
+impl<B: Backend> Models<B> {
     /// Loads both checkpoints (their heads are checked; errors name what is missing).
-    pub fn load(
-        be: &CpuBackend,
-        labeler: &Path,
-        filter: &Path,
-        pooling: TagPooling,
-    ) -> Result<Self> {
+    pub fn load(be: &B, labeler: &Path, filter: &Path, pooling: TagPooling) -> Result<Self> {
         Ok(Self {
             labeler: Scorer::load(be, labeler, "Labeler", Some(pooling))?,
             filter: Scorer::load(be, filter, "Filter", None)?,
@@ -176,12 +171,7 @@ impl Models {
 
     /// Logits of a mixed batch: [`LABELER`] requests go to the Labeler, [`FILTER`]
     /// requests to the Filter (the layouts the strategy expects).
-    pub fn score(
-        &self,
-        be: &CpuBackend,
-        seqs: &[Sequence],
-        heads: &[usize],
-    ) -> Result<Vec<Vec<f32>>> {
+    pub fn score(&self, be: &B, seqs: &[Sequence], heads: &[usize]) -> Result<Vec<Vec<f32>>> {
         let mut out = vec![Vec::new(); seqs.len()];
         for (head, scorer) in [(LABELER, &self.labeler), (FILTER, &self.filter)] {
             let picked: Vec<usize> = (0..seqs.len()).filter(|&k| heads[k] == head).collect();
@@ -250,10 +240,11 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     super::install_interrupt_handler();
     anyhow::ensure!(args.max_iter >= 1, "--max-iter must be at least 1");
     anyhow::ensure!(args.top_k >= 1, "--top-k must be at least 1");
-    let be = match args.device {
-        DeviceArg::Cpu => CpuBackend,
-    };
-    let models = Models::load(&be, &args.labeler, &args.filter, args.tag_pooling)?;
+    with_backend!(&args.device, be => run_on(be, args))
+}
+
+fn run_on<B: Backend>(be: &B, args: &LabelArgs) -> Result<RunSummary> {
+    let models = Models::load(be, &args.labeler, &args.filter, args.tag_pooling)?;
     let n_tags = models.n_tags();
     let tok = Arc::new(TextTokenizer::from_file(
         &TextTokenizer::locate(&args.labeler, args.tokenizer.as_deref())?,
@@ -287,7 +278,7 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
         ("n_tags", n_tags.to_string()),
         ("max_iter", args.max_iter.to_string()),
         ("top_k", args.top_k.to_string()),
-        ("device", "cpu".into()),
+        ("device", be.name()),
     ];
     if let Some(path) = &args.corpus {
         options.push(("corpus", path.display().to_string()));
@@ -316,7 +307,7 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
             search: EfficientRag::new(&q.question, source, tok.clone(), config),
         })
     };
-    let score = |seqs: &[Sequence], heads: &[usize]| models.score(&be, seqs, heads);
+    let score = |seqs: &[Sequence], heads: &[usize]| models.score(be, seqs, heads);
     let doc_ids = corpus.map(DocIds);
     let schema = label_schema(doc_ids.is_some());
     question_run::run(

@@ -12,7 +12,7 @@
 //! official `TopTfIdf`), the best `--second-hops` kept. The search itself is
 //! [`crate::strategy::lepus`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -25,8 +25,7 @@ use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 
 use super::question_run::{self, RunArgs, RunSummary};
-use super::{run_metadata, tool_metadata, DeviceArg};
-use crate::backend::cpu::CpuBackend;
+use super::{run_metadata, tool_metadata, with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
 use crate::io::parquet_io::write_in_batches;
@@ -96,8 +95,8 @@ pub struct LepusArgs {
     /// Logits are divided by T before the log-softmax (1.4 is best in the paper).
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f32,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[command(flatten)]
+    pub device: DeviceOpts,
 }
 
 /// Which scorer ranks the pool.
@@ -381,10 +380,17 @@ pub fn run(args: &LepusArgs) -> Result<RunSummary> {
     };
     let templates =
         parse_templates(&instructions, position, args.num_templates).map_err(anyhow::Error::msg)?;
-    let be = match args.device {
-        DeviceArg::Cpu => CpuBackend,
-    };
-    let loaded = super::loglik::load_decoder(&be, model_path, args.tokenizer.as_deref())?;
+    with_backend!(&args.device, be => run_on(be, args, model_path, templates, &common))
+}
+
+fn run_on<B: Backend>(
+    be: &B,
+    args: &LepusArgs,
+    model_path: &Path,
+    templates: Vec<Template>,
+    common: &[(&'static str, String)],
+) -> Result<RunSummary> {
+    let loaded = super::loglik::load_decoder(be, model_path, args.tokenizer.as_deref())?;
     let context = loaded.model.config.max_position_embeddings;
     ensure!(
         args.max_prompt_tokens <= context,
@@ -438,7 +444,7 @@ pub fn run(args: &LepusArgs) -> Result<RunSummary> {
         ranked_command(
             metadata,
             move |q: &Question| setup.prepare(q),
-            |seqs: &[Sequence], _: &[usize]| score_requests(&be, &model, seqs, temperature),
+            |seqs: &[Sequence], _: &[usize]| score_requests(be, &model, seqs, temperature),
         ),
     )
 }

@@ -17,8 +17,7 @@ use clap::Args;
 use rayon::prelude::*;
 
 use super::rows::{self, RowOutput, RowSummary};
-use super::{run_metadata, DeviceArg};
-use crate::backend::cpu::CpuBackend;
+use super::{run_metadata, with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::io::parquet_io::{check_text, string_column, ParquetInput};
 use crate::model::batch::token_budget_groups;
@@ -59,8 +58,8 @@ pub struct LoglikArgs {
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
     #[arg(long)]
     pub quarantine: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[command(flatten)]
+    pub device: DeviceOpts,
 }
 
 /// Per-row result.
@@ -119,10 +118,11 @@ pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
         "--temperature must be positive, got {}",
         args.temperature
     );
-    let be = match args.device {
-        DeviceArg::Cpu => CpuBackend,
-    };
-    let loaded = load_decoder(&be, &args.model, args.tokenizer.as_deref())?;
+    with_backend!(&args.device, be => run_on(be, args))
+}
+
+fn run_on<B: Backend>(be: &B, args: &LoglikArgs) -> Result<RowSummary> {
+    let loaded = load_decoder(be, &args.model, args.tokenizer.as_deref())?;
     let max_len = args
         .max_length
         .unwrap_or(loaded.model.config.max_position_embeddings);
@@ -159,7 +159,7 @@ pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
         |s: &ScoredSequence| s.ids.len(),
         |seqs| {
             let results = score(
-                &be,
+                be,
                 &loaded.model,
                 seqs,
                 args.temperature,

@@ -19,6 +19,7 @@ pub mod show;
 
 use std::path::Path;
 
+use crate::backend::dtype::DType;
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -69,7 +70,57 @@ pub enum Command {
 pub enum DeviceArg {
     /// The CPU backend (rayon + gemm, f32).
     Cpu,
+    /// The CUDA backend (kernels/ + cuBLAS; needs a build with `--features cuda`).
+    Cuda,
 }
+
+/// `--device`, `--gpu`, `--dtype`: where the model runs and in which element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub struct DeviceOpts {
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    /// CUDA device ordinal (with `--device cuda`).
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+    /// Element type of weights and activations on the GPU (accumulation is f32; the
+    /// CPU backend always runs f32).
+    #[arg(long, value_enum, default_value_t = DType::Bf16)]
+    pub dtype: DType,
+}
+
+impl DeviceOpts {
+    /// The CPU backend.
+    pub const CPU: DeviceOpts = DeviceOpts {
+        device: DeviceArg::Cpu,
+        gpu: 0,
+        dtype: DType::Bf16,
+    };
+}
+
+/// Evaluates `$body` with `$be` bound to the backend that `$opts` (a
+/// [`DeviceOpts`]) selects; `$body` is instantiated once per backend type.
+macro_rules! with_backend {
+    ($opts:expr, $be:ident => $body:expr) => {{
+        let opts: &$crate::cli::DeviceOpts = $opts;
+        match opts.device {
+            $crate::cli::DeviceArg::Cpu => {
+                let $be = &$crate::backend::cpu::CpuBackend;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            $crate::cli::DeviceArg::Cuda => {
+                let $be = &$crate::backend::cuda::CudaBackend::new(opts.gpu, opts.dtype)?;
+                $body
+            }
+            #[cfg(not(feature = "cuda"))]
+            $crate::cli::DeviceArg::Cuda => anyhow::bail!(
+                "this hopscore was built without CUDA support: rebuild with \
+                 `cargo build --release --features cuda`, or use --device cpu"
+            ),
+        }
+    }};
+}
+pub(crate) use with_backend;
 
 /// Set by Ctrl-C (SIGINT/SIGTERM): long runs stop reading input, finish the rows in
 /// flight, commit them, and exit so that `--resume` continues.

@@ -5,7 +5,8 @@ use std::ffi::c_void;
 use cudarc::cublas::{result as blas, sys};
 
 use super::device::Device;
-use super::memory::{device_err, DType};
+use super::memory::device_err;
+use crate::backend::dtype::DType;
 
 fn data_type(dt: DType) -> sys::cudaDataType {
     match dt {

@@ -9,7 +9,8 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
-use super::memory::{device_err, DType, DeviceBuf, Pool};
+use super::memory::{device_err, DeviceBuf, Pool};
+use crate::backend::dtype::DType;
 use crate::backend::{kernels, OpError, OpResult};
 
 /// An opened device with its stream, allocator and loaded kernels.

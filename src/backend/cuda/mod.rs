@@ -15,9 +15,10 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use self::device::{grid_1d, per_row, Device};
 use self::memory::device_err;
-pub use self::memory::{CudaTensor, DType};
+pub use self::memory::CudaTensor;
 use super::check::{self, Dims};
 use super::{AttentionShape, Backend, CausalShape, OpError, OpResult, RelAttention, SeqLayout};
+pub use crate::backend::dtype::DType;
 use crate::model::weights::HostTensor;
 
 /// Most blocks a grid-stride elementwise kernel is launched with.
