@@ -208,8 +208,9 @@ fn causal_attention_matches_cpu() {
         // (heads, kv_heads, head_dim, lengths): MHA, GQA 2:1 and 4:1, tiles crossing
         // the 32-row blocks, a one-token sequence; tokens 3, 10, 17, … are masked
         // (including the whole second sequence of the last case).
-        let cases: [(usize, usize, usize, &[usize]); 5] = [
+        let cases: [(usize, usize, usize, &[usize]); 6] = [
             (4, 4, 16, &[1, 5, 17, 40]),
+            (9, 3, 64, &[17, 40, 1, 5]), // SmolLM2-135M's geometry
             (4, 2, 64, &[1, 5, 17, 40]),
             (4, 1, 32, &[40, 1, 5, 17]),
             (2, 1, 128, &[70, 3]),
@@ -249,6 +250,24 @@ fn causal_attention_matches_cpu() {
             );
         }
     }
+}
+
+#[test]
+fn causal_attention_rejects_head_dim_over_128() {
+    let Some(be) = gpu(DType::F32) else { return };
+    let lay = layout(&[3], |_| false);
+    let qkv = host(3, 3 * 256, vec![0.5; 3 * 3 * 256]);
+    let shape = CausalShape {
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 256,
+        scale: 0.0625,
+    };
+    let err = be
+        .causal_attention(&be.upload(&qkv).unwrap(), shape, &lay)
+        .err()
+        .expect("head_dim 256 is refused");
+    assert!(err.to_string().contains("head_dim 256"), "{err}");
 }
 
 #[test]
