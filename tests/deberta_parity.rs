@@ -14,41 +14,11 @@ use hopscore::model::deberta::log_bucket;
 
 const TOL: f32 = 1e-4;
 
-struct Case {
-    seqs: Vec<Sequence>,
-    /// Padded length of the golden tensors.
-    padded: usize,
-}
-
-fn inputs(g: &std::collections::HashMap<String, common::Golden>) -> Case {
-    let ids = &g["input_ids"];
-    let (b, l) = (ids.shape[0], ids.shape[1]);
-    let seqs = (0..b)
-        .map(|r| {
-            let row = |name: &str| g[name].i64[r * l..(r + 1) * l].to_vec();
-            let id_row = row("input_ids");
-            let len = id_row.iter().rposition(|&x| x != 0).unwrap() + 1; // pad id 0
-            Sequence {
-                ids: id_row[..len].iter().map(|&x| x as u32).collect(),
-                type_ids: row("token_type_ids")[..len]
-                    .iter()
-                    .map(|&x| x as u32)
-                    .collect(),
-                mask: row("attention_mask")[..len]
-                    .iter()
-                    .map(|&x| x as u8)
-                    .collect(),
-            }
-        })
-        .collect();
-    Case { seqs, padded: l }
-}
-
 /// Runs one fixture case and returns the largest error over hidden states and heads.
 fn check_case(name: &str, expect_heads: &[&str]) -> f32 {
     let dir = common::fixture(&format!("deberta/{name}"));
     let g = common::read_golden(&dir.join("golden.safetensors"));
-    let case = inputs(&g);
+    let case = common::golden_sequences(&g);
     let be = CpuBackend;
     let model = CrossEncoder::load(&be, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let mut found: Vec<&str> = model.heads.iter().map(|h| h.spec.name).collect();
@@ -158,7 +128,7 @@ fn batch_composition_does_not_change_results() {
     // packing), which resumed runs rely on.
     let dir = common::fixture("deberta/v3_seqcls");
     let g = common::read_golden(&dir.join("golden.safetensors"));
-    let case = inputs(&g);
+    let case = common::golden_sequences(&g);
     let be = CpuBackend;
     let model = CrossEncoder::load(&be, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let all = model

@@ -79,6 +79,38 @@ pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
         .collect()
 }
 
+pub struct GoldenCase {
+    pub seqs: Vec<hopscore::model::batch::Sequence>,
+    /// Padded length of the golden tensors.
+    pub padded: usize,
+}
+
+/// The packed sequences of a DeBERTa golden file (`input_ids`, `token_type_ids`,
+/// `attention_mask`, padded with id 0).
+pub fn golden_sequences(g: &std::collections::HashMap<String, Golden>) -> GoldenCase {
+    let ids = &g["input_ids"];
+    let (b, l) = (ids.shape[0], ids.shape[1]);
+    let seqs = (0..b)
+        .map(|r| {
+            let row = |name: &str| g[name].i64[r * l..(r + 1) * l].to_vec();
+            let id_row = row("input_ids");
+            let len = id_row.iter().rposition(|&x| x != 0).unwrap() + 1; // pad id 0
+            hopscore::model::batch::Sequence {
+                ids: id_row[..len].iter().map(|&x| x as u32).collect(),
+                type_ids: row("token_type_ids")[..len]
+                    .iter()
+                    .map(|&x| x as u32)
+                    .collect(),
+                mask: row("attention_mask")[..len]
+                    .iter()
+                    .map(|&x| x as u8)
+                    .collect(),
+            }
+        })
+        .collect();
+    GoldenCase { seqs, padded: l }
+}
+
 /// The `hopscore` binary of this build, on 2 worker threads.
 pub fn hopscore() -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hopscore"));

@@ -76,25 +76,30 @@ impl Device {
         &self.name
     }
 
-    /// The kernel `entry` of `kernels/<op>.cu`, loading the module on first use.
+    /// The kernel named `entry`, loading the PTX module that defines it on first use
+    /// (`op` names the calling op in errors).
     pub fn function(&self, op: &'static str, entry: &str) -> OpResult<CudaFunction> {
         if let Some(f) = self.functions.lock().unwrap().get(entry) {
             return Ok(f.clone());
         }
+        let marker = format!(".entry {entry}(");
+        let (module_name, ptx) = kernels::PTX_MODULES
+            .iter()
+            .find(|(_, ptx)| ptx.contains(&marker))
+            .ok_or_else(|| OpError::Device {
+                op,
+                msg: format!("no kernel `{entry}` in this binary's PTX"),
+            })?;
         let module = {
             let mut modules = self.modules.lock().unwrap();
-            match modules.get(op) {
+            match modules.get(module_name) {
                 Some(m) => m.clone(),
                 None => {
-                    let ptx = kernels::ptx(op).ok_or_else(|| OpError::Device {
-                        op,
-                        msg: format!("no PTX module `{op}` in this binary"),
-                    })?;
                     let m = self
                         .ctx
-                        .load_module(Ptx::from_src(ptx))
-                        .map_err(|e| device_err(op, format!("loading PTX: {e}")))?;
-                    modules.insert(op, m.clone());
+                        .load_module(Ptx::from_src(*ptx))
+                        .map_err(|e| device_err(op, format!("loading {module_name}.ptx: {e}")))?;
+                    modules.insert(module_name, m.clone());
                     m
                 }
             }
@@ -109,7 +114,7 @@ impl Device {
         Ok(f)
     }
 
-    /// The kernel `<op>_<dtype>` of `kernels/<op>.cu`.
+    /// The kernel `<op>_<dtype>` (`layer_norm_bf16`).
     pub fn typed(&self, op: &'static str, dtype: DType) -> OpResult<CudaFunction> {
         self.function(op, &format!("{op}_{}", dtype.suffix()))
     }
