@@ -8,12 +8,18 @@ use super::memory::device_err;
 use super::{Arg, CudaBackend, CudaTensor, DType};
 use crate::backend::OpResult;
 
-/// Hidden rows per block (`RT` in the kernel).
-const RT: usize = 16;
+/// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 wmma one.
+fn rows_per_block(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => 16,
+        DType::Bf16 | DType::F16 => 32,
+    }
+}
+
 /// Threads per block of the partial kernel (`THREADS`).
 const THREADS: u32 = 256;
-/// Vocabulary rows per split (a multiple of the kernel's chunk `VC` = 64): SmolLM2's
-/// 49,152 give 24 splits, so that even a few rows fill the GPU.
+/// Vocabulary rows per split (a multiple of the kernels' chunks, `VC` = 64 and `VC_TC` =
+/// 128): SmolLM2's 49,152 give 24 splits, so that even a few rows fill the GPU.
 const SPLIT: usize = 2048;
 
 /// `logp[i]` of `targets[i]` at `hidden[rows[i]]` (arguments already checked).
@@ -39,7 +45,11 @@ pub(super) fn launch(
     // As the twin: logits scaled by the f32 reciprocal of the temperature.
     let inv_t = 1.0 / temperature;
     let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(RT) as u32, splits as u32, 1),
+        grid_dim: (
+            n.div_ceil(rows_per_block(be.dev.dtype)) as u32,
+            splits as u32,
+            1,
+        ),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
