@@ -208,9 +208,10 @@ fn causal_attention_matches_cpu() {
         // (heads, kv_heads, head_dim, lengths): MHA, GQA 2:1 and 4:1, tiles crossing
         // the 32-row blocks, a one-token sequence; tokens 3, 10, 17, … are masked
         // (including the whole second sequence of the last case).
-        let cases: [(usize, usize, usize, &[usize]); 6] = [
+        let cases: [(usize, usize, usize, &[usize]); 7] = [
             (4, 4, 16, &[1, 5, 17, 40]),
             (9, 3, 64, &[17, 40, 1, 5]), // SmolLM2-135M's geometry
+            (9, 3, 64, &[200, 7]),       // a LEPUS-length prompt: 7 key tiles
             (4, 2, 64, &[1, 5, 17, 40]),
             (4, 1, 32, &[40, 1, 5, 17]),
             (2, 1, 128, &[70, 3]),
