@@ -14,6 +14,7 @@ fn main() -> anyhow::Result<()> {
                 batch: 8,
                 warmup: 1,
                 iters: 3,
+                peak_gemm: 0,
             },
         )?;
         println!(

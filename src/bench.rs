@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, KernelTime};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::config::{DebertaConfig, RelativeConfig};
 use crate::model::cross_encoder::CrossEncoder;
@@ -67,6 +67,8 @@ pub struct BenchSpec {
     pub batch: usize,
     pub warmup: usize,
     pub iters: usize,
+    /// Size `n` of the `n³` GEMM that measures the device's peak (0: skip).
+    pub peak_gemm: usize,
 }
 
 /// Measured throughput (one JSON line with `--json`).
@@ -84,6 +86,12 @@ pub struct BenchResult {
     pub sequences_per_s: f64,
     /// Model FLOPs per second (GEMMs and attention products, multiply-add = 2).
     pub gflops: f64,
+    /// Measured TFLOP/s of a large square GEMM in the same dtype (devices only).
+    pub gemm_peak_tflops: Option<f64>,
+    /// `gflops` as a share of `gemm_peak_tflops`.
+    pub peak_share: Option<f64>,
+    /// Device time per kernel over one extra profiled pass (devices only).
+    pub kernels: Vec<KernelTime>,
 }
 
 /// FLOPs of one forward pass over `batch` sequences of `len` tokens.
@@ -130,11 +138,21 @@ pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
     for _ in 0..spec.warmup {
         model.forward(be, &batch, false)?;
     }
+    be.synchronize()?;
     let t = Instant::now();
     for _ in 0..spec.iters {
         model.forward(be, &batch, false)?;
     }
+    be.synchronize()?;
     let per_batch = t.elapsed().as_secs_f64() / spec.iters.max(1) as f64;
+    be.start_profile();
+    model.forward(be, &batch, false)?;
+    let kernels = be.finish_profile()?;
+    let gemm_peak_tflops = match spec.peak_gemm {
+        0 => None,
+        n => be.gemm_tflops(n, 10)?,
+    };
+    let gflops = encoder_flops(&config, spec.seq_len, spec.batch) / per_batch / 1e9;
     Ok(BenchResult {
         engine: "hopscore",
         device: be.name(),
@@ -146,6 +164,9 @@ pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
         seconds_per_batch: per_batch,
         tokens_per_s: (spec.batch * spec.seq_len) as f64 / per_batch,
         sequences_per_s: spec.batch as f64 / per_batch,
-        gflops: encoder_flops(&config, spec.seq_len, spec.batch) / per_batch / 1e9,
+        gflops,
+        gemm_peak_tflops,
+        peak_share: gemm_peak_tflops.map(|p| gflops / 1e3 / p),
+        kernels,
     })
 }

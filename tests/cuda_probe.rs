@@ -16,6 +16,10 @@ fn probe_reports_device_or_clear_error() {
             let msg = format!("{e:#}");
             eprintln!("no GPU: skipped GPU checks ({msg})");
             assert!(
+                std::env::var("HOPSCORE_REQUIRE_GPU").map_or(true, |v| v != "1"),
+                "HOPSCORE_REQUIRE_GPU=1 but no device: {msg}"
+            );
+            assert!(
                 msg.contains("--device cpu"),
                 "error must say what to do: {msg}"
             );

@@ -14,22 +14,11 @@
 mod common;
 
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::backend::cuda::{CudaBackend, DType};
+use hopscore::backend::cuda::DType;
 use hopscore::backend::{Backend, SeqLayout};
 use hopscore::model::batch::PackedBatch;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
 use hopscore::model::weights::HostTensor;
-
-/// The CUDA backend on device 0, or `None` (after saying so) without one.
-fn gpu(dtype: DType) -> Option<CudaBackend> {
-    match CudaBackend::poisoned(0, dtype) {
-        Ok(be) => Some(be),
-        Err(e) => {
-            eprintln!("no GPU: skipped ({e:#})");
-            None
-        }
-    }
-}
 
 fn tolerance(dtype: DType) -> f32 {
     match dtype {
@@ -270,7 +259,9 @@ fn encoder_ops() -> Vec<Op> {
 }
 
 fn check_table(ops: &[Op], dtype: DType) {
-    let Some(gpu) = gpu(dtype) else { return };
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
     let mut failed = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let seed = 1000 + i as u64;
@@ -302,7 +293,7 @@ fn encoder_ops_bf16() {
 /// A whole DeBERTa fixture model on both backends: hidden states on real tokens and
 /// every head's logits; returns the largest relative error.
 fn model_err(fixture: &str, dtype: DType) -> Option<f32> {
-    let gpu = gpu(dtype)?;
+    let gpu = common::gpu(dtype)?;
     let dir = common::fixture(&format!("deberta/{fixture}"));
     let case = common::golden_sequences(&common::read_golden(&dir.join("golden.safetensors")));
     let batch = PackedBatch::pack(&case.seqs);

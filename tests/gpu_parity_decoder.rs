@@ -7,14 +7,15 @@
 //! before both backends see them, so that only the kernels' own arithmetic and output
 //! rounding differ: max error ≤ 1e-5 (f32) or 1e-2 (bf16) relative to max |reference|.
 //! Buffers are poisoned with NaN, so an output element a kernel leaves unwritten fails.
-//! Without a GPU (or the emulator, tools/cuda_emu) every test prints "no GPU: skipped".
+//! Without a GPU (or the emulator, tools/cuda_emu) every test prints "no GPU: skipped"
+//! (a failure with `HOPSCORE_REQUIRE_GPU=1`, as CI runs them on the emulator).
 
 #![cfg(feature = "cuda")]
 
 mod common;
 
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::backend::cuda::{CudaBackend, DType};
+use hopscore::backend::cuda::DType;
 use hopscore::backend::{Backend, CausalShape, SeqLayout};
 use hopscore::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
 use hopscore::model::weights::HostTensor;
@@ -26,17 +27,6 @@ fn tolerance(dtype: DType) -> f32 {
         DType::F32 => 1e-5,
         DType::Bf16 => 1e-2,
         DType::F16 => 5e-3,
-    }
-}
-
-/// The poisoned CUDA backend, or `None` (with the reason printed) without a GPU.
-fn gpu(dtype: DType) -> Option<CudaBackend> {
-    match CudaBackend::poisoned(0, dtype) {
-        Ok(be) => Some(be),
-        Err(e) => {
-            eprintln!("no GPU: skipped ({e:#})");
-            None
-        }
     }
 }
 
@@ -105,7 +95,7 @@ fn positions(lens: &[usize], offset: u32) -> Vec<u32> {
 #[test]
 fn rms_norm_matches_cpu() {
     for dtype in DTYPES {
-        let Some(be) = gpu(dtype) else { return };
+        let Some(be) = common::gpu(dtype) else { return };
         let mut rng = fastrand::Rng::with_seed(11);
         for (rows, cols) in [(37, 96), (5, 300), (1, 7)] {
             let x = host(rows, cols, random(&mut rng, rows * cols, 3.0, dtype));
@@ -135,7 +125,7 @@ fn rms_norm_matches_cpu() {
 #[test]
 fn gelu_new_matches_cpu() {
     for dtype in DTYPES {
-        let Some(be) = gpu(dtype) else { return };
+        let Some(be) = common::gpu(dtype) else { return };
         let mut rng = fastrand::Rng::with_seed(12);
         let (rows, cols) = (53, 70);
         let x = host(rows, cols, random(&mut rng, rows * cols, 5.0, dtype));
@@ -151,7 +141,7 @@ fn gelu_new_matches_cpu() {
 #[test]
 fn swiglu_matches_cpu() {
     for dtype in DTYPES {
-        let Some(be) = gpu(dtype) else { return };
+        let Some(be) = common::gpu(dtype) else { return };
         let mut rng = fastrand::Rng::with_seed(13);
         let (rows, inter) = (29, 90);
         let x = host(
@@ -170,7 +160,7 @@ fn swiglu_matches_cpu() {
 #[test]
 fn rope_matches_cpu() {
     for dtype in DTYPES {
-        let Some(be) = gpu(dtype) else { return };
+        let Some(be) = common::gpu(dtype) else { return };
         let mut rng = fastrand::Rng::with_seed(14);
         let lens = [1, 5, 17, 40];
         let tokens: usize = lens.iter().sum();
@@ -203,7 +193,7 @@ fn rope_matches_cpu() {
 #[test]
 fn causal_attention_matches_cpu() {
     for dtype in DTYPES {
-        let Some(be) = gpu(dtype) else { return };
+        let Some(be) = common::gpu(dtype) else { return };
         let mut rng = fastrand::Rng::with_seed(15);
         // (heads, kv_heads, head_dim, lengths): MHA, GQA 2:1 and 4:1, tiles crossing
         // the 32-row blocks, a one-token sequence; tokens 3, 10, 17, … are masked
@@ -255,7 +245,9 @@ fn causal_attention_matches_cpu() {
 
 #[test]
 fn causal_attention_rejects_head_dim_over_128() {
-    let Some(be) = gpu(DType::F32) else { return };
+    let Some(be) = common::gpu(DType::F32) else {
+        return;
+    };
     let lay = layout(&[3], |_| false);
     let qkv = host(3, 3 * 256, vec![0.5; 3 * 3 * 256]);
     let shape = CausalShape {
@@ -274,7 +266,7 @@ fn causal_attention_rejects_head_dim_over_128() {
 #[test]
 fn question_loglik_matches_cpu() {
     for dtype in DTYPES {
-        let Some(be) = gpu(dtype) else { return };
+        let Some(be) = common::gpu(dtype) else { return };
         let mut rng = fastrand::Rng::with_seed(16);
         // 4,500 words: two full 2,048-word splits and a last one ending mid-chunk; 80
         // columns: one full and one partial 64-column slice.
@@ -335,7 +327,7 @@ fn model_matches_cpu(name: &str) {
     let cpu = DecoderForCausalLM::load(&CpuBackend, DecoderSource::open(&dir).unwrap()).unwrap();
     let seqs = scored_sequences(cpu.config.vocab_size);
     for dtype in DTYPES {
-        let Some(be) = gpu(dtype) else { return };
+        let Some(be) = common::gpu(dtype) else { return };
         let model = DecoderForCausalLM::load(&be, DecoderSource::open(&dir).unwrap()).unwrap();
         for t in [1.0f32, 1.4] {
             let want = cpu.target_logprobs(&CpuBackend, &seqs, t).unwrap();

@@ -86,12 +86,35 @@ pub struct CausalShape {
     pub scale: f32,
 }
 
+/// Device time of one kernel (or of the GEMMs) over a profiled pass.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KernelTime {
+    pub kernel: String,
+    pub calls: usize,
+    pub ms: f64,
+}
+
 /// The ops of the models. `Tensor` is a device matrix `[rows, cols]`.
 pub trait Backend: Send + Sync {
     type Tensor: Send + Sync;
 
     /// Short name for logs and output metadata (`cpu`, `cuda:0`).
     fn name(&self) -> String;
+    /// Waits until queued device work is done (timing; device faults surface here).
+    fn synchronize(&self) -> OpResult<()> {
+        Ok(())
+    }
+    /// Starts timing each kernel (devices with event timers; a no-op elsewhere).
+    fn start_profile(&self) {}
+    /// Stops timing; device time per kernel, largest first (empty without timers).
+    fn finish_profile(&self) -> OpResult<Vec<KernelTime>> {
+        Ok(Vec::new())
+    }
+    /// Achieved TFLOP/s of an `n × n × n` GEMM in the device dtype: the measured peak
+    /// that model throughput is compared against (`None` where not meaningful).
+    fn gemm_tflops(&self, _n: usize, _iters: usize) -> OpResult<Option<f64>> {
+        Ok(None)
+    }
     /// Copies a host tensor (1-D or 2-D) to the device.
     fn upload(&self, t: &HostTensor) -> OpResult<Self::Tensor>;
     /// Copies a device matrix back as `[rows, cols]`.

@@ -3,7 +3,7 @@
 use anyhow::{ensure, Result};
 use clap::Args;
 
-use super::{with_backend, DeviceOpts};
+use super::{with_backend, DeviceArg, DeviceOpts};
 use crate::bench::{BenchResult, BenchSpec, ModelShape};
 
 #[derive(Debug, Clone, Args)]
@@ -13,9 +13,14 @@ pub struct BenchArgs {
     /// Tokens per sequence (all sequences full length).
     #[arg(long, default_value_t = 256)]
     pub seq_len: usize,
-    /// Sequences per forward pass.
-    #[arg(long, default_value_t = 8)]
-    pub batch: usize,
+    /// Sequences per forward pass. Default: 8 on the CPU; on a GPU, 65,536 tokens'
+    /// worth (256 sequences at L = 256), enough to fill an H100.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Size n of the n×n×n GEMM that measures the GPU's peak in the same dtype
+    /// (0 skips it; ignored on the CPU).
+    #[arg(long, default_value_t = 8192)]
+    pub peak_gemm: usize,
     /// Untimed passes before timing.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -34,22 +39,49 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         args.seq_len >= 2,
         "--seq-len must be at least 2 ([CLS] and [SEP])"
     );
+    let batch = args.batch.unwrap_or(match args.device.device {
+        DeviceArg::Cpu => 8,
+        DeviceArg::Cuda => (65_536 / args.seq_len).max(1),
+    });
     ensure!(
-        args.batch >= 1 && args.iters >= 1,
+        batch >= 1 && args.iters >= 1,
         "--batch and --iters must be at least 1"
     );
     let spec = BenchSpec {
         shape: args.shape,
         seq_len: args.seq_len,
-        batch: args.batch,
+        batch,
         warmup: args.warmup,
         iters: args.iters,
+        peak_gemm: args.peak_gemm,
     };
     with_backend!(&args.device, be => crate::bench::run(be, spec))
 }
 
 /// Human-readable form of a result.
 pub fn table(r: &BenchResult) -> String {
+    let mut out = summary(r);
+    if let (Some(peak), Some(share)) = (r.gemm_peak_tflops, r.peak_share) {
+        out += &format!(
+            "\n{:.1} TFLOP/s = {:.1}% of the measured GEMM peak ({peak:.1} TFLOP/s)",
+            r.gflops / 1e3,
+            100.0 * share
+        );
+    }
+    let total: f64 = r.kernels.iter().map(|k| k.ms).sum();
+    for k in &r.kernels {
+        out += &format!(
+            "\n  {:<32} {:>6} calls {:>10.3} ms {:>5.1}%",
+            k.kernel,
+            k.calls,
+            k.ms,
+            100.0 * k.ms / total.max(1e-12)
+        );
+    }
+    out
+}
+
+fn summary(r: &BenchResult) -> String {
     format!(
         "shape {:?}  device {}  threads {}  batch {} × {} tokens\n\
          {:.3} s/batch  {:.0} tokens/s  {:.2} sequences/s  {:.1} GFLOP/s",

@@ -256,3 +256,20 @@ pub fn assert_resumed_equals_whole(dir: &Path) {
         std::fs::read(dir.join("resumed.quarantine.parquet")).unwrap()
     );
 }
+
+/// The CUDA backend on device 0 (NaN-poisoned buffers), or `None` after printing
+/// "no GPU: skipped". With `HOPSCORE_REQUIRE_GPU=1` (CI's emulator step) a missing
+/// device is a failure instead.
+#[cfg(feature = "cuda")]
+pub fn gpu(dtype: hopscore::backend::cuda::DType) -> Option<hopscore::backend::cuda::CudaBackend> {
+    match hopscore::backend::cuda::CudaBackend::poisoned(0, dtype) {
+        Ok(be) => Some(be),
+        Err(e) if std::env::var("HOPSCORE_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("HOPSCORE_REQUIRE_GPU=1 but no CUDA device: {e:#}")
+        }
+        Err(e) => {
+            eprintln!("no GPU: skipped ({e:#})");
+            None
+        }
+    }
+}

@@ -2,6 +2,7 @@
 # Builds the hopscore CUDA CPU emulator (see tools/cuda_emu/README.md):
 #   target/cuda-emu/libcuda.so   (+ libcuda.so.1)   fake driver + every kernels/*.cu as C++
 #   target/cuda-emu/libcublas.so (+ libcublas.so.13) fake cuBLAS
+#   target/cuda-emu/libcublasLt.so (+ libcublasLt.so.13) fake cuBLASLt (matmul subset)
 # Run from anywhere; paths are relative to the repository root. Incremental: an object
 # is rebuilt only when its source, emu.h or a kernels/*.cuh header is newer.
 #
@@ -78,6 +79,11 @@ compile "$emu/cublas.cpp" "$out/obj/cublas.o" -O3
 link "$out/libcublas.so" libcublas.so.13 "$out/obj/cublas.o"
 ln -sf libcublas.so "$out/libcublas.so.13"
 
-echo "cuda_emu: built $out/libcuda.so ($(( ${#kernels[@]} )) kernel files) and $out/libcublas.so" >&2
+objs=()
+compile "$emu/cublaslt.cpp" "$out/obj/cublaslt.o" -O3
+link "$out/libcublasLt.so" libcublasLt.so.13 "$out/obj/cublaslt.o"
+ln -sf libcublasLt.so "$out/libcublasLt.so.13"
+
+echo "cuda_emu: built $out/libcuda.so ($(( ${#kernels[@]} )) kernel files), $out/libcublas.so, $out/libcublasLt.so" >&2
 case "$out" in /*) abs="$out" ;; *) abs="$root/$out" ;; esac
 echo "cuda_emu: use LD_LIBRARY_PATH=$abs cargo test --features cuda ..." >&2

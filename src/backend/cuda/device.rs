@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
 use super::memory::{device_err, DeviceBuf, Pool};
@@ -191,11 +191,70 @@ impl Device {
         .map_err(|e| device_err(op, e))
     }
 
+    /// Sets `buf` to the byte `value`.
+    pub fn memset(&self, buf: &DeviceBuf, value: u8) -> OpResult<()> {
+        // SAFETY: the pointer covers `buf.bytes()` bytes of a live allocation.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                buf.ptr(),
+                value,
+                buf.bytes(),
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| device_err("memset", e))
+    }
+
+    /// A pair of events: recorded now, and at [`Timer::elapsed_ms`].
+    pub fn timer(&self) -> OpResult<Timer<'_>> {
+        let start = self
+            .ctx
+            .new_event(None)
+            .map_err(|e| device_err("timer", e))?;
+        start
+            .record(&self.stream)
+            .map_err(|e| device_err("timer", e))?;
+        Ok(Timer { dev: self, start })
+    }
+
     /// Waits for all queued work; device faults surface here.
     pub fn synchronize(&self) -> OpResult<()> {
         self.stream
             .synchronize()
             .map_err(|e| device_err("synchronize", e))
+    }
+}
+
+/// Device time since [`Device::timer`].
+pub struct Timer<'a> {
+    dev: &'a Device,
+    start: CudaEvent,
+}
+
+impl Timer<'_> {
+    /// Records the end event, waits for it, and returns the milliseconds between.
+    pub fn elapsed_ms(&self) -> OpResult<f32> {
+        let end = self.end()?;
+        end.synchronize().map_err(|e| device_err("timer", e))?;
+        self.start
+            .elapsed_ms(&end)
+            .map_err(|e| device_err("timer", e))
+    }
+
+    /// Records the end event without waiting; returns (start, end).
+    pub fn end(&self) -> OpResult<CudaEvent> {
+        let end = self
+            .dev
+            .ctx
+            .new_event(None)
+            .map_err(|e| device_err("timer", e))?;
+        end.record(&self.dev.stream)
+            .map_err(|e| device_err("timer", e))?;
+        Ok(end)
+    }
+
+    pub fn into_start(self) -> CudaEvent {
+        self.start
     }
 }
 

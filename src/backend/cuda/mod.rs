@@ -8,7 +8,9 @@
 pub mod blas;
 mod causal_attention;
 pub mod device;
+pub mod disentangled_attention;
 pub mod memory;
+pub mod profile;
 mod question_loglik;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -16,8 +18,11 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use self::device::{grid_1d, per_row, Device};
 use self::memory::device_err;
 pub use self::memory::CudaTensor;
+use self::profile::Profiler;
 use super::check::{self, Dims};
-use super::{AttentionShape, Backend, CausalShape, OpError, OpResult, RelAttention, SeqLayout};
+use super::{
+    AttentionShape, Backend, CausalShape, KernelTime, OpError, OpResult, RelAttention, SeqLayout,
+};
 pub use crate::backend::dtype::DType;
 use crate::model::weights::HostTensor;
 
@@ -31,6 +36,7 @@ pub use self::device::device_count;
 /// The CUDA backend on one device.
 pub struct CudaBackend {
     dev: Device,
+    profiler: Profiler,
 }
 
 impl CudaBackend {
@@ -38,6 +44,7 @@ impl CudaBackend {
     pub fn new(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
         Ok(Self {
             dev: Device::open(ordinal, dtype, false)?,
+            profiler: Profiler::default(),
         })
     }
 
@@ -46,6 +53,7 @@ impl CudaBackend {
     pub fn poisoned(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
         Ok(Self {
             dev: Device::open(ordinal, dtype, true)?,
+            profiler: Profiler::default(),
         })
     }
 
@@ -70,6 +78,7 @@ impl CudaBackend {
     /// Launches `<op>_<dtype>` with `args` in the kernel's parameter order.
     fn launch(&self, op: &'static str, cfg: LaunchConfig, args: &[Arg]) -> OpResult<()> {
         let f = self.dev.typed(op, self.dev.dtype)?;
+        let _timed = self.profiler.time(&self.dev, op)?;
         let mut b = self.dev.stream.launch_builder(&f);
         for a in args {
             match a {
@@ -130,6 +139,37 @@ impl Backend for CudaBackend {
         )
     }
 
+    fn synchronize(&self) -> OpResult<()> {
+        self.dev.synchronize()
+    }
+
+    /// Times every kernel and GEMM with CUDA events (a little overhead per launch).
+    fn start_profile(&self) {
+        self.profiler.start();
+    }
+
+    fn finish_profile(&self) -> OpResult<Vec<KernelTime>> {
+        self.dev.synchronize()?;
+        self.profiler.finish()
+    }
+
+    fn gemm_tflops(&self, n: usize, iters: usize) -> OpResult<Option<f64>> {
+        let (x, w, y) = (self.tensor(n, n)?, self.tensor(n, n)?, self.tensor(n, n)?);
+        let dtype = self.dev.dtype;
+        // Contents do not matter to a GEMM's speed, but NaN/denormal-free is kinder.
+        for t in [&x, &w] {
+            self.dev.memset(&t.buf, 0)?;
+        }
+        blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n)?;
+        let timer = self.dev.timer()?;
+        for _ in 0..iters.max(1) {
+            blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n)?;
+        }
+        let ms = timer.elapsed_ms()?;
+        let flops = 2.0 * (n as f64).powi(3) * iters.max(1) as f64;
+        Ok(Some(flops / (f64::from(ms) * 1e-3) / 1e12))
+    }
+
     fn upload(&self, t: &HostTensor) -> OpResult<CudaTensor> {
         let (rows, cols) = check::matrix_shape(&t.shape)?;
         let dtype = self.dev.dtype;
@@ -159,6 +199,7 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaTensor> {
         check::linear(x, w, bias)?;
         let y = self.tensor(x.rows, w.rows)?;
+        let _timed = self.profiler.time(&self.dev, "gemm (cuBLAS)")?;
         blas::gemm_xwt(
             &self.dev,
             self.dev.dtype,
@@ -263,10 +304,7 @@ impl Backend for CudaBackend {
         layout: &SeqLayout,
     ) -> OpResult<CudaTensor> {
         check::disentangled_attention([q, k, v], shape, layout)?;
-        Err(OpError::Device {
-            op: "disentangled_attention",
-            msg: format!("not implemented yet ({rel_some})", rel_some = rel.is_some()),
-        })
+        disentangled_attention::disentangled_attention(self, [q, k, v], rel, shape, layout)
     }
 
     fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> OpResult<CudaTensor> {

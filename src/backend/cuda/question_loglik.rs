@@ -78,9 +78,12 @@ pub(super) fn launch(
         block_dim: (128, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: `question_loglik_merge(float* out, const float* part, unsigned n,
-    // unsigned splits)` with `out` of n floats and `part` of 3·splits·n floats.
-    unsafe { b.launch(cfg) }.map_err(|e| device_err("question_loglik", e))?;
+    {
+        let _timed = be.profiler.time(&be.dev, "question_loglik_merge")?;
+        // SAFETY: `question_loglik_merge(float* out, const float* part, unsigned n,
+        // unsigned splits)` with `out` of n floats and `part` of 3·splits·n floats.
+        unsafe { b.launch(cfg) }.map_err(|e| device_err("question_loglik", e))?;
+    }
     let bytes = be.dev.download_bytes("question_loglik", &out, n * 4)?;
     Ok(DType::F32.decode(&bytes))
 }

@@ -1,0 +1,302 @@
+// hopscore CUDA CPU emulator: a fake cuBLASLt (libcublasLt.so), the subset that
+// cudarc's `CudaBlasLT::matmul` uses: handle, matmul/layout/preference descriptors,
+// a heuristic that always offers one algorithm, and cublasLtMatmul computing
+//   D = epilogue(alpha * op(A) @ op(B) + beta * C [+ bias])
+// with float accumulation (double for CUBLAS_COMPUTE_64F), column- or row-major
+// layouts, strided batches, bias (one value per row of D, in D's type unless
+// CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE says otherwise) and the RELU / GELU (tanh
+// approximation, as cuBLASLt) epilogues. Device pointers are host addresses.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+typedef int cublasStatus_t;
+
+namespace {
+
+enum : int { OK = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
+enum : int { R_32F = 0, R_64F = 1, R_16F = 2, R_16BF = 14 };
+enum : int { EPI_DEFAULT = 1, EPI_RELU = 2, EPI_BIAS = 4, EPI_RELU_BIAS = 6, EPI_GELU = 32, EPI_GELU_BIAS = 36 };
+
+struct Layout {
+  int type;
+  uint64_t rows, cols;
+  int64_t ld;
+  int order = 0;  // 0 COL, 1 ROW
+  int batch = 1;
+  int64_t batch_stride = 0;
+};
+struct Desc {
+  int compute, scale_type;
+  int transa = 0, transb = 0;
+  int epilogue = EPI_DEFAULT;
+  const void* bias = nullptr;
+  int bias_type = -1;
+  int64_t bias_batch_stride = 0;
+  int pointer_mode = 0;
+};
+struct Pref {
+  size_t max_workspace = 0;
+};
+
+inline float bf16_to_f32(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float f16_to_f32(uint16_t b) {
+  _Float16 h;
+  memcpy(&h, &b, 2);
+  return float(h);
+}
+inline uint16_t f32_to_f16(float f) {
+  _Float16 h = (_Float16)f;
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+bool type_ok(int t) { return t == R_32F || t == R_64F || t == R_16F || t == R_16BF; }
+size_t esize(int t) { return t == R_64F ? 8 : (t == R_32F ? 4 : 2); }
+
+inline double load(const void* p, int type, size_t i) {
+  switch (type) {
+    case R_32F: return static_cast<const float*>(p)[i];
+    case R_64F: return static_cast<const double*>(p)[i];
+    case R_16F: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+inline void store(void* p, int type, size_t i, double v) {
+  switch (type) {
+    case R_32F: static_cast<float*>(p)[i] = float(v); break;
+    case R_64F: static_cast<double*>(p)[i] = v; break;
+    case R_16F: static_cast<uint16_t*>(p)[i] = f32_to_f16(float(v)); break;
+    default: static_cast<uint16_t*>(p)[i] = f32_to_bf16(float(v)); break;
+  }
+}
+inline size_t at(const Layout& l, uint64_t r, uint64_t c) {
+  return l.order == 1 ? size_t(r * uint64_t(l.ld) + c) : size_t(r + c * uint64_t(l.ld));
+}
+
+template <typename Acc>
+void matmul(const Desc& d, Acc alpha, Acc beta, const char* A, const Layout& la, const char* B, const Layout& lb,
+            const char* C, const Layout& lc, char* D, const Layout& ld_, const char* bias, uint64_t m, uint64_t n,
+            uint64_t k) {
+  std::vector<Acc> a(m * k), b(n * k);
+  for (uint64_t i = 0; i < m; ++i)
+    for (uint64_t l = 0; l < k; ++l) a[i * k + l] = Acc(load(A, la.type, d.transa ? at(la, l, i) : at(la, i, l)));
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t l = 0; l < k; ++l) b[j * k + l] = Acc(load(B, lb.type, d.transb ? at(lb, j, l) : at(lb, l, j)));
+  const int bias_type = d.bias_type >= 0 ? d.bias_type : ld_.type;
+  for (uint64_t j = 0; j < n; ++j)
+    for (uint64_t i = 0; i < m; ++i) {
+      const Acc* ai = &a[i * k];
+      const Acc* bj = &b[j * k];
+      Acc p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      uint64_t l = 0;
+      for (; l + 8 <= k; l += 8)
+        for (int u = 0; u < 8; ++u) p[u] += ai[l + u] * bj[l + u];
+      for (int u = 0; l < k; ++l, ++u) p[u] += ai[l] * bj[l];
+      const Acc s = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+      Acc v = alpha * s;
+      if (beta != Acc(0) && C) v += beta * Acc(load(C, lc.type, at(lc, i, j)));
+      if (bias) v += Acc(load(bias, bias_type, i));
+      if (d.epilogue == EPI_RELU || d.epilogue == EPI_RELU_BIAS) {
+        v = v > Acc(0) ? v : Acc(0);
+      } else if (d.epilogue == EPI_GELU || d.epilogue == EPI_GELU_BIAS) {
+        const Acc x = v;
+        v = Acc(0.5) * x * (Acc(1) + std::tanh(Acc(0.7978845608028654) * (x + Acc(0.044715) * x * x * x)));
+      }
+      store(D, ld_.type, at(ld_, i, j), double(v));
+    }
+}
+
+}  // namespace
+
+#define API extern "C" __attribute__((visibility("default")))
+
+API cublasStatus_t cublasLtCreate(void** h) {
+  if (!h) return INVALID_VALUE;
+  *h = new int(0);
+  return OK;
+}
+API cublasStatus_t cublasLtDestroy(void* h) {
+  if (!h) return NOT_INITIALIZED;
+  delete static_cast<int*>(h);
+  return OK;
+}
+API size_t cublasLtGetVersion() { return 130000; }
+API cublasStatus_t cublasLtLoggerOpenFile(const char*) { return OK; }
+API cublasStatus_t cublasLtLoggerSetLevel(int) { return OK; }
+
+API cublasStatus_t cublasLtMatrixLayoutCreate(void** out, int type, uint64_t rows, uint64_t cols, int64_t ld) {
+  if (!out) return INVALID_VALUE;
+  if (!type_ok(type)) {
+    fprintf(stderr, "cuda_emu cublasLt: unsupported data type %d\n", type);
+    return NOT_SUPPORTED;
+  }
+  auto* l = new Layout;
+  l->type = type;
+  l->rows = rows;
+  l->cols = cols;
+  l->ld = ld;
+  *out = l;
+  return OK;
+}
+API cublasStatus_t cublasLtMatrixLayoutDestroy(void* l) {
+  delete static_cast<Layout*>(l);
+  return OK;
+}
+API cublasStatus_t cublasLtMatrixLayoutSetAttribute(void* lp, int attr, const void* buf, size_t size) {
+  auto* l = static_cast<Layout*>(lp);
+  if (!l || !buf) return INVALID_VALUE;
+  int32_t i32 = 0;
+  int64_t i64 = 0;
+  uint64_t u64 = 0;
+  if (size >= 4) memcpy(&i32, buf, 4);
+  if (size >= 8) memcpy(&i64, buf, 8), memcpy(&u64, buf, 8);
+  switch (attr) {
+    case 0: l->type = i32; break;                                                     // TYPE
+    case 1: if (i32 != 0 && i32 != 1) return NOT_SUPPORTED; l->order = i32; break;   // ORDER
+    case 2: l->rows = u64; break;
+    case 3: l->cols = u64; break;
+    case 4: l->ld = i64; break;
+    case 5: l->batch = i32; break;                                                    // BATCH_COUNT
+    case 6: l->batch_stride = i64; break;                                             // STRIDED_BATCH_OFFSET
+    default: return NOT_SUPPORTED;
+  }
+  return OK;
+}
+
+API cublasStatus_t cublasLtMatmulDescCreate(void** out, int compute, int scale_type) {
+  if (!out) return INVALID_VALUE;
+  auto* d = new Desc;
+  d->compute = compute;
+  d->scale_type = scale_type;
+  *out = d;
+  return OK;
+}
+API cublasStatus_t cublasLtMatmulDescDestroy(void* d) {
+  delete static_cast<Desc*>(d);
+  return OK;
+}
+API cublasStatus_t cublasLtMatmulDescSetAttribute(void* dp, int attr, const void* buf, size_t size) {
+  auto* d = static_cast<Desc*>(dp);
+  if (!d || !buf) return INVALID_VALUE;
+  int32_t i32 = 0;
+  int64_t i64 = 0;
+  if (size >= 4) memcpy(&i32, buf, 4);
+  if (size >= 8) memcpy(&i64, buf, 8);
+  switch (attr) {
+    case 0: d->compute = i32; break;
+    case 1: d->scale_type = i32; break;
+    case 2: d->pointer_mode = i32; break;
+    case 3: d->transa = i32; break;
+    case 4: d->transb = i32; break;
+    case 5: if (i32 != 0) return NOT_SUPPORTED; break;  // TRANSC
+    case 7:
+      if (i32 != EPI_DEFAULT && i32 != EPI_RELU && i32 != EPI_BIAS && i32 != EPI_RELU_BIAS && i32 != EPI_GELU &&
+          i32 != EPI_GELU_BIAS) {
+        fprintf(stderr, "cuda_emu cublasLt: unsupported epilogue %d\n", i32);
+        return NOT_SUPPORTED;
+      }
+      d->epilogue = i32;
+      break;
+    case 8: d->bias = reinterpret_cast<const void*>(uintptr_t(i64)); break;
+    case 10: d->bias_batch_stride = i64; break;
+    case 26: d->bias_type = i32; break;
+    default:
+      fprintf(stderr, "cuda_emu cublasLt: unsupported matmul descriptor attribute %d\n", attr);
+      return NOT_SUPPORTED;
+  }
+  return OK;
+}
+
+API cublasStatus_t cublasLtMatmulPreferenceCreate(void** out) {
+  if (!out) return INVALID_VALUE;
+  *out = new Pref;
+  return OK;
+}
+API cublasStatus_t cublasLtMatmulPreferenceDestroy(void* p) {
+  delete static_cast<Pref*>(p);
+  return OK;
+}
+API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(void* p, int, const void*, size_t) {
+  return p ? OK : INVALID_VALUE;
+}
+
+// cublasLtMatmulHeuristicResult_t: algo (8 x u64), workspaceSize, state, wavesCount, reserved[4].
+struct HeuristicResult {
+  uint64_t algo[8];
+  size_t workspace;
+  int state;
+  float waves;
+  int reserved[4];
+};
+API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(void* h, void* d, void*, void*, void*, void*, void*, int requested,
+                                                  HeuristicResult* results, int* count) {
+  if (!h || !d || !results || !count || requested < 1) return INVALID_VALUE;
+  memset(results, 0, sizeof(HeuristicResult));
+  results[0].algo[0] = 0x656d75;  // "emu"
+  results[0].waves = 1.0f;
+  *count = 1;
+  return OK;
+}
+
+API cublasStatus_t cublasLtMatmul(void* h, void* dp, const void* alpha, const void* A, void* Adesc, const void* B,
+                                  void* Bdesc, const void* beta, const void* C, void* Cdesc, void* D, void* Ddesc,
+                                  const void* /*algo*/, void* /*workspace*/, size_t /*ws*/, void* /*stream*/) {
+  auto* d = static_cast<Desc*>(dp);
+  auto *la = static_cast<Layout*>(Adesc), *lb = static_cast<Layout*>(Bdesc), *lc = static_cast<Layout*>(Cdesc),
+       *ld = static_cast<Layout*>(Ddesc);
+  if (!h) return NOT_INITIALIZED;
+  if (!d || !la || !lb || !lc || !ld || !alpha || !beta || !A || !B || !D) return INVALID_VALUE;
+  const uint64_t m = ld->rows, n = ld->cols;
+  const uint64_t k = d->transa ? la->rows : la->cols;
+  const uint64_t am = d->transa ? la->cols : la->rows;
+  const uint64_t bk = d->transb ? lb->cols : lb->rows, bn = d->transb ? lb->rows : lb->cols;
+  if (am != m || bk != k || bn != n || lc->rows != m || lc->cols != n) {
+    fprintf(stderr,
+            "cuda_emu cublasLt: shape mismatch: op(A) %llux%llu, op(B) %llux%llu, C %llux%llu, D %llux%llu\n",
+            (unsigned long long)am, (unsigned long long)k, (unsigned long long)bk, (unsigned long long)bn,
+            (unsigned long long)lc->rows, (unsigned long long)lc->cols, (unsigned long long)m,
+            (unsigned long long)n);
+    return INVALID_VALUE;
+  }
+  const bool has_bias = d->epilogue == EPI_BIAS || d->epilogue == EPI_RELU_BIAS || d->epilogue == EPI_GELU_BIAS;
+  if (has_bias && !d->bias) return INVALID_VALUE;
+  const int batch = ld->batch;
+  const int bias_type = d->bias_type >= 0 ? d->bias_type : ld->type;
+  for (int bi = 0; bi < batch; ++bi) {
+    auto off = [&](const Layout* l) { return (l->batch > 1 ? bi * l->batch_stride : 0) * int64_t(esize(l->type)); };
+    const char* a = static_cast<const char*>(A) + off(la);
+    const char* b = static_cast<const char*>(B) + off(lb);
+    const char* c = C ? static_cast<const char*>(C) + off(lc) : nullptr;
+    char* dd = static_cast<char*>(D) + off(ld);
+    const char* bias =
+        has_bias ? static_cast<const char*>(d->bias) + bi * d->bias_batch_stride * int64_t(esize(bias_type)) : nullptr;
+    if (d->compute == 70 || d->compute == 71) {
+      matmul<double>(*d, *static_cast<const double*>(alpha), *static_cast<const double*>(beta), a, *la, b, *lb, c, *lc,
+                     dd, *ld, bias, m, n, k);
+    } else if (d->scale_type == R_16F) {
+      matmul<float>(*d, f16_to_f32(*static_cast<const uint16_t*>(alpha)), f16_to_f32(*static_cast<const uint16_t*>(beta)),
+                    a, *la, b, *lb, c, *lc, dd, *ld, bias, m, n, k);
+    } else {
+      matmul<float>(*d, *static_cast<const float*>(alpha), *static_cast<const float*>(beta), a, *la, b, *lb, c, *lc, dd,
+                    *ld, bias, m, n, k);
+    }
+  }
+  return OK;
+}
