@@ -16,7 +16,7 @@ fn data_type(dt: DType) -> sys::cudaDataType {
     }
 }
 
-/// `y[n, out] = x[n, in] · w[out, in]ᵀ` on row-major device matrices (pointers to
+/// `y[n, out] = x[n, in] · w[out, in]ᵀ + beta · y` on row-major device matrices (pointers to
 /// `dtype` elements). Row-major `y` is column-major `yᵀ = w · xᵀ`, so cuBLAS sees
 /// `C(out×n) = op(A)·B` with `A = w` (column-major `[in, out]`, transposed) and
 /// `B = x` (column-major `[in, n]`).
@@ -29,12 +29,13 @@ pub fn gemm_xwt(
     n: usize,
     k: usize,
     out: usize,
+    beta: f32,
 ) -> crate::backend::OpResult<()> {
     if n == 0 || out == 0 {
         return Ok(());
     }
     let dt = data_type(dtype);
-    let (alpha, beta) = (1.0f32, 0.0f32);
+    let alpha = 1.0f32;
     let dim = |v: usize| {
         i32::try_from(v).map_err(|_| device_err("linear", format!("dimension {v} exceeds i32")))
     };

@@ -160,10 +160,10 @@ impl Backend for CudaBackend {
         for t in [&x, &w] {
             self.dev.memset(&t.buf, 0)?;
         }
-        blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n)?;
+        blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n, 0.0)?;
         let timer = self.dev.timer()?;
         for _ in 0..iters.max(1) {
-            blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n)?;
+            blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n, 0.0)?;
         }
         let ms = timer.elapsed_ms()?;
         let flops = 2.0 * (n as f64).powi(3) * iters.max(1) as f64;
@@ -199,6 +199,10 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaTensor> {
         check::linear(x, w, bias)?;
         let y = self.tensor(x.rows, w.rows)?;
+        // The bias is the GEMM's C operand (beta = 1): the sum is rounded once.
+        if let Some(b) = bias {
+            self.rowwise_inplace("bias_rows", &y, Some(b.ptr()))?;
+        }
         let _timed = self.profiler.time(&self.dev, "gemm (cuBLAS)")?;
         blas::gemm_xwt(
             &self.dev,
@@ -209,10 +213,8 @@ impl Backend for CudaBackend {
             x.rows,
             x.cols,
             w.rows,
+            if bias.is_some() { 1.0 } else { 0.0 },
         )?;
-        if let Some(b) = bias {
-            self.rowwise_inplace("bias_add", &y, Some(b.ptr()))?;
-        }
         Ok(y)
     }
 
