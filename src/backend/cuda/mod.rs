@@ -6,10 +6,12 @@
 //! twin named in its kernel file; `tests/gpu_parity.rs` holds them to it.
 
 pub mod blas;
+mod causal_attention;
 pub mod device;
 pub mod disentangled_attention;
 pub mod memory;
 pub mod profile;
+mod question_loglik;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
@@ -372,17 +374,45 @@ impl Backend for CudaBackend {
 
     fn rms_norm(&self, x: &CudaTensor, weight: &CudaTensor, eps: f32) -> OpResult<CudaTensor> {
         check::rms_norm(x, weight)?;
-        let _ = eps;
-        Err(unavailable("rms_norm"))
+        let out = self.tensor(x.rows, x.cols)?;
+        if out.numel() == 0 {
+            return Ok(out);
+        }
+        let args = [
+            Arg::Ptr(out.ptr()),
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(weight.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+            Arg::F32(eps),
+        ];
+        self.launch("rms_norm", per_row(x.rows, THREADS), &args)?;
+        Ok(out)
     }
 
-    fn gelu_new(&self, _x: &mut CudaTensor) -> OpResult<()> {
-        Err(unavailable("gelu_new"))
+    fn gelu_new(&self, x: &mut CudaTensor) -> OpResult<()> {
+        let n = x.numel();
+        if n == 0 {
+            return Ok(());
+        }
+        let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64)];
+        self.launch("gelu_new", grid_1d(n, THREADS, MAX_BLOCKS), &args)
     }
 
     fn swiglu(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
-        check::swiglu(x)?;
-        Err(unavailable("swiglu"))
+        let inter = check::swiglu(x)?;
+        let out = self.tensor(x.rows, inter)?;
+        if out.numel() == 0 {
+            return Ok(out);
+        }
+        let args = [
+            Arg::Ptr(out.ptr()),
+            Arg::Ptr(x.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(inter as u32),
+        ];
+        self.launch("swiglu", grid_1d(out.numel(), THREADS, MAX_BLOCKS), &args)?;
+        Ok(out)
     }
 
     fn rope(
@@ -394,7 +424,32 @@ impl Backend for CudaBackend {
         inv_freq: &[f32],
     ) -> OpResult<()> {
         check::rope(x, heads, head_dim, positions, inv_freq)?;
-        Err(unavailable("rope"))
+        if x.rows == 0 || heads == 0 || head_dim < 2 {
+            return Ok(());
+        }
+        let pos = self.dev.upload_u32("rope", positions)?;
+        let freq = self.dev.upload_f32("rope", inv_freq)?;
+        // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
+        let cfg = LaunchConfig {
+            shared_mem_bytes: (inv_freq.len() * 2 * 4) as u32,
+            ..per_row(x.rows, 128)
+        };
+        if cfg.shared_mem_bytes > 48 * 1024 {
+            return Err(OpError::Shape {
+                op: "rope",
+                msg: format!("head_dim {head_dim} exceeds the kernel's 12,288"),
+            });
+        }
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(pos.ptr()),
+            Arg::Ptr(freq.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+            Arg::U32(heads as u32),
+            Arg::U32(head_dim as u32),
+        ];
+        self.launch("rope", cfg, &args)
     }
 
     fn causal_attention(
@@ -404,7 +459,7 @@ impl Backend for CudaBackend {
         layout: &SeqLayout,
     ) -> OpResult<CudaTensor> {
         check::causal_attention(qkv, shape, layout)?;
-        Err(unavailable("causal_attention"))
+        causal_attention::launch(self, qkv, shape, layout)
     }
 
     fn question_loglik(
@@ -416,13 +471,6 @@ impl Backend for CudaBackend {
         temperature: f32,
     ) -> OpResult<Vec<f32>> {
         check::question_loglik(hidden, rows, lm_head, targets, temperature)?;
-        Err(unavailable("question_loglik"))
-    }
-}
-
-fn unavailable(op: &'static str) -> OpError {
-    OpError::Device {
-        op,
-        msg: "not implemented yet".into(),
+        question_loglik::launch(self, hidden, rows, lm_head, targets, temperature)
     }
 }

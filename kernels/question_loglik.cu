@@ -1,0 +1,252 @@
+// question_loglik: log-probabilities of target tokens under the LM head, evaluated only
+// at the requested hidden rows and without materialising [rows, vocab] logits:
+// logp[r] = z[r, t_r] − logsumexp_v z[r, v], z = (hidden[rows[r]] · headᵀ) / temperature.
+//
+// question_loglik_<T>: grid (row tiles of RT, vocabulary splits of split_width). A block
+// sweeps its split in chunks of VC vocabulary rows: the [RT × VC] logits of a chunk are
+// an FMA tile product over KC-wide column slices staged in shared memory (f32), then
+// every row's running (max, sum of exp) is updated (online log-sum-exp) and the target
+// logit kept when it falls in the chunk. Each split writes its partials to
+// part[3][splits][n] (max, sum, target logit or −inf).
+// f32 uses CUDA-core FMAs (RT = 16 rows, VC = 64 words per chunk). bf16/f16 (v2) use
+// tensor cores through nvcuda::wmma m16n16k16 with f32 accumulators: RT_TC = 32 rows,
+// VC_TC = 128 words per chunk (one 16-word column of fragments per warp), the staged
+// slices kept in the element type; the same online log-sum-exp then runs on the f32
+// logit tile.
+// question_loglik_merge: one thread per row merges the splits by log-sum-exp (the sum
+// in f64, as the twin merges its chunks).
+// CPU twin: src/backend/cpu/question_loglik.rs.
+#include "common.cuh"
+
+namespace {
+constexpr unsigned RT = 16;       // hidden rows per block
+constexpr unsigned VC = 64;       // vocabulary rows per chunk
+constexpr unsigned KC = 64;       // columns per staged slice
+constexpr unsigned THREADS = 256;  // VC · RT / 4: 4 logits per thread
+constexpr unsigned RPT = RT * VC / THREADS;
+constexpr unsigned WARPS = THREADS / 32;
+constexpr unsigned RPW = RT / WARPS;  // rows whose running state a warp keeps
+}  // namespace
+
+template <typename T>
+__device__ void question_loglik(float* part, const T* hidden, const unsigned* rows,
+                                const T* head, const unsigned* targets, unsigned n,
+                                unsigned cols, unsigned vocab, unsigned split_width,
+                                float inv_t) {
+  __shared__ float hs[RT][KC + 1];
+  __shared__ float ws[VC][KC + 1];
+  __shared__ float zs[RT][VC + 1];
+  __shared__ float tgt[RT];
+  const unsigned r0 = blockIdx.x * RT, split = blockIdx.y, splits = gridDim.y;
+  const unsigned v_begin = split * split_width;
+  const unsigned v_end = min(vocab, v_begin + split_width);
+  const unsigned tid = threadIdx.x, j = tid % VC, rg = tid / VC;
+  const unsigned warp = tid / 32, lane = tid % 32;
+  if (tid < RT) tgt[tid] = -INFINITY;
+
+  float run_m[RPW], run_s[RPW];
+#pragma unroll
+  for (unsigned q = 0; q < RPW; ++q) {
+    run_m[q] = -INFINITY;
+    run_s[q] = 0.0f;
+  }
+
+  for (unsigned v0 = v_begin; v0 < v_end; v0 += VC) {
+    float acc[RPT];
+#pragma unroll
+    for (unsigned q = 0; q < RPT; ++q) acc[q] = 0.0f;
+    for (unsigned k0 = 0; k0 < cols; k0 += KC) {
+      __syncthreads();  // the previous slice (and the previous chunk's zs) is consumed
+      for (unsigned idx = tid; idx < RT * KC; idx += THREADS) {
+        const unsigned rr = idx / KC, kk = idx % KC, c = k0 + kk;
+        hs[rr][kk] = r0 + rr < n && c < cols
+                         ? hopscore::to_float(hidden[(size_t)rows[r0 + rr] * cols + c])
+                         : 0.0f;
+      }
+      for (unsigned idx = tid; idx < VC * KC; idx += THREADS) {
+        const unsigned jj = idx / KC, kk = idx % KC, c = k0 + kk;
+        ws[jj][kk] = v0 + jj < v_end && c < cols
+                         ? hopscore::to_float(head[(size_t)(v0 + jj) * cols + c])
+                         : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll 8
+      for (unsigned kk = 0; kk < KC; ++kk) {
+        const float w = ws[j][kk];
+#pragma unroll
+        for (unsigned q = 0; q < RPT; ++q) acc[q] += hs[rg * RPT + q][kk] * w;
+      }
+    }
+    const unsigned v = v0 + j;
+#pragma unroll
+    for (unsigned q = 0; q < RPT; ++q) {
+      const unsigned rr = rg * RPT + q;
+      const float z = acc[q] * inv_t;
+      zs[rr][j] = v < v_end ? z : -INFINITY;
+      if (v < v_end && r0 + rr < n && targets[r0 + rr] == v) tgt[rr] = z;
+    }
+    __syncthreads();
+#pragma unroll
+    for (unsigned q = 0; q < RPW; ++q) {
+      const unsigned rr = warp + WARPS * q;
+      const float a = zs[rr][lane], b = zs[rr][lane + 32];
+      // Column 0 of a chunk is always in the vocabulary: cmax is finite.
+      const float cmax = hopscore::warp_max(fmaxf(a, b));
+      const float mnew = fmaxf(run_m[q], cmax);
+      const float s = hopscore::warp_sum(expf(a - mnew) + expf(b - mnew));
+      run_s[q] = run_s[q] * expf(run_m[q] - mnew) + s;
+      run_m[q] = mnew;
+    }
+  }
+  __syncthreads();  // tgt is final
+  if (lane == 0) {
+#pragma unroll
+    for (unsigned q = 0; q < RPW; ++q) {
+      const unsigned rr = warp + WARPS * q, r = r0 + rr;
+      if (r < n) {
+        part[(size_t)split * n + r] = run_m[q];
+        part[(size_t)(splits + split) * n + r] = run_s[q];
+        part[(size_t)(2 * splits + split) * n + r] = tgt[rr];
+      }
+    }
+  }
+}
+
+namespace {
+constexpr unsigned RT_TC = 32;            // hidden rows per block (two 16-row fragments)
+constexpr unsigned VC_TC = 128;           // vocabulary rows per chunk (16 per warp)
+constexpr unsigned KC_TC = 64;            // columns per staged slice (four k-steps)
+constexpr unsigned LDT = KC_TC + 8;       // staged row stride (elements; 144 bytes)
+constexpr unsigned LDZ = VC_TC + 4;       // logit tile row stride (floats)
+constexpr unsigned RPW_TC = RT_TC / WARPS;  // rows whose running state a warp keeps
+constexpr unsigned CPL = VC_TC / 32;      // logit columns per lane in the row pass
+}  // namespace
+
+template <typename T>
+__device__ void question_loglik_tc(float* part, const T* hidden, const unsigned* rows,
+                                   const T* head, const unsigned* targets, unsigned n,
+                                   unsigned cols, unsigned vocab, unsigned split_width,
+                                   float inv_t) {
+  using namespace nvcuda;
+  // Fragment pointers must be 32-byte aligned: every offset used below is a multiple
+  // of 16 rows (16·LDT·2 = 2304 bytes, 16·LDZ·4 = 8448 bytes) or of 16 columns.
+  __shared__ __align__(32) T hs[RT_TC * LDT];
+  __shared__ __align__(32) T ws[VC_TC * LDT];
+  __shared__ __align__(32) float zs[RT_TC * LDZ];
+  __shared__ float tgt[RT_TC];
+  const unsigned r0 = blockIdx.x * RT_TC, split = blockIdx.y, splits = gridDim.y;
+  const unsigned v_begin = split * split_width;
+  const unsigned v_end = min(vocab, v_begin + split_width);
+  const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const T zero = hopscore::from_float<T>(0.0f);
+  if (tid < RT_TC) tgt[tid] = -INFINITY;
+
+  float run_m[RPW_TC], run_s[RPW_TC];
+  unsigned want[RPW_TC];
+#pragma unroll
+  for (unsigned q = 0; q < RPW_TC; ++q) {
+    run_m[q] = -INFINITY;
+    run_s[q] = 0.0f;
+    const unsigned r = r0 + warp + WARPS * q;
+    want[q] = r < n ? targets[r] : 0xffffffffu;
+  }
+
+  for (unsigned v0 = v_begin; v0 < v_end; v0 += VC_TC) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (unsigned k0 = 0; k0 < cols; k0 += KC_TC) {
+      __syncthreads();  // the previous slice (and the previous chunk's zs) is consumed
+      for (unsigned idx = tid; idx < RT_TC * KC_TC; idx += THREADS) {
+        const unsigned rr = idx / KC_TC, kk = idx % KC_TC, c = k0 + kk;
+        hs[rr * LDT + kk] =
+            r0 + rr < n && c < cols ? hidden[(size_t)rows[r0 + rr] * cols + c] : zero;
+      }
+      for (unsigned idx = tid; idx < VC_TC * KC_TC; idx += THREADS) {
+        const unsigned jj = idx / KC_TC, kk = idx % KC_TC, c = k0 + kk;
+        ws[jj * LDT + kk] = v0 + jj < v_end && c < cols ? head[(size_t)(v0 + jj) * cols + c] : zero;
+      }
+      __syncthreads();
+#pragma unroll
+      for (unsigned kk = 0; kk < KC_TC; kk += 16) {
+        // B(k, v) = W[v, k]: the staged W rows read column-major.
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+        wmma::load_matrix_sync(b, ws + warp * 16 * LDT + kk, LDT);
+#pragma unroll
+        for (unsigned mt = 0; mt < 2; ++mt) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+          wmma::load_matrix_sync(a, hs + mt * 16 * LDT + kk, LDT);
+          wmma::mma_sync(acc[mt], a, b, acc[mt]);
+        }
+      }
+    }
+#pragma unroll
+    for (unsigned mt = 0; mt < 2; ++mt)
+      wmma::store_matrix_sync(zs + mt * 16 * LDZ + warp * 16, acc[mt], LDZ, wmma::mem_row_major);
+    __syncthreads();
+#pragma unroll
+    for (unsigned q = 0; q < RPW_TC; ++q) {
+      const unsigned rr = warp + WARPS * q;
+      float z[CPL];
+      float cmax = -INFINITY;
+#pragma unroll
+      for (unsigned c = 0; c < CPL; ++c) {
+        const unsigned col = lane + 32 * c, v = v0 + col;
+        z[c] = v < v_end ? zs[rr * LDZ + col] * inv_t : -INFINITY;
+        if (v < v_end && v == want[q]) tgt[rr] = z[c];
+        cmax = fmaxf(cmax, z[c]);
+      }
+      // Column 0 of a chunk is always in the vocabulary: the chunk max is finite.
+      cmax = hopscore::warp_max(cmax);
+      const float mnew = fmaxf(run_m[q], cmax);
+      float e = 0.0f;
+#pragma unroll
+      for (unsigned c = 0; c < CPL; ++c) e += expf(z[c] - mnew);
+      run_s[q] = run_s[q] * expf(run_m[q] - mnew) + hopscore::warp_sum(e);
+      run_m[q] = mnew;
+    }
+  }
+  __syncthreads();  // tgt is final
+  if (lane == 0) {
+#pragma unroll
+    for (unsigned q = 0; q < RPW_TC; ++q) {
+      const unsigned rr = warp + WARPS * q, r = r0 + rr;
+      if (r < n) {
+        part[(size_t)split * n + r] = run_m[q];
+        part[(size_t)(splits + split) * n + r] = run_s[q];
+        part[(size_t)(2 * splits + split) * n + r] = tgt[rr];
+      }
+    }
+  }
+}
+
+#define QUESTION_LOGLIK_ENTRY(SUFFIX, T, IMPL)                                                         \
+  extern "C" __global__ void question_loglik_##SUFFIX(                                          \
+      float* part, const T* hidden, const unsigned* rows, const T* head,                        \
+      const unsigned* targets, unsigned n, unsigned cols, unsigned vocab,                       \
+      unsigned split_width, float inv_t) {                                                      \
+    IMPL(part, hidden, rows, head, targets, n, cols, vocab, split_width, inv_t);                \
+  }                                                                                             \
+  HOPSCORE_ENTRY(question_loglik_##SUFFIX);
+
+QUESTION_LOGLIK_ENTRY(f32, float, question_loglik)
+QUESTION_LOGLIK_ENTRY(bf16, __nv_bfloat16, question_loglik_tc)
+QUESTION_LOGLIK_ENTRY(f16, __half, question_loglik_tc)
+
+extern "C" __global__ void question_loglik_merge(float* out, const float* part, unsigned n,
+                                                 unsigned splits) {
+  const unsigned r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n) return;
+  float m = -INFINITY, t = -INFINITY;
+  for (unsigned s = 0; s < splits; ++s) {
+    m = fmaxf(m, part[(size_t)s * n + r]);
+    t = fmaxf(t, part[(size_t)(2 * splits + s) * n + r]);
+  }
+  double sum = 0.0;
+  for (unsigned s = 0; s < splits; ++s) {
+    const float ms = part[(size_t)s * n + r];
+    sum += (double)part[(size_t)(splits + s) * n + r] * exp((double)(ms - m));
+  }
+  out[r] = t - m - (float)log(sum);
+}
+HOPSCORE_ENTRY(question_loglik_merge);

@@ -1,0 +1,89 @@
+//! Launcher of `kernels/question_loglik.cu`: the LM head at the requested rows only,
+//! streamed over vocabulary splits with an online log-sum-exp, then a merge of the
+//! splits. CPU twin: `src/backend/cpu/question_loglik.rs`.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use super::memory::device_err;
+use super::{Arg, CudaBackend, CudaTensor, DType};
+use crate::backend::OpResult;
+
+/// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 wmma one.
+fn rows_per_block(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => 16,
+        DType::Bf16 | DType::F16 => 32,
+    }
+}
+
+/// Threads per block of the partial kernel (`THREADS`).
+const THREADS: u32 = 256;
+/// Vocabulary rows per split (a multiple of the kernels' chunks, `VC` = 64 and `VC_TC` =
+/// 128): SmolLM2's 49,152 give 24 splits, so that even a few rows fill the GPU.
+const SPLIT: usize = 2048;
+
+/// `logp[i]` of `targets[i]` at `hidden[rows[i]]` (arguments already checked).
+pub(super) fn launch(
+    be: &CudaBackend,
+    hidden: &CudaTensor,
+    rows: &[usize],
+    lm_head: &CudaTensor,
+    targets: &[u32],
+    temperature: f32,
+) -> OpResult<Vec<f32>> {
+    let n = rows.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let (vocab, cols) = (lm_head.rows, lm_head.cols);
+    let splits = vocab.div_ceil(SPLIT);
+    let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+    let idx = be.dev.upload_u32("question_loglik", &idx)?;
+    let tgt = be.dev.upload_u32("question_loglik", targets)?;
+    let part = be.dev.pool.alloc(3 * splits * n * 4)?;
+    let out = be.dev.pool.alloc(n * 4)?;
+    // As the twin: logits scaled by the f32 reciprocal of the temperature.
+    let inv_t = 1.0 / temperature;
+    let cfg = LaunchConfig {
+        grid_dim: (
+            n.div_ceil(rows_per_block(be.dev.dtype)) as u32,
+            splits as u32,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let args = [
+        Arg::Ptr(part.ptr()),
+        Arg::Ptr(hidden.ptr()),
+        Arg::Ptr(idx.ptr()),
+        Arg::Ptr(lm_head.ptr()),
+        Arg::Ptr(tgt.ptr()),
+        Arg::U32(n as u32),
+        Arg::U32(cols as u32),
+        Arg::U32(vocab as u32),
+        Arg::U32(SPLIT as u32),
+        Arg::F32(inv_t),
+    ];
+    be.launch("question_loglik", cfg, &args)?;
+
+    let merge = be
+        .dev
+        .function("question_loglik", "question_loglik_merge")?;
+    let (out_ptr, part_ptr, n32, splits32) = (out.ptr(), part.ptr(), n as u32, splits as u32);
+    let mut b = be.dev.stream.launch_builder(&merge);
+    b.arg(&out_ptr).arg(&part_ptr).arg(&n32).arg(&splits32);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(128) as u32, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    {
+        let _timed = be.profiler.time(&be.dev, "question_loglik_merge")?;
+        // SAFETY: `question_loglik_merge(float* out, const float* part, unsigned n,
+        // unsigned splits)` with `out` of n floats and `part` of 3·splits·n floats.
+        unsafe { b.launch(cfg) }.map_err(|e| device_err("question_loglik", e))?;
+    }
+    let bytes = be.dev.download_bytes("question_loglik", &out, n * 4)?;
+    Ok(DType::F32.decode(&bytes))
+}
