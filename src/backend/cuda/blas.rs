@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use cudarc::cublas::{result as blas, sys};
 
 use super::device::Device;
-use super::memory::device_err;
+use super::memory::{device_err, CudaTensor};
 use crate::backend::dtype::DType;
 
 fn data_type(dt: DType) -> sys::cudaDataType {
@@ -16,25 +16,22 @@ fn data_type(dt: DType) -> sys::cudaDataType {
     }
 }
 
-/// `y[n, out] = x[n, in] · w[out, in]ᵀ + beta · y` on row-major device matrices (pointers to
-/// `dtype` elements). Row-major `y` is column-major `yᵀ = w · xᵀ`, so cuBLAS sees
+/// `y[n, out] = x[n, in] · w[out, in]ᵀ + beta · y` on row-major device matrices of the
+/// same dtype (shapes checked by the caller). Row-major `y` is column-major `yᵀ = w · xᵀ`, so cuBLAS sees
 /// `C(out×n) = op(A)·B` with `A = w` (column-major `[in, out]`, transposed) and
 /// `B = x` (column-major `[in, n]`).
 pub fn gemm_xwt(
     dev: &Device,
-    dtype: DType,
-    x: u64,
-    w: u64,
-    y: u64,
-    n: usize,
-    k: usize,
-    out: usize,
+    x: &CudaTensor,
+    w: &CudaTensor,
+    y: &CudaTensor,
     beta: f32,
 ) -> crate::backend::OpResult<()> {
+    let (n, k, out) = (x.rows, x.cols, w.rows);
     if n == 0 || out == 0 {
         return Ok(());
     }
-    let dt = data_type(dtype);
+    let dt = data_type(x.dtype);
     let alpha = 1.0f32;
     let dim = |v: usize| {
         i32::try_from(v).map_err(|_| device_err("linear", format!("dimension {v} exceeds i32")))
@@ -50,14 +47,14 @@ pub fn gemm_xwt(
             dim(n)?,
             dim(k)?,
             (&alpha as *const f32).cast::<c_void>(),
-            w as *const c_void,
+            w.ptr() as *const c_void,
             dt,
             dim(k)?,
-            x as *const c_void,
+            x.ptr() as *const c_void,
             dt,
             dim(k)?,
             (&beta as *const f32).cast::<c_void>(),
-            y as *mut c_void,
+            y.ptr() as *mut c_void,
             dt,
             dim(out)?,
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,

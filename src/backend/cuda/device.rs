@@ -191,20 +191,6 @@ impl Device {
         .map_err(|e| device_err(op, e))
     }
 
-    /// Sets `buf` to the byte `value`.
-    pub fn memset(&self, buf: &DeviceBuf, value: u8) -> OpResult<()> {
-        // SAFETY: the pointer covers `buf.bytes()` bytes of a live allocation.
-        unsafe {
-            cudarc::driver::result::memset_d8_async(
-                buf.ptr(),
-                value,
-                buf.bytes(),
-                self.stream.cu_stream(),
-            )
-        }
-        .map_err(|e| device_err("memset", e))
-    }
-
     /// A pair of events: recorded now, and at [`Timer::elapsed_ms`].
     pub fn timer(&self) -> OpResult<Timer<'_>> {
         let start = self

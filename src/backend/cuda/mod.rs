@@ -154,16 +154,25 @@ impl Backend for CudaBackend {
     }
 
     fn gemm_tflops(&self, n: usize, iters: usize) -> OpResult<Option<f64>> {
-        let (x, w, y) = (self.tensor(n, n)?, self.tensor(n, n)?, self.tensor(n, n)?);
-        let dtype = self.dev.dtype;
-        // Contents do not matter to a GEMM's speed, but NaN/denormal-free is kinder.
-        for t in [&x, &w] {
-            self.dev.memset(&t.buf, 0)?;
-        }
-        blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n, 0.0)?;
+        // Random operands: zeros or constants draw less power and would flatter the peak.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut random = || {
+            let data = (0..n * n)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                })
+                .collect();
+            self.upload(&HostTensor::new(vec![n, n], data))
+        };
+        let (x, w) = (random()?, random()?);
+        let y = self.tensor(n, n)?;
+        blas::gemm_xwt(&self.dev, &x, &w, &y, 0.0)?;
         let timer = self.dev.timer()?;
         for _ in 0..iters.max(1) {
-            blas::gemm_xwt(&self.dev, dtype, x.ptr(), w.ptr(), y.ptr(), n, n, n, 0.0)?;
+            blas::gemm_xwt(&self.dev, &x, &w, &y, 0.0)?;
         }
         let ms = timer.elapsed_ms()?;
         let flops = 2.0 * (n as f64).powi(3) * iters.max(1) as f64;
@@ -204,17 +213,7 @@ impl Backend for CudaBackend {
             self.rowwise_inplace("bias_rows", &y, Some(b.ptr()))?;
         }
         let _timed = self.profiler.time(&self.dev, "gemm (cuBLAS)")?;
-        blas::gemm_xwt(
-            &self.dev,
-            self.dev.dtype,
-            x.ptr(),
-            w.ptr(),
-            y.ptr(),
-            x.rows,
-            x.cols,
-            w.rows,
-            if bias.is_some() { 1.0 } else { 0.0 },
-        )?;
+        blas::gemm_xwt(&self.dev, x, w, &y, if bias.is_some() { 1.0 } else { 0.0 })?;
         Ok(y)
     }
 
