@@ -103,3 +103,43 @@ fn target_suffix_and_packing_are_consistent() {
         assert!((a - b).abs() <= TOL, "{a} vs {b}");
     }
 }
+
+/// Sequences that share prefixes (four continuations of two prompts, as LEPUS paths
+/// share a first passage) score exactly as without prefix reuse, on GPT-2 (learned
+/// positions) and Llama (RoPE); the reuse packs fewer tokens.
+#[test]
+fn shared_prefix_reuse_gives_the_unshared_scores() {
+    for name in ["gpt2", "llama_gqa_untied"] {
+        let dir = common::fixture(&format!("decoder/{name}"));
+        let g = common::read_golden(&dir.join("golden.safetensors"));
+        let be = CpuBackend;
+        let mut model = DecoderForCausalLM::load(&be, DecoderSource::open(&dir).unwrap()).unwrap();
+        let ids: Vec<u32> = g["input_ids"].i64.iter().map(|&x| x as u32).collect();
+        let (a, b) = (&ids[..20], &ids[3..23]);
+        let seq = |prefix: &[u32], tail: &[u32], target_start| ScoredSequence {
+            ids: prefix.iter().chain(tail).copied().collect(),
+            target_start,
+        };
+        // Tails with distinct first tokens, so each group shares exactly its prompt.
+        let seqs = [
+            seq(a, &ids[5..9], 18),
+            seq(b, &ids[9..12], 20),
+            seq(a, &ids[12..18], 21),
+            seq(a, &ids[1..2], 5),
+            seq(b, &ids[14..19], 22),
+        ];
+        model.min_shared_prefix = 0;
+        let plain = model.target_logprobs(&be, &seqs, 1.3).unwrap();
+        model.min_shared_prefix = 8;
+        let shared = model.target_logprobs(&be, &seqs, 1.3).unwrap();
+        assert_eq!(plain, shared, "{name}: scores differ with prefix reuse");
+        let lists: Vec<&[u32]> = seqs.iter().map(|s| s.ids.as_slice()).collect();
+        let plan = hopscore::model::prefix::PrefixPlan::new(&lists, 8).expect("prefixes shared");
+        let total: usize = seqs.iter().map(|s| s.ids.len()).sum();
+        // Two more runs of a's 20 tokens and one more of b's are saved, at least.
+        assert!(
+            plan.packed_tokens() <= total - 3 * 20,
+            "{name}: packed tokens"
+        );
+    }
+}

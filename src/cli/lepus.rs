@@ -95,6 +95,11 @@ pub struct LepusArgs {
     /// Logits are divided by T before the log-softmax (1.4 is best in the paper).
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f32,
+    /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
+    /// the same first passage) run those tokens through the model once; scores are
+    /// unchanged. 0 turns the reuse off.
+    #[arg(long, default_value_t = crate::model::decoder::MIN_SHARED_PREFIX)]
+    pub min_shared_prefix: usize,
     #[command(flatten)]
     pub device: DeviceOpts,
 }
@@ -390,7 +395,8 @@ fn run_on<B: Backend>(
     templates: Vec<Template>,
     common: &[(&'static str, String)],
 ) -> Result<RunSummary> {
-    let loaded = super::loglik::load_decoder(be, model_path, args.tokenizer.as_deref())?;
+    let mut loaded = super::loglik::load_decoder(be, model_path, args.tokenizer.as_deref())?;
+    loaded.model.min_shared_prefix = args.min_shared_prefix;
     let context = loaded.model.config.max_position_embeddings;
     ensure!(
         args.max_prompt_tokens <= context,
@@ -439,14 +445,24 @@ fn run_on<B: Backend>(
         max_doc_tokens: args.max_doc_tokens,
     };
     let (model, temperature) = (loaded.model, args.temperature);
-    question_run::run(
+    let summary = question_run::run(
         &args.run,
         ranked_command(
             metadata,
             move |q: &Question| setup.prepare(q),
             |seqs: &[Sequence], _: &[usize]| score_requests(be, &model, seqs, temperature),
         ),
-    )
+    )?;
+    let (all, packed) = model.token_counts();
+    if all > 0 {
+        eprintln!(
+            "shared-prefix reuse: {packed} of {all} prompt tokens ran through the model \
+             ({:.1}% saved; --min-shared-prefix {})",
+            100.0 * (all - packed) as f64 / all as f64,
+            args.min_shared_prefix
+        );
+    }
+    Ok(summary)
 }
 
 /// Log-probabilities of the question tokens (`type_ids` 1) of each request.

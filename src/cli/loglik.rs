@@ -47,6 +47,11 @@ pub struct LoglikArgs {
     /// paper; 1.0 gives plain log-likelihoods).
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f32,
+    /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
+    /// the same first passage) run those tokens through the model once; scores are
+    /// unchanged. 0 turns the reuse off.
+    #[arg(long, default_value_t = crate::model::decoder::MIN_SHARED_PREFIX)]
+    pub min_shared_prefix: usize,
     /// Token budget of one forward pass. Larger batches use the cores better and need
     /// more memory (about 4·(6·H + 2·I) bytes per token on CPU, plus attention scores).
     #[arg(long, default_value_t = 8192)]
@@ -122,7 +127,8 @@ pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
 }
 
 fn run_on<B: Backend>(be: &B, args: &LoglikArgs) -> Result<RowSummary> {
-    let loaded = load_decoder(be, &args.model, args.tokenizer.as_deref())?;
+    let mut loaded = load_decoder(be, &args.model, args.tokenizer.as_deref())?;
+    loaded.model.min_shared_prefix = args.min_shared_prefix;
     let max_len = args
         .max_length
         .unwrap_or(loaded.model.config.max_position_embeddings);

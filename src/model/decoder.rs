@@ -12,12 +12,14 @@
 //! `question_loglik` op (running log-sum-exp over vocabulary chunks).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, ensure, Context, Result};
 
 use super::batch::{PackedBatch, Sequence};
 use super::decoder_config::{DecoderConfig, Family};
 use super::gguf::GgufFile;
+use super::prefix::PrefixPlan;
 use super::weights::{GgufSource, HostTensor, WeightStore, Weights};
 use crate::backend::{Backend, CausalShape};
 
@@ -238,7 +240,15 @@ impl<B: Backend> DecoderLayer<B> {
                 inv_freq,
             )?;
         }
-        let attn = be.causal_attention(&qkv, ctx.shape, &ctx.batch.layout)?;
+        let attn = match ctx.prefix {
+            None => be.causal_attention(&qkv, ctx.shape, &ctx.batch.layout)?,
+            Some(plan) => {
+                // Each member attends over its whole [prefix ; suffix] sequence.
+                let whole = be.gather_rows(&qkv, &plan.attn_rows)?;
+                let attn = be.causal_attention(&whole, ctx.shape, &plan.attn_layout)?;
+                be.gather_rows(&attn, &plan.back_rows)?
+            }
+        };
         drop(qkv);
         be.add(x, &self.attention.out.forward(be, &attn)?)?;
         let h = self.norm2.forward(be, x)?;
@@ -258,6 +268,8 @@ impl<B: Backend> DecoderLayer<B> {
 /// What every layer of one forward pass shares.
 struct ForwardContext<'a> {
     batch: &'a PackedBatch,
+    /// Set when `batch` packs shared prefixes once (`batch` is then `plan.batch`).
+    prefix: Option<&'a PrefixPlan>,
     shape: CausalShape,
     inv_freq: Option<&'a [f32]>,
 }
@@ -326,7 +338,16 @@ pub struct DecoderForCausalLM<B: Backend> {
     /// `None` when tied to `embed_tokens`.
     lm_head: Option<B::Tensor>,
     inv_freq: Option<Vec<f32>>,
+    /// Sequences of a batch sharing at least this many leading tokens run them once
+    /// (see [`PrefixPlan`]); 0 turns the reuse off.
+    pub min_shared_prefix: usize,
+    /// Tokens scored so far, and how many of them ran through the layers.
+    token_counts: [AtomicUsize; 2],
 }
+
+/// Default of [`DecoderForCausalLM::min_shared_prefix`]: below this the two gathers
+/// per layer cost about what the shared rows save.
+pub const MIN_SHARED_PREFIX: usize = 16;
 
 impl<B: Backend> DecoderForCausalLM<B> {
     /// Loads the model from a source; returns it with the source's config.
@@ -387,20 +408,22 @@ impl<B: Backend> DecoderForCausalLM<B> {
             final_norm,
             lm_head,
             inv_freq,
+            min_shared_prefix: MIN_SHARED_PREFIX,
+            token_counts: Default::default(),
             config: c,
         })
     }
 
     /// Final hidden states (before the final norm) of every packed token.
-    fn body(&self, be: &B, batch: &PackedBatch) -> Result<B::Tensor> {
+    fn body(&self, be: &B, batch: &PackedBatch, prefix: Option<&PrefixPlan>) -> Result<B::Tensor> {
         let c = &self.config;
         let mut lookups = vec![(&self.embed_tokens, batch.ids.as_slice())];
         if let Some(p) = &self.embed_positions {
+            let len = batch.positions.iter().max().map_or(0, |&p| p as usize + 1);
             ensure!(
-                batch.layout.max_len() <= c.max_position_embeddings,
-                "a sequence has {} tokens; this model has learned positions up to {} \
+                len <= c.max_position_embeddings,
+                "a sequence has {len} tokens; this model has learned positions up to {} \
                  (n_positions)",
-                batch.layout.max_len(),
                 c.max_position_embeddings
             );
             lookups.push((p, batch.positions.as_slice()));
@@ -410,6 +433,7 @@ impl<B: Backend> DecoderForCausalLM<B> {
         )?;
         let ctx = ForwardContext {
             batch,
+            prefix,
             shape: CausalShape {
                 heads: c.num_heads,
                 kv_heads: c.num_kv_heads,
@@ -424,6 +448,14 @@ impl<B: Backend> DecoderForCausalLM<B> {
         Ok(x)
     }
 
+    /// `(tokens of the scored sequences, tokens that ran through the layers)` over
+    /// every [`DecoderForCausalLM::target_logprobs`] call so far: the work that
+    /// shared-prefix reuse saved.
+    pub fn token_counts(&self) -> (usize, usize) {
+        let [all, packed] = &self.token_counts;
+        (all.load(Ordering::Relaxed), packed.load(Ordering::Relaxed))
+    }
+
     /// Per-token log-probabilities of the target tokens of each sequence:
     /// `seqs[k].ids[target_start..]` given everything before them, with logits
     /// divided by `temperature` before the log-softmax. `target_start ≥ 1`.
@@ -433,9 +465,6 @@ impl<B: Backend> DecoderForCausalLM<B> {
         seqs: &[ScoredSequence],
         temperature: f32,
     ) -> Result<Vec<Vec<f32>>> {
-        let mut rows = Vec::new();
-        let mut targets = Vec::new();
-        let mut offset = 0;
         for s in seqs {
             ensure!(
                 (1..=s.ids.len()).contains(&s.target_start),
@@ -443,21 +472,50 @@ impl<B: Backend> DecoderForCausalLM<B> {
                 s.target_start,
                 s.ids.len()
             );
-            for t in s.target_start..s.ids.len() {
-                rows.push(offset + t - 1);
-                targets.push(s.ids[t]);
-            }
+        }
+        let ids: Vec<&[u32]> = seqs.iter().map(|s| s.ids.as_slice()).collect();
+        let plan = match self.min_shared_prefix {
+            0 => None,
+            n => PrefixPlan::new(&ids, n),
+        };
+        // The packed row of token `t` of sequence `k`.
+        let mut offsets = Vec::with_capacity(seqs.len());
+        let mut offset = 0;
+        for s in seqs {
+            offsets.push(offset);
             offset += s.ids.len();
         }
-        let packed: Vec<Sequence> = seqs
-            .iter()
-            .map(|s| Sequence {
-                ids: s.ids.clone(),
-                ..Default::default()
-            })
-            .collect();
-        let batch = PackedBatch::pack(&packed);
-        let hidden = self.body(be, &batch)?;
+        let [all, packed] = &self.token_counts;
+        all.fetch_add(offset, Ordering::Relaxed);
+        packed.fetch_add(
+            plan.as_ref().map_or(offset, PrefixPlan::packed_tokens),
+            Ordering::Relaxed,
+        );
+        let row_of = |k: usize, t: usize| match &plan {
+            Some(p) => p.token_rows[k][t],
+            None => offsets[k] + t,
+        };
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        for (k, s) in seqs.iter().enumerate() {
+            for t in s.target_start..s.ids.len() {
+                rows.push(row_of(k, t - 1));
+                targets.push(s.ids[t]);
+            }
+        }
+        let hidden = match &plan {
+            Some(p) => self.body(be, &p.batch, Some(p))?,
+            None => {
+                let packed: Vec<Sequence> = seqs
+                    .iter()
+                    .map(|s| Sequence {
+                        ids: s.ids.clone(),
+                        ..Default::default()
+                    })
+                    .collect();
+                self.body(be, &PackedBatch::pack(&packed), None)?
+            }
+        };
         // The final norm is row-wise, so it runs on the gathered rows only.
         let picked = be.gather_rows(&hidden, &rows)?;
         drop(hidden);

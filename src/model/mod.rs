@@ -9,4 +9,5 @@ pub mod decoder_config;
 pub mod gguf;
 pub mod heads;
 pub mod layers;
+pub mod prefix;
 pub mod weights;
