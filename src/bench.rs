@@ -1,5 +1,5 @@
-//! Encoder throughput on random weights of standard DeBERTa-v3 shapes, shared by
-//! `hopscore bench` and `benches/encoder.rs`.
+//! Throughput on random weights of standard shapes — DeBERTa-v3 encoders and the
+//! causal LMs LEPUS scores with — shared by `hopscore bench` and `benches/encoder.rs`.
 
 use std::time::Instant;
 
@@ -10,6 +10,8 @@ use crate::backend::{Backend, KernelTime};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::config::{DebertaConfig, RelativeConfig};
 use crate::model::cross_encoder::CrossEncoder;
+use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
+use crate::model::decoder_config::{DecoderConfig, Family};
 use crate::model::weights::Weights;
 
 /// Model shapes with published configs (random weights).
@@ -22,16 +24,44 @@ pub enum ModelShape {
     DebertaV3Base,
     /// microsoft/deberta-v3-large: 24 layers, hidden 1024.
     DebertaV3Large,
+    /// GPT-2 (124M): 12 layers, hidden 768; scores the last 32 tokens of each prompt.
+    Gpt2,
+    /// SmolLM2-135M: 30 layers, hidden 576, 9 heads over 3 KV heads; last 32 tokens.
+    Smollm2,
 }
 
+/// Target tokens per prompt in the decoder benchmarks (a LEPUS question's length).
+const DECODER_TARGETS: usize = 32;
+
 impl ModelShape {
-    pub fn config(self) -> DebertaConfig {
+    /// The published config of a decoder shape (`None` for the encoders).
+    pub fn decoder_config(self) -> Option<DecoderConfig> {
+        let raw = match self {
+            ModelShape::Gpt2 => serde_json::json!({
+                "model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12,
+                "n_head": 12, "n_positions": 1024, "layer_norm_epsilon": 1e-5
+            }),
+            ModelShape::Smollm2 => serde_json::json!({
+                "model_type": "llama", "vocab_size": 49152, "hidden_size": 576,
+                "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+                "intermediate_size": 1536, "max_position_embeddings": 8192,
+                "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": true
+            }),
+            _ => return None,
+        };
+        let raw = serde_json::from_value(raw).expect("valid built-in config");
+        Some(DecoderConfig::resolve(raw).expect("supported built-in config"))
+    }
+
+    /// The config of an encoder shape (`None` for the decoders).
+    pub fn encoder_config(self) -> Option<DebertaConfig> {
         let (layers, hidden, heads) = match self {
             ModelShape::Small => (4, 256, 4),
             ModelShape::DebertaV3Base => (12, 768, 12),
             ModelShape::DebertaV3Large => (24, 1024, 16),
+            ModelShape::Gpt2 | ModelShape::Smollm2 => return None,
         };
-        DebertaConfig {
+        Some(DebertaConfig {
             vocab_size: 128_100,
             hidden_size: hidden,
             embedding_size: hidden,
@@ -55,7 +85,7 @@ impl ModelShape {
             scale_factor: 3,
             pooler_hidden_size: hidden,
             architectures: Vec::new(),
-        }
+        })
     }
 }
 
@@ -112,47 +142,108 @@ pub fn encoder_flops(c: &DebertaConfig, len: usize, batch: usize) -> f64 {
     batch as f64 * c.num_layers as f64 * (linear + attention)
 }
 
-pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
-    let config = spec.shape.config();
-    let model = CrossEncoder::from_weights(be, &Weights::random(7), config.clone(), Vec::new())?;
+/// `batch` sequences of `len` pseudo-random ids in `[3, vocab)`, framed by ids 1 and 2.
+fn random_ids(batch: usize, len: usize, vocab: usize) -> Vec<Vec<u32>> {
     let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let seqs: Vec<Sequence> = (0..spec.batch)
+    (0..batch)
         .map(|_| {
-            let mut ids: Vec<u32> = (0..spec.seq_len)
+            let mut ids: Vec<u32> = (0..len)
                 .map(|_| {
                     state ^= state << 13;
                     state ^= state >> 7;
                     state ^= state << 17;
-                    3 + (state % (config.vocab_size as u64 - 3)) as u32
+                    3 + (state % (vocab as u64 - 3)) as u32
                 })
                 .collect();
             ids[0] = 1;
-            ids[spec.seq_len - 1] = 2;
-            Sequence {
+            ids[len - 1] = 2;
+            ids
+        })
+        .collect()
+}
+
+/// FLOPs of scoring `batch` prompts of `len` tokens, `targets` of them each.
+pub fn decoder_flops(c: &DecoderConfig, len: usize, batch: usize, targets: usize) -> f64 {
+    let (h, q, i) = (
+        c.hidden_size as f64,
+        (c.num_heads * c.head_dim) as f64,
+        c.intermediate_size as f64,
+    );
+    let kv = (c.num_kv_heads * c.head_dim) as f64;
+    let l = len as f64;
+    let mlp = match c.family {
+        Family::Gpt2 => 2.0 * h * i,
+        Family::Llama => 3.0 * h * i,
+    };
+    let linear = 2.0 * l * (h * (q + 2.0 * kv) + q * h + mlp);
+    // Causal QKᵀ and PV: half of the L × L products.
+    let attention = 2.0 * q * l * l;
+    let head = 2.0 * targets as f64 * h * c.vocab_size as f64;
+    batch as f64 * (c.num_layers as f64 * (linear + attention) + head)
+}
+
+pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
+    if let Some(config) = spec.shape.decoder_config() {
+        let mut model = DecoderForCausalLM::from_weights(be, &Weights::random(7), config.clone())?;
+        // Random prompts share nothing; do not pay for looking.
+        model.min_shared_prefix = 0;
+        let targets = DECODER_TARGETS.min(spec.seq_len - 1);
+        let seqs: Vec<ScoredSequence> = random_ids(spec.batch, spec.seq_len, config.vocab_size)
+            .into_iter()
+            .map(|ids| ScoredSequence {
+                target_start: ids.len() - targets,
                 ids,
-                ..Default::default()
-            }
+            })
+            .collect();
+        let flops = decoder_flops(&config, spec.seq_len, spec.batch, targets);
+        return measure(be, spec, flops, || {
+            model.target_logprobs(be, &seqs, 1.0).map(|_| ())
+        });
+    }
+    let config = spec
+        .shape
+        .encoder_config()
+        .expect("every shape is an encoder or a decoder");
+    let model = CrossEncoder::from_weights(be, &Weights::random(7), config.clone(), Vec::new())?;
+    let seqs: Vec<Sequence> = random_ids(spec.batch, spec.seq_len, config.vocab_size)
+        .into_iter()
+        .map(|ids| Sequence {
+            ids,
+            ..Default::default()
         })
         .collect();
     let batch = PackedBatch::pack(&seqs);
+    let flops = encoder_flops(&config, spec.seq_len, spec.batch);
+    measure(be, spec, flops, || {
+        model.forward(be, &batch, false).map(|_| ())
+    })
+}
+
+/// Times `forward` (warm-up, timed passes, one profiled pass) and the GEMM peak.
+fn measure<B: Backend>(
+    be: &B,
+    spec: BenchSpec,
+    flops: f64,
+    forward: impl Fn() -> Result<()>,
+) -> Result<BenchResult> {
     for _ in 0..spec.warmup {
-        model.forward(be, &batch, false)?;
+        forward()?;
     }
     be.synchronize()?;
     let t = Instant::now();
     for _ in 0..spec.iters {
-        model.forward(be, &batch, false)?;
+        forward()?;
     }
     be.synchronize()?;
     let per_batch = t.elapsed().as_secs_f64() / spec.iters.max(1) as f64;
     be.start_profile();
-    model.forward(be, &batch, false)?;
+    forward()?;
     let kernels = be.finish_profile()?;
     let gemm_peak_tflops = match spec.peak_gemm {
         0 => None,
         n => be.gemm_tflops(n, 10)?,
     };
-    let gflops = encoder_flops(&config, spec.seq_len, spec.batch) / per_batch / 1e9;
+    let gflops = flops / per_batch / 1e9;
     Ok(BenchResult {
         engine: "hopscore",
         device: be.name(),

@@ -158,7 +158,7 @@ fn results_are_bit_identical_whatever_the_batch_on_a_wider_model() {
     use hopscore::model::batch::PackedBatch;
     use hopscore::model::weights::Weights;
     let be = CpuBackend;
-    let config = ModelShape::Small.config();
+    let config = ModelShape::Small.encoder_config().unwrap();
     let model = CrossEncoder::from_weights(&be, &Weights::random(3), config, Vec::new()).unwrap();
     let seqs: Vec<Sequence> = [200usize, 57, 130]
         .iter()

@@ -273,6 +273,7 @@ fn lepus_command_writes_the_reference_rankings() {
         max_doc_tokens: num("max_doc_tokens") as usize,
         max_prompt_tokens: num("max_prompt_tokens") as usize,
         temperature: golden["temperature"].as_f64().unwrap() as f32,
+        min_shared_prefix: hopscore::model::decoder::MIN_SHARED_PREFIX,
         device: hopscore::cli::DeviceOpts::CPU,
     };
     let summary = lepus::run(&args).unwrap();

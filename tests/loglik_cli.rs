@@ -88,6 +88,7 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
         input,
         output: output.clone(),
         temperature: 1.0,
+        min_shared_prefix: 16,
         max_batch_tokens: 1024,
         max_length: None,
         quarantine: None,
