@@ -1,40 +1,54 @@
-//! GPU vs CPU parity (feature `cuda`): one table of op cases (cf. llama.cpp's
-//! test-backend-ops) and whole DeBERTa models, each run on the CUDA backend and on
-//! the CPU backend (the executable specification) with the same fresh random inputs.
+//! GPU vs CPU parity (feature `cuda`): ONE table of op cases (cf. llama.cpp's
+//! test-backend-ops) — encoder ops, DeBERTa's disentangled attention and the decoder
+//! ops — each run by one generic `run` on the CUDA backend and on the CPU backend (the
+//! executable specification) with the same fresh seeded inputs; then whole models
+//! (DeBERTa fixtures, GPT-2 / Llama-GQA / Qwen2 decoders) on both backends.
 //!
 //! Every device buffer is filled with NaN bytes when handed out (`CudaBackend::
-//! poisoned`), so an output element a kernel leaves unwritten fails. Errors are
-//! relative to the largest reference magnitude: f32 ≤ 1e-5, bf16 ≤ 1e-2 per op and
-//! ≤ 2e-2 for whole models (see `BF16_MODEL_TOLERANCE`). Inputs are
-//! rounded to the device dtype first, so the figure measures the kernels, not the
-//! input quantisation. Without a CUDA device the tests print "no GPU: skipped"; the
-//! CPU emulator of tools/cuda_emu runs them on any machine.
+//! poisoned`), so an output element a kernel leaves unwritten fails (a non-finite
+//! output counts as an infinite error). Errors are max |gpu − cpu| relative to the
+//! largest reference magnitude: per op ≤ 1e-5 (f32), 1e-2 (bf16), 5e-3 (f16); whole
+//! DeBERTa models ≤ 1e-5 (f32) and 2e-2 (bf16, see `BF16_MODEL_TOLERANCE`); whole
+//! decoders at the per-op bounds. Inputs are rounded to the device dtype first (whole
+//! models load the same rounded weights on both sides), so the figure measures the
+//! kernels, not the input quantisation. Masked query rows of both attentions must be
+//! exactly zero. Without a CUDA device every test prints "no GPU: skipped" (a failure
+//! with `HOPSCORE_REQUIRE_GPU=1`); the CPU emulator of tools/cuda_emu runs them on any
+//! machine.
 
 #![cfg(feature = "cuda")]
 
 mod common;
 
+use std::path::{Path, PathBuf};
+
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::DType;
-use hopscore::backend::{Backend, SeqLayout};
+use hopscore::backend::{AttentionShape, Backend, CausalShape, RelAttention, SeqLayout};
 use hopscore::model::batch::PackedBatch;
+use hopscore::model::config::RelativeConfig;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
+use hopscore::model::deberta::relative_index;
+use hopscore::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
 use hopscore::model::weights::HostTensor;
 
+/// Per-op bound (and whole decoders'), relative to max |reference|.
 fn tolerance(dtype: DType) -> f32 {
     match dtype {
         DType::F32 => 1e-5,
-        DType::Bf16 | DType::F16 => 1e-2,
+        DType::Bf16 => 1e-2,
+        DType::F16 => 5e-3,
     }
 }
 
-/// `max |a − b| / max |b|` (NaN anywhere gives infinity).
+/// `max |a − b| / max |b|`; a non-finite output element (a NaN-poisoned element left
+/// unwritten) gives infinity.
 fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len(), "output sizes differ");
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    let scale = max_abs(want).max(1e-30);
     got.iter().zip(want).fold(0f32, |m, (a, b)| {
         let d = (a - b).abs();
-        if d.is_nan() {
+        if !a.is_finite() || d.is_nan() {
             f32::INFINITY
         } else {
             m.max(d / scale)
@@ -42,7 +56,11 @@ fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     })
 }
 
-/// Seeded inputs in [−1, 1) rounded to `dtype` (never exactly zero in practice).
+fn max_abs(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |m, x| m.max(x.abs()))
+}
+
+/// Seeded inputs rounded to `dtype`, never exactly zero.
 struct Inputs {
     rng: fastrand::Rng,
     dtype: DType,
@@ -55,9 +73,27 @@ impl Inputs {
             dtype,
         }
     }
+    /// Uniform in ±`scale`.
     fn matrix(&mut self, rows: usize, cols: usize, scale: f32) -> HostTensor {
         let v: Vec<f32> = (0..rows * cols)
-            .map(|_| (self.rng.f32() * 2.0 - 1.0) * scale)
+            .map(|_| {
+                let x = (self.rng.f32() * 2.0 - 1.0) * scale;
+                if x == 0.0 {
+                    scale * 0.5
+                } else {
+                    x
+                }
+            })
+            .collect();
+        HostTensor::new(vec![rows, cols], self.dtype.decode(&self.dtype.encode(&v)))
+    }
+    /// Standard-normal-ish (Irwin–Hall of 4, × 1.7), at least 1e-3 from zero.
+    fn normal(&mut self, rows: usize, cols: usize) -> HostTensor {
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|_| {
+                let x = (0..4).map(|_| self.rng.f32()).sum::<f32>() - 2.0;
+                x * 1.7 + if x >= 0.0 { 1e-3 } else { -1e-3 }
+            })
             .collect();
         HostTensor::new(vec![rows, cols], self.dtype.decode(&self.dtype.encode(&v)))
     }
@@ -66,8 +102,23 @@ impl Inputs {
     }
 }
 
-/// Packed sequences of these lengths; every 5th token masked except each first.
-fn layout(lens: &[usize]) -> SeqLayout {
+/// Packed sequences of `lens`, token `t` (packed index) masked where `masked(t)`.
+fn layout(lens: &[usize], masked: impl Fn(usize) -> bool) -> SeqLayout {
+    let mut cu = vec![0];
+    for l in lens {
+        cu.push(cu.last().unwrap() + l);
+    }
+    let tokens = *cu.last().unwrap();
+    SeqLayout {
+        cu_seqlens: cu,
+        mask: (0..tokens)
+            .map(|t| if masked(t) { 0.0 } else { 1.0 })
+            .collect(),
+    }
+}
+
+/// Encoder layout: every 5th token of a sequence masked, never its first.
+fn encoder_layout(lens: &[usize]) -> SeqLayout {
     let mut cu = vec![0];
     let mut mask = Vec::new();
     for &l in lens {
@@ -80,9 +131,64 @@ fn layout(lens: &[usize]) -> SeqLayout {
     }
 }
 
+/// Sequence lengths of every disentangled-attention case.
+const ATTENTION_LENS: [usize; 5] = [1, 7, 33, 70, 130];
+
+/// Disentangled-attention layout, drawn first from the case's inputs: ~15% of the
+/// tokens masked (never a sequence's first), plus a masked 9-token tail in the
+/// 70-token sequence as padding would leave it.
+fn attention_layout(inp: &mut Inputs) -> SeqLayout {
+    let mut lay = layout(&ATTENTION_LENS, |_| false);
+    for m in lay.mask.iter_mut() {
+        *m = if inp.rng.f32() < 0.15 { 0.0 } else { 1.0 };
+    }
+    for &s in &lay.cu_seqlens[..ATTENTION_LENS.len()] {
+        lay.mask[s] = 1.0;
+    }
+    let tail = lay.cu_seqlens[4];
+    lay.mask[tail - 9..tail].fill(0.0);
+    lay
+}
+
+/// Causal-attention layout: tokens 3, 10, 17, … masked, plus `extra` (a whole
+/// one-token sequence).
+fn causal_layout(lens: &[usize], extra: Option<usize>) -> SeqLayout {
+    layout(lens, |t| t % 7 == 3 || Some(t) == extra)
+}
+
+/// Position terms of a disentangled-attention case: a bucket table with c2p / p2c.
+#[derive(Debug, Clone, Copy)]
+struct Rel {
+    buckets: usize,
+    max_relative_positions: usize,
+    c2p: bool,
+    p2c: bool,
+}
+
+/// DeBERTa-v3's 256 log buckets.
+const fn v3(c2p: bool, p2c: bool) -> Rel {
+    Rel {
+        buckets: 256,
+        max_relative_positions: 512,
+        c2p,
+        p2c,
+    }
+}
+
+/// A small 8-bucket table that saturates.
+const fn small(c2p: bool, p2c: bool) -> Rel {
+    Rel {
+        buckets: 8,
+        max_relative_positions: 16,
+        c2p,
+        p2c,
+    }
+}
+
 /// One row of the parity table: an op and its shape.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 enum Op {
+    // Encoder ops.
     Linear {
         n: usize,
         k: usize,
@@ -112,7 +218,7 @@ enum Op {
         cols: usize,
     },
     MeanPool {
-        lens: Vec<usize>,
+        lens: &'static [usize],
         cols: usize,
     },
     Add {
@@ -123,13 +229,58 @@ enum Op {
         rows: usize,
         cols: usize,
     },
+    /// Packed sequences of `ATTENTION_LENS`; `rel: None` is plain attention.
+    DisentangledAttention {
+        heads: usize,
+        d: usize,
+        rel: Option<Rel>,
+    },
+    // Decoder ops.
+    RmsNorm {
+        rows: usize,
+        cols: usize,
+    },
+    GeluNew {
+        rows: usize,
+        cols: usize,
+    },
+    Swiglu {
+        rows: usize,
+        inter: usize,
+    },
+    /// Llama-style fused [q | k | v] with 4 + 2 + 2 heads over sequences of
+    /// `ROPE_LENS`; q and k rotate, positions restart at `offset` in each sequence.
+    Rope {
+        head_dim: usize,
+        offset: u32,
+        theta: f32,
+    },
+    CausalAttention {
+        heads: usize,
+        kv_heads: usize,
+        d: usize,
+        lens: &'static [usize],
+        /// A packed token masked besides 3, 10, 17, …
+        extra_masked: Option<usize>,
+    },
+    /// 31 rows of 50 hidden states (27 random, first, last, a repeated one) against
+    /// a `vocab` × `cols` head; the first targets hit 0, the last word and the
+    /// 2,048-word split edges.
+    QuestionLoglik {
+        tokens: usize,
+        cols: usize,
+        vocab: usize,
+        temperature: f32,
+    },
 }
+
+const ROPE_LENS: [usize; 4] = [1, 5, 17, 40];
 
 /// Runs `op` on `be` with inputs from `seed`; returns the output values.
 fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
     let mut inp = Inputs::new(seed, dtype);
     let up = |t: &HostTensor| be.upload(t).unwrap();
-    let down = |t: &B::Tensor| be.download(t).unwrap().data;
+    let down = |t: &B::Tensor| be.download(t).unwrap();
     match *op {
         Op::Linear { n, k, out, bias } => {
             let (x, w, b) = (
@@ -138,12 +289,12 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 inp.matrix(1, out, 1.0),
             );
             let b = bias.then(|| up(&b));
-            down(&be.linear(&up(&x), &up(&w), b.as_ref()).unwrap())
+            down(&be.linear(&up(&x), &up(&w), b.as_ref()).unwrap()).data
         }
         Op::Gelu { rows, cols } => {
             let mut x = up(&inp.matrix(rows, cols, 4.0));
             be.gelu(&mut x).unwrap();
-            down(&x)
+            down(&x).data
         }
         Op::LayerNorm {
             rows,
@@ -156,7 +307,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             let r = residual.then(|| up(&r));
             be.layer_norm(&mut x, r.as_ref(), &up(&w), &up(&b), 1e-7)
                 .unwrap();
-            down(&x)
+            down(&x).data
         }
         Op::Embedding {
             tokens,
@@ -177,13 +328,13 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .zip(&ids)
                 .map(|(t, i)| (t, i.as_slice()))
                 .collect();
-            down(&be.embedding(&lookups).unwrap())
+            down(&be.embedding(&lookups).unwrap()).data
         }
         Op::ScaleRows { rows, cols } => {
             let mut x = up(&inp.matrix(rows, cols, 1.0));
             let s: Vec<f32> = (0..rows).map(|r| (r % 3) as f32 * 0.5).collect();
             be.scale_rows(&mut x, &s).unwrap();
-            down(&x)
+            down(&x).data
         }
         Op::GatherRows { rows, cols } => {
             let x = up(&inp.matrix(rows, cols, 1.0));
@@ -192,24 +343,162 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .iter()
                 .map(|&r| r as usize)
                 .collect();
-            down(&be.gather_rows(&x, &pick).unwrap())
+            down(&be.gather_rows(&x, &pick).unwrap()).data
         }
-        Op::MeanPool { ref lens, cols } => {
-            let l = layout(lens);
+        Op::MeanPool { lens, cols } => {
+            let l = encoder_layout(lens);
             let x = up(&inp.matrix(l.num_tokens(), cols, 1.0));
-            down(&be.mean_pool(&x, &l).unwrap())
+            down(&be.mean_pool(&x, &l).unwrap()).data
         }
         Op::Add { rows, cols } => {
             let (a, b) = (inp.matrix(rows, cols, 1.0), inp.matrix(rows, cols, 1.0));
             let mut a = up(&a);
             be.add(&mut a, &up(&b)).unwrap();
-            down(&a)
+            down(&a).data
         }
-        Op::Copy { rows, cols } => down(&be.copy(&up(&inp.matrix(rows, cols, 1.0))).unwrap()),
+        Op::Copy { rows, cols } => down(&be.copy(&up(&inp.matrix(rows, cols, 1.0))).unwrap()).data,
+        Op::DisentangledAttention { heads, d, rel } => {
+            let lay = attention_layout(&mut inp);
+            let tokens = lay.num_tokens();
+            let width = heads * d;
+            let (mut pos_key, mut pos_query, mut index) = (None, None, Vec::new());
+            if let Some(r) = rel {
+                let rc = RelativeConfig {
+                    buckets: Some(r.buckets),
+                    max_relative_positions: r.max_relative_positions,
+                    span: r.buckets,
+                    c2p: r.c2p,
+                    p2c: r.p2c,
+                    share_att_key: true,
+                    norm_rel_ebd: true,
+                };
+                index = relative_index(&rc, lay.max_len());
+                pos_key = r.c2p.then(|| up(&inp.normal(2 * r.buckets, width)));
+                pos_query = r.p2c.then(|| up(&inp.normal(2 * r.buckets, width)));
+            }
+            let (q, k, v) = (
+                up(&inp.normal(tokens, width)),
+                up(&inp.normal(tokens, width)),
+                up(&inp.normal(tokens, width)),
+            );
+            let rel_terms = RelAttention {
+                pos_key: pos_key.as_ref(),
+                pos_query: pos_query.as_ref(),
+                index: &index,
+            };
+            let shape = AttentionShape {
+                heads,
+                head_size: d,
+                score_scale: 1.0 / ((d * 3) as f32).sqrt(),
+            };
+            let out = be
+                .disentangled_attention(&q, &k, &v, rel.map(|_| &rel_terms), shape, &lay)
+                .unwrap();
+            let out = down(&out);
+            assert_eq!(out.shape, vec![tokens, width]);
+            out.data
+        }
+        Op::RmsNorm { rows, cols } => {
+            let x = inp.matrix(rows, cols, 3.0);
+            let w = inp.matrix(1, cols, 1.5);
+            let w = HostTensor::new(vec![cols], w.data);
+            let out = down(&be.rms_norm(&up(&x), &up(&w), 1e-5).unwrap());
+            assert_eq!(out.shape, vec![rows, cols]);
+            out.data
+        }
+        Op::GeluNew { rows, cols } => {
+            let mut x = up(&inp.matrix(rows, cols, 5.0));
+            be.gelu_new(&mut x).unwrap();
+            down(&x).data
+        }
+        Op::Swiglu { rows, inter } => {
+            let x = inp.matrix(rows, 2 * inter, 4.0);
+            let out = down(&be.swiglu(&up(&x)).unwrap());
+            assert_eq!(out.shape, vec![rows, inter]);
+            out.data
+        }
+        Op::Rope {
+            head_dim,
+            offset,
+            theta,
+        } => {
+            let tokens: usize = ROPE_LENS.iter().sum();
+            let cols = 8 * head_dim;
+            let inv_freq: Vec<f32> = (0..head_dim / 2)
+                .map(|i| 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32))
+                .collect();
+            let pos: Vec<u32> = ROPE_LENS
+                .iter()
+                .flat_map(|&l| (0..l as u32).map(move |p| p + offset))
+                .collect();
+            let mut x = up(&inp.matrix(tokens, cols, 2.0));
+            be.rope(&mut x, 6, head_dim, &pos, &inv_freq).unwrap();
+            down(&x).data
+        }
+        Op::CausalAttention {
+            heads,
+            kv_heads,
+            d,
+            lens,
+            extra_masked,
+        } => {
+            let lay = causal_layout(lens, extra_masked);
+            let tokens = lay.num_tokens();
+            let cols = (heads + 2 * kv_heads) * d;
+            let qkv = up(&inp.matrix(tokens, cols, 2.0));
+            let shape = CausalShape {
+                heads,
+                kv_heads,
+                head_dim: d,
+                scale: 1.0 / (d as f32).sqrt(),
+            };
+            let out = down(&be.causal_attention(&qkv, shape, &lay).unwrap());
+            assert_eq!(out.shape, vec![tokens, heads * d]);
+            out.data
+        }
+        Op::QuestionLoglik {
+            tokens,
+            cols,
+            vocab,
+            temperature,
+        } => {
+            let hidden = up(&inp.matrix(tokens, cols, 2.0));
+            let head = up(&inp.matrix(vocab, cols, 0.5));
+            let mut rows: Vec<usize> = (0..27).map(|_| inp.rng.usize(0..tokens)).collect();
+            rows.extend([0, tokens - 1, 7, 7]);
+            let mut targets = inp.ids(rows.len(), vocab as u32);
+            targets[..6].copy_from_slice(&[0, vocab as u32 - 1, 2047, 2048, 4095, 4096]);
+            let out = be
+                .question_loglik(&hidden, &rows, &head, &targets, temperature)
+                .unwrap();
+            assert_eq!(out.len(), rows.len());
+            assert!(be
+                .question_loglik(&hidden, &[], &head, &[], temperature)
+                .unwrap()
+                .is_empty());
+            out
+        }
     }
 }
 
-/// The table: odd sizes (not multiples of the block width) next to model-like ones.
+/// The layout and row width of an attention case, whose masked query rows must be
+/// exactly zero.
+fn masked_query_rows(op: &Op, seed: u64, dtype: DType) -> Option<(SeqLayout, usize)> {
+    match *op {
+        Op::DisentangledAttention { heads, d, .. } => {
+            Some((attention_layout(&mut Inputs::new(seed, dtype)), heads * d))
+        }
+        Op::CausalAttention {
+            heads,
+            d,
+            lens,
+            extra_masked,
+            ..
+        } => Some((causal_layout(lens, extra_masked), heads * d)),
+        _ => None,
+    }
+}
+
 fn encoder_ops() -> Vec<Op> {
     vec![
         Op::Linear {
@@ -251,7 +540,7 @@ fn encoder_ops() -> Vec<Op> {
         Op::ScaleRows { rows: 11, cols: 70 },
         Op::GatherRows { rows: 12, cols: 33 },
         Op::MeanPool {
-            lens: vec![1, 7, 20],
+            lens: &[1, 7, 20],
             cols: 300,
         },
         Op::Add { rows: 7, cols: 129 },
@@ -259,52 +548,249 @@ fn encoder_ops() -> Vec<Op> {
     ]
 }
 
+/// Head sizes 32, 40, 64 and 128, with and without c2p / p2c, both bucket tables.
+fn attention_ops() -> Vec<Op> {
+    let da = |heads, d, rel| Op::DisentangledAttention { heads, d, rel };
+    vec![
+        da(2, 64, Some(v3(true, true))),
+        da(3, 32, Some(small(true, true))),
+        da(4, 32, Some(v3(true, false))),
+        da(2, 64, Some(small(false, true))),
+        da(3, 64, None),
+        // Head size 128: over 48 KiB of shared memory (the launcher opts in).
+        da(1, 128, Some(v3(true, true))),
+        // A multiple of 8 but not of 16: the wmma kernel pads the columns.
+        da(2, 40, Some(small(true, true))),
+    ]
+}
+
+/// `question_loglik` temperatures: 31 rows are two 16-row tiles (f32) or one 32-row
+/// tile (bf16/f16, wmma; the emulator runs every wmma tile product 32 times over,
+/// so one temperature).
+fn decoder_ops(dtype: DType) -> Vec<Op> {
+    let causal = |heads, kv_heads, d, lens, extra_masked| Op::CausalAttention {
+        heads,
+        kv_heads,
+        d,
+        lens,
+        extra_masked,
+    };
+    let mut ops = vec![
+        Op::RmsNorm { rows: 37, cols: 96 },
+        Op::RmsNorm { rows: 5, cols: 300 },
+        Op::RmsNorm { rows: 1, cols: 7 },
+        Op::GeluNew { rows: 53, cols: 70 },
+        Op::Swiglu {
+            rows: 29,
+            inter: 90,
+        },
+        Op::Rope {
+            head_dim: 16,
+            offset: 0,
+            theta: 10_000.0,
+        },
+        Op::Rope {
+            head_dim: 64,
+            offset: 0,
+            theta: 500_000.0,
+        },
+        Op::Rope {
+            head_dim: 8,
+            offset: 3000,
+            theta: 1e6,
+        },
+        // MHA, GQA 2:1, 3:1 and 4:1, tiles crossing the 32-row blocks, one-token
+        // sequences.
+        causal(4, 4, 16, &[1, 5, 17, 40], None),
+        causal(9, 3, 64, &[17, 40, 1, 5], None), // SmolLM2-135M's geometry
+        causal(9, 3, 64, &[200, 7], None),       // a LEPUS-length prompt: 7 key tiles
+        causal(4, 2, 64, &[1, 5, 17, 40], None),
+        causal(4, 1, 32, &[40, 1, 5, 17], None),
+        causal(2, 1, 128, &[70, 3], None),
+        causal(3, 1, 8, &[33, 1, 65], Some(33)), // the whole second sequence masked
+    ];
+    let temperatures: &[f32] = if dtype == DType::F32 {
+        &[1.0, 1.4]
+    } else {
+        &[1.4]
+    };
+    // 4,500 words: two full 2,048-word splits and a last one ending mid-chunk; 80
+    // columns: one full and one partial 64-column slice.
+    ops.extend(temperatures.iter().map(|&temperature| Op::QuestionLoglik {
+        tokens: 50,
+        cols: 80,
+        vocab: 4_500,
+        temperature,
+    }));
+    ops
+}
+
+/// The table for `dtype`. f16 runs the same (wmma) disentangled-attention kernel
+/// template as bf16, and the emulator converts f16 in software (~25× slower than
+/// bf16), so f16 keeps two of its cases (d = 64 with v3 buckets, d = 40).
+fn table(dtype: DType) -> Vec<Op> {
+    let attention = attention_ops();
+    let attention = if dtype == DType::F16 {
+        vec![attention[0], attention[6]]
+    } else {
+        attention
+    };
+    let mut ops = encoder_ops();
+    ops.extend(attention);
+    ops.extend(decoder_ops(dtype));
+    ops
+}
+
 fn check_table(ops: &[Op], dtype: DType) {
     let Some(gpu) = common::gpu(dtype) else {
         return;
     };
+    let tol = tolerance(dtype);
     let mut failed = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let seed = 1000 + i as u64;
         let want = run(&CpuBackend, op, seed, dtype);
         let got = run(&gpu, op, seed, dtype);
-        let err = rel_err(&got, &want);
-        let ok = err <= tolerance(dtype);
+        assert!(max_abs(&want) > 0.1, "{op:?}: degenerate reference");
+        let mut err = rel_err(&got, &want);
+        if let Some((lay, width)) = masked_query_rows(op, seed, dtype) {
+            for (t, &m) in lay.mask.iter().enumerate() {
+                if m == 0.0 && got[t * width..(t + 1) * width].iter().any(|&g| g != 0.0) {
+                    eprintln!("  {op:?}: masked query row {t} not exactly zero");
+                    err = f32::INFINITY;
+                }
+            }
+        }
+        let ok = err <= tol;
         eprintln!(
-            "{:<5} {op:?}: rel err {err:.2e}",
+            "{:<5} {dtype:?} {op:?}: rel err {err:.2e}",
             if ok { "ok" } else { "FAIL" }
         );
         if !ok {
-            failed.push(format!("{op:?}: {err:e}"));
+            failed.push(format!("{op:?}: {err:e} > {tol:e}"));
         }
     }
     assert!(failed.is_empty(), "{dtype:?} parity failures: {failed:#?}");
 }
 
 #[test]
-fn encoder_ops_f32() {
-    check_table(&encoder_ops(), DType::F32);
+fn ops_f32() {
+    check_table(&table(DType::F32), DType::F32);
 }
 
 #[test]
-fn encoder_ops_bf16() {
-    check_table(&encoder_ops(), DType::Bf16);
+fn ops_bf16() {
+    check_table(&table(DType::Bf16), DType::Bf16);
+}
+
+#[test]
+fn ops_f16() {
+    check_table(&table(DType::F16), DType::F16);
+}
+
+#[test]
+fn disentangled_attention_rejects_head_size_12() {
+    let Some(gpu) = common::gpu(DType::F32) else {
+        return;
+    };
+    let mut inp = Inputs::new(6, DType::F32);
+    let lay = attention_layout(&mut inp);
+    let tokens = lay.num_tokens();
+    let up = |t: &HostTensor| gpu.upload(t).unwrap();
+    let (q, k, v) = (
+        up(&inp.normal(tokens, 24)),
+        up(&inp.normal(tokens, 24)),
+        up(&inp.normal(tokens, 24)),
+    );
+    let shape = AttentionShape {
+        heads: 2,
+        head_size: 12,
+        score_scale: 1.0 / 6.0,
+    };
+    let err = gpu
+        .disentangled_attention(&q, &k, &v, None, shape, &lay)
+        .err()
+        .expect("head size 12 must be rejected");
+    assert!(err.to_string().contains("head size 12"), "{err}");
+}
+
+#[test]
+fn causal_attention_rejects_head_dim_over_128() {
+    let Some(gpu) = common::gpu(DType::F32) else {
+        return;
+    };
+    let lay = layout(&[3], |_| false);
+    let qkv = HostTensor::new(vec![3, 3 * 256], vec![0.5; 3 * 3 * 256]);
+    let shape = CausalShape {
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 256,
+        scale: 0.0625,
+    };
+    let err = gpu
+        .causal_attention(&gpu.upload(&qkv).unwrap(), shape, &lay)
+        .err()
+        .expect("head_dim 256 is refused");
+    assert!(err.to_string().contains("head_dim 256"), "{err}");
+}
+
+/// A copy of checkpoint `src` (config.json + model.safetensors) with every float
+/// tensor rounded to `dtype` and stored as f32, so that the CPU reference holds the
+/// weights the GPU holds and the comparison measures the kernels' rounding only.
+/// f32 uses `src` itself.
+fn rounded_checkpoint(src: &Path, dst: &Path, dtype: DType) -> PathBuf {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    if dtype == DType::F32 {
+        return src.to_path_buf();
+    }
+    std::fs::copy(src.join("config.json"), dst.join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let values: Vec<f32> = match view.dtype() {
+                Dtype::F32 => DType::F32.decode(view.data()),
+                Dtype::BF16 => DType::Bf16.decode(view.data()),
+                Dtype::F16 => DType::F16.decode(view.data()),
+                other => panic!("{name}: unexpected dtype {other:?}"),
+            };
+            let rounded = dtype.decode(&dtype.encode(&values));
+            (name, view.shape().to_vec(), DType::F32.encode(&rounded))
+        })
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, shape, data)| {
+            let view = TensorView::new(Dtype::F32, shape.clone(), data).unwrap();
+            (n.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dst.join("model.safetensors")).unwrap();
+    dst.to_path_buf()
+}
+
+/// Prints the whole-model line and asserts the bound.
+fn check_model(what: &str, dtype: DType, err: f32, tol: f32) {
+    let ok = err <= tol;
+    eprintln!(
+        "{:<5} {dtype:?} {what}: rel err {err:.2e}",
+        if ok { "ok" } else { "FAIL" }
+    );
+    assert!(ok, "{what} {dtype:?}: rel err {err:e} > {tol:e}");
 }
 
 /// A whole DeBERTa fixture model on both backends: hidden states on real tokens and
 /// every head's logits; returns the largest relative error.
-fn model_err(fixture: &str, dtype: DType) -> Option<f32> {
+fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
     let gpu = common::gpu(dtype)?;
     let fixture_dir = common::fixture(&format!("deberta/{fixture}"));
     let case = common::golden_sequences(&common::read_golden(
         &fixture_dir.join("golden.safetensors"),
     ));
     let tmp = tempfile::tempdir().unwrap();
-    let dir = if dtype == DType::F32 {
-        fixture_dir
-    } else {
-        rounded_checkpoint(&fixture_dir, tmp.path(), dtype)
-    };
+    let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
     let batch = PackedBatch::pack(&case.seqs);
     let cpu_model = CrossEncoder::load(&CpuBackend, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let want = cpu_model.forward(&CpuBackend, &batch, true).unwrap();
@@ -334,54 +820,10 @@ fn model_err(fixture: &str, dtype: DType) -> Option<f32> {
         );
         err = err.max(e);
     }
-    eprintln!("{fixture} {dtype:?}: rel err {err:.2e}");
     Some(err)
 }
 
-/// A copy of checkpoint `src` with every float tensor rounded to `dtype` (stored as
-/// f32), so that the CPU reference sees the weights the GPU holds and the comparison
-/// measures the kernels' activation rounding only.
-fn rounded_checkpoint(
-    src: &std::path::Path,
-    dst: &std::path::Path,
-    dtype: DType,
-) -> std::path::PathBuf {
-    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
-    std::fs::copy(src.join("config.json"), dst.join("config.json")).unwrap();
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let values: Vec<f32> = match view.dtype() {
-                Dtype::F32 => view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                    .collect(),
-                Dtype::BF16 => DType::Bf16.decode(view.data()),
-                Dtype::F16 => DType::F16.decode(view.data()),
-                other => panic!("{name}: unexpected dtype {other:?}"),
-            };
-            let rounded = dtype.decode(&dtype.encode(&values));
-            (name, view.shape().to_vec(), DType::F32.encode(&rounded))
-        })
-        .collect();
-    let views: Vec<(String, TensorView<'_>)> = tensors
-        .iter()
-        .map(|(n, shape, data)| {
-            (
-                n.clone(),
-                TensorView::new(Dtype::F32, shape.clone(), data).unwrap(),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &dst.join("model.safetensors")).unwrap();
-    dst.to_path_buf()
-}
-
-const MODELS: [&str; 6] = [
+const DEBERTA_MODELS: [&str; 6] = [
     "v3_seqcls",
     "v3_norel",
     "v3_token_f16",
@@ -392,26 +834,87 @@ const MODELS: [&str; 6] = [
 
 #[test]
 fn deberta_models_f32() {
-    for m in MODELS {
-        let Some(err) = model_err(m, DType::F32) else {
+    for m in DEBERTA_MODELS {
+        let Some(err) = deberta_err(m, DType::F32) else {
             return;
         };
-        assert!(err <= tolerance(DType::F32), "{m}: f32 rel err {err:e}");
+        check_model(m, DType::F32, err, tolerance(DType::F32));
     }
 }
 
-/// Whole models in bf16 (weights rounded alike on both sides) carry every op's
-/// activation rounding through the layers and into heads whose random-weight logits
-/// are small sums of cancelling terms: measured 6e-3 to 1.8e-2, so the bound is twice
-/// the per-op one.
+/// Whole DeBERTa models in bf16 (weights rounded alike on both sides) carry every
+/// op's activation rounding through the layers and into heads whose random-weight
+/// logits are small sums of cancelling terms: measured 6e-3 to 1.8e-2, so the bound
+/// is twice the per-op one.
 const BF16_MODEL_TOLERANCE: f32 = 2e-2;
 
 #[test]
 fn deberta_models_bf16() {
-    for m in MODELS {
-        let Some(err) = model_err(m, DType::Bf16) else {
+    for m in DEBERTA_MODELS {
+        let Some(err) = deberta_err(m, DType::Bf16) else {
             return;
         };
-        assert!(err <= BF16_MODEL_TOLERANCE, "{m}: bf16 rel err {err:e}");
+        check_model(m, DType::Bf16, err, BF16_MODEL_TOLERANCE);
     }
+}
+
+/// Ragged sequences of random ids (one without targets, a suffix-only one).
+fn scored_sequences(vocab: usize) -> Vec<ScoredSequence> {
+    let mut rng = fastrand::Rng::with_seed(17);
+    [(1, 1), (5, 1), (17, 9), (40, 1)]
+        .iter()
+        .map(|&(len, target_start)| ScoredSequence {
+            ids: (0..len).map(|_| rng.u32(0..vocab as u32)).collect(),
+            target_start,
+        })
+        .collect()
+}
+
+const DECODER_MODELS: [&str; 3] = ["gpt2", "llama_gqa_untied", "qwen2_bias_tied"];
+
+/// Every tiny decoder on both backends: `target_logprobs` of ragged packed sequences
+/// at T = 1 and 1.4, within the per-op bound.
+fn check_decoders(dtype: DType) {
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
+    for name in DECODER_MODELS {
+        let fixture = common::fixture(&format!("decoder/{name}"));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = rounded_checkpoint(&fixture, tmp.path(), dtype);
+        let cpu =
+            DecoderForCausalLM::load(&CpuBackend, DecoderSource::open(&dir).unwrap()).unwrap();
+        let model = DecoderForCausalLM::load(&gpu, DecoderSource::open(&dir).unwrap()).unwrap();
+        let seqs = scored_sequences(cpu.config.vocab_size);
+        for t in [1.0f32, 1.4] {
+            let want = cpu.target_logprobs(&CpuBackend, &seqs, t).unwrap();
+            let got = model.target_logprobs(&gpu, &seqs, t).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.len(), w.len());
+            }
+            let err = rel_err(&got.concat(), &want.concat());
+            check_model(
+                &format!("{name} target_logprobs T={t}"),
+                dtype,
+                err,
+                tolerance(dtype),
+            );
+        }
+    }
+}
+
+#[test]
+fn decoder_models_f32() {
+    check_decoders(DType::F32);
+}
+
+#[test]
+fn decoder_models_bf16() {
+    check_decoders(DType::Bf16);
+}
+
+#[test]
+fn decoder_models_f16() {
+    check_decoders(DType::F16);
 }
