@@ -29,7 +29,9 @@ use hopscore::model::batch::PackedBatch;
 use hopscore::model::config::RelativeConfig;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
 use hopscore::model::deberta::relative_index;
-use hopscore::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
+use hopscore::model::decoder::{
+    DecoderForCausalLM, DecoderSource, ScoredSequence, MIN_SHARED_PREFIX,
+};
 use hopscore::model::weights::HostTensor;
 
 /// Per-op bound (and whole decoders'), relative to max |reference|.
@@ -859,15 +861,24 @@ fn deberta_models_bf16() {
 }
 
 /// Ragged sequences of random ids (one without targets, a suffix-only one).
+/// Ragged sequences; the last three continue the 40-token one's first 30 tokens (as
+/// LEPUS paths share a first passage), so shared-prefix reuse has work to do.
 fn scored_sequences(vocab: usize) -> Vec<ScoredSequence> {
     let mut rng = fastrand::Rng::with_seed(17);
-    [(1, 1), (5, 1), (17, 9), (40, 1)]
+    let mut seqs: Vec<ScoredSequence> = [(1, 1), (5, 1), (17, 9), (40, 1)]
         .iter()
         .map(|&(len, target_start)| ScoredSequence {
             ids: (0..len).map(|_| rng.u32(0..vocab as u32)).collect(),
             target_start,
         })
-        .collect()
+        .collect();
+    let shared = seqs[3].ids[..30].to_vec();
+    for (tail, target_start) in [(6, 31), (1, 20), (12, 30)] {
+        let mut ids = shared.clone();
+        ids.extend((0..tail).map(|_| rng.u32(0..vocab as u32)));
+        seqs.push(ScoredSequence { ids, target_start });
+    }
+    seqs
 }
 
 const DECODER_MODELS: [&str; 3] = ["gpt2", "llama_gqa_untied", "qwen2_bias_tied"];
@@ -884,10 +895,17 @@ fn check_decoders(dtype: DType) {
         let dir = rounded_checkpoint(&fixture, tmp.path(), dtype);
         let cpu =
             DecoderForCausalLM::load(&CpuBackend, DecoderSource::open(&dir).unwrap()).unwrap();
-        let model = DecoderForCausalLM::load(&gpu, DecoderSource::open(&dir).unwrap()).unwrap();
+        let mut model = DecoderForCausalLM::load(&gpu, DecoderSource::open(&dir).unwrap()).unwrap();
         let seqs = scored_sequences(cpu.config.vocab_size);
-        for t in [1.0f32, 1.4] {
+        // The CPU reference reuses shared prefixes (its scores equal the unshared ones
+        // exactly, tests/decoder_parity.rs); the GPU runs with and without.
+        for (t, min_shared) in [
+            (1.0f32, MIN_SHARED_PREFIX),
+            (1.4, MIN_SHARED_PREFIX),
+            (1.4, 0),
+        ] {
             let want = cpu.target_logprobs(&CpuBackend, &seqs, t).unwrap();
+            model.min_shared_prefix = min_shared;
             let got = model.target_logprobs(&gpu, &seqs, t).unwrap();
             assert_eq!(got.len(), want.len());
             for (g, w) in got.iter().zip(&want) {
@@ -895,7 +913,7 @@ fn check_decoders(dtype: DType) {
             }
             let err = rel_err(&got.concat(), &want.concat());
             check_model(
-                &format!("{name} target_logprobs T={t}"),
+                &format!("{name} target_logprobs T={t} min_shared_prefix={min_shared}"),
                 dtype,
                 err,
                 tolerance(dtype),
