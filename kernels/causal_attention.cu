@@ -153,7 +153,6 @@ __device__ void causal_attention_wmma(T* out, const T* qkv, const unsigned* cu_s
                                       unsigned d, float scale) {
   using namespace nvcuda;
   typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> FragA;
-  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> FragBt;
   typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> FragB;
   typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
   HOPSCORE_DYNAMIC_SMEM(float, smem);
@@ -200,16 +199,7 @@ __device__ void causal_attention_wmma(T* out, const T* qkv, const unsigned* cu_s
     __syncthreads();
     {
       const unsigned a = warp / 2, b = warp % 2;
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (unsigned kk = 0; kk < d; kk += 16) {
-        FragA fa;
-        FragBt fb;
-        wmma::load_matrix_sync(fa, qs + 16 * a * ldh + kk, ldh);
-        wmma::load_matrix_sync(fb, kvs + 16 * b * ldh + kk, ldh);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(ss + 16 * a * LDS + 16 * b, acc, LDS, wmma::mem_row_major);
+      hopscore::wmma_abt_tile(qs + 16 * a * ldh, kvs + 16 * b * ldh, ldh, d, ss + 16 * a * LDS + 16 * b, LDS);
     }
     __syncthreads();  // S is complete; every warp is done with K
     for (unsigned idx = tid; idx < BK * d; idx += blockDim.x) {

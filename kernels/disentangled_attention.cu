@@ -379,16 +379,7 @@ __device__ void disentangled_attention_wmma(
     // c2c: Ss = Q · Kᵀ, warp w → block (w / 2, w % 2).
     {
       const int a = warp >> 1, b = warp & 1;
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < dp; kk += 16) {
-        FragA fa;
-        FragBt fb;
-        wmma::load_matrix_sync(fa, Qs + 16 * a * ldh + kk, ldh);
-        wmma::load_matrix_sync(fb, Ks + 16 * b * ldh + kk, ldh);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(Ss + 16 * a * ldsc + 16 * b, acc, ldsc, wmma::mem_row_major);
+      hopscore::wmma_abt_tile(Qs + 16 * a * ldh, Ks + 16 * b * ldh, ldh, dp, Ss + 16 * a * ldsc + 16 * b, ldsc);
     }
 
     if (c2p) {

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "halfbits.h"
+
 typedef int cublasStatus_t;
 typedef void* cudaStream_t;
 
@@ -42,30 +44,6 @@ struct Handle {
   int math_mode = 0;
 };
 
-inline float bf16_to_f32(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-inline float f16_to_f32(uint16_t b) {
-  _Float16 h;
-  memcpy(&h, &b, 2);
-  return float(h);
-}
-inline uint16_t f32_to_f16(float f) {
-  _Float16 h = (_Float16)f;
-  uint16_t b;
-  memcpy(&b, &h, 2);
-  return b;
-}
 
 bool type_ok(int t) { return t == CUDA_R_32F || t == CUDA_R_64F || t == CUDA_R_16F || t == CUDA_R_16BF; }
 
