@@ -38,6 +38,32 @@ constexpr int kRowsPerWarp = 8;     // kTile / (kThreads / 32)
 constexpr int kBand = 2 * kTile - 1;  // offsets per (query tile, key tile)
 constexpr int kMaxCols = 4;         // head_size ≤ 128 = 32 lanes · 4
 
+// Table rows of the 63 offsets r = i0 − j0 − 31 + b of a (query tile, key tile) pair:
+// xs[b] for b < kBand (offsets clamped into the sequence belong to rows or columns
+// past its end and are never gathered). Synchronise before reading xs.
+__device__ __forceinline__ void band_offsets(int i0, int j0, int len, const unsigned* rel_index,
+                                             unsigned rel_base, unsigned* xs, int tid) {
+  if (tid < kBand) {
+    int r = i0 - j0 - (kTile - 1) + tid;
+    r = r < -(len - 1) ? -(len - 1) : (r > len - 1 ? len - 1 : r);
+    xs[tid] = rel_index[(int)rel_base + r];
+  }
+}
+
+// The distinct rows of xs (non-decreasing): slot[b] = number of changes in xs[1..=b],
+// rows[slot] = table row. Returns how many distinct rows there are.
+__device__ __forceinline__ int band_slots(const unsigned* xs, unsigned* slot, unsigned* rows, int tid) {
+  if (tid < kBand) {
+    unsigned sl = 0;
+    for (int b = 1; b <= tid; ++b) sl += xs[b] != xs[b - 1] ? 1u : 0u;
+    slot[tid] = sl;
+    if (tid == 0 || xs[tid] != xs[tid - 1]) rows[sl] = xs[tid];
+  }
+  int n = 1;
+  for (int b = 1; b < kBand; ++b) n += xs[b] != xs[b - 1] ? 1 : 0;
+  return n;
+}
+
 template <typename T>
 __device__ void disentangled_attention(const T* __restrict__ q, const T* __restrict__ k,
                                        const T* __restrict__ v, const T* __restrict__ pos_key,
@@ -102,27 +128,9 @@ __device__ void disentangled_attention(const T* __restrict__ q, const T* __restr
       const int j = j0 + r;
       Ks[r * ld + c] = j < len ? hopscore::to_float(k[(size_t)(start + j) * width + col0 + c]) : 0.0f;
     }
-    // Table rows of the 63 offsets r = i0 − j0 − 31 + b (clamped into the sequence:
-    // clamped offsets belong to rows or columns past its end and are never gathered).
-    if (band && tid < kBand) {
-      int r = i0 - j0 - (kTile - 1) + tid;
-      r = r < -(len - 1) ? -(len - 1) : (r > len - 1 ? len - 1 : r);
-      xs[tid] = rel_index[(int)rel_base + r];
-    }
+    if (band) band_offsets(i0, j0, len, rel_index, rel_base, xs, tid);
     __syncthreads();
-
-    // Distinct rows: slot[b] = number of changes in xs[1..=b]; rows[slot] = table row.
-    int nslots = 0;
-    if (band) {
-      if (tid < kBand) {
-        unsigned sl = 0;
-        for (int b = 1; b <= tid; ++b) sl += xs[b] != xs[b - 1] ? 1u : 0u;
-        slot[tid] = sl;
-        if (tid == 0 || xs[tid] != xs[tid - 1]) rows[sl] = xs[tid];
-      }
-      for (int b = 1; b < kBand; ++b) nslots += xs[b] != xs[b - 1] ? 1 : 0;
-      nslots += 1;
-    }
+    const int nslots = band ? band_slots(xs, slot, rows, tid) : 0;
 
     // c2c: s[q] = Q_(ir0+q) · K_lane.
     float s[kRowsPerWarp];
@@ -356,24 +364,9 @@ __device__ void disentangled_attention_wmma(
   for (int j0 = 0; j0 < len; j0 += kTile) {
     __syncthreads();  // the previous tile is done with Ks, Bs, Cs, Ss/Ps, Os
     stage(Ks, k, j0, len);
-    if (band && tid < kBand) {
-      int r = i0 - j0 - (kTile - 1) + tid;
-      r = r < -(len - 1) ? -(len - 1) : (r > len - 1 ? len - 1 : r);
-      xs[tid] = rel_index[(int)rel_base + r];
-    }
+    if (band) band_offsets(i0, j0, len, rel_index, rel_base, xs, tid);
     __syncthreads();
-
-    int nslots = 0;
-    if (band) {
-      if (tid < kBand) {
-        unsigned sl = 0;
-        for (int b = 1; b <= tid; ++b) sl += xs[b] != xs[b - 1] ? 1u : 0u;
-        slot[tid] = sl;
-        if (tid == 0 || xs[tid] != xs[tid - 1]) rows[sl] = xs[tid];
-      }
-      for (int b = 1; b < kBand; ++b) nslots += xs[b] != xs[b - 1] ? 1 : 0;
-      nslots += 1;
-    }
+    const int nslots = band ? band_slots(xs, slot, rows, tid) : 0;
     const int nx = (nslots + 15) >> 4;  // 16-column blocks of band scores
 
     // c2c: Ss = Q · Kᵀ, warp w → block (w / 2, w % 2).
