@@ -22,6 +22,19 @@ constexpr unsigned COLS = MAX_D / TPR;  // context columns per thread
 constexpr unsigned KPT = BK / TPR;      // scores per thread and tile
 }  // namespace
 
+// The first row of query head `h` and of the key/value head it reads (grouped-query
+// attention: kv head = h / (heads / kv_heads)) in a fused [q | k | v] row block.
+template <typename T>
+struct HeadRows {
+  const T *q, *k, *v;
+  __device__ HeadRows(const T* base, unsigned h, unsigned heads, unsigned kv_heads, unsigned d) {
+    const unsigned g = h / (heads / kv_heads);
+    q = base + (size_t)h * d;
+    k = base + (size_t)(heads + g) * d;
+    v = base + (size_t)(heads + kv_heads + g) * d;
+  }
+};
+
 template <typename T>
 __device__ void causal_attention(T* out, const T* qkv, const unsigned* cu_seqlens,
                                  const float* mask, unsigned heads, unsigned kv_heads,
@@ -36,11 +49,8 @@ __device__ void causal_attention(T* out, const T* qkv, const unsigned* cu_seqlen
   float* kv = qs + BQ * ld;
   float* ps = kv + BK * ld;
   const size_t width = (size_t)(heads + 2 * kv_heads) * d;
-  const unsigned g = h / (heads / kv_heads);
-  const T* base = qkv + (size_t)start * width;
-  const T* qsrc = base + (size_t)h * d;
-  const T* ksrc = base + (size_t)(heads + g) * d;
-  const T* vsrc = base + (size_t)(heads + kv_heads + g) * d;
+  const HeadRows<T> src(qkv + (size_t)start * width, h, heads, kv_heads, d);
+  const T *qsrc = src.q, *ksrc = src.k, *vsrc = src.v;
   const float* m_seq = mask + start;
 
   const unsigned tid = threadIdx.x, r = tid / TPR, sub = tid % TPR;
@@ -168,11 +178,8 @@ __device__ void causal_attention_wmma(T* out, const T* qkv, const unsigned* cu_s
   float* os = reinterpret_cast<float*>(ps + BQ * LDP);
 
   const size_t width = (size_t)(heads + 2 * kv_heads) * d;
-  const unsigned g = h / (heads / kv_heads);
-  const T* base = qkv + (size_t)start * width;
-  const T* qsrc = base + (size_t)h * d;
-  const T* ksrc = base + (size_t)(heads + g) * d;
-  const T* vsrc = base + (size_t)(heads + kv_heads + g) * d;
+  const HeadRows<T> src(qkv + (size_t)start * width, h, heads, kv_heads, d);
+  const T *qsrc = src.q, *ksrc = src.k, *vsrc = src.v;
   const float* m_seq = mask + start;
   const T zero = hopscore::from_float<T>(0.0f);
 

@@ -293,7 +293,6 @@ __device__ void disentangled_attention_wmma(
     unsigned heads, unsigned head_size, float scale) {
   using namespace nvcuda;
   typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> FragA;
-  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> FragBt;
   typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> FragB;
   typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
@@ -382,16 +381,8 @@ __device__ void disentangled_attention_wmma(
       // Cs[i][x] = Q_i · PK[rows[x]] ([32][64]).
       for (int blk = warp; blk < 2 * nx; blk += kThreads / 32) {
         const int a = blk & 1, b = blk >> 1;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk < dp; kk += 16) {
-          FragA fa;
-          FragBt fb;
-          wmma::load_matrix_sync(fa, Qs + 16 * a * ldh + kk, ldh);
-          wmma::load_matrix_sync(fb, Bs + 16 * b * ldh + kk, ldh);
-          wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(Cs + 16 * a * 64 + 16 * b, acc, 64, wmma::mem_row_major);
+        hopscore::wmma_abt_tile(Qs + 16 * a * ldh, Bs + 16 * b * ldh, ldh, dp, Cs + 16 * a * 64 + 16 * b, 64,
+                               wmma::mem_row_major);
       }
     }
     __syncthreads();  // Ss (and Cs) complete
@@ -409,16 +400,8 @@ __device__ void disentangled_attention_wmma(
       // Cs[x][j] = K_j · PQ[rows[x]] ([64][32]: stored column-major from (j, x)).
       for (int blk = warp; blk < 2 * nx; blk += kThreads / 32) {
         const int a = blk & 1, b = blk >> 1;
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk < dp; kk += 16) {
-          FragA fa;
-          FragBt fb;
-          wmma::load_matrix_sync(fa, Ks + 16 * a * ldh + kk, ldh);
-          wmma::load_matrix_sync(fb, Bs + 16 * b * ldh + kk, ldh);
-          wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(Cs + 16 * a + 16 * b * kTile, acc, kTile, wmma::mem_col_major);
+        hopscore::wmma_abt_tile(Ks + 16 * a * ldh, Bs + 16 * b * ldh, ldh, dp, Cs + 16 * a + 16 * b * kTile, kTile,
+                               wmma::mem_col_major);
       }
       __syncthreads();
 #pragma unroll
