@@ -1,9 +1,14 @@
 //! `hopscore` binary: parses the command line and runs one subcommand.
 //!
-//! Exit codes: 0 success; 1 error (the cause chain is printed); 2 bad arguments (clap).
+//! Exit codes: 0 success; 1 error (the cause chain is printed); 2 bad arguments (clap);
+//! 3 `review` answered no question (every one failed or was quarantined); 130
+//! interrupted by Ctrl-C/SIGTERM (finished rows are kept).
 
 use clap::Parser;
 use hopscore::cli::{self, Cli, Command};
+
+/// `review` ran but answered no question.
+const EXIT_NOTHING_ANSWERED: i32 = 3;
 
 fn main() {
     let cli = Cli::parse();
@@ -67,8 +72,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 s.seconds
             );
             if s.interrupted {
-                eprintln!("interrupted: the rows finished so far are written; rerun the same command (the cache answers the calls already made)");
+                eprintln!(
+                    "interrupted: the rows finished so far are written ({} interrupted questions \
+                     left out); rerun the same command (the cache answers the calls already made)",
+                    s.interrupted_questions
+                );
                 std::process::exit(130);
+            }
+            let why = s
+                .first_failure
+                .as_deref()
+                .unwrap_or("see the quarantine file");
+            if s.answered == 0 && s.failed + s.quarantined > 0 {
+                eprintln!(
+                    "error: no question was answered ({} failed, {} quarantined); first failure: {why}",
+                    s.failed, s.quarantined
+                );
+                std::process::exit(EXIT_NOTHING_ANSWERED);
+            }
+            if s.failed > 0 {
+                eprintln!(
+                    "warning: {} of {} questions failed (`status` = failed); first failure: {why}",
+                    s.failed, s.questions
+                );
             }
         }
         Command::Show(args) => print!("{}", cli::show::run(&args)?),

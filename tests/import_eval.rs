@@ -315,12 +315,12 @@ fn bad_records_are_quarantined_with_reasons_and_the_run_goes_on() {
     let s = import_files(Dataset::HotpotQa, &[input], &out);
     assert_eq!(
         (s.records, s.questions, s.quarantined, s.with_issues),
-        (9, 3, 6, 1)
+        (9, 4, 5, 2)
     );
     assert_eq!(s.quarantine_path, dir.path().join("q.quarantine.parquet"));
 
     let mut q = ParquetInput::open(&s.quarantine_path, 100).unwrap();
-    let batch = q.reader.next().unwrap().unwrap();
+    let batch = q.next().unwrap().unwrap().batch;
     let ids = string_column(&batch, "id").unwrap();
     let reasons = string_column(&batch, "reason").unwrap();
     let got: Vec<(&str, &str)> = (0..batch.num_rows())
@@ -333,10 +333,6 @@ fn bad_records_are_quarantined_with_reasons_and_the_run_goes_on() {
         (
             "wrongtype",
             "record 4: `question` is a number, expected a string",
-        ),
-        (
-            "badtitle",
-            "record 5: supporting fact title \"Nope\" is not the title of any passage",
         ),
         ("good1", "record 7: repeated id (first seen in "),
     ];
@@ -352,9 +348,12 @@ fn bad_records_are_quarantined_with_reasons_and_the_run_goes_on() {
 
     let qs = read_questions(&out);
     let ids: Vec<&str> = qs.iter().map(|q| q.id.as_str()).collect();
-    assert_eq!(ids, ["good1", "badsent", "good2"]);
-    assert_eq!(qs[1].supporting, vec![0, 2]);
-    assert!(qs[1].issues[0].contains("(\"C\", 5) points past the 1 sentences"));
+    // A gold title no passage has: kept (scoring does not read gold labels), noted.
+    assert_eq!(ids, ["good1", "badtitle", "badsent", "good2"]);
+    assert!(!qs[1].gold_usable());
+    assert!(qs[1].issues[0].contains("supporting fact title \"Nope\" is not the title"));
+    assert_eq!(qs[2].supporting, vec![0, 2]);
+    assert!(qs[2].issues[0].contains("(\"C\", 5) points past the 1 sentences"));
 }
 
 #[test]
@@ -456,7 +455,7 @@ fn cli_import_and_eval_json() {
     );
     let stderr = String::from_utf8_lossy(&st.stderr);
     assert!(
-        stderr.contains("imported 3 questions") && stderr.contains("6 quarantined"),
+        stderr.contains("imported 4 questions") && stderr.contains("5 quarantined"),
         "{stderr}"
     );
     let pred = dir.path().join("pred.parquet");
@@ -501,7 +500,11 @@ fn cli_import_and_eval_json() {
         lines[1].starts_with("missing predictions (scored 0): 2, e.g. badsent; good2"),
         "{table}"
     );
-    let header: Vec<&str> = lines[2].split_whitespace().collect();
+    assert!(
+        lines[2].starts_with("bad gold rows: 1, e.g. row 1 (badtitle): unusable gold labels"),
+        "{table}"
+    );
+    let header: Vec<&str> = lines[3].split_whitespace().collect();
     assert_eq!(
         header,
         [
@@ -519,7 +522,7 @@ fn cli_import_and_eval_json() {
             "F1"
         ]
     );
-    let all: Vec<&str> = lines[3].split_whitespace().collect();
+    let all: Vec<&str> = lines[4].split_whitespace().collect();
     assert_eq!(
         all,
         [
@@ -527,7 +530,7 @@ fn cli_import_and_eval_json() {
             "0.3333"
         ]
     );
-    assert!(lines[4].starts_with("2 "), "{table}");
+    assert!(lines[5].starts_with("2 "), "{table}");
 }
 
 #[test]
@@ -538,6 +541,8 @@ fn eval_supporting_fact_and_joint_scores_as_hand_computed() {
     let gold = dir.path().join("q.parquet");
     import_files(Dataset::HotpotQa, &[input], &gold);
     let mut qs = read_questions(&gold);
+    // eval skips the question whose gold labels are unusable.
+    qs.retain(|q| q.gold_usable());
     let fact = |t: &str, i| SupportingFact {
         title: t.into(),
         sent_idx: i,

@@ -17,6 +17,7 @@ use super::question_run::{self, RunArgs, RunSummary};
 use super::{run_metadata, with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
+use crate::io::fingerprint::file_sha256;
 use crate::io::parquet_io::write_in_batches;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
@@ -39,17 +40,17 @@ pub struct BeamArgs {
     #[arg(long, env = "HOPSCORE_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
     /// Beams kept per hop (the official models were trained with 1 or 2).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::flags::positive_usize)]
     pub beam_size: usize,
     /// Hop count: a number, `from-data` (the question file's `hops`, as the official
     /// evaluation does), or `auto` (the paper's τ rule, with --tau and --max-hops).
     #[arg(long, default_value = "from-data", value_parser = parse_hops)]
     pub hops: HopsArg,
     /// `--hops auto`: continue while the best score of a hop is at least this.
-    #[arg(long, default_value_t = -1.0, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = -1.0, allow_hyphen_values = true, value_parser = super::flags::finite_f32)]
     pub tau: f32,
     /// `--hops auto`: most hops searched (truncation budgets use this count).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = super::flags::positive_usize)]
     pub max_hops: usize,
     #[command(flatten)]
     pub run: RunArgs,
@@ -112,6 +113,7 @@ impl Strategy for Job {
 
 pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     super::install_interrupt_handler();
+    args.run.check_paths(&[])?;
     anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
     anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
     with_backend!(&args.device, be => run_on(be, args))
@@ -131,15 +133,14 @@ fn run_on<B: Backend>(be: &B, args: &BeamArgs) -> Result<RunSummary> {
     let weights_path = files.weights_path();
     let model = CrossEncoder::load(be, files, Some(&["hop1", "hop_n"]))?;
     debug_assert_eq!(model.heads[0].spec.name, "hop1");
-    let tok = Arc::new(TextTokenizer::from_file(
-        &TextTokenizer::locate(&args.model, args.tokenizer.as_deref())?,
-        None,
-    )?);
+    let tok_path = TextTokenizer::locate(&args.model, args.tokenizer.as_deref())?;
+    let tok = Arc::new(TextTokenizer::from_file(&tok_path, None)?);
     let metadata = run_metadata(
         &args.model,
         &weights_path,
         &[
             ("strategy", "beam".into()),
+            ("tokenizer_sha256", file_sha256(&tok_path)?),
             ("beam_size", args.beam_size.to_string()),
             ("hops", format!("{:?}", args.hops)),
             ("tau", args.tau.to_string()),

@@ -11,21 +11,21 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]
     pub shape: ModelShape,
     /// Tokens per sequence (all sequences full length).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = super::flags::positive_usize)]
     pub seq_len: usize,
     /// Sequences per forward pass. Default: 8 on the CPU; on a GPU, 65,536 tokens'
     /// worth (256 sequences at L = 256), enough to fill an H100.
-    #[arg(long)]
+    #[arg(long, value_parser = super::flags::positive_usize)]
     pub batch: Option<usize>,
     /// Size n of the n×n×n GEMM that measures the GPU's peak in the same dtype
     /// (0 skips it; ignored on the CPU).
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = super::flags::positive_usize)]
     pub peak_gemm: usize,
     /// Untimed passes before timing.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// Timed passes (the mean is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::flags::positive_usize)]
     pub iters: usize,
     #[command(flatten)]
     pub device: DeviceOpts,

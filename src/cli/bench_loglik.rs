@@ -24,15 +24,15 @@ pub struct BenchLoglikArgs {
     #[arg(long)]
     pub pairs: PathBuf,
     /// Token budget of one forward pass.
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = super::flags::positive_usize)]
     pub max_batch_tokens: usize,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::flags::positive_f32)]
     pub temperature: f32,
     /// Untimed passes over all pairs before timing.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// Timed passes over all pairs (the mean is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::flags::positive_usize)]
     pub iters: usize,
     #[command(flatten)]
     pub device: DeviceOpts,

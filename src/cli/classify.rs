@@ -47,11 +47,11 @@ pub struct ClassifyArgs {
     pub head: Option<String>,
     /// Token budget of one forward pass. Larger batches use the cores better and
     /// need more memory (about 4·H·(12 + L) bytes per token on CPU).
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = 16384, value_parser = super::flags::positive_usize)]
     pub max_batch_tokens: usize,
     /// Truncation length of a pair, special tokens included (longest-first).
     /// Default: the model's max_position_embeddings.
-    #[arg(long)]
+    #[arg(long, value_parser = super::flags::positive_usize)]
     pub max_length: Option<usize>,
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
     #[arg(long)]
@@ -97,6 +97,7 @@ fn run_on<B: Backend>(be: &B, args: &ClassifyArgs) -> Result<RowSummary> {
     rows::run(
         input,
         RowOutput {
+            input: &args.input,
             path: &args.output,
             quarantine: args.quarantine.as_deref(),
             metadata: &metadata,

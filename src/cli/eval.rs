@@ -12,7 +12,7 @@
 //! with a gold answer; SP and joint count questions with gold supporting facts
 //! (HotpotQA, 2Wiki).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -45,7 +45,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub gold: PathBuf,
     /// Cut-offs for Recall@k and AR@k, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "2,5,10")]
+    #[arg(long, value_delimiter = ',', default_value = "2,5,10", value_parser = super::flags::positive_usize)]
     pub k: Vec<usize>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
@@ -309,8 +309,23 @@ pub fn evaluate_column(
         ..EvalReport::default()
     };
     let mut golds = Vec::new();
-    for row in QuestionReader::open(gold, BATCH_ROWS)? {
-        match row? {
+    // Questions kept for scoring whose gold labels are unusable: skipped, reported.
+    let mut skipped = HashSet::new();
+    for (row, item) in (0u64..).zip(QuestionReader::open(gold, BATCH_ROWS)?) {
+        match item? {
+            Ok(q) if !q.gold_usable() => {
+                let why = q
+                    .issues
+                    .iter()
+                    .find(|i| i.starts_with(questions::UNUSABLE_GOLD))
+                    .cloned()
+                    .or_else(|| q.gold_problems().into_iter().next())
+                    .unwrap_or_default();
+                report
+                    .gold_bad_rows
+                    .add(|| format!("row {row} ({}): {why}; skipped", q.id));
+                skipped.insert(q.id);
+            }
             Ok(q) => golds.push(Gold::new(q)),
             Err(bad) => report
                 .gold_bad_rows
@@ -323,7 +338,7 @@ pub fn evaluate_column(
         .enumerate()
         .map(|(i, g)| (g.id.as_str(), i))
         .collect();
-    let (preds, cols) = read_predictions(pred, chain_column, &gold_ids, &mut report)?;
+    let (preds, cols) = read_predictions(pred, chain_column, &gold_ids, &skipped, &mut report)?;
 
     let mut overall = Sums::default();
     let mut by_hops: BTreeMap<usize, Sums> = BTreeMap::new();
@@ -373,6 +388,7 @@ fn read_predictions(
     path: &Path,
     chain_column: &str,
     gold_ids: &HashMap<&str, usize>,
+    skipped: &HashSet<String>,
     report: &mut EvalReport,
 ) -> Result<(Vec<Option<Pred>>, PredColumns)> {
     let mut input = ParquetInput::open(path, BATCH_ROWS)?;
@@ -406,8 +422,15 @@ fn read_predictions(
         true,
     )));
     let mut preds: Vec<Option<Pred>> = (0..gold_ids.len()).map(|_| None).collect();
-    for batch in input.reader.by_ref() {
+    for batch in input.by_ref() {
         let batch = batch.with_context(|| format!("reading {}", path.display()))?;
+        for bad in &batch.bad {
+            report.prediction_rows += 1;
+            report
+                .invalid
+                .add(|| format!("prediction row {}: {}", bad.row, bad.reason));
+        }
+        let batch = batch.batch;
         let ids = string_column(&batch, "id")?;
         let chains = arrow::compute::cast(
             batch.column_by_name(chain_column).expect("checked"),
@@ -427,7 +450,9 @@ fn read_predictions(
             }
             let id = ids.value(r);
             let Some(&g) = gold_ids.get(id) else {
-                report.unknown.add(|| id.to_string());
+                if !skipped.contains(id) {
+                    report.unknown.add(|| id.to_string());
+                }
                 continue;
             };
             if preds[g].is_some() {

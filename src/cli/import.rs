@@ -13,9 +13,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::tool_metadata;
+use crate::io::atomic::commit_all;
 use crate::io::import::{convert, record_id};
 use crate::io::json_records::{for_each_record, Record};
 use crate::io::parquet_io::sibling;
+use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::io::questions::{Dataset, Question, QuestionWriter};
 
@@ -35,7 +37,7 @@ pub struct ImportArgs {
     pub quarantine: Option<PathBuf>,
     /// Questions per Parquet row group. Memory use is about this many questions; larger
     /// groups compress a little better and read faster.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = super::flags::positive_usize)]
     pub row_group_rows: usize,
 }
 
@@ -121,6 +123,21 @@ pub fn run(args: &ImportArgs) -> Result<ImportSummary> {
         .quarantine
         .clone()
         .unwrap_or_else(|| sibling(&args.output, "quarantine"));
+    let inputs: Vec<Named> = args
+        .files
+        .iter()
+        .map(|f| Named::new("input file", f))
+        .collect();
+    check_outputs(
+        &inputs,
+        &[
+            (Named::new("--output", &args.output), Kind::File),
+            (
+                Named::new("the quarantine file", &quarantine_path),
+                Kind::File,
+            ),
+        ],
+    )?;
     let mut importer = Importer {
         dataset: args.dataset,
         writer: QuestionWriter::create(&args.output, &metadata)?,
@@ -138,8 +155,9 @@ pub fn run(args: &ImportArgs) -> Result<ImportSummary> {
     }
     importer.flush(0)?;
     let with_issues = importer.with_issues;
-    let (questions, passages) = importer.writer.finish()?;
-    let (quarantine_path, quarantined) = importer.quarantine.finish()?;
+    let (output, questions, passages) = importer.writer.seal()?;
+    let (quarantine_file, quarantined) = importer.quarantine.seal()?;
+    commit_all([output, quarantine_file])?;
     Ok(ImportSummary {
         records,
         questions,

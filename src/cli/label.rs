@@ -19,6 +19,7 @@ use super::{run_metadata, with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::io::columns::list_of;
 use crate::io::parquet_io::write_in_batches;
+use crate::io::paths::Named;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
@@ -56,10 +57,10 @@ pub struct LabelArgs {
     #[arg(long, value_enum, default_value_t = TagPooling::Cls)]
     pub tag_pooling: TagPooling,
     /// Most iterations (retrieve, label, filter) per question.
-    #[arg(long, default_value_t = MAX_ITER)]
+    #[arg(long, default_value_t = MAX_ITER, value_parser = super::flags::positive_usize)]
     pub max_iter: usize,
     /// Chunks retrieved per iteration.
-    #[arg(long, default_value_t = TOP_K)]
+    #[arg(long, default_value_t = TOP_K, value_parser = super::flags::positive_usize)]
     pub top_k: usize,
     #[command(flatten)]
     pub run: RunArgs,
@@ -238,6 +239,12 @@ struct Labeled {
 
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     super::install_interrupt_handler();
+    let corpus: Vec<Named> = args
+        .corpus
+        .iter()
+        .map(|c| Named::new("--corpus", c))
+        .collect();
+    args.run.check_paths(&corpus)?;
     anyhow::ensure!(args.max_iter >= 1, "--max-iter must be at least 1");
     anyhow::ensure!(args.top_k >= 1, "--top-k must be at least 1");
     with_backend!(&args.device, be => run_on(be, args))
@@ -246,10 +253,8 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
 fn run_on<B: Backend>(be: &B, args: &LabelArgs) -> Result<RunSummary> {
     let models = Models::load(be, &args.labeler, &args.filter, args.tag_pooling)?;
     let n_tags = models.n_tags();
-    let tok = Arc::new(TextTokenizer::from_file(
-        &TextTokenizer::locate(&args.labeler, args.tokenizer.as_deref())?,
-        None,
-    )?);
+    let tok_path = TextTokenizer::locate(&args.labeler, args.tokenizer.as_deref())?;
+    let tok = Arc::new(TextTokenizer::from_file(&tok_path, None)?);
     let corpus = match &args.corpus {
         None => None,
         Some(path) => {
@@ -269,6 +274,7 @@ fn run_on<B: Backend>(be: &B, args: &LabelArgs) -> Result<RunSummary> {
     };
     let mut options = vec![
         ("strategy", "efficientrag".to_string()),
+        ("tokenizer_sha256", sha256_file(&tok_path)?),
         ("filter", args.filter.display().to_string()),
         ("filter_sha256", sha256_file(&models.filter.weights)?),
         (

@@ -29,6 +29,7 @@ use super::{run_metadata, tool_metadata, with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
 use crate::io::parquet_io::write_in_batches;
+use crate::io::paths::Named;
 use crate::io::questions::Question;
 use crate::model::batch::Sequence;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
@@ -63,7 +64,7 @@ pub struct LepusArgs {
     pub templates: Option<PathBuf>,
     /// Templates used (the first N of the set); scores are combined by --ensemble.
     /// 1 is the official code's default; each template multiplies the work.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::flags::positive_usize)]
     pub num_templates: usize,
     /// Where instruction lines go relative to the documents.
     #[arg(long, value_enum, default_value_t = PositionArg::After)]
@@ -76,7 +77,7 @@ pub struct LepusArgs {
     #[arg(long, value_enum, default_value_t = EnsembleArg::Mean)]
     pub path_ensemble: EnsembleArg,
     /// K1: the best single documents expanded into two-document paths.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = super::flags::positive_usize)]
     pub first_hops: usize,
     /// K2: second documents per expanded document (the TF-IDF best of the pool).
     #[arg(long, default_value_t = 3)]
@@ -85,15 +86,15 @@ pub struct LepusArgs {
     #[arg(long)]
     pub title: bool,
     /// Documents are cut to this many tokens.
-    #[arg(long, default_value_t = 230)]
+    #[arg(long, default_value_t = 230, value_parser = super::flags::positive_usize)]
     pub max_doc_tokens: usize,
     /// Prompt + question are cut to this many tokens (the question's tail is lost, as
     /// in the official code); a prompt that leaves no question token fails the
     /// question.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = super::flags::positive_usize)]
     pub max_prompt_tokens: usize,
     /// Logits are divided by T before the log-softmax (1.4 is best in the paper).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::flags::positive_f32)]
     pub temperature: f32,
     /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
     /// the same first passage) run those tokens through the model once; scores are
@@ -227,7 +228,7 @@ impl PromptEncoder for LmEncoder {
 /// The official `shorten_paragraph_if_necessary`: a text over `max_tokens` tokens is
 /// decoded from its first `max_tokens`, with `". "` appended unless it ends with `.`.
 pub fn shorten(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<String> {
-    let ids = tok.encode(text)?;
+    let ids = leading_ids(tok, text, max_tokens)?;
     if ids.len() <= max_tokens {
         return Ok(text.to_string());
     }
@@ -237,6 +238,37 @@ pub fn shorten(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<S
     } else {
         format!("{cut}. ")
     })
+}
+
+/// The ids of `text`, or, for a long text, at least its first `max_tokens + 1` ids
+/// without tokenising all of it (a tokenizer holds several copies of its input per
+/// byte: a 2 MB passage took hundreds of MB). Prefixes of growing length are encoded
+/// until two of them agree on the first `max_tokens + 1` ids (cutting a text changes
+/// only the tokens near the cut).
+fn leading_ids(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<Vec<u32>> {
+    let prefix = |bytes: usize| {
+        let mut end = bytes.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        &text[..end]
+    };
+    let want = max_tokens + 1;
+    let mut len = (64 * want).max(4096);
+    let mut shorter: Option<Vec<u32>> = None;
+    while len < text.len() {
+        let ids = tok.encode(prefix(len))?;
+        if ids.len() > want {
+            if let Some(s) = shorter.as_ref().filter(|s| s.len() > want) {
+                if s[..want] == ids[..want] {
+                    return Ok(ids);
+                }
+            }
+        }
+        shorter = Some(ids);
+        len *= 2;
+    }
+    tok.encode(text)
 }
 
 /// Per passage, the other non-blank passages ranked by TF-IDF cosine to the question
@@ -345,6 +377,12 @@ fn bm25_ranking(q: &Question) -> Ranked {
 pub fn run(args: &LepusArgs) -> Result<RunSummary> {
     // First, so that a Ctrl-C while the model loads is handled too.
     super::install_interrupt_handler();
+    let templates: Vec<Named> = args
+        .templates
+        .iter()
+        .map(|t| Named::new("--templates", t))
+        .collect();
+    args.run.check_paths(&templates)?;
     let common = [("strategy", "lepus".to_string())];
     if args.scorer == ScorerArg::Bm25 {
         let mut options = common.to_vec();

@@ -45,7 +45,7 @@ pub struct LoglikArgs {
     pub output: PathBuf,
     /// Logits are divided by T before the log-softmax (LEPUS: 1.4 is best in the
     /// paper; 1.0 gives plain log-likelihoods).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::flags::positive_f32)]
     pub temperature: f32,
     /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
     /// the same first passage) run those tokens through the model once; scores are
@@ -54,11 +54,11 @@ pub struct LoglikArgs {
     pub min_shared_prefix: usize,
     /// Token budget of one forward pass. Larger batches use the cores better and need
     /// more memory (about 4·(6·H + 2·I) bytes per token on CPU, plus attention scores).
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = super::flags::positive_usize)]
     pub max_batch_tokens: usize,
     /// Longest prompt + target accepted, in tokens; longer rows are quarantined.
     /// Default: the model's context length.
-    #[arg(long)]
+    #[arg(long, value_parser = super::flags::positive_usize)]
     pub max_length: Option<usize>,
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
     #[arg(long)]
@@ -152,6 +152,7 @@ fn run_on<B: Backend>(be: &B, args: &LoglikArgs) -> Result<RowSummary> {
     rows::run(
         input,
         RowOutput {
+            input: &args.input,
             path: &args.output,
             quarantine: args.quarantine.as_deref(),
             metadata: &metadata,

@@ -1,6 +1,7 @@
 //! `hopscore merge`: concatenates the outputs of `--shard i/N` runs, in shard order,
 //! into one file (and their quarantine files into one), after checking that the
-//! shards form a complete set from the same model, input and options.
+//! shards form a complete set from the same model, input and options (compared by
+//! content: [`crate::io::fingerprint`]) and that every shard has its quarantine file.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -11,8 +12,11 @@ use clap::Args;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::parse_shard;
+use crate::io::atomic::commit_all;
+use crate::io::fingerprint;
 use crate::io::parquet_io::sibling;
 use crate::io::parts::concat_parquet;
+use crate::io::paths::{check_outputs, Kind, Named};
 
 const SHARD_KEY: &str = "hopscore.shard";
 
@@ -30,7 +34,13 @@ pub struct MergeArgs {
 fn describe(path: &PathBuf) -> Result<(BTreeMap<String, String>, arrow::datatypes::SchemaRef)> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(
         File::open(path).with_context(|| format!("cannot open {}", path.display()))?,
-    )?;
+    )
+    .with_context(|| {
+        format!(
+            "{} is damaged or truncated (not a readable Parquet file)",
+            path.display()
+        )
+    })?;
     let kv = builder
         .metadata()
         .file_metadata()
@@ -46,11 +56,48 @@ fn describe(path: &PathBuf) -> Result<(BTreeMap<String, String>, arrow::datatype
 
 /// Merges; returns the number of shards.
 pub fn run(args: &MergeArgs) -> Result<usize> {
+    let quarantine_output = sibling(&args.output, "quarantine");
+    let quarantines: Vec<PathBuf> = args
+        .inputs
+        .iter()
+        .map(|p| sibling(p, "quarantine"))
+        .collect();
+    let inputs: Vec<Named> = args
+        .inputs
+        .iter()
+        .map(|p| Named::new("shard", p))
+        .chain(
+            quarantines
+                .iter()
+                .map(|q| Named::new("shard quarantine file", q)),
+        )
+        .collect();
+    check_outputs(
+        &inputs,
+        &[
+            (Named::new("--output", &args.output), Kind::File),
+            (
+                Named::new("the merged quarantine file", &quarantine_output),
+                Kind::File,
+            ),
+        ],
+    )?;
+    for (shard, q) in args.inputs.iter().zip(&quarantines) {
+        if !q.is_file() {
+            bail!(
+                "{} is missing: every shard's bad rows are in its quarantine file, so merging \
+                 without it would lose them. Put it next to {} (or rerun that shard)",
+                q.display(),
+                shard.display()
+            );
+        }
+    }
     let mut shards = BTreeMap::new();
     let mut reference: Option<BTreeMap<String, String>> = None;
+    let mut metadata: Option<BTreeMap<String, String>> = None;
     let mut schema = None;
     let mut count = None;
-    for path in &args.inputs {
+    for (k, path) in args.inputs.iter().enumerate() {
         let (mut kv, s) = describe(path)?;
         let shard = kv
             .remove(SHARD_KEY)
@@ -63,16 +110,19 @@ pub fn run(args: &MergeArgs) -> Result<usize> {
                 count.unwrap()
             );
         }
+        let identity = fingerprint::identity(&kv.clone().into_iter().collect::<Vec<_>>());
         match &reference {
-            None => reference = Some(kv.clone()),
-            Some(r) if *r != kv => bail!(
-                "{} was made with another model, input or options than {}",
+            None => reference = Some(identity),
+            Some(r) if *r != identity => bail!(
+                "{} was made with another model, input or options than {}: {}",
                 path.display(),
-                args.inputs[0].display()
+                args.inputs[0].display(),
+                fingerprint::diff(r, &identity).join("; ")
             ),
             Some(_) => {}
         }
-        if shards.insert(shard.index, path.clone()).is_some() {
+        metadata.get_or_insert(kv);
+        if shards.insert(shard.index, k).is_some() {
             bail!("shard {shard} is given twice");
         }
         schema.get_or_insert(s);
@@ -85,20 +135,16 @@ pub fn run(args: &MergeArgs) -> Result<usize> {
             .collect();
         bail!("missing shards: {}", missing.join(", "));
     }
-    let mut metadata: Vec<(String, String)> = reference.unwrap_or_default().into_iter().collect();
+    let mut metadata: Vec<(String, String)> = metadata.unwrap_or_default().into_iter().collect();
     metadata.push((SHARD_KEY.to_string(), "all".to_string()));
     metadata.sort();
-    let ordered: Vec<PathBuf> = shards.into_values().collect();
-    concat_parquet(&ordered, &args.output, schema.expect("schema"), &metadata)?;
-    let quarantines: Vec<PathBuf> = ordered.iter().map(|p| sibling(p, "quarantine")).collect();
-    if quarantines.iter().all(|q| q.is_file()) {
-        let (_, qschema) = describe(&quarantines[0])?;
-        concat_parquet(
-            &quarantines,
-            &sibling(&args.output, "quarantine"),
-            qschema,
-            &metadata,
-        )?;
-    }
+    let order: Vec<usize> = shards.into_values().collect();
+    let ordered: Vec<PathBuf> = order.iter().map(|&i| args.inputs[i].clone()).collect();
+    let ordered_quarantines: Vec<PathBuf> = order.iter().map(|&i| quarantines[i].clone()).collect();
+    let merged = concat_parquet(&ordered, &args.output, schema.expect("schema"), &metadata)?;
+    let (_, qschema) = describe(&ordered_quarantines[0])?;
+    let merged_quarantine =
+        concat_parquet(&ordered_quarantines, &quarantine_output, qschema, &metadata)?;
+    commit_all([merged, merged_quarantine])?;
     Ok(n)
 }

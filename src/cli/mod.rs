@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_loglik;
 pub mod classify;
 pub mod eval;
+pub mod flags;
 pub mod import;
 pub mod inspect;
 pub mod label;
@@ -29,7 +30,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[command(version, about, propagate_version = true)]
 pub struct Cli {
     /// Worker threads for the CPU backend (default: all cores).
-    #[arg(long, global = true, env = "HOPSCORE_THREADS")]
+    #[arg(long, global = true, env = "HOPSCORE_THREADS", value_parser = flags::positive_usize)]
     pub threads: Option<usize>,
     #[command(subcommand)]
     pub command: Command,

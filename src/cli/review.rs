@@ -5,7 +5,9 @@
 //! `--concurrency N` worker threads each drive one question at a time, so at most N
 //! calls are in flight; a reader thread feeds them and the main thread writes the rows
 //! in input order. A question whose call fails for good (retries exhausted, or a 4xx) is
-//! written with `status = failed` and the reason; the run goes on.
+//! written with `status = failed` and the reason; the run goes on. Ctrl-C ends the
+//! waits between retries at once; the questions it interrupts are left out of the
+//! output (a rerun answers them, the cache serving the calls already made).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -22,7 +24,9 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use clap::{Args, ValueEnum};
 
 use super::{progress_bar, tool_metadata};
+use crate::io::atomic::commit_all;
 use crate::io::parquet_io::{sibling, string_column, BatchedWriter, ParquetInput};
+use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::io::questions::{Question, QuestionReader};
 use crate::post::allies::{self, AlliesConfig};
@@ -72,7 +76,7 @@ pub struct ReviewArgs {
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
     /// Calls in flight at once (one worker thread per call).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = super::flags::positive_usize)]
     pub concurrency: usize,
     /// Response cache directory. Default: `<output stem>.llm-cache` next to the output.
     #[arg(long)]
@@ -81,28 +85,28 @@ pub struct ReviewArgs {
     #[arg(long, conflicts_with = "cache")]
     pub no_cache: bool,
     /// Seconds one HTTP attempt may take (connect, wait and read).
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, value_parser = super::flags::positive_f64)]
     pub timeout: f64,
     /// Retries per call on 429/408/5xx, timeouts, connection errors and malformed bodies.
     #[arg(long, default_value_t = 8)]
     pub max_retries: u32,
     /// First retry wait in seconds (doubled per retry, jittered; `Retry-After` wins).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::flags::non_negative_f64)]
     pub backoff: f64,
     /// Longest retry wait in seconds without a `Retry-After`.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 60.0, value_parser = super::flags::non_negative_f64)]
     pub backoff_max: f64,
     /// Sampling temperature (the papers use 0).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::flags::non_negative_f32)]
     pub temperature: f32,
     /// Longest reply, in tokens.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = super::flags::positive_u32)]
     pub max_tokens: u32,
     /// ToR: tree depth (paper: 3).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::flags::positive_usize)]
     pub depth: usize,
     /// ToR: children per node at each depth, the last repeated for deeper levels (paper: 5,3,3).
-    #[arg(long, value_delimiter = ',', default_value = "5,3,3")]
+    #[arg(long, value_delimiter = ',', default_value = "5,3,3", value_parser = super::flags::positive_usize)]
     pub widths: Vec<usize>,
     /// ToR: how an unsupported path makes its next query (paper's main setting: mpc).
     #[arg(long, value_enum, default_value_t = Expansion::Mpc)]
@@ -114,19 +118,19 @@ pub struct ReviewArgs {
     #[arg(long)]
     pub no_repetitive_pruning: bool,
     /// ALLIES: B, states kept per round.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::flags::positive_usize)]
     pub beam_size: usize,
     /// ALLIES: D, rounds.
     #[arg(long, default_value_t = 2)]
     pub beam_depth: usize,
     /// ALLIES: K, sub-questions asked per state.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::flags::positive_usize)]
     pub sub_questions: usize,
     /// ALLIES: N, passages retrieved per query.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::flags::positive_usize)]
     pub top_n: usize,
     /// ALLIES: stop when a kept state scores at least this.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, value_parser = super::flags::finite_f64)]
     pub threshold: f64,
     /// Review only the first N questions of the input.
     #[arg(long)]
@@ -142,7 +146,11 @@ pub struct ReviewSummary {
     pub questions: u64,
     pub answered: u64,
     pub failed: u64,
+    /// The reason of the first failed question.
+    pub first_failure: Option<String>,
     pub quarantined: u64,
+    /// Questions a Ctrl-C stopped in a retry wait (not written).
+    pub interrupted_questions: u64,
     pub calls: CallStats,
     pub parse_failures: u64,
     pub seconds: f64,
@@ -191,6 +199,31 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         "--timeout must be positive, --backoff and --backoff-max non-negative"
     );
     let started = Instant::now();
+    let quarantine_path = args
+        .quarantine
+        .clone()
+        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
+    let cache_dir = (!args.no_cache).then(|| {
+        args.cache
+            .clone()
+            .unwrap_or_else(|| sibling(&args.output, "llm-cache").with_extension(""))
+    });
+    let mut inputs = vec![Named::new("--input", &args.input)];
+    inputs.extend(args.chains.as_deref().map(|p| Named::new("--chains", p)));
+    inputs.extend(args.corpus.as_deref().map(|p| Named::new("--corpus", p)));
+    let mut outputs = vec![
+        (Named::new("--output", &args.output), Kind::File),
+        (
+            Named::new("the quarantine file", &quarantine_path),
+            Kind::File,
+        ),
+    ];
+    outputs.extend(
+        cache_dir
+            .as_deref()
+            .map(|d| (Named::new("the response cache directory", d), Kind::Dir)),
+    );
+    check_outputs(&inputs, &outputs)?;
     let chains = match &args.chains {
         Some(p) => read_chains(p)?,
         None => HashMap::new(),
@@ -215,11 +248,6 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
             Ok(c)
         })
         .transpose()?;
-    let cache_dir = (!args.no_cache).then(|| {
-        args.cache
-            .clone()
-            .unwrap_or_else(|| sibling(&args.output, "llm-cache").with_extension(""))
-    });
     let client = client(args, cache_dir.as_deref())?;
     let widths: Vec<usize> = (0..args.depth)
         .map(|d| args.widths[d.min(args.widths.len() - 1)])
@@ -249,10 +277,6 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
     let total = args
         .limit
         .map_or(reader.total_rows(), |l| l.min(reader.total_rows()));
-    let quarantine_path = args
-        .quarantine
-        .clone()
-        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
     let mut writer = BatchedWriter::create(
         &args.output,
         review_schema(),
@@ -268,7 +292,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         ..Default::default()
     };
     let (job_tx, job_rx) = crossbeam_channel::bounded::<(u64, Question)>(2 * args.concurrency);
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Result<ReviewRow, BadRow>)>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Reviewed)>();
     std::thread::scope(|scope| -> Result<()> {
         let read_done = done_tx.clone();
         let read = scope.spawn(move || -> Result<()> {
@@ -283,7 +307,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
                         }
                     }
                     Err(bad) => {
-                        let _ = read_done.send((row, Err(bad)));
+                        let _ = read_done.send((row, Reviewed::Bad(bad)));
                     }
                 }
             }
@@ -298,28 +322,32 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
             });
         }
         drop((job_rx, done_tx));
-        let mut pending: BTreeMap<u64, Result<ReviewRow, BadRow>> = BTreeMap::new();
+        let mut pending: BTreeMap<u64, Reviewed> = BTreeMap::new();
         let mut next = 0u64;
         for (row, result) in done_rx {
             pending.insert(row, result);
             // Bad rows take no worker, so rows are written in order up to the first gap.
             while let Some(result) = pending.remove(&next) {
                 match result {
-                    Ok(r) => {
+                    Reviewed::Row(r) => {
                         summary.questions += 1;
                         if r.answer.is_some() {
                             summary.answered += 1;
                         } else {
                             summary.failed += 1;
+                            if summary.first_failure.is_none() {
+                                summary.first_failure = r.failure.clone();
+                            }
                         }
                         summary.calls += r.stats;
                         summary.parse_failures += r.parse_failures.len() as u64;
                         writer.push(r)?;
                     }
-                    Err(bad) => {
+                    Reviewed::Bad(bad) => {
                         summary.quarantined += 1;
                         quarantine.write(&[bad])?;
                     }
+                    Reviewed::Interrupted => summary.interrupted_questions += 1,
                 }
                 next += 1;
                 bar.inc(1);
@@ -332,8 +360,9 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         read.join().expect("the reader thread does not panic")
     })?;
     bar.finish_and_clear();
-    writer.finish()?;
-    quarantine.finish()?;
+    let output = writer.seal()?;
+    let (quarantine, _) = quarantine.seal()?;
+    commit_all([output, quarantine])?;
     summary.interrupted = super::INTERRUPTED.load(Ordering::SeqCst);
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
@@ -404,13 +433,33 @@ fn client(args: &ReviewArgs, cache_dir: Option<&Path>) -> Result<ChatClient> {
             max_retries: args.max_retries,
             backoff_base: Duration::from_secs_f64(args.backoff),
             backoff_max: Duration::from_secs_f64(args.backoff_max),
+            stop: Some(&super::INTERRUPTED),
         },
         cache,
     )
 }
 
+/// What became of one question.
+enum Reviewed {
+    Row(ReviewRow),
+    Bad(BadRow),
+    /// A Ctrl-C stopped its calls; it is not written.
+    Interrupted,
+}
+
 /// Runs the strategy on one question.
-fn review(ctx: &Shared, row: u64, q: &Question) -> Result<ReviewRow, BadRow> {
+fn review(ctx: &Shared, row: u64, q: &Question) -> Reviewed {
+    match review_row(ctx, row, q) {
+        Ok(r) if r.answer.is_none() && super::INTERRUPTED.load(Ordering::SeqCst) => {
+            Reviewed::Interrupted
+        }
+        Ok(r) => Reviewed::Row(r),
+        Err(bad) => Reviewed::Bad(bad),
+    }
+}
+
+/// The output row of one question, or why it cannot be reviewed.
+fn review_row(ctx: &Shared, row: u64, q: &Question) -> Result<ReviewRow, BadRow> {
     let bad = |reason: String| BadRow {
         row,
         id: Some(q.id.clone()),
@@ -492,8 +541,12 @@ fn read_chains(path: &Path) -> Result<HashMap<String, Vec<usize>>> {
     input.check_column("id", &["string"], true)?;
     let as_list = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));
     let mut out = HashMap::new();
-    for batch in input.reader.by_ref() {
+    for batch in input.by_ref() {
         let batch = batch?;
+        if let Some(bad) = batch.bad.first() {
+            bail!("{} row {}: {}", path.display(), bad.row, bad.reason);
+        }
+        let batch = batch.batch;
         let ids = string_column(&batch, "id")?;
         let col = batch.column_by_name("chain").with_context(|| {
             format!(

@@ -12,7 +12,9 @@ use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow::datatypes::{Field, Schema};
 
 use super::progress_bar;
+use crate::io::atomic::commit_all;
 use crate::io::parquet_io::{create_writer, display_column, sibling, ParquetInput};
+use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 
 /// Counts of a row-scoring run.
@@ -43,8 +45,10 @@ impl std::fmt::Display for RowSummary {
     }
 }
 
-/// Where a row-scoring run writes.
+/// Where a row-scoring run reads and writes.
 pub struct RowOutput<'a> {
+    /// The input file (no output may be it).
+    pub input: &'a Path,
     pub path: &'a Path,
     /// Default: `<output stem>.quarantine.parquet`.
     pub quarantine: Option<&'a Path>,
@@ -69,24 +73,35 @@ pub fn run<T: Send>(
     let mut fields = vec![Field::new("id", id_type, false)];
     fields.extend(out.fields);
     let schema = Arc::new(Schema::new(fields));
-    let mut writer = create_writer(out.path, schema.clone(), out.metadata)?;
     let quarantine_path = out
         .quarantine
         .map_or_else(|| sibling(out.path, "quarantine"), Path::to_path_buf);
+    check_outputs(
+        &[Named::new("--input", out.input)],
+        &[
+            (Named::new("--output", out.path), Kind::File),
+            (
+                Named::new("the quarantine file", &quarantine_path),
+                Kind::File,
+            ),
+        ],
+    )?;
+    let mut writer = create_writer(out.path, schema.clone(), out.metadata)?;
     let mut quarantine = QuarantineWriter::create(&quarantine_path, out.metadata)?;
 
     let bar = progress_bar(input.total_rows, "rows");
-    let (mut scored, mut token_count, mut row0) = (0u64, 0u64, 0u64);
-    for chunk in input.reader.by_ref() {
+    let (mut scored, mut token_count) = (0u64, 0u64);
+    for chunk in input.by_ref() {
         let chunk = chunk.context("reading the input Parquet")?;
-        let n = chunk.num_rows();
+        let (rows_of, mut bad) = (chunk.rows, chunk.bad);
+        let chunk = chunk.batch;
+        let n = rows_of.len() + bad.len();
         let id_col = chunk
             .column_by_name("id")
             .context("the input has no `id`")?;
         let ids = display_column(id_col)?;
         let mut rows = Vec::new();
         let mut good = Vec::new();
-        let mut bad = Vec::new();
         for (r, prepared) in prepare(&chunk)?.into_iter().enumerate() {
             let prepared = if ids.is_null(r) {
                 Err("id is null".to_string())
@@ -99,7 +114,7 @@ pub fn run<T: Send>(
                     good.push(x);
                 }
                 Err(reason) => bad.push(BadRow {
-                    row: row0 + r as u64,
+                    row: rows_of[r],
                     id: (!ids.is_null(r)).then(|| ids.value(r).to_string()),
                     reason,
                 }),
@@ -117,12 +132,11 @@ pub fn run<T: Send>(
             writer.write(&RecordBatch::try_new(schema.clone(), columns)?)?;
         }
         scored += good.len() as u64;
-        row0 += n as u64;
         bar.inc(n as u64);
     }
     bar.finish_and_clear();
-    writer.close()?;
-    let (quarantine_path, quarantined) = quarantine.finish()?;
+    let (quarantine_file, quarantined) = quarantine.seal()?;
+    commit_all([writer.seal()?, quarantine_file])?;
     Ok(RowSummary {
         scored,
         quarantined,

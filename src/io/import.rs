@@ -8,14 +8,15 @@
 //!   title appears in `supporting_facts` (every passage with that title, if repeated).
 //! - A supporting fact whose sentence index is past the end of its passage (a known 2Wiki
 //!   quirk) keeps the question and the fact unchanged (the official evaluator scores
-//!   against it) and adds a line to `issues`. A fact naming a title no passage has makes
-//!   the question unusable: it is quarantined.
+//!   against it) and adds a line to `issues`. A fact naming a title no passage has, or
+//!   a malformed fact, makes the gold labels unusable: the question is kept (scoring
+//!   does not read gold labels) with the problem in `issues`, and `eval` skips it.
 //! - Hops: HotpotQA 2; 2Wiki 2, 4 for `bridge_comparison`; MuSiQue the number in the
 //!   id prefix (`2hop__`, `3hop1__`, `4hop3__`), null (with an issue) when it has none.
 
 use serde_json::{Map, Value};
 
-use super::questions::{Dataset, Passage, Question, SupportingFact};
+use super::questions::{Dataset, Passage, Question, SupportingFact, UNUSABLE_GOLD};
 
 type Obj = Map<String, Value>;
 
@@ -36,8 +37,9 @@ pub fn convert(dataset: Dataset, v: &Value) -> Result<Question, String> {
         Dataset::HotpotQa | Dataset::TwoWiki => hotpot_format(dataset, o),
         Dataset::Musique => musique(o),
     };
-    let q = q.map_err(|e| e + &other_format_hint(dataset, o))?;
+    let mut q = q.map_err(|e| e + &other_format_hint(dataset, o))?;
     q.check()?;
+    q.note_gold_problems(Vec::new());
     Ok(q)
 }
 
@@ -99,6 +101,7 @@ fn hotpot_format(dataset: Dataset, o: &Obj) -> Result<Question, String> {
         .enumerate()
         .map(|(k, item)| hotpot_passage(k, item))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut issues = Vec::new();
     let facts = opt_array(o, "supporting_facts")?
         .map(|facts| {
             facts
@@ -107,8 +110,11 @@ fn hotpot_format(dataset: Dataset, o: &Obj) -> Result<Question, String> {
                 .map(|(k, f)| supporting_fact(k, f))
                 .collect::<Result<Vec<_>, _>>()
         })
-        .transpose()?;
-    let mut issues = Vec::new();
+        .transpose()
+        .unwrap_or_else(|why| {
+            issues.push(format!("{UNUSABLE_GOLD}{why}"));
+            None
+        });
     let mut supporting = Vec::new();
     for (i, p) in passages.iter().enumerate() {
         if facts.iter().flatten().any(|f| f.title == p.title) {
@@ -387,22 +393,6 @@ mod tests {
             (
                 {
                     let mut v = hotpot();
-                    v["supporting_facts"][0][0] = json!("Zed");
-                    v
-                },
-                "title \"Zed\" is not the title",
-            ),
-            (
-                {
-                    let mut v = hotpot();
-                    v["supporting_facts"][0][1] = json!(-1);
-                    v
-                },
-                "sentence index -1",
-            ),
-            (
-                {
-                    let mut v = hotpot();
                     v.as_object_mut().unwrap().remove("context");
                     v["paragraphs"] = json!([]);
                     v
@@ -413,6 +403,26 @@ mod tests {
         for (v, want) in cases {
             let err = convert(Dataset::HotpotQa, &v).unwrap_err();
             assert!(err.contains(want), "{err:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn broken_gold_labels_keep_the_question_with_an_issue() {
+        for (edit, want) in [
+            ((0, json!("Zed")), "title \"Zed\" is not the title"),
+            ((1, json!(-1)), "sentence index -1"),
+        ] {
+            let mut v = hotpot();
+            v["supporting_facts"][0][edit.0] = edit.1;
+            let q = convert(Dataset::HotpotQa, &v).unwrap();
+            assert!(!q.gold_usable());
+            assert!(
+                q.issues
+                    .iter()
+                    .any(|i| i.starts_with(UNUSABLE_GOLD) && i.contains(want)),
+                "{:?} lacks {want:?}",
+                q.issues
+            );
         }
     }
 

@@ -2,35 +2,127 @@
 
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, SchemaRef};
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
+};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{ConvertedType, LogicalType, Type as PhysicalType};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::{SchemaDescriptor, Type as ParquetType, TypePtr};
 
-/// A Parquet file streamed in record batches of `batch_rows` rows.
+use super::atomic::PendingFile;
+use super::quarantine::BadRow;
+
+/// A Parquet file streamed in record batches of `batch_rows` rows. Text is decoded per
+/// row: a row holding bytes that are not valid UTF-8 is taken out of its batch and
+/// reported as a [`BadRow`] naming the column, and the rest of the batch is read.
 pub struct ParquetInput {
-    pub reader: ParquetRecordBatchReader,
+    reader: ParquetRecordBatchReader,
     pub total_rows: u64,
+    /// The file's own schema (strings as strings).
     pub schema: SchemaRef,
+    /// Whether strings are read as bytes and checked here.
+    checks_text: bool,
+    next_row: u64,
+}
+
+/// One batch of a [`ParquetInput`].
+pub struct InputBatch {
+    /// The readable rows, in the file's schema.
+    pub batch: RecordBatch,
+    /// The 0-based file row of each row of `batch`.
+    pub rows: Vec<u64>,
+    /// Rows left out for invalid UTF-8.
+    pub bad: Vec<BadRow>,
 }
 
 impl ParquetInput {
     pub fn open(path: &Path, batch_rows: usize) -> Result<Self> {
-        let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-            .with_context(|| format!("{} is not a readable Parquet file", path.display()))?;
+        let open = || File::open(path).with_context(|| format!("cannot open {}", path.display()));
+        let unreadable = || format!("{} is not a readable Parquet file", path.display());
+        let builder = ParquetRecordBatchReaderBuilder::try_new(open()?).with_context(unreadable)?;
         let total_rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
         let schema = builder.schema().clone();
-        let reader = builder.with_batch_size(batch_rows).build()?;
+        let parquet_schema = builder.metadata().file_metadata().schema_descr_ptr();
+        let (bytes_schema, checks_text) = strings_as_bytes(&parquet_schema.root_schema_ptr())?;
+        let reader = if checks_text {
+            let options = ArrowReaderOptions::new()
+                .with_parquet_schema(Arc::new(SchemaDescriptor::new(bytes_schema)))
+                .with_skip_arrow_metadata(true);
+            ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options)
+                .with_context(unreadable)?
+                .with_batch_size(batch_rows)
+                .build()?
+        } else {
+            builder.with_batch_size(batch_rows).build()?
+        };
         Ok(Self {
             reader,
             total_rows,
             schema,
+            checks_text,
+            next_row: 0,
+        })
+    }
+
+    /// Converts a batch read with strings as bytes back to the file's schema, leaving
+    /// out the rows with invalid UTF-8.
+    fn decode(&mut self, raw: RecordBatch) -> Result<InputBatch> {
+        let first = self.next_row;
+        self.next_row += raw.num_rows() as u64;
+        if !self.checks_text {
+            return Ok(InputBatch {
+                rows: (first..self.next_row).collect(),
+                batch: raw,
+                bad: Vec::new(),
+            });
+        }
+        let mut reasons: Vec<Option<String>> = vec![None; raw.num_rows()];
+        for (field, col) in self.schema.fields().iter().zip(raw.columns()) {
+            for (r, bad) in invalid_utf8(col, field.data_type()).into_iter().enumerate() {
+                if bad && reasons[r].is_none() {
+                    reasons[r] = Some(format!(
+                        "column `{}` holds bytes that are not valid UTF-8",
+                        field.name()
+                    ));
+                }
+            }
+        }
+        let ids = raw.column_by_name("id").map(|c| c.as_ref());
+        let bad: Vec<BadRow> = reasons
+            .iter()
+            .enumerate()
+            .filter_map(|(r, why)| {
+                Some(BadRow {
+                    row: first + r as u64,
+                    id: ids.and_then(|c| readable_id(c, r)),
+                    reason: why.clone()?,
+                })
+            })
+            .collect();
+        let keep = BooleanArray::from_iter(reasons.iter().map(|w| Some(w.is_none())));
+        let kept = arrow::compute::filter_record_batch(&raw, &keep)?;
+        let columns = kept
+            .columns()
+            .iter()
+            .zip(self.schema.fields())
+            .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let rows = (0..raw.num_rows())
+            .filter(|&r| reasons[r].is_none())
+            .map(|r| first + r as u64)
+            .collect();
+        Ok(InputBatch {
+            batch: RecordBatch::try_new(self.schema.clone(), columns)?,
+            rows,
+            bad,
         })
     }
 
@@ -70,6 +162,131 @@ impl ParquetInput {
     }
 }
 
+impl Iterator for ParquetInput {
+    type Item = Result<InputBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let raw = match self.reader.next()? {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e.into())),
+        };
+        Some(self.decode(raw))
+    }
+}
+
+/// `root` with the UTF-8 annotation taken off every BYTE_ARRAY leaf (so the reader
+/// yields bytes), and whether there was any.
+fn strings_as_bytes(root: &TypePtr) -> Result<(TypePtr, bool)> {
+    let info = root.get_basic_info();
+    match root.as_ref() {
+        ParquetType::PrimitiveType { physical_type, .. }
+            if *physical_type == PhysicalType::BYTE_ARRAY
+                && (info.converted_type() == ConvertedType::UTF8
+                    || matches!(info.logical_type_ref(), Some(LogicalType::String))) =>
+        {
+            let leaf = ParquetType::primitive_type_builder(info.name(), PhysicalType::BYTE_ARRAY)
+                .with_repetition(info.repetition())
+                .with_id(info.has_id().then(|| info.id()))
+                .build()?;
+            Ok((Arc::new(leaf), true))
+        }
+        ParquetType::PrimitiveType { .. } => Ok((root.clone(), false)),
+        ParquetType::GroupType { fields, .. } => {
+            let mut changed = false;
+            let fields = fields
+                .iter()
+                .map(|f| {
+                    let (f, c) = strings_as_bytes(f)?;
+                    changed |= c;
+                    Ok(f)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if !changed {
+                return Ok((root.clone(), false));
+            }
+            let mut group = ParquetType::group_type_builder(info.name())
+                .with_fields(fields)
+                .with_converted_type(info.converted_type())
+                .with_logical_type(info.logical_type_ref().cloned())
+                .with_id(info.has_id().then(|| info.id()));
+            if info.has_repetition() {
+                group = group.with_repetition(info.repetition());
+            }
+            Ok((Arc::new(group.build()?), true))
+        }
+    }
+}
+
+/// Per element of `col` (read with strings as bytes), whether it holds bytes that are
+/// not valid UTF-8 where `target` (the file's type) has text.
+fn invalid_utf8(col: &ArrayRef, target: &DataType) -> Vec<bool> {
+    let is_text = matches!(
+        target,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    );
+    let per_range = |child: Vec<bool>, offsets: Vec<usize>| -> Vec<bool> {
+        offsets
+            .windows(2)
+            .map(|w| child[w[0]..w[1]].iter().any(|&b| b))
+            .collect()
+    };
+    match (col.data_type(), target) {
+        (DataType::Binary, _) if is_text => col
+            .as_binary::<i32>()
+            .iter()
+            .map(|v| v.is_some_and(|b| std::str::from_utf8(b).is_err()))
+            .collect(),
+        (DataType::LargeBinary, _) if is_text => col
+            .as_binary::<i64>()
+            .iter()
+            .map(|v| v.is_some_and(|b| std::str::from_utf8(b).is_err()))
+            .collect(),
+        (DataType::List(_), DataType::List(t) | DataType::LargeList(t)) => {
+            let list = col.as_list::<i32>();
+            per_range(
+                invalid_utf8(list.values(), t.data_type()),
+                list.value_offsets().iter().map(|&o| o as usize).collect(),
+            )
+        }
+        (DataType::LargeList(_), DataType::List(t) | DataType::LargeList(t)) => {
+            let list = col.as_list::<i64>();
+            per_range(
+                invalid_utf8(list.values(), t.data_type()),
+                list.value_offsets().iter().map(|&o| o as usize).collect(),
+            )
+        }
+        (DataType::Struct(_), DataType::Struct(targets)) => {
+            let st = col.as_struct();
+            let mut out = vec![false; col.len()];
+            for (child, t) in st.columns().iter().zip(targets) {
+                for (o, b) in out.iter_mut().zip(invalid_utf8(child, t.data_type())) {
+                    *o |= b;
+                }
+            }
+            out
+        }
+        _ => vec![false; col.len()],
+    }
+}
+
+/// The id of row `r` for a quarantine row, when it is readable.
+fn readable_id(col: &dyn Array, r: usize) -> Option<String> {
+    if col.is_null(r) {
+        return None;
+    }
+    match col.data_type() {
+        DataType::Binary => std::str::from_utf8(col.as_binary::<i32>().value(r))
+            .ok()
+            .map(str::to_string),
+        DataType::LargeBinary => std::str::from_utf8(col.as_binary::<i64>().value(r))
+            .ok()
+            .map(str::to_string),
+        _ => arrow::compute::cast(&col.slice(r, 1), &DataType::Utf8)
+            .ok()
+            .map(|c| c.as_string::<i32>().value(0).to_string()),
+    }
+}
+
 /// Column `name` of a batch as UTF-8 strings (nulls kept).
 pub fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
     let col = batch
@@ -94,17 +311,50 @@ pub fn display_column(col: &ArrayRef) -> Result<StringArray> {
         .clone())
 }
 
-/// Writer with zstd compression and `hopscore.*` key-value metadata.
+/// A Parquet file being written atomically (see [`super::atomic`]): nothing appears
+/// under its name until [`ParquetSink::close`] (or a commit of [`ParquetSink::seal`]'s
+/// result); dropped unfinished, it leaves no trace.
+pub struct ParquetSink {
+    writer: ArrowWriter<File>,
+    pending: PendingFile,
+}
+
+impl ParquetSink {
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.writer
+            .write(batch)
+            .with_context(|| format!("writing {}", self.pending.dest().display()))
+    }
+
+    /// Ends the current row group.
+    pub fn flush(&mut self) -> Result<()> {
+        Ok(self.writer.flush()?)
+    }
+
+    /// Writes the footer and syncs the file; committing the result renames it into
+    /// place (so that several outputs can be completed before any is replaced).
+    pub fn seal(self) -> Result<PendingFile> {
+        let file = self
+            .writer
+            .into_inner()
+            .with_context(|| format!("finishing {}", self.pending.dest().display()))?;
+        PendingFile::seal(file)?;
+        Ok(self.pending)
+    }
+
+    /// Completes the file and renames it into place.
+    pub fn close(self) -> Result<()> {
+        self.seal()?.commit()
+    }
+}
+
+/// An atomic writer with zstd compression and `hopscore.*` key-value metadata.
 pub fn create_writer(
     path: &Path,
     schema: SchemaRef,
     metadata: &[(String, String)],
-) -> Result<ArrowWriter<File>> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create directory {}", dir.display()))?;
-    }
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+) -> Result<ParquetSink> {
+    let (pending, file) = PendingFile::create(path)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_key_value_metadata(Some(
@@ -114,13 +364,16 @@ pub fn create_writer(
                 .collect(),
         ))
         .build();
-    Ok(ArrowWriter::try_new(file, schema, Some(props))?)
+    Ok(ParquetSink {
+        writer: ArrowWriter::try_new(file, schema, Some(props))?,
+        pending,
+    })
 }
 
 /// Buffers rows of type `R` and writes them as record batches of `batch_rows` rows,
 /// built by `to_batch`.
 pub struct BatchedWriter<R> {
-    writer: ArrowWriter<File>,
+    writer: ParquetSink,
     rows: Vec<R>,
     batch_rows: usize,
     to_batch: fn(Vec<R>) -> Result<RecordBatch>,
@@ -159,11 +412,10 @@ impl<R> BatchedWriter<R> {
         Ok(())
     }
 
-    /// Writes the buffered rows and closes the file.
-    pub fn finish(mut self) -> Result<()> {
+    /// Writes the buffered rows and completes the file (see [`ParquetSink::seal`]).
+    pub fn seal(mut self) -> Result<PendingFile> {
         self.flush()?;
-        self.writer.close()?;
-        Ok(())
+        self.writer.seal()
     }
 }
 
@@ -181,8 +433,7 @@ pub fn write_in_batches<R>(
     for chunk in rows.chunks(batch_rows.max(1)) {
         writer.write(&to_batch(chunk)?)?;
     }
-    writer.close()?;
-    Ok(())
+    writer.close()
 }
 
 /// Longest text accepted in a row, in bytes; longer rows are quarantined (a text this

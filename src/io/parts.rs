@@ -1,13 +1,16 @@
-//! Resumable output: results are committed in parts, each covering a contiguous range
-//! of input rows, next to a manifest of the committed ranges.
+//! Resumable output: results are committed in parts, each covering a range of input
+//! rows, next to a manifest of the committed ranges.
 //!
 //! While a run is going, `<output>.parts/` holds `part-NNNNNN.parquet` (results),
 //! `part-NNNNNN.quarantine.parquet` (bad rows) and `manifest.json`. Every file is
-//! written to a `.tmp` name, synced and renamed, and the manifest is replaced the same
-//! way after the part's files, so a run killed at any instant (even SIGKILL) leaves a
-//! consistent directory. `--resume` continues after the last committed row; the final
-//! merge re-chunks all rows into fixed-size record batches, so the output is the same
-//! byte for byte however the run was interrupted.
+//! written atomically ([`super::atomic`]) and the manifest is replaced after the part's
+//! files, so a run killed at any instant (even SIGKILL) leaves a consistent directory.
+//! Parts commit as soon as their rows are complete, in any order; `--resume` computes
+//! only the rows no part covers. The final merge orders the parts by row and re-chunks
+//! all rows into fixed-size record batches, so the output is the same byte for byte
+//! however the run was interrupted. Finishing is idempotent: the manifest is marked
+//! finished once the output is in place, before the parts are deleted, so a run killed
+//! during the clean-up is completed by the next `--resume`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -18,7 +21,9 @@ use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
-use super::parquet_io::{create_writer, sibling};
+use super::atomic::{commit_all, sync_dir, write_file, PendingFile};
+use super::fingerprint;
+use super::parquet_io::create_writer;
 
 /// Rows per record batch of merged outputs (fixed, so bytes do not depend on parts).
 const MERGE_BATCH_ROWS: usize = 1024;
@@ -36,9 +41,14 @@ pub struct PartEntry {
 /// `manifest.json` of a parts directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// What the run computes (input, model checksum, options); a resume must match it.
+    /// What the run computes (input and model checksums, options); a resume must
+    /// match it.
     pub fingerprint: String,
+    /// In commit order (not necessarily row order).
     pub parts: Vec<PartEntry>,
+    /// The output and quarantine files are complete; only the clean-up remains.
+    #[serde(default)]
+    pub finished: bool,
 }
 
 /// The parts directory of one output file.
@@ -54,39 +64,62 @@ pub fn parts_dir(output: &Path) -> PathBuf {
     output.with_file_name(name)
 }
 
+/// How [`Parts::open`] found the parts directory.
+pub enum Opened {
+    /// Ready for commits (new, or continued with `--resume`).
+    Ready(Parts),
+    /// `--resume` of a run that had already written its output: the clean-up it was
+    /// killed in is now done, and there is nothing left to compute.
+    AlreadyFinished,
+}
+
 impl Parts {
-    /// Opens the parts directory of `output`: new when `resume` is false (an existing
-    /// one is an error that names the fix), continued when `resume` is true.
-    pub fn open(output: &Path, fingerprint: &str, resume: bool) -> Result<Self> {
+    /// Opens the parts directory of `output`: new when `resume` is false (an unfinished
+    /// one is an error that names the fix), continued when `resume` is true. A
+    /// directory left by a run that finished its output but not its clean-up is
+    /// cleaned up first.
+    pub fn open(output: &Path, fingerprint: &str, resume: bool) -> Result<Opened> {
         let dir = parts_dir(output);
         let manifest_path = dir.join("manifest.json");
         if manifest_path.is_file() {
-            if !resume {
-                bail!(
-                    "{} holds an unfinished run: pass --resume to continue it, or delete the \
-                     directory to start over",
-                    dir.display()
-                );
-            }
-            let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(
-                &manifest_path,
-            )?)
+            let manifest: Manifest = serde_json::from_str(
+                &std::fs::read_to_string(&manifest_path)
+                    .with_context(|| format!("cannot read {}", manifest_path.display()))?,
+            )
             .with_context(|| {
                 format!(
                     "{} is damaged; delete it to start over",
                     manifest_path.display()
                 )
             })?;
-            if manifest.fingerprint != fingerprint {
-                bail!(
-                    "{} was started with other inputs or options ({}); now: {}. Delete it to start \
-                     over, or resume with the same flags",
-                    dir.display(),
-                    manifest.fingerprint,
-                    fingerprint
-                );
+            if manifest.finished {
+                let same = manifest.fingerprint == fingerprint;
+                Self {
+                    dir: dir.clone(),
+                    manifest,
+                }
+                .remove()?;
+                if resume && same {
+                    return Ok(Opened::AlreadyFinished);
+                }
+            } else {
+                if !resume {
+                    bail!(
+                        "{} holds an unfinished run: pass --resume to continue it, or delete \
+                         the directory to start over",
+                        dir.display()
+                    );
+                }
+                if manifest.fingerprint != fingerprint {
+                    bail!(
+                        "{} was started with other inputs or options: {}. Delete it to start \
+                         over, or resume with the same input, model and flags",
+                        dir.display(),
+                        fingerprint::differences(&manifest.fingerprint, fingerprint)
+                    );
+                }
+                return Ok(Opened::Ready(Self { dir, manifest }));
             }
-            return Ok(Self { dir, manifest });
         }
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -95,34 +128,37 @@ impl Parts {
             manifest: Manifest {
                 fingerprint: fingerprint.to_string(),
                 parts: Vec::new(),
+                finished: false,
             },
         };
         parts.write_manifest()?;
-        Ok(parts)
+        Ok(Opened::Ready(parts))
     }
 
-    /// First row not yet committed.
-    pub fn resume_row(&self) -> u64 {
-        self.manifest.parts.last().map_or(0, |p| p.end_row)
+    /// The committed row ranges `[first, end)`, in row order.
+    pub fn committed(&self) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = self
+            .manifest
+            .parts
+            .iter()
+            .map(|p| (p.first_row, p.end_row))
+            .collect();
+        ranges.sort_unstable();
+        ranges
     }
 
-    /// Commits rows `[resume_row, end_row)`: `write(results_tmp, quarantine_tmp)`
-    /// writes the two files, which are then synced, renamed, and recorded.
+    /// Commits rows `[first_row, end_row)`: `write(results, quarantine)` writes the two
+    /// files (atomically), then the manifest records them.
     pub fn commit(
         &mut self,
+        first_row: u64,
         end_row: u64,
         write: impl FnOnce(&Path, &Path) -> Result<()>,
     ) -> Result<()> {
-        let first_row = self.resume_row();
         let index = self.manifest.parts.len();
         let file = format!("part-{index:06}.parquet");
         let quarantine_file = format!("part-{index:06}.quarantine.parquet");
-        let tmp = |name: &str| self.dir.join(format!("{name}.tmp"));
-        write(&tmp(&file), &tmp(&quarantine_file))?;
-        for name in [&file, &quarantine_file] {
-            File::open(tmp(name))?.sync_all()?;
-            std::fs::rename(tmp(name), self.dir.join(name))?;
-        }
+        write(&self.dir.join(&file), &self.dir.join(&quarantine_file))?;
         self.manifest.parts.push(PartEntry {
             first_row,
             end_row,
@@ -133,22 +169,41 @@ impl Parts {
     }
 
     fn write_manifest(&self) -> Result<()> {
-        let tmp = self.dir.join("manifest.json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&self.manifest)?)?;
-        File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, self.dir.join("manifest.json"))?;
-        Ok(())
+        write_file(
+            &self.dir.join("manifest.json"),
+            serde_json::to_string_pretty(&self.manifest)?.as_bytes(),
+        )
     }
 
-    /// Merges every part into `output` and its quarantine file, then removes the
-    /// parts directory.
+    /// Merges every part, in row order, into `output` and its quarantine file (the
+    /// parts must cover rows `[0, rows)` exactly), marks the manifest finished, then
+    /// removes the parts directory.
     pub fn finish(
-        self,
+        mut self,
         output: &Path,
         quarantine: &Path,
+        rows: u64,
         schemas: (SchemaRef, SchemaRef),
         metadata: &[(String, String)],
     ) -> Result<()> {
+        self.manifest.parts.sort_by_key(|p| p.first_row);
+        let mut next = 0;
+        for p in &self.manifest.parts {
+            if p.first_row != next {
+                bail!(
+                    "{}: rows {next}..{} were never committed; run again with --resume",
+                    self.dir.display(),
+                    p.first_row
+                );
+            }
+            next = p.end_row;
+        }
+        if next != rows {
+            bail!(
+                "{}: rows {next}..{rows} were never committed; run again with --resume",
+                self.dir.display()
+            );
+        }
         let files = |f: fn(&PartEntry) -> &String| -> Vec<PathBuf> {
             self.manifest
                 .parts
@@ -156,29 +211,50 @@ impl Parts {
                 .map(|p| self.dir.join(f(p)))
                 .collect()
         };
-        concat_parquet(&files(|p| &p.file), output, schemas.0, metadata)?;
-        concat_parquet(
+        let merged = concat_parquet(&files(|p| &p.file), output, schemas.0, metadata)?;
+        let merged_quarantine = concat_parquet(
             &files(|p| &p.quarantine_file),
             quarantine,
             schemas.1,
             metadata,
         )?;
+        commit_all([merged, merged_quarantine])?;
+        self.manifest.finished = true;
+        self.write_manifest()?;
+        self.remove()
+    }
+
+    /// Deletes the part files, then the manifest, then the directory.
+    fn remove(self) -> Result<()> {
+        for p in &self.manifest.parts {
+            for name in [&p.file, &p.quarantine_file] {
+                match std::fs::remove_file(self.dir.join(name)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(e).with_context(|| format!("cannot remove {name}"));
+                    }
+                    _ => {}
+                }
+            }
+        }
         std::fs::remove_dir_all(&self.dir)
             .with_context(|| format!("cannot remove {}", self.dir.display()))?;
+        if let Some(parent) = self.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
         Ok(())
     }
 }
 
 /// Writes the rows of `inputs`, in order, to `dest` in record batches of exactly
-/// [`MERGE_BATCH_ROWS`] rows (the last one shorter). Written via a `.tmp` + rename.
+/// [`MERGE_BATCH_ROWS`] rows (the last one shorter). Returns the complete file under
+/// its temporary name: commit it to put it in place.
 pub fn concat_parquet(
     inputs: &[PathBuf],
     dest: &Path,
     schema: SchemaRef,
     metadata: &[(String, String)],
-) -> Result<()> {
-    let tmp = sibling(dest, "tmp");
-    let mut writer = create_writer(&tmp, schema.clone(), metadata)?;
+) -> Result<PendingFile> {
+    let mut writer = create_writer(dest, schema.clone(), metadata)?;
     let mut pending: Vec<RecordBatch> = Vec::new();
     let mut pending_rows = 0;
     let mut flush = |pending: &mut Vec<RecordBatch>, rows: &mut usize, all: bool| -> Result<()> {
@@ -192,21 +268,27 @@ pub fn concat_parquet(
         Ok(())
     };
     for path in inputs {
+        let unreadable = || {
+            format!(
+                "{} is damaged or truncated (not a readable Parquet file)",
+                path.display()
+            )
+        };
         let reader = ParquetRecordBatchReaderBuilder::try_new(
             File::open(path).with_context(|| format!("cannot open {}", path.display()))?,
-        )?
-        .build()?;
+        )
+        .with_context(unreadable)?
+        .build()
+        .with_context(unreadable)?;
         for batch in reader {
-            let batch = batch?;
+            let batch = batch.with_context(unreadable)?;
             pending_rows += batch.num_rows();
             pending.push(batch);
             flush(&mut pending, &mut pending_rows, false)?;
         }
     }
     flush(&mut pending, &mut pending_rows, true)?;
-    writer.close()?;
-    std::fs::rename(&tmp, dest)?;
-    Ok(())
+    writer.seal()
 }
 
 #[cfg(test)]
@@ -224,41 +306,55 @@ mod tests {
                 vec![Arc::new(Int32Array::from_iter_values(c.clone()))],
             )?)?;
         }
-        w.close()?;
-        Ok(())
+        w.close()
+    }
+
+    fn ready(output: &Path, fp: &str, resume: bool) -> Result<Parts> {
+        match Parts::open(output, fp, resume)? {
+            Opened::Ready(p) => Ok(p),
+            Opened::AlreadyFinished => bail!("already finished"),
+        }
+    }
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]))
+    }
+
+    /// Commits `cuts` (part boundaries) in the order given by `order`.
+    fn commit_parts(parts: &mut Parts, cuts: &[(i32, i32)]) {
+        for &(start, end) in cuts {
+            parts
+                .commit(start as u64, end as u64, |res, q| {
+                    write_ints(
+                        res,
+                        &schema(),
+                        &[start..(start + end) / 2, (start + end) / 2..end],
+                    )?;
+                    write_ints(q, &schema(), &[])
+                })
+                .unwrap();
+        }
     }
 
     #[test]
-    fn merged_bytes_do_not_depend_on_part_boundaries() {
-        let schema: SchemaRef =
-            Arc::new(Schema::new(vec![Field::new("x", DataType::Int32, false)]));
+    fn merged_bytes_do_not_depend_on_part_boundaries_or_commit_order() {
         let tmp = tempfile::tempdir().unwrap();
-        let run = |name: &str, cuts: &[i32]| -> Vec<u8> {
+        let run = |name: &str, cuts: &[(i32, i32)]| -> Vec<u8> {
             let output = tmp.path().join(format!("{name}.parquet"));
-            let mut parts = Parts::open(&output, "fp", false).unwrap();
-            let mut start = 0;
-            for &end in cuts {
-                parts
-                    .commit(end as u64, |res, q| {
-                        write_ints(
-                            res,
-                            &schema,
-                            &[start..(start + end) / 2, (start + end) / 2..end],
-                        )?;
-                        write_ints(q, &schema, &[])
-                    })
-                    .unwrap();
-                start = end;
-            }
+            let mut parts = ready(&output, "fp", false).unwrap();
+            commit_parts(&mut parts, cuts);
             let quarantine = tmp.path().join(format!("{name}.q.parquet"));
             parts
-                .finish(&output, &quarantine, (schema.clone(), schema.clone()), &[])
+                .finish(&output, &quarantine, 2500, (schema(), schema()), &[])
                 .unwrap();
             assert!(!parts_dir(&output).exists());
             std::fs::read(&output).unwrap()
         };
-        let a = run("a", &[2500]);
-        let b = run("b", &[7, 1030, 1031, 2048, 2500]);
+        let a = run("a", &[(0, 2500)]);
+        let b = run(
+            "b",
+            &[(1031, 2048), (0, 7), (2048, 2500), (7, 1030), (1030, 1031)],
+        );
         assert_eq!(a, b);
     }
 
@@ -266,20 +362,71 @@ mod tests {
     fn resume_requires_the_flag_and_the_same_fingerprint() {
         let tmp = tempfile::tempdir().unwrap();
         let output = tmp.path().join("o.parquet");
-        let mut p = Parts::open(&output, "fp1", false).unwrap();
-        p.commit(10, |a, b| {
-            std::fs::write(a, b"x")?;
-            std::fs::write(b, b"y")?;
-            Ok(())
+        let mut p = ready(&output, "fp1", false).unwrap();
+        p.commit(10, 20, |a, b| {
+            write_file(a, b"x")?;
+            write_file(b, b"y")
         })
         .unwrap();
-        let err = Parts::open(&output, "fp1", false)
-            .err()
-            .unwrap()
-            .to_string();
+        let err = ready(&output, "fp1", false).err().unwrap().to_string();
         assert!(err.contains("--resume"), "{err}");
-        let err = Parts::open(&output, "fp2", true).err().unwrap().to_string();
+        let err = ready(&output, "fp2", true).err().unwrap().to_string();
         assert!(err.contains("other inputs or options"), "{err}");
-        assert_eq!(Parts::open(&output, "fp1", true).unwrap().resume_row(), 10);
+        assert_eq!(
+            ready(&output, "fp1", true).unwrap().committed(),
+            vec![(10, 20)]
+        );
+    }
+
+    #[test]
+    fn finish_refuses_a_gap_in_the_committed_rows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        let mut parts = ready(&output, "fp", false).unwrap();
+        commit_parts(&mut parts, &[(0, 5), (8, 10)]);
+        let err = parts
+            .finish(
+                &output,
+                &tmp.path().join("q.parquet"),
+                10,
+                (schema(), schema()),
+                &[],
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rows 5..8 were never committed"), "{err}");
+        assert!(!output.exists());
+    }
+
+    #[test]
+    fn a_finish_killed_during_clean_up_is_completed_by_resume() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        let mut parts = ready(&output, "fp", false).unwrap();
+        commit_parts(&mut parts, &[(0, 4)]);
+        let dir = parts_dir(&output);
+        // The state a kill leaves between marking the manifest and removing the parts:
+        // the output is in place, some part files are gone.
+        parts.manifest.finished = true;
+        parts.write_manifest().unwrap();
+        write_ints(&output, &schema(), &[0..2, 2..4]).unwrap();
+        std::fs::remove_file(dir.join("part-000000.parquet")).unwrap();
+        let before = std::fs::read(&output).unwrap();
+        assert!(matches!(
+            Parts::open(&output, "fp", true).unwrap(),
+            Opened::AlreadyFinished
+        ));
+        assert!(!dir.exists(), "the clean-up is completed");
+        assert_eq!(
+            std::fs::read(&output).unwrap(),
+            before,
+            "the output is kept"
+        );
+        // A fresh run after such a kill is not refused either.
+        let mut parts = ready(&output, "fp", false).unwrap();
+        commit_parts(&mut parts, &[(0, 4)]);
+        parts.manifest.finished = true;
+        parts.write_manifest().unwrap();
+        assert!(ready(&output, "fp", false).is_ok());
     }
 }

@@ -1,16 +1,14 @@
 //! The quarantine output: one row per input row that could not be processed, with
 //! its input row number, id and the reason. A run never stops for a bad row.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::atomic::PendingFile;
+use super::parquet_io::{create_writer, ParquetSink};
 use anyhow::Result;
 use arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
-use parquet::arrow::ArrowWriter;
-
-use super::parquet_io::create_writer;
 
 /// A bad row.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,9 +20,9 @@ pub struct BadRow {
 }
 
 /// Streams bad rows to `<output>.quarantine.parquet` (written even when empty, so a
-/// finished run always leaves both files).
+/// finished run always leaves both files), atomically like every output.
 pub struct QuarantineWriter {
-    writer: ArrowWriter<File>,
+    writer: ParquetSink,
     schema: Arc<Schema>,
     path: PathBuf,
     count: u64,
@@ -67,9 +65,18 @@ impl QuarantineWriter {
         Ok(())
     }
 
-    /// Closes the file; returns its path and the number of bad rows.
+    /// Completes the file without renaming it into place yet (see
+    /// [`ParquetSink::seal`]); returns it and the number of bad rows.
+    pub fn seal(self) -> Result<(PendingFile, u64)> {
+        Ok((self.writer.seal()?, self.count))
+    }
+
+    /// Completes the file and renames it into place; returns its path and the number
+    /// of bad rows.
     pub fn finish(self) -> Result<(PathBuf, u64)> {
-        self.writer.close()?;
-        Ok((self.path, self.count))
+        let path = self.path.clone();
+        let (file, count) = self.seal()?;
+        file.commit()?;
+        Ok((path, count))
     }
 }

@@ -23,11 +23,13 @@
 //! writing nor reading holds a whole training set in memory.
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::atomic::PendingFile;
+use super::parquet_io::{create_writer, ParquetInput, ParquetSink};
+use super::quarantine::BadRow;
 use anyhow::{bail, Context, Result};
 use arrow::array::{
     Array, ArrayRef, AsArray, Int32Array, ListArray, RecordBatch, StringArray, StringBuilder,
@@ -35,10 +37,6 @@ use arrow::array::{
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema, SchemaRef};
-use parquet::arrow::ArrowWriter;
-
-use super::parquet_io::{create_writer, ParquetInput};
-use super::quarantine::BadRow;
 
 /// The source dataset of a question; decides the hop-count rule on import and the
 /// passage rendering in the strategies.
@@ -116,8 +114,9 @@ impl Question {
         self.hops.map_or(self.supporting.len(), |h| h as usize)
     }
 
-    /// Checks the invariants every consumer relies on; the error is the quarantine
-    /// reason.
+    /// Checks what scoring needs (an id, a question, passages); the error is the
+    /// quarantine reason. Problems with the gold labels do not make a question
+    /// unusable for scoring: see [`Question::gold_problems`].
     pub fn check(&self) -> Result<(), String> {
         if self.id.trim().is_empty() {
             return Err("id is empty".into());
@@ -128,35 +127,63 @@ impl Question {
         if self.passages.is_empty() {
             return Err("the question has no passages".into());
         }
+        Ok(())
+    }
+
+    /// What is wrong with the gold labels (`supporting`, `supporting_facts`, `hops`),
+    /// which only `eval` reads.
+    pub fn gold_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         let n = self.passages.len();
         if let Some(&s) = self.supporting.iter().find(|&&s| s >= n) {
-            return Err(format!(
+            problems.push(format!(
                 "supporting passage index {s} is out of range (the question has {n} passages)"
             ));
         }
         if self.supporting.windows(2).any(|w| w[0] >= w[1]) {
-            return Err("supporting passage indices are not strictly ascending".into());
+            problems.push("supporting passage indices are not strictly ascending".into());
         }
         if self.hops == Some(0) {
-            return Err("hops is 0".into());
+            problems.push("hops is 0".into());
         }
         for fact in self.supporting_facts.iter().flatten() {
             if !self.passages.iter().any(|p| p.title == fact.title) {
-                return Err(format!(
+                problems.push(format!(
                     "supporting fact title {:?} is not the title of any passage",
                     fact.title
                 ));
             }
             if fact.sent_idx < 0 {
-                return Err(format!(
+                problems.push(format!(
                     "supporting fact ({:?}, {}) has a negative sentence index",
                     fact.title, fact.sent_idx
                 ));
             }
         }
-        Ok(())
+        problems
+    }
+
+    /// Records every gold-label problem in `issues` (marked with [`UNUSABLE_GOLD`],
+    /// once each).
+    pub fn note_gold_problems(&mut self, mut problems: Vec<String>) {
+        problems.extend(self.gold_problems());
+        for p in problems {
+            let issue = format!("{UNUSABLE_GOLD}{p}");
+            if !self.issues.contains(&issue) {
+                self.issues.push(issue);
+            }
+        }
+    }
+
+    /// Whether `eval` can score this question: no gold-label problem, noted or found.
+    pub fn gold_usable(&self) -> bool {
+        !self.issues.iter().any(|i| i.starts_with(UNUSABLE_GOLD)) && self.gold_problems().is_empty()
     }
 }
+
+/// The start of an `issues` entry that makes the gold labels unusable (the question is
+/// still scored; `eval` skips it and reports why).
+pub const UNUSABLE_GOLD: &str = "unusable gold labels: ";
 
 fn item(ty: DataType) -> Arc<Field> {
     Arc::new(Field::new("item", ty, true))
@@ -325,7 +352,7 @@ pub fn to_batch(questions: &[Question]) -> Result<RecordBatch> {
 
 /// Writes questions to a Parquet file, one row group per [`QuestionWriter::write`] call.
 pub struct QuestionWriter {
-    writer: ArrowWriter<File>,
+    writer: ParquetSink,
     rows: u64,
     passages: u64,
 }
@@ -356,10 +383,18 @@ impl QuestionWriter {
         Ok(())
     }
 
-    /// Closes the file; returns the number of questions and passages written.
+    /// Completes the file without renaming it into place yet (see
+    /// [`ParquetSink::seal`]); returns it and the number of questions and passages.
+    pub fn seal(self) -> Result<(PendingFile, u64, u64)> {
+        Ok((self.writer.seal()?, self.rows, self.passages))
+    }
+
+    /// Completes the file and renames it into place; returns the number of questions
+    /// and passages written.
     pub fn finish(self) -> Result<(u64, u64)> {
-        self.writer.close()?;
-        Ok((self.rows, self.passages))
+        let (file, rows, passages) = self.seal()?;
+        file.commit()?;
+        Ok((rows, passages))
     }
 }
 
@@ -372,7 +407,6 @@ pub type RowResult = std::result::Result<Question, BadRow>;
 pub struct QuestionReader {
     input: ParquetInput,
     pending: VecDeque<RowResult>,
-    next_row: u64,
 }
 
 impl QuestionReader {
@@ -399,7 +433,6 @@ impl QuestionReader {
         Ok(Self {
             input,
             pending: VecDeque::new(),
-            next_row: 0,
         })
     }
 
@@ -433,16 +466,19 @@ impl Iterator for QuestionReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         while self.pending.is_empty() {
-            let batch = match self.input.reader.next()? {
+            let input = match self.input.next()? {
                 Ok(b) => b,
                 Err(e) => return Some(Err(e).context("reading the question file")),
             };
-            let rows = match decode_batch(&batch, self.next_row) {
+            let rows = match decode_batch(&input.batch, &input.rows) {
                 Ok(rows) => rows,
                 Err(e) => return Some(Err(e)),
             };
-            self.next_row += batch.num_rows() as u64;
-            self.pending.extend(rows);
+            // In file order: the rows with invalid UTF-8 among the decoded ones.
+            let mut all: Vec<(u64, RowResult)> = input.rows.into_iter().zip(rows).collect();
+            all.extend(input.bad.into_iter().map(|b| (b.row, Err(b))));
+            all.sort_by_key(|(row, _)| *row);
+            self.pending.extend(all.into_iter().map(|(_, r)| r));
         }
         self.pending.pop_front().map(Ok)
     }
@@ -505,7 +541,8 @@ fn required<T>(col: Option<T>, name: &str) -> Result<T> {
     col.with_context(|| format!("batch has no column `{name}`"))
 }
 
-fn decode_batch(batch: &RecordBatch, row0: u64) -> Result<Vec<RowResult>> {
+/// Decodes the rows of `batch`; `rows` are their file row numbers.
+fn decode_batch(batch: &RecordBatch, rows: &[u64]) -> Result<Vec<RowResult>> {
     let cols = Columns {
         id: required(string_col(batch, "id")?, "id")?,
         dataset: required(string_col(batch, "dataset")?, "dataset")?,
@@ -523,7 +560,7 @@ fn decode_batch(batch: &RecordBatch, row0: u64) -> Result<Vec<RowResult>> {
     Ok((0..batch.num_rows())
         .map(|r| {
             decode_row(&cols, r).map_err(|reason| BadRow {
-                row: row0 + r as u64,
+                row: rows[r],
                 id: (!cols.id.is_null(r)).then(|| cols.id.value(r).to_string()),
                 reason,
             })
@@ -627,38 +664,57 @@ fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
             })
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut gold = Vec::new();
     let supporting = match &c.supporting {
-        Some(list) => {
-            let values = list.values().as_primitive::<Int32Type>();
-            range(list, r)
-                .ok_or("supporting is null")?
-                .map(|i| {
-                    if values.is_null(i) {
-                        return Err("supporting holds a null index".to_string());
-                    }
-                    usize::try_from(values.value(i)).map_err(|_| {
-                        format!("supporting holds the negative index {}", values.value(i))
+        Some(list) => match range(list, r) {
+            None => {
+                gold.push("supporting is null".to_string());
+                Vec::new()
+            }
+            Some(range) => {
+                let values = list.values().as_primitive::<Int32Type>();
+                range
+                    .filter_map(|i| {
+                        if values.is_null(i) {
+                            gold.push("supporting holds a null index".to_string());
+                            return None;
+                        }
+                        usize::try_from(values.value(i))
+                            .map_err(|_| {
+                                gold.push(format!(
+                                    "supporting holds the negative index {}",
+                                    values.value(i)
+                                ))
+                            })
+                            .ok()
                     })
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?
-        }
+                    .collect()
+            }
+        },
         None => Vec::new(),
     };
     let hops = match &c.hops {
-        Some(h) if !h.is_null(r) => Some(
-            u32::try_from(h.value(r)).map_err(|_| format!("hops is negative ({})", h.value(r)))?,
-        ),
+        Some(h) if !h.is_null(r) => match u32::try_from(h.value(r)) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                gold.push(format!("hops is negative ({})", h.value(r)));
+                None
+            }
+        },
         _ => None,
     };
     let supporting_facts = match &c.supporting_facts {
-        Some(list) => supporting_facts_at(list, r)?,
+        Some(list) => supporting_facts_at(list, r).unwrap_or_else(|why| {
+            gold.push(why);
+            None
+        }),
         None => None,
     };
     let list_or_empty = |col: &Option<ListArray>, what: &str| match col {
         Some(list) => string_list(list, r, what).map(Option::unwrap_or_default),
         None => Ok(Vec::new()),
     };
-    let q = Question {
+    let mut q = Question {
         id: text(&c.id, r, "id")?,
         dataset,
         question: text(&c.question, r, "question")?,
@@ -673,6 +729,7 @@ fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
         issues: list_or_empty(&c.issues, "an issue")?,
     };
     q.check()?;
+    q.note_gold_problems(gold);
     Ok(q)
 }
 
@@ -766,21 +823,24 @@ mod tests {
     }
 
     #[test]
-    fn check_rejects_broken_invariants() {
+    fn gold_problems_are_found_but_do_not_fail_the_check() {
         let mut q = sample("a", Dataset::HotpotQa);
         q.supporting = vec![2];
-        assert!(q.check().unwrap_err().contains("out of range"));
+        assert_eq!(q.check(), Ok(()));
+        assert!(q.gold_problems()[0].contains("out of range"));
+        assert!(!q.gold_usable());
         let mut q = sample("a", Dataset::HotpotQa);
         q.supporting_facts = Some(vec![SupportingFact {
             title: "Z".into(),
             sent_idx: 0,
         }]);
-        assert!(q.check().unwrap_err().contains("\"Z\""));
+        assert!(q.gold_problems()[0].contains("\"Z\""));
         let mut q = sample("a", Dataset::HotpotQa);
         q.passages.clear();
         q.supporting.clear();
         assert!(q.check().unwrap_err().contains("no passages"));
-        assert_eq!(sample("a", Dataset::HotpotQa).check(), Ok(()));
+        let q = sample("a", Dataset::HotpotQa);
+        assert!(q.check().is_ok() && q.gold_usable());
     }
 
     #[test]
@@ -819,24 +879,34 @@ mod tests {
         let err = QuestionReader::open(&path, 8).err().unwrap().to_string();
         assert!(err.contains("column `question` has type Int32"), "{err}");
 
-        // A row whose supporting index points past its passages: a bad row, the next
-        // row still reads.
+        // A row whose supporting index points past its passages is kept with the
+        // problem in `issues`; a row without passages is a bad row, the next row still
+        // reads.
+        let mut gold = sample("g", Dataset::HotpotQa);
+        gold.supporting = vec![0, 5];
         let mut broken = sample("b", Dataset::HotpotQa);
-        broken.supporting = vec![0, 5];
+        broken.passages.clear();
+        broken.supporting.clear();
         let mut w = QuestionWriter::create(&path, &[]).unwrap();
-        w.write(&[broken, sample("c", Dataset::HotpotQa)]).unwrap();
+        w.write(&[gold, broken, sample("c", Dataset::HotpotQa)])
+            .unwrap();
         w.finish().unwrap();
         let rows: Vec<RowResult> = QuestionReader::open(&path, 8)
             .unwrap()
             .map(|r| r.unwrap())
             .collect();
-        let bad = rows[0].clone().unwrap_err();
-        assert_eq!((bad.row, bad.id.as_deref()), (0, Some("b")));
+        let kept = rows[0].clone().unwrap();
+        assert!(!kept.gold_usable());
         assert!(
-            bad.reason.contains("index 5 is out of range"),
-            "{}",
-            bad.reason
+            kept.issues
+                .iter()
+                .any(|i| i.starts_with(UNUSABLE_GOLD) && i.contains("index 5 is out of range")),
+            "{:?}",
+            kept.issues
         );
-        assert_eq!(rows[1].as_ref().unwrap().id, "c");
+        let bad = rows[1].clone().unwrap_err();
+        assert_eq!((bad.row, bad.id.as_deref()), (1, Some("b")));
+        assert!(bad.reason.contains("no passages"), "{}", bad.reason);
+        assert_eq!(rows[2].as_ref().unwrap().id, "c");
     }
 }

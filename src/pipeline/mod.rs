@@ -1,13 +1,14 @@
 //! The streaming pipeline: a reader thread admits prepared questions, the scheduler
 //! (on the calling thread) mixes the hypotheses of many questions and hops into
-//! token-budget batches sorted by length and runs the model, and a writer thread
-//! receives finished questions in input order. Channels are bounded, so memory stays
-//! flat on any input size.
+//! token-budget batches and runs the model, and a writer thread receives each finished
+//! question, tagged with its input row, as soon as it finishes. Channels are bounded,
+//! so memory stays flat on any input size.
 //!
 //! Continuous batching: when the last pending hypothesis of a question's hop is
-//! scored, its next hop is queued at once, alongside other questions' hops.
+//! scored, its next hop is queued at once, alongside other questions' hops. Batches
+//! are filled oldest question first (then sorted longest first), so questions finish
+//! roughly in input order and the writer can commit its parts early.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -23,7 +24,7 @@ pub enum Admission<S> {
     Bad(BadRow),
 }
 
-/// One finished input row, in input order.
+/// One finished input row (sent with its row number, in the order rows finish).
 pub enum Finished<O> {
     Done(O),
     Bad(BadRow),
@@ -34,7 +35,7 @@ pub enum Finished<O> {
 pub struct SchedulerConfig {
     /// Tokens per forward pass.
     pub max_batch_tokens: usize,
-    /// Questions in flight at once (bounds memory and the reorder buffer).
+    /// Questions in flight at once (bounds memory).
     pub max_active: usize,
 }
 
@@ -61,16 +62,18 @@ struct Active<S> {
 }
 
 struct Queued {
+    /// The question's row: older questions are scored first.
+    row: u64,
     slot: usize,
     index: usize,
     seq: Sequence,
     head: usize,
 }
 
-/// Runs the pipeline. `read` sends admissions in input order (on its own thread);
-/// `score` runs one batch (sequences and head indices → logits per sequence); `write`
-/// consumes finished rows in input order (on its own thread); `progress` is called
-/// after each batch.
+/// Runs the pipeline. `read` sends `(row, admission)` pairs in input order (on its own
+/// thread); `score` runs one batch (sequences and head indices → logits per sequence);
+/// `write` consumes `(row, finished)` pairs as rows finish (on its own thread);
+/// `progress` is called after each batch. Both limits of `config` must be at least 1.
 pub fn run<S, R, W>(
     config: SchedulerConfig,
     read: R,
@@ -81,12 +84,16 @@ pub fn run<S, R, W>(
 where
     S: Strategy + 'static,
     S::Output: 'static,
-    R: FnOnce(Sender<Admission<S>>) -> Result<()> + Send + 'static,
-    W: FnOnce(Receiver<Finished<S::Output>>) -> Result<()> + Send + 'static,
+    R: FnOnce(Sender<(u64, Admission<S>)>) -> Result<()> + Send + 'static,
+    W: FnOnce(Receiver<(u64, Finished<S::Output>)>) -> Result<()> + Send + 'static,
 {
+    anyhow::ensure!(
+        config.max_active >= 1 && config.max_batch_tokens >= 1,
+        "the scheduler needs --max-active and --max-batch-tokens of at least 1"
+    );
     let started = Instant::now();
-    let (admit_tx, admit_rx) = bounded::<Admission<S>>(config.max_active.max(1));
-    let (done_tx, done_rx) = bounded::<Finished<S::Output>>(config.max_active.max(1));
+    let (admit_tx, admit_rx) = bounded::<(u64, Admission<S>)>(config.max_active);
+    let (done_tx, done_rx) = bounded::<(u64, Finished<S::Output>)>(config.max_active);
     let reader = std::thread::spawn(move || read(admit_tx));
     let writer = std::thread::spawn(move || write(done_rx));
 
@@ -113,8 +120,8 @@ where
 
 fn schedule<S: Strategy>(
     config: SchedulerConfig,
-    admit_rx: &Receiver<Admission<S>>,
-    done_tx: &Sender<Finished<S::Output>>,
+    admit_rx: &Receiver<(u64, Admission<S>)>,
+    done_tx: &Sender<(u64, Finished<S::Output>)>,
     score: &mut impl FnMut(&[Sequence], &[usize]) -> Result<Vec<Vec<f32>>>,
     stats: &mut PipelineStats,
     progress: &mut impl FnMut(&PipelineStats),
@@ -123,8 +130,11 @@ fn schedule<S: Strategy>(
     let mut free: Vec<usize> = Vec::new();
     let mut queue: Vec<Queued> = Vec::new();
     let mut queued_tokens = 0usize;
-    let mut reorder = Reorder::new(done_tx);
-    let mut next_row = 0u64;
+    let done = |row: u64, item: Finished<S::Output>| {
+        done_tx
+            .send((row, item))
+            .map_err(|_| anyhow::anyhow!("the writer stopped early"))
+    };
     let mut reader_done = false;
     loop {
         // Admit until two batches' worth are queued or enough questions are in flight.
@@ -132,17 +142,15 @@ fn schedule<S: Strategy>(
             && slots.len() - free.len() < config.max_active
             && queued_tokens < 2 * config.max_batch_tokens
         {
-            let Ok(admission) = admit_rx.recv() else {
+            let Ok((row, admission)) = admit_rx.recv() else {
                 reader_done = true;
                 break;
             };
-            let row = next_row;
-            next_row += 1;
             stats.rows += 1;
             match admission {
                 Admission::Bad(bad) => {
                     stats.bad_rows += 1;
-                    reorder.push(row, Finished::Bad(bad))?;
+                    done(row, Finished::Bad(bad))?;
                 }
                 Admission::Task(mut task) => {
                     let requests = task.requests();
@@ -150,7 +158,7 @@ fn schedule<S: Strategy>(
                         let out = task
                             .take_output()
                             .expect("a search with no requests has finished");
-                        reorder.push(row, Finished::Done(out))?;
+                        done(row, Finished::Done(out))?;
                         continue;
                     }
                     let slot = free.pop().unwrap_or_else(|| {
@@ -158,7 +166,7 @@ fn schedule<S: Strategy>(
                         slots.len() - 1
                     });
                     let n = requests.len();
-                    queued_tokens += enqueue(&mut queue, slot, requests);
+                    queued_tokens += enqueue(&mut queue, row, slot, requests);
                     slots[slot] = Some(Active {
                         row,
                         task,
@@ -169,23 +177,15 @@ fn schedule<S: Strategy>(
             }
         }
         if queue.is_empty() {
+            // Admission above blocks until the reader sends or finishes, and it always
+            // runs when nothing is queued (limits ≥ 1), so this never spins.
             if reader_done {
                 return Ok(());
             }
             continue;
         }
 
-        // Longest first; take the prefix that fits the token budget.
-        queue.sort_by_key(|q| std::cmp::Reverse(q.seq.ids.len()));
-        let mut take = 0;
-        let mut used = 0;
-        while take < queue.len()
-            && (take == 0 || used + queue[take].seq.ids.len() <= config.max_batch_tokens)
-        {
-            used += queue[take].seq.ids.len();
-            take += 1;
-        }
-        let batch: Vec<Queued> = queue.drain(..take).collect();
+        let (batch, used) = take_batch(&mut queue, config.max_batch_tokens);
         queued_tokens -= used;
         let seqs: Vec<Sequence> = batch.iter().map(|q| q.seq.clone()).collect();
         let heads: Vec<usize> = batch.iter().map(|q| q.head).collect();
@@ -210,16 +210,16 @@ fn schedule<S: Strategy>(
             active.task.feed(step);
             let requests = active.task.requests();
             if requests.is_empty() {
-                let mut done = slots[q.slot].take().expect("live slot");
+                let mut finished = slots[q.slot].take().expect("live slot");
                 free.push(q.slot);
-                let out = done
+                let out = finished
                     .task
                     .take_output()
                     .expect("a finished search has an output");
-                reorder.push(done.row, Finished::Done(out))?;
+                done(finished.row, Finished::Done(out))?;
             } else {
                 let n = requests.len();
-                queued_tokens += enqueue(&mut queue, q.slot, requests);
+                queued_tokens += enqueue(&mut queue, active.row, q.slot, requests);
                 active.logits = vec![None; n];
                 active.outstanding = n;
             }
@@ -228,12 +228,41 @@ fn schedule<S: Strategy>(
     }
 }
 
-/// Queues the requests of one step; returns their token count.
-fn enqueue(queue: &mut Vec<Queued>, slot: usize, requests: Vec<(Sequence, usize)>) -> usize {
+/// Takes the next batch off `queue`: the oldest questions' requests first, each that
+/// fits the token budget (the first one always), sorted longest first. Returns the
+/// batch and its token count.
+fn take_batch(queue: &mut Vec<Queued>, budget: usize) -> (Vec<Queued>, usize) {
+    queue.sort_by_key(|q| (q.row, std::cmp::Reverse(q.seq.ids.len())));
+    let mut used = 0;
+    let mut batch = Vec::new();
+    let mut rest = Vec::with_capacity(queue.len());
+    for q in queue.drain(..) {
+        let len = q.seq.ids.len();
+        if used < budget && (batch.is_empty() || used + len <= budget) {
+            used += len;
+            batch.push(q);
+        } else {
+            rest.push(q);
+        }
+    }
+    *queue = rest;
+    batch.sort_by_key(|q| std::cmp::Reverse(q.seq.ids.len()));
+    (batch, used)
+}
+
+/// Queues the requests of one step of the question in `row`; returns their token
+/// count.
+fn enqueue(
+    queue: &mut Vec<Queued>,
+    row: u64,
+    slot: usize,
+    requests: Vec<(Sequence, usize)>,
+) -> usize {
     let mut tokens = 0;
     for (index, (seq, head)) in requests.into_iter().enumerate() {
         tokens += seq.ids.len();
         queue.push(Queued {
+            row,
             slot,
             index,
             seq,
@@ -241,34 +270,6 @@ fn enqueue(queue: &mut Vec<Queued>, slot: usize, requests: Vec<(Sequence, usize)
         });
     }
     tokens
-}
-
-/// Releases finished rows to the writer in input order.
-struct Reorder<'a, O> {
-    tx: &'a Sender<Finished<O>>,
-    next: u64,
-    held: BTreeMap<u64, Finished<O>>,
-}
-
-impl<'a, O> Reorder<'a, O> {
-    fn new(tx: &'a Sender<Finished<O>>) -> Self {
-        Self {
-            tx,
-            next: 0,
-            held: BTreeMap::new(),
-        }
-    }
-
-    fn push(&mut self, row: u64, item: Finished<O>) -> Result<()> {
-        self.held.insert(row, item);
-        while let Some(item) = self.held.remove(&self.next) {
-            self.tx
-                .send(item)
-                .map_err(|_| anyhow::anyhow!("the writer stopped early"))?;
-            self.next += 1;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -313,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_come_out_in_input_order_within_the_token_budget() {
+    fn every_row_comes_out_once_within_the_token_budget() {
         let budget = 100;
         let mut max_batch = 0;
         let mut mixed_heads = false;
@@ -343,7 +344,7 @@ mod tests {
                             sum: 0.0,
                         })
                     };
-                    tx.send(item).unwrap();
+                    tx.send((id, item)).unwrap();
                 }
                 Ok(())
             },
@@ -353,9 +354,12 @@ mod tests {
                 Ok(seqs.iter().map(|s| vec![s.ids.len() as f32]).collect())
             },
             move |rx| {
-                for item in rx {
+                for (row, item) in rx {
                     sink.lock().unwrap().push(match item {
-                        Finished::Done((id, sum, _)) => (id, sum),
+                        Finished::Done((id, sum, _)) => {
+                            assert_eq!(row, id);
+                            (id, sum)
+                        }
                         Finished::Bad(b) => (b.row, -1.0),
                     });
                 }
@@ -364,7 +368,13 @@ mod tests {
             |_| {},
         )
         .unwrap();
-        let out = out.lock().unwrap();
+        let mut out = out.lock().unwrap();
+        // Rows finish out of order, but a row can overtake only the questions in
+        // flight with it (at most max_active).
+        for (k, r) in out.iter().enumerate() {
+            assert!(r.0 as usize <= k + 4, "row {} came out {k}th", r.0);
+        }
+        out.sort_by_key(|r| r.0);
         let ids: Vec<u64> = out.iter().map(|r| r.0).collect();
         assert_eq!(ids, (0..20).collect::<Vec<_>>());
         for &(id, sum) in out.iter() {

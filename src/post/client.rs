@@ -8,12 +8,16 @@
 //!   (jitter, so that workers do not retry in lockstep) — or, when the server sends
 //!   `Retry-After: <seconds>`, that long (capped at [`RETRY_AFTER_CAP`]).
 //! - Other 4xx replies (bad key, unknown model) fail at once: retrying cannot help.
+//! - Waits between retries end early when the `stop` flag is set (Ctrl-C): the call
+//!   then fails as interrupted, so a graceful stop never waits out a long
+//!   `Retry-After`.
 //! - Successful replies are stored in the [`ResponseCache`] when one is configured, and
 //!   served from it without a request afterwards.
 //!
 //! Concurrency is bounded by the caller: each worker thread makes one call at a time.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -38,6 +42,27 @@ pub struct ClientConfig {
     pub max_retries: u32,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// When set (Ctrl-C), waits between retries end and the call fails as interrupted.
+    pub stop: Option<&'static AtomicBool>,
+}
+
+/// The reason of a call interrupted while it waited to retry.
+pub const INTERRUPTED_REASON: &str = "interrupted while waiting to retry";
+
+/// Sleeps `wait`, in slices of at most 50 ms, until `stop` is set; returns whether the
+/// whole wait elapsed.
+fn wait_unless_stopped(wait: Duration, stop: Option<&AtomicBool>) -> bool {
+    let until = Instant::now() + wait;
+    loop {
+        if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return true;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
 }
 
 /// The request body (field order fixed, so equal requests hash equally).
@@ -233,7 +258,12 @@ impl Llm for ChatClient {
                     retries,
                 });
             }
-            std::thread::sleep(wait.unwrap_or_else(|| self.backoff(retries)));
+            if !wait_unless_stopped(wait.unwrap_or_else(|| self.backoff(retries)), c.stop) {
+                return Err(LlmError {
+                    reason: format!("{INTERRUPTED_REASON} (last: {why})"),
+                    retries,
+                });
+            }
             retries += 1;
         }
     }
@@ -277,6 +307,13 @@ mod tests {
     }
 
     #[test]
+    fn a_set_stop_flag_ends_a_wait_at_once() {
+        static STOP: AtomicBool = AtomicBool::new(true);
+        assert!(!wait_unless_stopped(RETRY_AFTER_CAP, Some(&STOP)));
+        assert!(wait_unless_stopped(Duration::from_millis(1), None));
+    }
+
+    #[test]
     fn backoff_doubles_up_to_the_cap_with_jitter() {
         let client = ChatClient::new(
             ClientConfig {
@@ -289,6 +326,7 @@ mod tests {
                 max_retries: 3,
                 backoff_base: Duration::from_millis(100),
                 backoff_max: Duration::from_millis(1000),
+                stop: None,
             },
             None,
         )

@@ -31,8 +31,13 @@ impl Corpus {
         let has_title = input.check_column("title", &["string"], false)?;
         let (mut ids, mut titles, mut texts) = (Vec::new(), Vec::new(), Vec::new());
         let (mut skipped, mut first_skip_reason) = (0u64, None);
-        for batch in input.reader.by_ref() {
+        for batch in input.by_ref() {
             let batch = batch.with_context(|| format!("corrupt corpus file {}", path.display()))?;
+            for bad in &batch.bad {
+                skipped += 1;
+                first_skip_reason.get_or_insert_with(|| format!("row {}: {}", bad.row, bad.reason));
+            }
+            let batch = batch.batch;
             let id = display_column(batch.column_by_name("id").expect("checked"))?;
             let text = string_column(&batch, "text")?;
             let title = has_title

@@ -1,0 +1,210 @@
+//! The guard every command runs before it opens anything for writing: no output (the
+//! output file, its quarantine file, a parts or cache directory) may be an input file
+//! or hold one, and no two outputs may be the same file. Paths are compared after
+//! resolving symbolic links, `.` and `..`; existing files are also compared by device
+//! and inode (hard links); outputs that do not exist yet are resolved through their
+//! nearest existing ancestor.
+
+use std::path::{Component, Path, PathBuf};
+
+/// What an output path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    /// A directory the command fills (an input inside it would be overwritten or
+    /// deleted).
+    Dir,
+}
+
+/// A path with what it is, for messages (`--output`, `the quarantine file`, …).
+#[derive(Debug, Clone)]
+pub struct Named {
+    pub what: String,
+    pub path: PathBuf,
+}
+
+impl Named {
+    pub fn new(what: impl Into<String>, path: &Path) -> Self {
+        Self {
+            what: what.into(),
+            path: path.to_path_buf(),
+        }
+    }
+}
+
+/// Why a command refused its output paths.
+#[derive(Debug, thiserror::Error)]
+pub enum OverlapError {
+    #[error(
+        "{output} {} is the {input} {}: writing it would destroy the input; choose another path",
+        .output_path.display(), .input_path.display()
+    )]
+    OutputIsInput {
+        output: String,
+        output_path: PathBuf,
+        input: String,
+        input_path: PathBuf,
+    },
+    #[error(
+        "{output} {} holds the {input} {}: the run would overwrite or delete it; choose \
+         another output path",
+        .output_path.display(), .input_path.display()
+    )]
+    InputInsideOutput {
+        output: String,
+        output_path: PathBuf,
+        input: String,
+        input_path: PathBuf,
+    },
+    #[error(
+        "{first} {} and {second} {} are the same file; give them different paths",
+        .first_path.display(), .second_path.display()
+    )]
+    SameOutput {
+        first: String,
+        first_path: PathBuf,
+        second: String,
+        second_path: PathBuf,
+    },
+}
+
+/// Refuses when an output of `outputs` is or holds an input of `inputs`, or two
+/// outputs are the same path. Inputs that do not exist are skipped (opening them fails
+/// later with its own message).
+pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), OverlapError> {
+    for (out, kind) in outputs {
+        let out_resolved = resolve(&out.path);
+        for input in inputs {
+            let Ok(in_resolved) = input.path.canonicalize() else {
+                continue;
+            };
+            let same = match kind {
+                Kind::File => out_resolved == in_resolved || same_inode(&out.path, &input.path),
+                Kind::Dir => false,
+            };
+            if same {
+                return Err(OverlapError::OutputIsInput {
+                    output: out.what.clone(),
+                    output_path: out.path.clone(),
+                    input: input.what.clone(),
+                    input_path: input.path.clone(),
+                });
+            }
+            if *kind == Kind::Dir && in_resolved.starts_with(&out_resolved) {
+                return Err(OverlapError::InputInsideOutput {
+                    output: out.what.clone(),
+                    output_path: out.path.clone(),
+                    input: input.what.clone(),
+                    input_path: input.path.clone(),
+                });
+            }
+        }
+    }
+    for (i, (a, _)) in outputs.iter().enumerate() {
+        for (b, _) in &outputs[i + 1..] {
+            if resolve(&a.path) == resolve(&b.path) || same_inode(&a.path, &b.path) {
+                return Err(OverlapError::SameOutput {
+                    first: a.what.clone(),
+                    first_path: a.path.clone(),
+                    second: b.what.clone(),
+                    second_path: b.path.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn same_inode(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_inode(_: &Path, _: &Path) -> bool {
+    false
+}
+
+/// `path` made absolute with links resolved: `.` and `..` are applied, then the
+/// nearest existing ancestor is canonicalised and the rest appended.
+pub fn resolve(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let absolute = std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .unwrap_or_else(|_| path.to_path_buf());
+    let mut normal = PathBuf::new();
+    for c in absolute.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                normal.pop();
+            }
+            other => normal.push(other),
+        }
+    }
+    let mut rest = Vec::new();
+    let mut base = normal.as_path();
+    loop {
+        if let Ok(existing) = base.canonicalize() {
+            return rest.iter().rev().fold(existing, |p, name| p.join(name));
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                base = parent;
+            }
+            _ => return normal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_that_reach_an_input_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("q.parquet");
+        std::fs::write(&input, b"x").unwrap();
+        let inputs = [Named::new("--input", &input)];
+        let file = |p: &Path| (Named::new("--output", p), Kind::File);
+        // The same file by another spelling, through a symlink and a hard link.
+        let other_spelling = dir.path().join("sub/../q.parquet");
+        let link = dir.path().join("link.parquet");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let hard = dir.path().join("hard.parquet");
+        std::fs::hard_link(&input, &hard).unwrap();
+        for p in [&input, &other_spelling, &link, &hard] {
+            let err = check_outputs(&inputs, &[file(p)]).unwrap_err().to_string();
+            assert!(err.contains("--output") && err.contains("--input"), "{err}");
+        }
+        // A directory output that holds the input, and two outputs that are one file.
+        let err = check_outputs(
+            &inputs,
+            &[(Named::new("the parts directory", dir.path()), Kind::Dir)],
+        )
+        .unwrap_err();
+        assert!(matches!(err, OverlapError::InputInsideOutput { .. }));
+        let new = dir.path().join("new/out.parquet");
+        let err = check_outputs(
+            &inputs,
+            &[
+                file(&new),
+                (
+                    Named::new("--quarantine", &dir.path().join("new/./x/../out.parquet")),
+                    Kind::File,
+                ),
+            ],
+        )
+        .unwrap_err();
+        assert!(matches!(err, OverlapError::SameOutput { .. }), "{err}");
+        assert!(check_outputs(&inputs, &[file(&new)]).is_ok());
+    }
+}
