@@ -27,7 +27,8 @@ What it does:
    edge-case rules of SPEC.md section 1 (n <= hops, fewer candidates than the beam,
    question longer than 510 tokens).
 4. Writes ``<out>/goldens.json`` (ids, scores and chains only; no dataset text: the
-   Rust test re-reads the questions from ../shared/data).
+   Rust test reads the questions from the slices in tests/fixtures/data, which
+   tools/make_data_slices.py cuts to hold every question named here).
 
 Everything runs on CPU, fp32, eval mode; no model hub is contacted.
 """
@@ -483,7 +484,7 @@ def main() -> int:
         "model": "model/ (config.json + model.safetensors, bf16; reference computed in fp32 with these values)",
         "tokenizer": {"file": "weights/deberta-v3-tokenizer/tokenizer.json", "sha256": file_sha256(args.tokenizer),
                       "settings": "no_truncation, no_padding, add_special_tokens=False"},
-        "data": {"hotpotqa": f"../shared/data/{HOTPOT_FILE}", "musique": f"../shared/data/{MUSIQUE_FILE}"},
+        "data": {"hotpotqa": HOTPOT_FILE, "musique": MUSIQUE_FILE},
         "max_len": MAX_LEN,
         "cls_id": CLS_ID,
         "sep_id": SEP_ID,
