@@ -27,10 +27,11 @@ use thiserror::Error;
 
 use crate::tensor::HostTensor;
 
-/// A GGUF file or tensor that cannot be read.
+/// A GGUF file or tensor that cannot be read (`Io` keeps the OS error as its
+/// `source`, out of the message: callers print the chain once).
 #[derive(Debug, Error)]
 pub enum GgufError {
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}")]
     Io {
         path: String,
         source: std::io::Error,

@@ -29,10 +29,11 @@ use thiserror::Error;
 use super::gguf::{GgufError, GgufFile};
 use crate::tensor::HostTensor;
 
-/// A weight file or tensor that cannot be used.
+/// A weight file or tensor that cannot be used (`Io` keeps the OS error as its
+/// `source`, out of the message: callers print the chain once).
 #[derive(Debug, Error)]
 pub enum WeightError {
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}")]
     Io {
         path: String,
         source: std::io::Error,
