@@ -1,5 +1,5 @@
 //! Beam Retrieval search against a Python re-implementation of the official inference
-//! loop (tools/make_beam_goldens.py, HF transformers) on a small random checkpoint
+//! loop (tools/goldens/make_beam_goldens.py, HF transformers) on a small random checkpoint
 //! with the real DeBERTa-v3 vocabulary, over real HotpotQA and MuSiQue questions
 //! (texts read from the slices in tests/fixtures/data): chains identical, scores within 1e-4.
 

@@ -1,5 +1,5 @@
 //! The EfficientRAG loop against a Python re-implementation of the official one
-//! (tools/make_efficientrag_goldens.py, HF transformers) on small random Labeler and
+//! (tools/goldens/make_efficientrag_goldens.py, HF transformers) on small random Labeler and
 //! Filter checkpoints with the real DeBERTa-v3 vocabulary, over real HotpotQA and
 //! MuSiQue questions (texts read from the slices in tests/fixtures/data): retrieved chunks, tags,
 //! kept texts and queries identical (compared through sha256 prefixes: the goldens

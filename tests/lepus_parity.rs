@@ -1,5 +1,5 @@
 //! LEPUS against a Python re-implementation of PromptRank's scoring and search with
-//! HF transformers (tests/fixtures/lepus/*.json, written by tools/make_lepus_goldens.py)
+//! HF transformers (tests/fixtures/lepus/*.json, written by tools/goldens/make_lepus_goldens.py)
 //! on real HotpotQA questions (the 16 of the goldens' 20 that are in the data slice of
 //! tests/fixtures/data), pools of their first 6 passages, K1 = K2 = 2:
 //!

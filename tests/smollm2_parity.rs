@@ -1,6 +1,6 @@
 //! SmolLM2-135M-Instruct (llama architecture, GGUF Q4_1) against HF transformers
 //! loading the same GGUF (tests/fixtures/decoder/smollm2_lepus, written by
-//! tools/make_decoder_goldens.py): 24 LEPUS prompt/question pairs from HotpotQA dev.
+//! tools/goldens/make_decoder_goldens.py): 24 LEPUS prompt/question pairs from HotpotQA dev.
 //!
 //! - scoring: every target-token log-probability within 1e-3 of HF's, all pairs in one
 //!   packed batch (needs weights/smollm2/, fetched by tools/fetch_smollm2.sh);

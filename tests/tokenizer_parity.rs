@@ -1,6 +1,6 @@
 //! DeBERTa-v3 tokenizer ids against HF's fast tokenizer of the same tokenizer.json
 //! (tests/fixtures/tokenizer/deberta_v3_ids.json, written by
-//! tools/make_tokenizer_goldens.py): the 45 of its 60 real question/passage pairs whose
+//! tools/goldens/make_tokenizer_goldens.py): the 45 of its 60 real question/passage pairs whose
 //! questions are in the data slices of tests/fixtures/data (15 per dataset), and 17
 //! project-written edge cases stored with their text.
 

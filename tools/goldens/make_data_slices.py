@@ -3,7 +3,7 @@
 
 Run by hand (never in CI), from the repository root, with the standard library only:
 
-    python3 tools/make_data_slices.py [--data DIR] [--check]
+    python3 tools/goldens/make_data_slices.py [--data DIR] [--check]
 
 ``--data`` is the folder holding the dev samples (default ``../shared/data``);
 ``--check`` compares with the committed files instead of writing them.
@@ -30,27 +30,28 @@ import json
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-OUT = REPO_ROOT / "tests" / "fixtures" / "data"
+from common import DATA_DIR, FIXTURES, HOTPOT_FILE, MUSIQUE_FILE, REPO_ROOT, TWOWIKI_FILE, read_records
+
+OUT = FIXTURES / "data"
 
 # (sample file, slice file, JSON lines?, id key, sample positions)
 SLICES = [
     (
-        "hotpot_dev_distractor_sample600.json.gz",
+        HOTPOT_FILE,
         "hotpot_dev_distractor_slice.json.gz",
         False,
         "_id",
         list(range(16)) + [33, 137, 147, 587],
     ),
     (
-        "musique_ans_v1.0_dev_sample100.jsonl.gz",
+        MUSIQUE_FILE,
         "musique_ans_v1.0_dev_slice.jsonl.gz",
         True,
         "id",
         list(range(8)) + [10, 12, 15, 18, 19, 27, 57, 63, 68, 72, 86, 99],
     ),
     (
-        "2wikimultihopqa_dev_sample330.json.gz",
+        TWOWIKI_FILE,
         "2wikimultihopqa_dev_slice.json.gz",
         False,
         "_id",
@@ -60,13 +61,6 @@ SLICES = [
 
 # Goldens whose every question must be in the slices: (file, dataset → slice file).
 GOLDENS = ["beam/goldens.json", "efficientrag/goldens.json"]
-
-
-def read(path: Path, jsonl: bool) -> list:
-    text = gzip.open(path, "rt", encoding="utf-8").read()
-    if jsonl:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return json.loads(text)
 
 
 def serialise(records: list, jsonl: bool) -> bytes:
@@ -79,14 +73,14 @@ def serialise(records: list, jsonl: bool) -> bytes:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=REPO_ROOT.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=DATA_DIR)
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
 
     kept_ids = set()
     differ = []
     for sample, name, jsonl, key, positions in SLICES:
-        records = read(args.data / sample, jsonl)
+        records = read_records(args.data / sample)
         chosen = [records[i] for i in sorted(positions)]
         assert len(chosen) <= 20, f"{name}: at most 20 questions per dataset"
         kept_ids.update(r[key] for r in chosen)
@@ -100,7 +94,7 @@ def main() -> int:
             path.write_bytes(data)
             print(f"{path.relative_to(REPO_ROOT)}: {len(chosen)} questions, {len(data)} B")
     for golden in GOLDENS:
-        doc = json.loads((REPO_ROOT / "tests" / "fixtures" / golden).read_text())
+        doc = json.loads((FIXTURES / golden).read_text())
         missing = {q["id"] for q in doc["questions"]} - kept_ids
         assert not missing, f"{golden}: questions missing from the slices: {sorted(missing)}"
     if differ:
