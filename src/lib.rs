@@ -13,4 +13,5 @@ pub mod pipeline;
 pub mod post;
 pub mod retrieve;
 pub mod strategy;
+pub mod tensor;
 pub mod text;

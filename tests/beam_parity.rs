@@ -1,7 +1,7 @@
 //! Beam Retrieval search against a Python re-implementation of the official inference
-//! loop (tools/make_beam_goldens.py, HF transformers) on a small random checkpoint
+//! loop (tools/goldens/make_beam_goldens.py, HF transformers) on a small random checkpoint
 //! with the real DeBERTa-v3 vocabulary, over real HotpotQA and MuSiQue questions
-//! (texts re-read from ../shared/data): chains identical, scores within 1e-4.
+//! (texts read from the slices in tests/fixtures/data): chains identical, scores within 1e-4.
 
 mod common;
 
@@ -67,10 +67,11 @@ fn texts(dataset: &str, rec: &Value) -> (String, Vec<(String, String)>) {
 #[test]
 fn beam_search_matches_the_official_loop() {
     let golden: Value = common::fixture_json("beam/goldens.json");
-    let Some(data) = common::hotpot_and_musique_samples() else {
+    let Some(tok) = common::DEBERTA_V3_TOKENIZER.require() else {
         return;
     };
-    let tok = TextTokenizer::from_file(&common::deberta_v3_tokenizer(), None).unwrap();
+    let data = common::hotpot_and_musique_records();
+    let tok = TextTokenizer::from_file(&tok, None).unwrap();
     let be = CpuBackend;
     let dir = common::fixture("beam/model");
     let model = CrossEncoder::load(
@@ -88,7 +89,8 @@ fn beam_search_matches_the_official_loop() {
     for case in cases {
         let ds = case["dataset"].as_str().unwrap();
         let index = case["index"].as_u64().unwrap() as usize;
-        let rec = &data[ds][index];
+        let rec = common::find_record(&data[ds], case["id"].as_str().unwrap())
+            .expect("every golden question is in the data slice");
         let label = format!("{ds} #{index} B={}", case["beam_size"]);
         let (question, passages) = texts(ds, rec);
         let style = PassageStyle::for_dataset(ds);

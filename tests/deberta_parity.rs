@@ -1,5 +1,5 @@
 //! DeBERTa-v2/v3 encoder and heads against HF transformers goldens
-//! (tests/fixtures/deberta, written by tools/make_goldens.py).
+//! (tests/fixtures/deberta, written by tools/goldens/make_goldens.py).
 //!
 //! Tolerance: max abs error ≤ 1e-4 in f32 on real positions (mask = 1). Positions with
 //! mask 0 are excluded: HF gives them a uniform attention over all keys, hopscore

@@ -1,5 +1,5 @@
 //! Causal LMs against HF transformers goldens (tests/fixtures/decoder, written by
-//! tools/make_decoder_goldens.py).
+//! tools/goldens/make_decoder_goldens.py).
 //!
 //! Tiny random checkpoints (GPT-2; Llama with GQA, an untied head and llama3 RoPE
 //! scaling; Qwen2 with q/k/v bias and a tied head): every per-token log-probability

@@ -1,7 +1,7 @@
 //! The EfficientRAG loop against a Python re-implementation of the official one
-//! (tools/make_efficientrag_goldens.py, HF transformers) on small random Labeler and
+//! (tools/goldens/make_efficientrag_goldens.py, HF transformers) on small random Labeler and
 //! Filter checkpoints with the real DeBERTa-v3 vocabulary, over real HotpotQA and
-//! MuSiQue questions (texts re-read from ../shared/data): retrieved chunks, tags,
+//! MuSiQue questions (texts read from the slices in tests/fixtures/data): retrieved chunks, tags,
 //! kept texts and queries identical (compared through sha256 prefixes: the goldens
 //! hold no dataset text), tag logits within 1e-4.
 
@@ -67,10 +67,11 @@ fn chunks(dataset: &str, rec: &Value) -> Vec<String> {
 #[test]
 fn the_loop_matches_the_official_one() {
     let golden: Value = common::fixture_json("efficientrag/goldens.json");
-    let Some(data) = common::hotpot_and_musique_samples() else {
+    let Some(tok) = common::DEBERTA_V3_TOKENIZER.require() else {
         return;
     };
-    let tok = Arc::new(TextTokenizer::from_file(&common::deberta_v3_tokenizer(), None).unwrap());
+    let data = common::hotpot_and_musique_records();
+    let tok = Arc::new(TextTokenizer::from_file(&tok, None).unwrap());
     let be = CpuBackend;
     let load = |pooling| {
         Models::load(
@@ -89,7 +90,8 @@ fn the_loop_matches_the_official_one() {
     for case in cases {
         let ds = case["dataset"].as_str().unwrap();
         let index = case["index"].as_u64().unwrap() as usize;
-        let rec = &data[ds][index];
+        let rec = common::find_record(&data[ds], case["id"].as_str().unwrap())
+            .expect("every golden question is in the data slice");
         let models = if case["pooling"] == "mean" {
             &mean
         } else {

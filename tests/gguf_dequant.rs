@@ -1,6 +1,6 @@
 //! GGUF dequantisation of every supported ggml type against the `gguf` Python
 //! package's `dequantize` on random blocks (tests/fixtures/gguf/dequant.safetensors,
-//! written by tools/make_decoder_goldens.py). Exact up to f32 rounding (≤ 1e-6 relative).
+//! written by tools/goldens/make_decoder_goldens.py). Exact up to f32 rounding (≤ 1e-6 relative).
 
 use hopscore::model::gguf::GgmlType;
 use safetensors::SafeTensors;

@@ -32,7 +32,7 @@ use hopscore::model::deberta::relative_index;
 use hopscore::model::decoder::{
     DecoderForCausalLM, DecoderSource, ScoredSequence, MIN_SHARED_PREFIX,
 };
-use hopscore::model::weights::HostTensor;
+use hopscore::tensor::HostTensor;
 
 /// Per-op bound (and whole decoders'), relative to max |reference|.
 fn tolerance(dtype: DType) -> f32 {

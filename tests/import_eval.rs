@@ -1,4 +1,4 @@
-//! `hopscore import` on the real dev samples in ../shared/data (exact counts), bad
+//! `hopscore import` on the real-data slices of tests/fixtures/data (exact counts), bad
 //! records on hand-written files, and `hopscore eval` end to end with hand-computed
 //! scores.
 
@@ -105,20 +105,18 @@ fn gold_chains(qs: &[Question]) -> Vec<(&str, Vec<i32>, Option<&str>)> {
 }
 
 // Expected totals were computed independently with python3, e.g. for HotpotQA:
-//   python3 -c "import json,gzip; d=json.load(gzip.open('hotpot_dev_distractor_sample600.json.gz'));
+//   python3 -c "import json,gzip; d=json.load(gzip.open('hotpot_dev_distractor_slice.json.gz'));
 //     print(len(d), sum(len(q['context']) for q in d),
 //           sum(sum(t in {s for s,_ in q['supporting_facts']} for t,_ in q['context']) for q in d))"
 // (2Wiki the same; MuSiQue reads JSON lines and sums len(q['paragraphs']) and is_supporting).
 
 #[test]
-fn imports_the_hotpotqa_dev_sample() {
-    let Some(file) = common::shared_data("hotpot_dev_distractor_sample600.json.gz") else {
-        return;
-    };
+fn imports_the_hotpotqa_slice() {
+    let file = common::data_file("hotpotqa");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hotpot.parquet");
     let s = import_files(Dataset::HotpotQa, &[file], &out);
-    // python3: 600 questions, 5973 context paragraphs, 1200 supporting paragraphs.
+    // python3: 20 questions, 181 context paragraphs, 40 supporting paragraphs.
     assert_eq!(
         (
             s.records,
@@ -127,22 +125,22 @@ fn imports_the_hotpotqa_dev_sample() {
             s.quarantined,
             s.with_issues
         ),
-        (600, 600, 5973, 0, 0)
+        (20, 20, 181, 0, 0)
     );
     let qs = read_questions(&out);
-    assert_eq!(qs.len(), 600);
-    assert_eq!(qs.iter().map(|q| q.passages.len()).sum::<usize>(), 5973);
-    assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 1200);
-    assert_eq!(hops_histogram(&qs), vec![(2, 600)]);
+    assert_eq!(qs.len(), 20);
+    assert_eq!(qs.iter().map(|q| q.passages.len()).sum::<usize>(), 181);
+    assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 40);
+    assert_eq!(hops_histogram(&qs), vec![(2, 20)]);
     // python3: min(len(q['context'])) == 2 (questions with fewer than 10 paragraphs are kept).
     assert_eq!(qs.iter().map(|q| q.passages.len()).min(), Some(2));
-    // python3: 31 titles contain "&amp;" (kept escaped, as the official SP gold has them).
+    // python3: 1 title contains "&amp;" (kept escaped, as the official SP gold has them).
     let escaped = qs
         .iter()
         .flat_map(|q| &q.passages)
         .filter(|p| p.title.contains("&amp;"))
         .count();
-    assert_eq!(escaped, 31);
+    assert_eq!(escaped, 1);
     // Text is the sentences joined without separator.
     for p in qs.iter().flat_map(|q| &q.passages) {
         assert_eq!(p.text, p.sentences.as_ref().unwrap().concat());
@@ -150,14 +148,12 @@ fn imports_the_hotpotqa_dev_sample() {
 }
 
 #[test]
-fn imports_the_2wiki_dev_sample() {
-    let Some(file) = common::shared_data("2wikimultihopqa_dev_sample330.json.gz") else {
-        return;
-    };
+fn imports_the_2wiki_slice() {
+    let file = common::data_file("2wiki");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("2wiki.parquet");
     let s = import_files(Dataset::TwoWiki, &[file], &out);
-    // python3: 330 questions, 3300 paragraphs, 808 supporting; one supporting fact
+    // python3: 16 questions, 160 paragraphs, 36 supporting; one supporting fact
     // (Mario Bava, sentence 13 of 10) points past its passage.
     assert_eq!(
         (
@@ -167,13 +163,13 @@ fn imports_the_2wiki_dev_sample() {
             s.quarantined,
             s.with_issues
         ),
-        (330, 330, 3300, 0, 1)
+        (16, 16, 160, 0, 1)
     );
     let qs = read_questions(&out);
-    assert_eq!(qs.iter().map(|q| q.passages.len()).sum::<usize>(), 3300);
-    assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 808);
-    // python3: 74 questions of type bridge_comparison (4 hops), 256 others.
-    assert_eq!(hops_histogram(&qs), vec![(2, 256), (4, 74)]);
+    assert_eq!(qs.iter().map(|q| q.passages.len()).sum::<usize>(), 160);
+    assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 36);
+    // python3: 2 questions of type bridge_comparison (4 hops), 14 others.
+    assert_eq!(hops_histogram(&qs), vec![(2, 14), (4, 2)]);
     let odd = qs.iter().find(|q| !q.issues.is_empty()).unwrap();
     assert_eq!(odd.id, "c049b0240bdd11eba7f7acde48001122");
     assert!(
@@ -190,14 +186,12 @@ fn imports_the_2wiki_dev_sample() {
 }
 
 #[test]
-fn imports_the_musique_dev_sample_and_gold_chains_score_one() {
-    let Some(file) = common::shared_data("musique_ans_v1.0_dev_sample100.jsonl.gz") else {
-        return;
-    };
+fn imports_the_musique_slice_and_gold_chains_score_one() {
+    let file = common::data_file("musique");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("musique.parquet");
     let s = import_files(Dataset::Musique, &[file], &out);
-    // python3: 100 questions, 2000 paragraphs, 240 supporting.
+    // python3: 20 questions, 400 paragraphs, 56 supporting.
     assert_eq!(
         (
             s.records,
@@ -206,20 +200,20 @@ fn imports_the_musique_dev_sample_and_gold_chains_score_one() {
             s.quarantined,
             s.with_issues
         ),
-        (100, 100, 2000, 0, 0)
+        (20, 20, 400, 0, 0)
     );
     let qs = read_questions(&out);
-    assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 240);
-    // python3: id prefixes 2hop 71, 3hop1 17 + 3hop2 1, 4hop1 8 + 4hop3 3.
-    assert_eq!(hops_histogram(&qs), vec![(2, 71), (3, 18), (4, 11)]);
+    assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 56);
+    // python3: id prefixes 2hop 10, 3hop1 3 + 3hop2 1, 4hop1 3 + 4hop3 3.
+    assert_eq!(hops_histogram(&qs), vec![(2, 10), (3, 4), (4, 6)]);
     assert!(qs.iter().all(|q| q.supporting.len() == q.hop_count()));
 
     let pred = dir.path().join("pred.parquet");
     write_pred(&pred, &gold_chains(&qs));
     let r = evaluate(&out, &pred, &[2, 5]).unwrap();
     assert_eq!((r.overall.retrieval_em, r.overall.retrieval_f1), (1.0, 1.0));
-    // R@2 finds every gold passage only for the 71 two-hop questions.
-    assert_eq!(r.overall.recall_at_k[&2], 0.71);
+    // R@2 finds every gold passage only for the 10 two-hop questions.
+    assert_eq!(r.overall.recall_at_k[&2], 0.5);
     assert_eq!(r.overall.recall_at_k[&5], 1.0);
     assert_eq!(r.by_hops[&3].recall_at_k[&2], 0.0);
     assert_eq!(
@@ -234,9 +228,7 @@ fn imports_the_musique_dev_sample_and_gold_chains_score_one() {
 
 #[test]
 fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
-    let Some(file) = common::shared_data("hotpot_dev_distractor_sample600.json.gz") else {
-        return;
-    };
+    let file = common::data_file("hotpotqa");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hotpot.parquet");
     import_files(Dataset::HotpotQa, &[file], &out);
@@ -254,7 +246,7 @@ fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
             r.overall.retrieval_em,
             r.overall.retrieval_f1
         ),
-        (600, 1.0, 1.0)
+        (20, 1.0, 1.0)
     );
     assert_eq!(r.overall.recall_at_k[&2], 1.0);
     assert_eq!((r.overall.sp_em, r.overall.joint_em), (None, None));
@@ -265,14 +257,14 @@ fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
     let o = &r.overall;
     assert_eq!(
         (o.sp_questions, o.sp_em, o.sp_f1),
-        (600, Some(1.0), Some(1.0))
+        (20, Some(1.0), Some(1.0))
     );
     assert_eq!(
         (o.joint_em, o.joint_f1, o.answer_em),
         (Some(1.0), Some(1.0), Some(1.0))
     );
 
-    // Drop every third prediction: 200 missing questions score 0.
+    // Drop every third prediction: 7 missing questions score 0.
     let kept: Vec<_> = rows
         .iter()
         .cloned()
@@ -282,9 +274,9 @@ fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
         .collect();
     write_pred(&pred, &kept);
     let r = evaluate(&out, &pred, &[2]).unwrap();
-    assert_eq!(r.missing.count, 200);
-    assert!((r.overall.retrieval_em - 400.0 / 600.0).abs() < 1e-12);
-    assert!((r.overall.answer_f1.unwrap() - 400.0 / 600.0).abs() < 1e-12);
+    assert_eq!(r.missing.count, 7);
+    assert!((r.overall.retrieval_em - 13.0 / 20.0).abs() < 1e-12);
+    assert!((r.overall.answer_f1.unwrap() - 13.0 / 20.0).abs() < 1e-12);
 }
 
 /// HotpotQA-format records: two good ones, six bad ones, one kept with an issue.

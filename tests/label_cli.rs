@@ -16,9 +16,11 @@ use arrow::array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, StringAr
 use hopscore::io::questions::{Question, QuestionReader, QuestionWriter};
 use parquet::arrow::ArrowWriter;
 
-/// The first `n` HotpotQA questions of the sample, imported.
+/// The first `n` HotpotQA questions of the slice (sample #0–#15 come first), imported;
+/// `None` when the tokenizer is absent and skips are allowed.
 fn questions(dir: &Path, n: usize) -> Option<Vec<Question>> {
-    let src = common::shared_data("hotpot_dev_distractor_sample600.json.gz")?;
+    common::DEBERTA_V3_TOKENIZER.require()?;
+    let src = common::data_file("hotpotqa");
     let all = dir.join("hotpot.parquet");
     let st = common::hopscore()
         .args(["import", "hotpotqa"])

@@ -1,6 +1,7 @@
 //! LEPUS against a Python re-implementation of PromptRank's scoring and search with
-//! HF transformers (tests/fixtures/lepus/*.json, written by tools/make_lepus_goldens.py)
-//! on 20 real HotpotQA questions, pools of their first 6 passages, K1 = K2 = 2:
+//! HF transformers (tests/fixtures/lepus/*.json, written by tools/goldens/make_lepus_goldens.py)
+//! on real HotpotQA questions (the 16 of the goldens' 20 that are in the data slice of
+//! tests/fixtures/data), pools of their first 6 passages, K1 = K2 = 2:
 //!
 //! - every scored text (sha256 of `prompt.strip() + " " + question`, in request order;
 //!   the first differing text is printed on failure) and its score;
@@ -12,7 +13,7 @@
 //!   dequantised weights, hopscore's first template, T = 1; tolerance 1e-3;
 //! - and `hopscore lepus` end to end (pipeline, writer) on the GPT-2 case.
 //!
-//! The texts are rebuilt from ../shared/data (skipped with a message when absent).
+//! The texts are rebuilt from the HotpotQA slice.
 
 mod common;
 
@@ -32,6 +33,8 @@ use sha2::{Digest, Sha256};
 
 struct Case {
     golden: Value,
+    /// The golden questions that are in the data slice, in golden order.
+    expected: Vec<Value>,
     questions: Vec<Question>,
 }
 
@@ -42,26 +45,18 @@ fn sha256(text: &str) -> String {
         .collect()
 }
 
-/// The golden file and its questions rebuilt from the data (first `pool` passages).
-fn case(name: &str) -> Option<Case> {
-    let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture(&format!("lepus/{name}.json"))).unwrap(),
-    )
-    .unwrap();
-    let rows = common::read_json_gz(&common::shared_data(
-        "hotpot_dev_distractor_sample600.json.gz",
-    )?);
+/// The golden file and its questions in the data slice, rebuilt from the data (first
+/// `pool` passages).
+fn case(name: &str) -> Case {
+    let golden = common::fixture_json(&format!("lepus/{name}.json"));
+    let rows = common::data_records("hotpotqa");
     let pool = golden["pool"].as_u64().unwrap() as usize;
-    let questions = golden["questions"]
+    let (expected, questions) = golden["questions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|g| {
-            let mut row = rows
-                .iter()
-                .find(|r| r["_id"] == g["id"])
-                .expect("question id in the data")
-                .clone();
+        .filter_map(|g| {
+            let mut row = common::find_record(&rows, g["id"].as_str().unwrap())?.clone();
             let context: Vec<Value> = row["context"].as_array().unwrap()[..pool].to_vec();
             let kept: Vec<&str> = context.iter().map(|c| c[0].as_str().unwrap()).collect();
             let facts: Vec<Value> = row["supporting_facts"]
@@ -73,10 +68,15 @@ fn case(name: &str) -> Option<Case> {
                 .collect();
             row["context"] = Value::Array(context);
             row["supporting_facts"] = Value::Array(facts);
-            hopscore::io::import::convert(Dataset::HotpotQa, &row).unwrap()
+            let q = hopscore::io::import::convert(Dataset::HotpotQa, &row).unwrap();
+            Some((g.clone(), q))
         })
-        .collect();
-    Some(Case { golden, questions })
+        .unzip();
+    Case {
+        golden,
+        expected,
+        questions,
+    }
 }
 
 fn templates_text(golden: &Value) -> String {
@@ -111,11 +111,13 @@ fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) -> f32 {
 }
 
 /// Drives each question's search with the model, checking every step against the
-/// golden prompts and scores, then the result.
-fn check_case(name: &str, model: &Path, tol: f32) {
-    let Some(Case { golden, questions }) = case(name) else {
-        return;
-    };
+/// golden prompts and scores, then the result; `counts` = (questions, prompts) checked.
+fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
+    let Case {
+        golden,
+        expected,
+        questions,
+    } = case(name);
     let be = CpuBackend;
     let loaded = load_decoder(&be, model, None).unwrap();
     let ensemble = match golden["ensemble"].as_str().unwrap() {
@@ -145,10 +147,7 @@ fn check_case(name: &str, model: &Path, tol: f32) {
     };
     let temperature = golden["temperature"].as_f64().unwrap() as f32;
     let (mut prompts, mut worst) = (0, 0f32);
-    for (q, g) in questions
-        .iter()
-        .zip(golden["questions"].as_array().unwrap())
-    {
+    for (q, g) in questions.iter().zip(&expected) {
         assert!(
             g.get("error").is_none(),
             "the goldens hold no failed question"
@@ -202,7 +201,7 @@ fn check_case(name: &str, model: &Path, tol: f32) {
             assert!((p.score - w["score"].as_f64().unwrap() as f32).abs() <= tol);
         }
     }
-    assert!(questions.len() >= 20 && prompts >= 200);
+    assert_eq!((questions.len(), prompts), counts);
     eprintln!(
         "{name}: {} questions, {prompts} prompts, max |score error| {worst:.2e}",
         questions.len()
@@ -213,32 +212,26 @@ fn gpt2_dir() -> PathBuf {
     common::fixture("lepus/gpt2_bytes")
 }
 
-fn smollm2_gguf() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} is missing: run tools/fetch_smollm2.sh first (the README's test command does)",
-        p.display()
-    );
-    p
-}
-
 #[test]
 fn tiny_gpt2_prompts_and_scores_match_the_python_reference() {
-    check_case("gpt2", &gpt2_dir(), 1e-4);
+    check_case("gpt2", &gpt2_dir(), 1e-4, (16, 320));
 }
 
 #[test]
 fn smollm2_prompts_and_scores_match_the_python_reference() {
-    check_case("smollm2", &smollm2_gguf(), 1e-3);
+    let Some(gguf) = common::SMOLLM2_GGUF.require() else {
+        return;
+    };
+    check_case("smollm2", &gguf, 1e-3, (16, 160));
 }
 
 #[test]
 fn lepus_command_writes_the_reference_rankings() {
-    let Some(Case { golden, questions }) = case("gpt2") else {
-        return;
-    };
+    let Case {
+        golden,
+        expected,
+        questions,
+    } = case("gpt2");
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("q.parquet");
     let mut w = QuestionWriter::create(&input, &[]).unwrap();
@@ -277,9 +270,9 @@ fn lepus_command_writes_the_reference_rankings() {
         device: hopscore::cli::DeviceOpts::CPU,
     };
     let summary = lepus::run(&args).unwrap();
-    assert_eq!((summary.stats.rows, summary.stats.bad_rows), (20, 0));
+    assert_eq!((summary.stats.rows, summary.stats.bad_rows), (16, 0));
     let batch = common::read_parquet(&output);
-    assert_eq!(batch.num_rows(), 20);
+    assert_eq!(batch.num_rows(), 16);
     let ids = batch
         .column_by_name("id")
         .unwrap()
@@ -295,7 +288,7 @@ fn lepus_command_writes_the_reference_rankings() {
             .map(|&x| x as usize)
             .collect()
     };
-    for (r, g) in golden["questions"].as_array().unwrap().iter().enumerate() {
+    for (r, g) in expected.iter().enumerate() {
         assert_eq!(ids.value(r), g["id"].as_str().unwrap());
         assert_eq!(
             indices(&chains, r),

@@ -2,7 +2,7 @@
 //! per-row sums and means equal HF transformers' target log-probabilities
 //! (tests/fixtures/decoder/smollm2_lepus) within 1e-3 per token, whether the
 //! separating space ends the prompt or starts the target; bad rows are quarantined
-//! with their reason. Needs weights/smollm2/ and ../shared/data (skips without data).
+//! with their reason. Needs weights/smollm2/; the texts come from the HotpotQA slice.
 
 mod common;
 
@@ -15,14 +15,11 @@ use hopscore::cli::DeviceOpts;
 
 #[test]
 fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
-    let gguf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("weights/smollm2");
-    assert!(
-        gguf.is_dir(),
-        "weights/smollm2 is missing: run tools/fetch_smollm2.sh first"
-    );
-    let Some((pairs, _)) = common::smollm2_lepus_pairs() else {
+    let Some(gguf) = common::SMOLLM2_GGUF.require() else {
         return;
     };
+    let gguf = gguf.parent().unwrap().to_path_buf(); // weights/smollm2
+    let (pairs, _) = common::smollm2_lepus_pairs();
     let g = common::read_golden(&common::fixture("decoder/smollm2_lepus/golden.safetensors"));
     let (lens, starts, lp) = (
         &g["lengths"].i64,
@@ -34,6 +31,7 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
     let (mut ids, mut prompts, mut targets, mut want) = (vec![], vec![], vec![], vec![]);
     let mut at = 0;
     for (k, pair) in pairs.iter().take(8).enumerate() {
+        assert_eq!(pair.index, k);
         let prompt = pair.prompt.clone();
         let q = pair.question.as_str();
         let n = (lens[k] - starts[k]) as usize;
@@ -150,7 +148,9 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
 #[test]
 fn directory_tokenizer_reads_bos_policy_from_tokenizer_config() {
     use hopscore::text::causal_tokenizer::CausalTokenizer;
-    let src = common::deberta_v3_tokenizer();
+    let Some(src) = common::DEBERTA_V3_TOKENIZER.require() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&src, dir.path().join("tokenizer.json")).unwrap();
     let plain = CausalTokenizer::from_dir(dir.path(), None).unwrap();

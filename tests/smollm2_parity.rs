@@ -1,15 +1,13 @@
 //! SmolLM2-135M-Instruct (llama architecture, GGUF Q4_1) against HF transformers
 //! loading the same GGUF (tests/fixtures/decoder/smollm2_lepus, written by
-//! tools/make_decoder_goldens.py): 24 LEPUS prompt/question pairs from HotpotQA dev.
+//! tools/goldens/make_decoder_goldens.py): 24 LEPUS prompt/question pairs from HotpotQA dev.
 //!
 //! - scoring: every target-token log-probability within 1e-3 of HF's, all pairs in one
 //!   packed batch (needs weights/smollm2/, fetched by tools/fetch_smollm2.sh);
-//! - tokenizer: the tokenizer built from GGUF metadata gives HF's ids for the rebuilt
-//!   texts (needs ../shared/data; skipped with a message when absent).
+//! - tokenizer: the tokenizer built from GGUF metadata gives HF's ids for the texts
+//!   rebuilt from the HotpotQA slice of tests/fixtures/data (the 16 pairs it holds).
 
 mod common;
-
-use std::path::PathBuf;
 
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
@@ -17,17 +15,6 @@ use hopscore::model::gguf::GgufFile;
 use hopscore::text::causal_tokenizer;
 
 const TOL: f32 = 1e-3;
-
-fn gguf_path() -> PathBuf {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} is missing: run tools/fetch_smollm2.sh first (the README's test command does)",
-        p.display()
-    );
-    p
-}
 
 struct GoldenPairs {
     seqs: Vec<ScoredSequence>,
@@ -55,8 +42,11 @@ fn golden() -> GoldenPairs {
 
 #[test]
 fn smollm2_gguf_target_logprobs_match_transformers() {
+    let Some(gguf) = common::SMOLLM2_GGUF.require() else {
+        return;
+    };
     let be = CpuBackend;
-    let model = DecoderForCausalLM::load(&be, DecoderSource::open(&gguf_path()).unwrap()).unwrap();
+    let model = DecoderForCausalLM::load(&be, DecoderSource::open(&gguf).unwrap()).unwrap();
     assert_eq!(
         (
             model.config.num_layers,
@@ -90,15 +80,16 @@ fn smollm2_gguf_target_logprobs_match_transformers() {
 
 #[test]
 fn smollm2_gguf_tokenizer_matches_transformers_on_hotpot_prompts() {
-    let Some((pairs, add_bos)) = common::smollm2_lepus_pairs() else {
+    let Some(gguf) = common::SMOLLM2_GGUF.require() else {
         return;
     };
-    let file = GgufFile::open(&gguf_path()).unwrap();
+    let (pairs, add_bos) = common::smollm2_lepus_pairs();
+    let file = GgufFile::open(&gguf).unwrap();
     let tok = causal_tokenizer::from_gguf(&file).unwrap();
     assert_eq!(tok.add_bos, add_bos);
     let g = golden();
-    for (pair, want) in pairs.iter().zip(&g.seqs) {
-        let (id, prompt) = (&pair.id, &pair.prompt);
+    for pair in &pairs {
+        let (id, prompt, want) = (&pair.id, &pair.prompt, &g.seqs[pair.index]);
         let target = format!(" {}", pair.question);
         let enc = tok.encode_pair(prompt, &target).unwrap();
         assert_eq!(enc.ids, want.ids, "{id}: token ids differ from HF");
@@ -108,7 +99,9 @@ fn smollm2_gguf_tokenizer_matches_transformers_on_hotpot_prompts() {
 
 #[test]
 fn smollm2_gguf_metadata_and_truncation() {
-    let path = gguf_path();
+    let Some(path) = common::SMOLLM2_GGUF.require() else {
+        return;
+    };
     let file = GgufFile::open(&path).unwrap();
     assert_eq!(file.version, 3);
     assert_eq!(file.tensors.len(), 272);

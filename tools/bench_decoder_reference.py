@@ -2,7 +2,7 @@
 """CPU throughput of LEPUS log-likelihood scoring: hopscore vs PyTorch (HF transformers).
 
 Both engines score the same token ids: LEPUS prompt/question pairs built from HotpotQA
-dev (one gold passage per question, the prompt of tools/make_decoder_goldens.py),
+dev (one gold passage per question, the prompt of tools/goldens/make_decoder_goldens.py),
 tokenised once here with the HF tokenizer of the model, written to a pairs JSON file
 that ``hopscore bench-loglik`` reads. Model: SmolLM2-135M-Instruct from the GGUF that
 tools/fetch_smollm2.sh puts in weights/smollm2/ (HF dequantises it to f32; hopscore
@@ -12,7 +12,7 @@ Exact commands (from the repository root):
 
     bash tools/fetch_smollm2.sh
     cargo build --release
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/bench_decoder_reference.py \\
+    python3 tools/bench_decoder_reference.py \\
         --hopscore target/release/hopscore --threads 2
 
 Flags: ``--pairs`` (64 questions), ``--max-batch-tokens`` (4096: both engines group
@@ -36,7 +36,6 @@ engine's mean per-pair log-likelihood: they must agree to about 1e-4.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -46,21 +45,16 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTRUCTION = "Review the previous document and ask a question to which the document provides the answer."
+sys.path.insert(0, str(Path(__file__).resolve().parent / "goldens"))
+from common import hotpot_rows, lepus_prompt, offline, require_smollm2  # noqa: E402
 
 
 def build_pairs(tok, n):
-    data = ROOT.parent / "shared" / "data" / "hotpot_dev_distractor_sample600.json.gz"
-    if not data.is_file():
-        data = Path("/work/shared/data/hotpot_dev_distractor_sample600.json.gz")
-    rows = json.load(gzip.open(data, "rt"))
     pairs = []
-    for r in rows[:n]:
+    for r in hotpot_rows()[:n]:
         gold = {t for t, _ in r["supporting_facts"]}
         title, sents = next(c for c in r["context"] if c[0] in gold)
-        prompt = f"Document: {title}. {''.join(sents).strip()} {INSTRUCTION} Question:"
+        prompt = lepus_prompt(title, sents)
         pi = tok(prompt, add_special_tokens=False)["input_ids"]
         ti = tok(" " + r["question"], add_special_tokens=False)["input_ids"]
         pairs.append({"ids": pi + ti, "target_start": len(pi)})
@@ -138,7 +132,7 @@ def bench_pytorch(args, model, pairs, mode):
 
 def bench_hopscore(args, pairs_path):
     cmd = [
-        args.hopscore, "bench-loglik", "--model", str(ROOT / "weights" / "smollm2" / GGUF),
+        args.hopscore, "bench-loglik", "--model", str(Path(*require_smollm2())),
         "--pairs", str(pairs_path), "--max-batch-tokens", str(args.max_batch_tokens),
         "--warmup", str(args.warmup), "--iters", str(args.iters),
         "--threads", str(args.threads), "--json",
@@ -161,17 +155,15 @@ def main(argv=None):
     ap.add_argument("--hopscore", help="hopscore binary (omit: PyTorch only)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if not (ROOT / "weights" / "smollm2" / GGUF).is_file():
-        sys.exit("weights/smollm2 missing: run tools/fetch_smollm2.sh")
+    wdir, gguf = require_smollm2()
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(args.threads)
-    wdir = str(ROOT / "weights" / "smollm2")
-    tok = AutoTokenizer.from_pretrained(wdir, gguf_file=GGUF)
-    model = AutoModelForCausalLM.from_pretrained(wdir, gguf_file=GGUF, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(wdir), gguf_file=gguf)
+    model = AutoModelForCausalLM.from_pretrained(str(wdir), gguf_file=gguf, dtype=torch.float32)
     model.eval()
     pairs = build_pairs(tok, args.pairs)
     tokens = sum(len(p["ids"]) for p in pairs)

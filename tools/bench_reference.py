@@ -12,15 +12,15 @@ benchmark in the same run, with ratios.
 Exact commands (from the repository root):
 
     # reference only, deberta-v3-base shape, batch 8 x 256 tokens, all cores
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/bench_reference.py
+    HF_HUB_OFFLINE=1 python3 tools/bench_reference.py
 
     # reference vs hopscore (release build), same threads/shape/batch/length/iters
     cargo build --release
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/bench_reference.py \\
+    HF_HUB_OFFLINE=1 python3 tools/bench_reference.py \\
         --hopscore target/release/hopscore --threads 2
 
     # quick check (hidden 256, 4 layers)
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/bench_reference.py --shape small --iters 2
+    HF_HUB_OFFLINE=1 python3 tools/bench_reference.py --shape small --iters 2
 
     # GPU (H100/H200): deberta-v3-large at L = 256 and 512, bf16, all engines + hopscore
     cargo build --release --features cuda

@@ -17,11 +17,11 @@ and recognises the `deberta.` / `encoder.` / bare encoder prefixes and the heads
 Examples:
 
     # Beam Retrieval checkpoint trained from microsoft/deberta-v3-large
-    python tools/convert_to_safetensors.py beam_retriever_hotpot.pt \
+    python3 tools/convert_to_safetensors.py beam_retriever_hotpot.pt \
         --config deberta-v3-large/config.json --tokenizer deberta-v3-large/tokenizer.json \
         -o weights/beam-hotpot
     # HF directory with pytorch_model.bin
-    python tools/convert_to_safetensors.py my-deberta/pytorch_model.bin -o weights/my-deberta
+    python3 tools/convert_to_safetensors.py my-deberta/pytorch_model.bin -o weights/my-deberta
 
 Needs torch and safetensors (`pip install torch safetensors`). Run by hand.
 """

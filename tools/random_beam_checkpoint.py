@@ -4,8 +4,8 @@
 For throughput measurements only (the scores mean nothing): `hopscore beam` needs a
 model directory, and no registry ships trained Beam Retrieval weights.
 
-    python tools/random_beam_checkpoint.py --shape base -o weights/beam-random-base
-    python tools/random_beam_checkpoint.py --shape small -o weights/beam-random-small
+    python3 tools/random_beam_checkpoint.py --shape base -o weights/beam-random-base
+    python3 tools/random_beam_checkpoint.py --shape small -o weights/beam-random-small
 
 Shapes: small (hidden 256, 4 layers, 4 heads), base (768, 12, 12), large (1024, 24, 16);
 vocab 128100, v3 relative attention. Keys: `encoder.*`, `hop_classifier_layer.*`,

@@ -12,7 +12,7 @@ pub mod cuda;
 pub mod dtype;
 pub mod kernels;
 
-use crate::model::weights::HostTensor;
+use crate::tensor::HostTensor;
 
 /// Op failures (shape mismatches, device errors).
 #[derive(Debug, thiserror::Error)]

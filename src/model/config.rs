@@ -10,15 +10,17 @@ use std::path::Path;
 use serde::Deserialize;
 use thiserror::Error;
 
-/// A config field that is missing, malformed or not implemented.
+/// A config field that is missing, malformed or not implemented. The variants that
+/// wrap an error keep it as their `source` and leave it out of their message: a
+/// caller prints the chain (`{:#}`) and the cause appears once.
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: String,
         source: std::io::Error,
     },
-    #[error("{path} is not a valid DeBERTa config.json: {source}")]
+    #[error("{path} is not a valid DeBERTa config.json")]
     Parse {
         path: String,
         source: serde_json::Error,

@@ -9,8 +9,9 @@ use super::batch::PackedBatch;
 use super::config::DebertaConfig;
 use super::deberta::DebertaV2Model;
 use super::heads::{find_heads, Head, HeadSpec};
-use super::weights::{HostTensor, WeightStore, Weights};
+use super::weights::{WeightStore, Weights};
 use crate::backend::Backend;
+use crate::tensor::HostTensor;
 
 /// Encoder + heads, ready to run on backend `B`.
 pub struct CrossEncoder<B: Backend> {

@@ -12,8 +12,9 @@ use anyhow::{bail, Context, Result};
 use super::batch::PackedBatch;
 use super::config::{DebertaConfig, RelativeConfig};
 use super::layers::{LayerNorm, Linear};
-use super::weights::{HostTensor, Weights};
+use super::weights::Weights;
 use crate::backend::{AttentionShape, Backend, RelAttention};
+use crate::tensor::HostTensor;
 
 /// Word (+ absolute position) (+ token type) embeddings → [embed_proj] → LN → × mask.
 pub struct DebertaV2Embeddings<B: Backend> {

@@ -20,8 +20,9 @@ use super::batch::{PackedBatch, Sequence};
 use super::decoder_config::{DecoderConfig, Family};
 use super::gguf::GgufFile;
 use super::prefix::PrefixPlan;
-use super::weights::{GgufSource, HostTensor, WeightStore, Weights};
+use super::weights::{GgufSource, WeightStore, Weights};
 use crate::backend::{Backend, CausalShape};
+use crate::tensor::HostTensor;
 
 /// Concatenates 2-D tensors along rows (fused projections).
 fn cat_rows(parts: &[HostTensor]) -> HostTensor {

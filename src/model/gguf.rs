@@ -13,6 +13,9 @@
 //!
 //! Quantised blocks (`ggml-common.h`): `Q8_0`, `Q4_0`, `Q4_1` hold 32 weights per
 //! block; the k-quants `Q4_K`, `Q5_K`, `Q6_K` hold 256 per super-block.
+//!
+//! A leaf of `model`: it depends on nothing of hopscore but [`HostTensor`], and has its
+//! own error type ([`super::weights`] wraps it).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -20,8 +23,30 @@ use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use memmap2::Mmap;
+use thiserror::Error;
 
-use super::weights::{HostTensor, WeightError};
+use crate::tensor::HostTensor;
+
+/// A GGUF file or tensor that cannot be read (`Io` keeps the OS error as its
+/// `source`, out of the message: callers print the chain once).
+#[derive(Debug, Error)]
+pub enum GgufError {
+    #[error("cannot open {path}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a valid GGUF file: {reason}")]
+    Format { path: String, reason: String },
+    #[error("tensor `{name}` is missing from the checkpoint ({count} tensors; {hint})")]
+    Missing {
+        name: String,
+        count: usize,
+        hint: String,
+    },
+    #[error("tensor `{name}` has dtype {dtype}; hopscore reads f32, f16 and bf16 weights")]
+    Dtype { name: String, dtype: String },
+}
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -361,15 +386,15 @@ impl<'a> Cursor<'a> {
 impl GgufFile {
     /// Opens and validates a GGUF file (header, metadata, tensor table and that every
     /// tensor lies inside the file).
-    pub fn open(path: &Path) -> Result<Self, WeightError> {
-        let io = |source| WeightError::Io {
+    pub fn open(path: &Path) -> Result<Self, GgufError> {
+        let io = |source| GgufError::Io {
             path: path.display().to_string(),
             source,
         };
         let file = File::open(path).map_err(io)?;
         // SAFETY: opened read-only; hopscore never writes checkpoints while reading them.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let bad = |reason: String| WeightError::Gguf {
+        let bad = |reason: String| GgufError::Format {
             path: path.display().to_string(),
             reason,
         };
@@ -394,8 +419,8 @@ impl GgufFile {
     }
 
     /// A tensor dequantised to f32, in row-major shape `info.shape`.
-    pub fn tensor(&self, name: &str) -> Result<HostTensor, WeightError> {
-        let info = self.tensors.get(name).ok_or_else(|| WeightError::Missing {
+    pub fn tensor(&self, name: &str) -> Result<HostTensor, GgufError> {
+        let info = self.tensors.get(name).ok_or_else(|| GgufError::Missing {
             name: name.to_string(),
             count: self.tensors.len(),
             hint: format!(
@@ -408,7 +433,7 @@ impl GgufFile {
                     .join(", ")
             ),
         })?;
-        let ty = GgmlType::from_id(info.type_id).ok_or_else(|| WeightError::Dtype {
+        let ty = GgmlType::from_id(info.type_id).ok_or_else(|| GgufError::Dtype {
             name: name.to_string(),
             dtype: format!(
                 "ggml type {} ({})",

@@ -12,8 +12,9 @@ use anyhow::{bail, Result};
 use super::batch::PackedBatch;
 use super::config::DebertaConfig;
 use super::layers::Linear;
-use super::weights::{HostTensor, Weights};
+use super::weights::Weights;
 use crate::backend::Backend;
+use crate::tensor::HostTensor;
 
 /// What a head reads from the encoder output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,20 +26,22 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use thiserror::Error;
 
-use super::gguf::GgufFile;
+use super::gguf::{GgufError, GgufFile};
+use crate::tensor::HostTensor;
 
-/// A weight file or tensor that cannot be used.
+/// A weight file or tensor that cannot be used (`Io` keeps the OS error as its
+/// `source`, out of the message: callers print the chain once).
 #[derive(Debug, Error)]
 pub enum WeightError {
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}")]
     Io {
         path: String,
         source: std::io::Error,
     },
     #[error("{path} is not a valid safetensors file: {reason}")]
     Format { path: String, reason: String },
-    #[error("{path} is not a valid GGUF file: {reason}")]
-    Gguf { path: String, reason: String },
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
     #[error(
         "no safetensors weights in {0}: expected model.safetensors or model.safetensors.index.json \
          (convert PyTorch .bin/.pt checkpoints with tools/convert_to_safetensors.py; see weights/README.md)"
@@ -59,20 +61,6 @@ pub enum WeightError {
     },
     #[error("tensor `{name}` has dtype {dtype}; hopscore reads f32, f16 and bf16 weights")]
     Dtype { name: String, dtype: String },
-}
-
-/// A dense row-major f32 tensor on the host.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostTensor {
-    pub shape: Vec<usize>,
-    pub data: Vec<f32>,
-}
-
-impl HostTensor {
-    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
-        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
-        Self { shape, data }
-    }
 }
 
 struct Entry {
@@ -302,9 +290,12 @@ impl GgufSource {
             _ => None,
         };
         match heads {
-            Some(h) => super::gguf::unpermute_rows(&t, h).map_err(|reason| WeightError::Gguf {
-                path: self.file.path().display().to_string(),
-                reason: format!("`{g}`: {reason}"),
+            Some(h) => super::gguf::unpermute_rows(&t, h).map_err(|reason| {
+                GgufError::Format {
+                    path: self.file.path().display().to_string(),
+                    reason: format!("`{g}`: {reason}"),
+                }
+                .into()
             }),
             None => Ok(t),
         }

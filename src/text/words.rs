@@ -2,7 +2,7 @@
 //! with spaCy's `en_core_web_sm` tokenizer, drops the `,` tokens and tokenises each
 //! word on its own (so every word starts with `▁`). spaCy's model is not available to
 //! hopscore, so [`words`] is a fixed approximation of its English tokenizer, written
-//! identically in `tools/make_efficientrag_goldens.py`:
+//! identically in `tools/goldens/make_efficientrag_goldens.py`:
 //!
 //! 1. split on Unicode whitespace;
 //! 2. in each piece, every leading and trailing punctuation character (ASCII

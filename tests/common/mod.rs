@@ -1,11 +1,16 @@
-//! Helpers shared by the integration tests: fixture paths, golden tensors, and the
-//! `../shared/data` files (tests that need them skip with a message when absent).
+//! Helpers shared by the integration tests: fixture paths, golden tensors, the real-data
+//! slices of `tests/fixtures/data`, and the downloaded weights.
+//!
+//! A test never skips silently: when a download of `weights/` is absent it fails,
+//! unless `HOPSCORE_ALLOW_SKIP=1`, which turns that into a skip with a message. (A
+//! missing GPU is a hardware matter: see [`gpu`] and `HOPSCORE_REQUIRE_GPU`.)
 
 #![allow(dead_code)] // each test binary uses a subset
 
 use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
 
 pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -13,32 +18,75 @@ pub fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// `../shared/data/<file>` relative to the repository root, if present.
-pub fn shared_data(file: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(file);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipped: {} is absent (tests read real data from ../shared/data)",
-            p.display()
-        );
-        None
-    }
+/// A file under `weights/` that a tools/ script downloads (ignored by git).
+pub struct WeightsFile {
+    rel: &'static str,
+    fetch: &'static str,
 }
 
 /// The DeBERTa-v3 tokenizer fetched by tools/fetch_tokenizer.sh.
-pub fn deberta_v3_tokenizer() -> PathBuf {
-    let p =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("weights/deberta-v3-tokenizer/tokenizer.json");
-    assert!(
-        p.is_file(),
-        "{} is missing: run tools/fetch_tokenizer.sh first (the README's test command does)",
-        p.display()
-    );
-    p
+pub const DEBERTA_V3_TOKENIZER: WeightsFile = WeightsFile {
+    rel: "deberta-v3-tokenizer/tokenizer.json",
+    fetch: "tools/fetch_tokenizer.sh",
+};
+
+/// SmolLM2-135M-Instruct (GGUF Q4_1) fetched by tools/fetch_smollm2.sh.
+pub const SMOLLM2_GGUF: WeightsFile = WeightsFile {
+    rel: "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    fetch: "tools/fetch_smollm2.sh",
+};
+
+impl WeightsFile {
+    /// Its path, whether or not it is there (for tests that called [`Self::require`]).
+    pub fn path(&self) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("weights")
+            .join(self.rel)
+    }
+
+    /// Its path when present. When absent the test fails, or, with
+    /// `HOPSCORE_ALLOW_SKIP=1`, `None` after printing "skipped: …".
+    pub fn require(&self) -> Option<PathBuf> {
+        let p = self.path();
+        if p.is_file() {
+            return Some(p);
+        }
+        let why = format!(
+            "{} is missing: run {} first (the README's test command does)",
+            p.display(),
+            self.fetch
+        );
+        if std::env::var("HOPSCORE_ALLOW_SKIP").is_ok_and(|v| v == "1") {
+            eprintln!("skipped: {why}");
+            None
+        } else {
+            panic!("{why}; HOPSCORE_ALLOW_SKIP=1 skips the tests that need it instead");
+        }
+    }
+}
+
+/// The real-data slice of a dataset (`hotpotqa`, `musique`, `2wiki`) in
+/// tests/fixtures/data, in the dataset's native format.
+pub fn data_file(dataset: &str) -> PathBuf {
+    fixture(match dataset {
+        "hotpotqa" => "data/hotpot_dev_distractor_slice.json.gz",
+        "musique" => "data/musique_ans_v1.0_dev_slice.jsonl.gz",
+        "2wiki" => "data/2wikimultihopqa_dev_slice.json.gz",
+        other => panic!("no data slice for `{other}`"),
+    })
+}
+
+/// The records of a dataset's slice.
+pub fn data_records(dataset: &str) -> Vec<Value> {
+    read_json_gz(&data_file(dataset))
+}
+
+/// The record whose `_id` (HotpotQA, 2Wiki) or `id` (MuSiQue) is `id`, if the slice
+/// holds it.
+pub fn find_record<'a>(records: &'a [Value], id: &str) -> Option<&'a Value> {
+    records
+        .iter()
+        .find(|r| r.get("_id").or_else(|| r.get("id")).and_then(Value::as_str) == Some(id))
 }
 
 /// A tensor read from a golden safetensors file.
@@ -119,7 +167,8 @@ pub fn hopscore() -> std::process::Command {
 }
 
 /// `hopscore <command> --<flag> <fixture>… --tokenizer <DeBERTa-v3> --input … --output …`
-/// followed by `extra`: a question-file command on fixture models.
+/// followed by `extra`: a question-file command on fixture models (the caller has
+/// called `DEBERTA_V3_TOKENIZER.require()`).
 pub fn question_command(
     command: &str,
     models: &[(&str, &str)],
@@ -133,7 +182,7 @@ pub fn question_command(
         c.arg(flag).arg(fixture(dir));
     }
     c.arg("--tokenizer")
-        .arg(deberta_v3_tokenizer())
+        .arg(DEBERTA_V3_TOKENIZER.path())
         .arg("--input")
         .arg(input)
         .arg("--output")
@@ -143,26 +192,20 @@ pub fn question_command(
 }
 
 /// A JSON fixture (`tests/fixtures/<rel>`).
-pub fn fixture_json(rel: &str) -> serde_json::Value {
+pub fn fixture_json(rel: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(rel)).unwrap()).unwrap()
 }
 
-/// The HotpotQA and MuSiQue dev samples of ../shared/data by dataset name (`hotpotqa`,
-/// `musique`), or `None` (with a message) when they are absent.
-pub fn hotpot_and_musique_samples(
-) -> Option<std::collections::HashMap<&'static str, Vec<serde_json::Value>>> {
-    let mut data = std::collections::HashMap::new();
-    for (name, file) in [
-        ("hotpotqa", "hotpot_dev_distractor_sample600.json.gz"),
-        ("musique", "musique_ans_v1.0_dev_sample100.jsonl.gz"),
-    ] {
-        data.insert(name, read_json_gz(&shared_data(file)?));
-    }
-    Some(data)
+/// The HotpotQA and MuSiQue slices by dataset name (`hotpotqa`, `musique`).
+pub fn hotpot_and_musique_records() -> std::collections::HashMap<&'static str, Vec<Value>> {
+    ["hotpotqa", "musique"]
+        .into_iter()
+        .map(|name| (name, data_records(name)))
+        .collect()
 }
 
 /// Reads a gzip-compressed JSON array or JSON-lines file.
-pub fn read_json_gz(path: &Path) -> Vec<serde_json::Value> {
+pub fn read_json_gz(path: &Path) -> Vec<Value> {
     use std::io::Read;
     let mut text = String::new();
     flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
@@ -180,32 +223,29 @@ pub fn read_json_gz(path: &Path) -> Vec<serde_json::Value> {
 
 /// One LEPUS prompt of the SmolLM2 golden set (tests/fixtures/decoder/smollm2_lepus).
 pub struct LepusPair {
+    /// Position of the pair in the golden set.
+    pub index: usize,
     pub id: String,
     /// `Document: {title}. {text} {instruction} Question:` (no trailing space).
     pub prompt: String,
     pub question: String,
 }
 
-/// The SmolLM2 golden pairs rebuilt from `refs.json` and the HotpotQA sample in
-/// ../shared/data (`None`, with a message, when the data is absent), and `add_bos`.
-pub fn smollm2_lepus_pairs() -> Option<(Vec<LepusPair>, bool)> {
+/// The SmolLM2 golden pairs whose question is in the HotpotQA slice (16 of the 24,
+/// golden positions 0–15), rebuilt from `refs.json`, and `add_bos`.
+pub fn smollm2_lepus_pairs() -> (Vec<LepusPair>, bool) {
     const INSTRUCTION: &str =
         "Review the previous document and ask a question to which the document provides the answer.";
-    let rows = read_json_gz(&shared_data("hotpot_dev_distractor_sample600.json.gz")?);
-    let refs: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("decoder/smollm2_lepus/refs.json")).unwrap(),
-    )
-    .unwrap();
-    let pairs = refs["pairs"]
+    let rows = data_records("hotpotqa");
+    let refs = fixture_json("decoder/smollm2_lepus/refs.json");
+    let pairs: Vec<LepusPair> = refs["pairs"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| {
+        .enumerate()
+        .filter_map(|(index, r)| {
             let id = r["_id"].as_str().unwrap();
-            let row = rows
-                .iter()
-                .find(|x| x["_id"] == id)
-                .expect("question id in the data");
+            let row = find_record(&rows, id)?;
             let passage = &row["context"][r["passage"].as_u64().unwrap() as usize];
             let body: String = passage[1]
                 .as_array()
@@ -213,7 +253,8 @@ pub fn smollm2_lepus_pairs() -> Option<(Vec<LepusPair>, bool)> {
                 .iter()
                 .map(|s| s.as_str().unwrap())
                 .collect();
-            LepusPair {
+            Some(LepusPair {
+                index,
                 id: id.to_string(),
                 prompt: format!(
                     "Document: {}. {} {INSTRUCTION} Question:",
@@ -221,10 +262,11 @@ pub fn smollm2_lepus_pairs() -> Option<(Vec<LepusPair>, bool)> {
                     body.trim()
                 ),
                 question: row["question"].as_str().unwrap().to_string(),
-            }
+            })
         })
         .collect();
-    Some((pairs, refs["add_bos"].as_bool().unwrap()))
+    assert_eq!(pairs.len(), 16, "golden pairs in the HotpotQA slice");
+    (pairs, refs["add_bos"].as_bool().unwrap())
 }
 
 /// Every row of a Parquet file as one record batch.

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use super::check::{self, Dims};
 use super::{AttentionShape, Backend, CausalShape, OpResult, RelAttention, SeqLayout};
-use crate::model::weights::HostTensor;
+use crate::tensor::HostTensor;
 
 /// A row-major f32 matrix in host memory.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,7 +24,7 @@ use super::{
     AttentionShape, Backend, CausalShape, KernelTime, OpError, OpResult, RelAttention, SeqLayout,
 };
 pub use crate::backend::dtype::DType;
-use crate::model::weights::HostTensor;
+use crate::tensor::HostTensor;
 
 /// Most blocks a grid-stride elementwise kernel is launched with.
 const MAX_BLOCKS: u32 = 65_535;

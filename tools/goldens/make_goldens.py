@@ -3,7 +3,7 @@
 
 Run by hand (never in CI), from the repository root:
 
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/make_goldens.py
+    python3 tools/goldens/make_goldens.py
 
 Options: ``--out DIR`` (default ``tests/fixtures/deberta``), ``--check`` (only
 recompute every case and compare against the files already on disk, writing
@@ -37,8 +37,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from common import FIXTURES, offline
+
+offline()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -49,8 +50,7 @@ import transformers  # noqa: E402
 from transformers import DebertaV2Config  # noqa: E402
 from transformers.models.deberta_v2 import modeling_deberta_v2 as hf  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "deberta"
+DEFAULT_OUT = FIXTURES / "deberta"
 
 # Token ids used to build the inputs (the layout of a DeBERTa-v3 vocabulary).
 PAD_ID, CLS_ID, SEP_ID = 0, 1, 2

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Independent float64 NumPy re-implementation of the HF DeBERTa-v2/v3 forward pass.
 
-It reads a fixture folder written by ``tools/make_goldens.py`` (config.json,
+It reads a fixture folder written by ``tools/goldens/make_goldens.py`` (config.json,
 model.safetensors, golden.safetensors), recomputes ``last_hidden_state`` and every
 ``logits.<head>`` with plain NumPy, and compares with the goldens. It is a
 readable statement of the math that hopscore must reproduce, and a check that
 the goldens are what we think they are (not just "whatever HF printed").
 
-    /work/venvs/ref/bin/python tools/numpy_deberta.py                 # all cases
-    /work/venvs/ref/bin/python tools/numpy_deberta.py v3_seqcls --ablate
+    python3 tools/goldens/numpy_deberta.py                 # all cases
+    python3 tools/goldens/numpy_deberta.py v3_seqcls --ablate
 
 ``--ablate`` also reports how far the output moves when one ingredient is left
 out (c2p, p2c, log buckets, ...), i.e. how sensitive the goldens are to it.
@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "deberta"
+from common import FIXTURES as ALL_FIXTURES
+
+FIXTURES = ALL_FIXTURES / "deberta"
 F32_MIN = float(np.finfo(np.float32).min)
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 

@@ -3,7 +3,7 @@
 
 Run by hand, never in CI (needs torch, transformers, safetensors, numpy, gguf):
 
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/make_decoder_goldens.py
+    python3 tools/goldens/make_decoder_goldens.py
 
 Writes:
 - tests/fixtures/decoder/<case>/{config.json, model.safetensors, golden.safetensors}
@@ -15,32 +15,25 @@ Writes:
   transformers on the SmolLM2-135M-Instruct GGUF (weights/smollm2/, fetched by
   tools/fetch_smollm2.sh) scoring LEPUS-style prompt/question pairs built from
   ../shared/data/hotpot_dev_distractor_sample600.json.gz. Only references (question
-  id, passage index) are committed; the test rebuilds the texts.
+  id, passage index) are committed; the test rebuilds the texts of the 16 whose
+  question is in tests/fixtures/data.
 - tests/fixtures/gguf/dequant.safetensors: random blocks of every supported ggml type
   (`<TYPE>.raw`, u8) and their dequantisation by the `gguf` package (`<TYPE>.f32`).
 """
 
-import gzip
 import json
-import os
 import sys
-from pathlib import Path
 
-import numpy as np
-import torch
-from safetensors.numpy import save_file
+from common import FIXTURES, hotpot_rows, lepus_prompt, offline, require_smollm2
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "tests" / "fixtures" / "decoder"
+offline()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from safetensors.numpy import save_file  # noqa: E402
+
+OUT = FIXTURES / "decoder"
 TEMPERATURES = {"logprobs": 1.0, "logprobs_t1.4": 1.4}
-
-# The LEPUS prompt (SPEC §3, instruction after the document); the test rebuilds it.
-INSTRUCTION = "Review the previous document and ask a question to which the document provides the answer."
-
-
-def lepus_prompt(title, sentences):
-    body = "".join(sentences).strip()
-    return f"Document: {title}. {body} {INSTRUCTION} Question:"
 
 
 def randomize(model, seed):
@@ -149,14 +142,8 @@ def tiny_cases():
 def smollm2_case(n_pairs=24):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    wdir = ROOT / "weights" / "smollm2"
-    gguf_name = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not (wdir / gguf_name).is_file():
-        sys.exit("weights/smollm2 missing: run tools/fetch_smollm2.sh")
-    data = ROOT.parent / "shared" / "data" / "hotpot_dev_distractor_sample600.json.gz"
-    if not data.is_file():
-        data = Path("/work/shared/data/hotpot_dev_distractor_sample600.json.gz")
-    rows = json.load(gzip.open(data, "rt"))
+    wdir, gguf_name = require_smollm2()
+    rows = hotpot_rows()
     tok = AutoTokenizer.from_pretrained(str(wdir), gguf_file=gguf_name)
     model = AutoModelForCausalLM.from_pretrained(str(wdir), gguf_file=gguf_name, dtype=torch.float32)
     model.eval()
@@ -233,14 +220,13 @@ def dequant_case():
         deq = dequantize(raw.reshape(1, -1), qt).reshape(-1).astype(np.float32)
         out[f"{name}.raw"] = raw.copy()
         out[f"{name}.f32"] = deq
-    d = ROOT / "tests" / "fixtures" / "gguf"
+    d = FIXTURES / "gguf"
     d.mkdir(parents=True, exist_ok=True)
     save_file(out, str(d / "dequant.safetensors"))
     print(f"gguf dequant: {len(types)} types")
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     which = sys.argv[1:] or ["tiny", "smollm2", "dequant"]
     if "tiny" in which:
         tiny_cases()

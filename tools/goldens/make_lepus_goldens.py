@@ -5,7 +5,7 @@ src/prompt_utils.py; SPEC §3) with HF transformers, on real HotpotQA questions.
 
 Run by hand, never in CI (needs torch, transformers, tokenizers, scikit-learn, gguf):
 
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/make_lepus_goldens.py [gpt2|smollm2]
+    python3 tools/goldens/make_lepus_goldens.py [gpt2|smollm2]
 
 Cases (small pools keep them cheap: the first POOL passages of each question):
 - gpt2: a tiny random GPT-2 with a byte-level tokenizer (every byte one token, so
@@ -32,32 +32,30 @@ to the lower passage index. The joint tokenisation is checked against the separa
 tokenisation of prompt and question that hopscore uses.
 """
 
-import gzip
 import hashlib
 import json
 import sys
-from pathlib import Path
 
-import numpy as np
-import torch
+from common import FIXTURES, REPO_ROOT, hotpot_rows, offline, require_smollm2
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "tests" / "fixtures" / "lepus"
+offline()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+OUT = FIXTURES / "lepus"
 N_QUESTIONS = 20
 POOL = 6
 K1, K2 = 2, 2
 
 
 def data_rows():
-    data = ROOT.parent / "shared" / "data" / "hotpot_dev_distractor_sample600.json.gz"
-    if not data.is_file():
-        data = Path("/work/shared/data/hotpot_dev_distractor_sample600.json.gz")
-    return json.load(gzip.open(data, "rt"))[:N_QUESTIONS]
+    return hotpot_rows()[:N_QUESTIONS]
 
 
 def instruction_templates(position, n):
     """hopscore's instruction file, as `parse_templates` reads it."""
-    lines = (ROOT / "src" / "strategy" / "lepus_instructions.txt").read_text().splitlines()
+    lines = (REPO_ROOT / "src" / "strategy" / "lepus_instructions.txt").read_text().splitlines()
     out = []
     for line in (l.strip() for l in lines):
         if not line or line.startswith("#"):
@@ -213,7 +211,6 @@ def byte_level_tokenizer(path):
 def gpt2_case():
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    sys.path.insert(0, str(ROOT / "tools"))
     from make_decoder_goldens import randomize
 
     d = OUT / "gpt2_bytes"
@@ -239,10 +236,7 @@ def gpt2_case():
 def smollm2_case():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    wdir = ROOT / "weights" / "smollm2"
-    name = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not (wdir / name).is_file():
-        sys.exit("weights/smollm2 missing: run tools/fetch_smollm2.sh")
+    wdir, name = require_smollm2()
     tok = AutoTokenizer.from_pretrained(str(wdir), gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(str(wdir), gguf_file=name, dtype=torch.float32)
     model.eval()

@@ -3,8 +3,8 @@
 
 Run by hand (never in CI), from the repository root:
 
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/make_efficientrag_goldens.py
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/make_efficientrag_goldens.py --check
+    python3 tools/goldens/make_efficientrag_goldens.py
+    python3 tools/goldens/make_efficientrag_goldens.py --check
 
 Options: ``--out DIR`` (default ``tests/fixtures/efficientrag``), ``--data DIR``
 (default ``../shared/data``), ``--tokenizer FILE`` (default
@@ -36,7 +36,8 @@ What it does:
    passages, each rendered as the official corpus chunk ``"{title}: {text}"``.
 3. Writes ``<out>/goldens.json``: question ids and model outputs only. Texts the
    models produce (kept text, queries) are stored as sha256 prefixes, so no dataset
-   text is committed; the Rust test re-reads the questions from ../shared/data.
+   text is committed; the Rust test reads the questions from the slices in
+   tests/fixtures/data (make_data_slices.py keeps every question named here).
 
 Questions are kept only when every decision that matters is clear: each argmax over
 real (non-special) subwords and each tag argmax has a logit gap >= GAP_MIN, so the
@@ -46,16 +47,15 @@ fp32 differences between implementations (~1e-6) cannot flip a label.
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from common import DATA_DIR, DEBERTA_TOKENIZER, FIXTURES, HOTPOT_FILE, MUSIQUE_FILE, offline, read_records
+
+offline()
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -68,12 +68,7 @@ from transformers.models.deberta_v2 import modeling_deberta_v2 as hf  # noqa: E4
 # Weights N(0, 0.5), LayerNorms 1 + N(0, 0.1) / N(0, 0.1), in named_modules() order.
 from make_beam_goldens import MODEL_CONFIG as BEAM_MODEL_CONFIG, randomize  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "efficientrag"
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
-DEFAULT_TOKENIZER = REPO_ROOT / "weights" / "deberta-v3-tokenizer" / "tokenizer.json"
-HOTPOT_FILE = "hotpot_dev_distractor_sample600.json.gz"
-MUSIQUE_FILE = "musique_ans_v1.0_dev_sample100.jsonl.gz"
+DEFAULT_OUT = FIXTURES / "efficientrag"
 
 PAD_ID, CLS_ID, SEP_ID = 0, 1, 2
 MAX_ITER = 4
@@ -367,8 +362,8 @@ def musique_chunks(rec) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
+    ap.add_argument("--data", type=Path, default=DATA_DIR)
+    ap.add_argument("--tokenizer", type=Path, default=DEBERTA_TOKENIZER)
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
 
@@ -384,10 +379,8 @@ def main(argv=None) -> int:
     filt.load_state_dict(reload_state(args.out / "filter"), strict=True)
 
     ref = Reference(args.tokenizer, labeler, filt)
-    with gzip.open(args.data / HOTPOT_FILE, "rt", encoding="utf-8") as f:
-        hotpot = json.load(f)
-    with gzip.open(args.data / MUSIQUE_FILE, "rt", encoding="utf-8") as f:
-        musique = [json.loads(line) for line in f if line.strip()]
+    hotpot = read_records(args.data / HOTPOT_FILE)
+    musique = read_records(args.data / MUSIQUE_FILE)
 
     questions, skipped = [], []
     for name, data, render, want in (
@@ -426,7 +419,7 @@ def main(argv=None) -> int:
                 tags[t] = tags.get(t, 0) + 1
     golden = {
         "meta": {
-            "generator": "tools/make_efficientrag_goldens.py",
+            "generator": "tools/goldens/make_efficientrag_goldens.py",
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             "seeds": [LABELER_SEED, FILTER_SEED],
             "terminate_bias": TERMINATE_BIAS,

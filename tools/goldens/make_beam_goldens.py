@@ -3,7 +3,7 @@
 
 Run by hand (never in CI), from the repository root:
 
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/make_beam_goldens.py
+    python3 tools/goldens/make_beam_goldens.py
 
 Options: ``--out DIR`` (default ``tests/fixtures/beam``), ``--data DIR`` (default
 ``../shared/data`` relative to the repository root), ``--tokenizer FILE`` (default
@@ -27,7 +27,8 @@ What it does:
    edge-case rules of SPEC.md section 1 (n <= hops, fewer candidates than the beam,
    question longer than 510 tokens).
 4. Writes ``<out>/goldens.json`` (ids, scores and chains only; no dataset text: the
-   Rust test re-reads the questions from ../shared/data).
+   Rust test reads the questions from the slices in tests/fixtures/data, which
+   tools/goldens/make_data_slices.py cuts to hold every question named here).
 
 Everything runs on CPU, fp32, eval mode; no model hub is contacted.
 """
@@ -35,16 +36,15 @@ Everything runs on CPU, fp32, eval mode; no model hub is contacted.
 from __future__ import annotations
 
 import argparse
-import gzip
-import hashlib
 import json
 import math
 import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from common import DATA_DIR, DEBERTA_TOKENIZER, FIXTURES, HOTPOT_FILE, MUSIQUE_FILE, file_sha256, offline, read_records
+
+offline()
 
 import numpy as np  # noqa: E402
 import safetensors  # noqa: E402
@@ -57,13 +57,7 @@ import transformers  # noqa: E402
 from transformers import DebertaV2Config  # noqa: E402
 from transformers.models.deberta_v2 import modeling_deberta_v2 as hf  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "beam"
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
-DEFAULT_TOKENIZER = REPO_ROOT / "weights" / "deberta-v3-tokenizer" / "tokenizer.json"
-
-HOTPOT_FILE = "hotpot_dev_distractor_sample600.json.gz"
-MUSIQUE_FILE = "musique_ans_v1.0_dev_sample100.jsonl.gz"
+DEFAULT_OUT = FIXTURES / "beam"
 
 PAD_ID, CLS_ID, SEP_ID = 0, 1, 2
 MAX_LEN = 512  # max_seq_len of the official Retriever and max_length of the tokenizer calls
@@ -229,11 +223,7 @@ def musique_passages(sample) -> list[str]:
 
 
 def load_data(data_dir: Path):
-    with gzip.open(data_dir / HOTPOT_FILE, "rt", encoding="utf-8") as f:
-        hotpot = json.load(f)
-    with gzip.open(data_dir / MUSIQUE_FILE, "rt", encoding="utf-8") as f:
-        musique = [json.loads(line) for line in f if line.strip()]
-    return hotpot, musique
+    return read_records(data_dir / HOTPOT_FILE), read_records(data_dir / MUSIQUE_FILE)
 
 
 # ----------------------------------------------------------------------------------
@@ -435,19 +425,11 @@ def truncation_summary(records):
     return hop1, later
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
+    ap.add_argument("--data", type=Path, default=DATA_DIR)
+    ap.add_argument("--tokenizer", type=Path, default=DEBERTA_TOKENIZER)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--check", action="store_true", help="compare with the files on disk; write nothing")
     args = ap.parse_args()
@@ -468,7 +450,7 @@ def main() -> int:
     print(f"inputs cut by the hop budget: hop 1: {hop1_cut}; hops >= 2: {later_cut}")
 
     meta = {
-        "generator": "tools/make_beam_goldens.py",
+        "generator": "tools/goldens/make_beam_goldens.py",
         "official_code": "canghongjian/beam_retriever retrieval/retriever_model.py Retriever.forward (eval) + "
                          "test_model_tmp.py get_retr_output; SPEC.md section 1 edge-case rules",
         "seed": args.seed,
@@ -483,7 +465,7 @@ def main() -> int:
         "model": "model/ (config.json + model.safetensors, bf16; reference computed in fp32 with these values)",
         "tokenizer": {"file": "weights/deberta-v3-tokenizer/tokenizer.json", "sha256": file_sha256(args.tokenizer),
                       "settings": "no_truncation, no_padding, add_special_tokens=False"},
-        "data": {"hotpotqa": f"../shared/data/{HOTPOT_FILE}", "musique": f"../shared/data/{MUSIQUE_FILE}"},
+        "data": {"hotpotqa": HOTPOT_FILE, "musique": MUSIQUE_FILE},
         "max_len": MAX_LEN,
         "cls_id": CLS_ID,
         "sep_id": SEP_ID,

