@@ -12,6 +12,7 @@ pub mod disentangled_attention;
 pub mod memory;
 pub mod profile;
 mod question_loglik;
+pub mod tensor_core_check;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
