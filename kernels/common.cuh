@@ -64,28 +64,6 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(t);
 }
 
-#ifdef __CUDA_ARCH__
-// One 16×16 tile of A·Bᵀ, for a whole warp: 16 rows of A and 16 rows of B (row-major
-// 16-bit elements in shared memory, leading dimension `ld`, `k` a multiple of 16
-// columns) multiplied on tensor cores with f32 accumulation and stored row-major at
-// `s` (leading dimension `lds`; `layout` column-major stores the transpose).
-template <typename T>
-__device__ __forceinline__ void wmma_abt_tile(
-    const T* a, const T* b, unsigned ld, unsigned k, float* s, unsigned lds,
-    nvcuda::wmma::layout_t layout = nvcuda::wmma::mem_row_major) {
-  using namespace nvcuda;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::fill_fragment(acc, 0.0f);
-  for (unsigned kk = 0; kk < k; kk += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-    wmma::load_matrix_sync(fa, a + kk, ld);
-    wmma::load_matrix_sync(fb, b + kk, ld);
-    wmma::mma_sync(acc, fa, fb, acc);
-  }
-  wmma::store_matrix_sync(s, acc, lds, layout);
-}
-#endif
 
 // ---------------------------------------------------------------- mma.sync, ldmatrix, cp.async
 // Thin wrappers over the PTX instructions (sm_80+). Fragments are arrays of 32-bit

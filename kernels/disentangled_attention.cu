@@ -29,7 +29,7 @@
 //   probabilities [32][33]) | xs [64] | slot [64] | rows [64] (unsigned)
 // = 4 · ((64 + BR) · LD + 2048 + 192) bytes; see `smem_bytes` in
 // src/backend/cuda/disentangled_attention.rs.
-#include "common.cuh"
+#include "flash_v3.cuh"
 
 namespace {
 
@@ -300,87 +300,26 @@ __device__ void disentangled_attention(const T* __restrict__ q, const T* __restr
 // = 21,504 + 512·LD + 512·LD + 1,024 bytes (94 KB at D = 64: two blocks per SM; 158 KB
 // at D = 128); see `smem_bytes` in src/backend/cuda/disentangled_attention.rs.
 namespace v3 {
-constexpr int kRows = 64;    // query rows per block (16 per warp)
-constexpr int kKeys = 64;    // keys per tile
-constexpr int kWarps = 4;
+using namespace hopscore::flash;
 constexpr int kBandRows = 128;  // staged table rows per tile (≥ the 127 offsets)
 constexpr int kWin = 80;        // band rows one warp multiplies (its offsets span 79)
 constexpr int kLdc = kWin + 4;  // scratch row stride (floats; rows 16-byte aligned)
 
-template <int D> struct Layout {
-  static constexpr int ld = D + 8;  // T elements per staged row (16-byte multiple, skewed banks)
-  static constexpr int scratch = kRows * kLdc * 4;  // bytes of the band-score scratch
-  static_assert(kRows * ld * 2 <= scratch, "the Q tile is staged in the scratch");
-};
-
-// A thread's 16-byte chunks of a staged [rows][D] tile: column 8·(tid % (D/8)) of rows
-// tid / (D/8) + u·kStride, u = 0, 1, …
-template <int D> struct Chunks {
-  static constexpr int per_row = D / 8;
-  static constexpr int stride = kWarps * 32 / per_row;  // rows apart
-};
-
-// Rows [0, 64) of `dst` ← rows 0.. of `src` (the tile's first row, at the head's first
-// column; row stride `width`), zero past row `rows` and in the columns d..D.
-template <typename T, int D>
-__device__ __forceinline__ void stage_rows(T* dst, const T* src, int rows, size_t width, int d) {
-  typedef Chunks<D> C;
-  const int r0 = (int)threadIdx.x / C::per_row, c = 8 * ((int)threadIdx.x % C::per_row);
-  const T* s = src + (size_t)r0 * width + c;
-  T* t = dst + r0 * Layout<D>::ld + c;
-#pragma unroll
-  for (int u = 0; u < kKeys / C::stride; ++u) {
-    const bool ok = c < d && r0 + u * C::stride < rows;
-    hopscore::cp_async_16(t + u * C::stride * Layout<D>::ld, ok ? s + (size_t)u * C::stride * width : src,
-                          ok ? 16 : 0);
-  }
-}
-
 // The 128 band rows of one diagonal (table rows `band`) of a position table (`table`
-// at the head's first column).
+// at the head's first column), as stage_rows.
 template <typename T, int D>
 __device__ __forceinline__ void stage_band(T* dst, const T* table, const unsigned* band, size_t width, int d) {
-  typedef Chunks<D> C;
-  const int r0 = (int)threadIdx.x / C::per_row, c = 8 * ((int)threadIdx.x % C::per_row);
-  T* t = dst + r0 * Layout<D>::ld + c;
+  constexpr int per_row = D / 8, stride = kWarps * 32 / per_row;
+  const int r0 = (int)threadIdx.x / per_row, c = 8 * ((int)threadIdx.x % per_row);
+  T* t = dst + r0 * ld<D>() + c;
 #pragma unroll
-  for (int u = 0; u < kBandRows / C::stride; ++u) {
-    const T* s = table + (size_t)band[r0 + u * C::stride] * width + c;
-    hopscore::cp_async_16(t + u * C::stride * Layout<D>::ld, c < d ? s : table, c < d ? 16 : 0);
+  for (int u = 0; u < kBandRows / stride; ++u) {
+    const T* s = table + (size_t)band[r0 + u * stride] * width + c;
+    hopscore::cp_async_16(t + u * stride * ld<D>(), c < d ? s : table, c < d ? 16 : 0);
   }
 }
 
-// A fragments (16 rows from `rows`, row-major with stride ld) for every 16-column step.
-template <int D>
-__device__ __forceinline__ void load_a(unsigned (&a)[D / 16][4], const void* rows, int lane) {
-  constexpr int ld = Layout<D>::ld;
-  const unsigned short* base = static_cast<const unsigned short*>(rows);
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) hopscore::ldmatrix_x4(a[ks], base + (lane % 16) * ld + 16 * ks + 8 * (lane / 16));
-}
-
-// acc[nb] = A · B[8nb..8nb+8)ᵀ for NB column blocks of B rows (row-major [n][D], stride
-// ld): the B fragments of two blocks per ldmatrix_x4.
-template <typename T, int D, int NB>
-__device__ __forceinline__ void abt(float (&acc)[NB][4], const unsigned (&a)[D / 16][4], const T* b, int lane) {
-  constexpr int ld = Layout<D>::ld;
-#pragma unroll
-  for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nb][i] = 0.0f;
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks)
-#pragma unroll
-    for (int nb = 0; nb < NB; nb += 2) {
-      unsigned r[4];
-      hopscore::ldmatrix_x4(r, b + (8 * nb + lane % 8 + 8 * (lane / 16)) * ld + 16 * ks + 8 * ((lane / 8) % 2));
-      const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-      hopscore::mma_16816<T>(acc[nb], a[ks], b0);
-      hopscore::mma_16816<T>(acc[nb + 1], a[ks], b1);
-    }
-}
-
-// A [16][kWin] accumulator tile → rows `row0`.. of the scratch (stride kLdc).
+// A [16][kWin] accumulator tile → rows 0..15 of `scratch` (stride kLdc).
 __device__ __forceinline__ void store_scratch(float* scratch, const float (&acc)[kWin / 8][4], int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -396,8 +335,8 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
                           const unsigned* __restrict__ band_table, const unsigned* __restrict__ cu_seqlens,
                           const float* __restrict__ mask, T* __restrict__ out, unsigned heads, unsigned head_size,
                           float scale) {
-  typedef Layout<D> L;
-  constexpr int ld = L::ld, kNb = kKeys / 8, kDb = D / 8;
+  static_assert(kRows * ld<D>() * 2 <= kRows * kLdc * 4, "the Q tile is staged in the scratch");
+  constexpr int LD = ld<D>();
   HOPSCORE_DYNAMIC_SMEM(float, smem);
   const int d = (int)head_size;
   const size_t width = (size_t)heads * head_size;
@@ -413,13 +352,12 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
   const bool p2c = band_table != nullptr && pos_query != nullptr;
   const bool band = c2p || p2c;
 
-  char* base = reinterpret_cast<char*>(smem);
-  float* scratch = reinterpret_cast<float*>(base);  // [64][kLdc]: rows 16w.. are warp w's
-  T* qs = reinterpret_cast<T*>(base);             // [64][ld], before the first tile
-  T* kv = reinterpret_cast<T*>(base + L::scratch);  // [stage][K, V][64][ld]
-  T* pk = kv + 4 * kKeys * ld;                    // [128][ld]
-  T* pq = pk + kBandRows * ld;
-  unsigned* slots = reinterpret_cast<unsigned*>(pq + kBandRows * ld);  // [stage][128]
+  float* scratch = smem;                                       // [64][kLdc]: rows 16w.. are warp w's
+  T* qs = reinterpret_cast<T*>(smem);                          // [64][LD], before the first tile
+  T* kv = reinterpret_cast<T*>(smem + kRows * kLdc);           // [stage][K, V][64][LD]
+  T* pk = kv + 4 * kKeys * LD;                                 // [128][LD]
+  T* pq = pk + kBandRows * LD;
+  unsigned* slots = reinterpret_cast<unsigned*>(pq + kBandRows * LD);  // [stage][128]
 
   const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
@@ -431,10 +369,10 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 
   // Key tile kt (K, V and, with the band, its diagonal's slots) into stage kt % 2.
   auto stage_kv = [&](int kt) {
-    T* dst = kv + (kt & 1) * 2 * kKeys * ld;
+    T* dst = kv + (kt & 1) * 2 * kKeys * LD;
     const size_t row0 = (size_t)kt * kKeys * width;
     stage_rows<T, D>(dst, kh + row0, len - kt * kKeys, width, d);
-    stage_rows<T, D>(dst + kKeys * ld, vh + row0, len - kt * kKeys, width, d);
+    stage_rows<T, D>(dst + kKeys * LD, vh + row0, len - kt * kKeys, width, d);
     if (band && tid < kBandRows / 4) {
       const unsigned* sl = band_table + (size_t)(qt - kt + ntiles - 1) * 2 * kBandRows + kBandRows;
       hopscore::cp_async_16(slots + (kt & 1) * kBandRows + 4 * tid, sl + 4 * tid);
@@ -454,24 +392,13 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
   hopscore::cp_async_wait<1>();  // the Q tile (tile 0 may still be in flight)
   __syncthreads();
   unsigned qf[D / 16][4];  // this warp's 16 query rows as A fragments, for every tile
-  load_a<D>(qf, qs + 16 * warp * ld, lane);
+  load_a<D>(qf, qs + 16 * warp * LD, lane);
 
-  // Keys: which of this lane's 16 columns count (j < len, mask 1), per tile.
-  const float log2e = 1.4426950408889634f;
-  const float sl2 = scale * log2e;
-  const float neg_inf = -__builtin_huge_valf();
-  float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.0f, 0.0f};  // rows g, g + 8 (l: this lane's part)
-  float o[kDb][4];
-#pragma unroll
-  for (int nb = 0; nb < kDb; ++nb)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[nb][i] = 0.0f;
-
+  const float sl2 = scale * 1.4426950408889634f;  // scale · log2(e)
+  Rows16<T, D> rows;
   const int tiles = (len + kKeys - 1) / kKeys;
   for (int kt = 0; kt < tiles; ++kt) {
-    const int j0 = kt * kKeys;
-    const T* ks = kv + (kt & 1) * 2 * kKeys * ld;
-    const T* vs = ks + kKeys * ld;
+    const T* ks = kv + (kt & 1) * 2 * kKeys * LD;
     const unsigned* slot = slots + (kt & 1) * kBandRows;
     hopscore::cp_async_wait<0>();  // tile kt's K, V, slots and band rows
     __syncthreads();  // … for every thread; every warp is done with tile kt − 1 (and Q)
@@ -497,7 +424,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
       float* mine = scratch + 16 * warp * kLdc;
       if (c2p) {  // c2p of this warp's rows: Q · PK[slot[16w] ..)ᵀ, gathered by the warp
         float acc[kWin / 8][4];
-        abt<T, D, kWin / 8>(acc, qf, pk + slot[16 * warp] * ld, lane);
+        abt<T, D, kWin / 8>(acc, qf, pk + slot[16 * warp] * LD, lane);
         store_scratch(mine, acc, lane);
         __syncwarp();
         const float* row = mine + g * kLdc - (int)slot[16 * warp];
@@ -509,9 +436,9 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
       }
       if (p2c) {  // p2c of this warp's 16 keys: K · PQ[slot[48 − 16w] ..)ᵀ, gathered by all
         unsigned kf[D / 16][4];
-        load_a<D>(kf, ks + 16 * warp * ld, lane);
+        load_a<D>(kf, ks + 16 * warp * LD, lane);
         float acc[kWin / 8][4];
-        abt<T, D, kWin / 8>(acc, kf, pq + slot[48 - 16 * warp] * ld, lane);
+        abt<T, D, kWin / 8>(acc, kf, pq + slot[48 - 16 * warp] * LD, lane);
         store_scratch(mine, acc, lane);
       }
       __syncthreads();  // p2c rows complete; the band rows are consumed
@@ -528,92 +455,16 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
       }
     }
 
-    // Online softmax (base 2, scale·log2(e) folded into one FFMA per score) over the
-    // tile's keys; P rounded to T, packed as the A fragments of P·V. Key j0 + c counts
-    // when bit c of `keys` (shifted by 2t: bit 8nb + e is this lane's column) is set.
-    unsigned long long keys;
-    {
-      const int j = j0 + lane;
-      const bool ok0 = j < len && mask[start + j] != 0.0f;
-      const bool ok1 = j + 32 < len && mask[start + j + 32] != 0.0f;
-      keys = ((unsigned long long)__ballot_sync(0xffffffffu, ok1) << 32 | __ballot_sync(0xffffffffu, ok0)) >> (2 * t);
-    }
-    unsigned pp[kNb][2];  // P of rows g (pp[nb][0]) and g + 8 (pp[nb][1]), columns 2t, 2t + 1
-    float corr[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = neg_inf;
-#pragma unroll
-      for (int nb = 0; nb < kNb; ++nb)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nb][2 * h + e];
-          x = (keys >> (8 * nb + e)) & 1u ? x : neg_inf;
-          mx = fmaxf(mx, x);
-        }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[h], mx * sl2);
-      // While every key of the row so far is masked, m stays −inf: subtract 0 instead
-      // (the scores are −inf, so P is 0) and keep the (zero) accumulators.
-      const float m_use = m_new == neg_inf ? 0.0f : m_new;
-      corr[h] = hopscore::exp2_approx(m_run[h] - m_use);
-      m_run[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < kNb; ++nb) {
-        const unsigned packed = hopscore::pack2<T>(hopscore::exp2_approx(fmaf(s[nb][2 * h], sl2, -m_use)),
-                                                   hopscore::exp2_approx(fmaf(s[nb][2 * h + 1], sl2, -m_use)));
-        const float2 r = hopscore::unpack2<T>(packed);
-        sum += r.x + r.y;
-        pp[nb][h] = packed;
-      }
-      l_run[h] = l_run[h] * corr[h] + sum;
-    }
-#pragma unroll
-    for (int nb = 0; nb < kDb; ++nb) {
-      o[nb][0] *= corr[0];
-      o[nb][1] *= corr[0];
-      o[nb][2] *= corr[1];
-      o[nb][3] *= corr[1];
-    }
-
-    // O += P · V: P's 16-key steps are A fragments straight from the S accumulators' layout;
-    // V fragments of two 8-column blocks per ldmatrix_x4_trans.
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const unsigned pa[4] = {pp[2 * kk][0], pp[2 * kk][1], pp[2 * kk + 1][0], pp[2 * kk + 1][1]};
-#pragma unroll
-      for (int nb = 0; nb < kDb; nb += 2) {
-        unsigned r[4];
-        hopscore::ldmatrix_x4_trans(r, vs + (16 * kk + lane % 16) * ld + 8 * nb + 8 * (lane / 16));
-        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-        hopscore::mma_16816<T>(o[nb], pa, b0);
-        hopscore::mma_16816<T>(o[nb + 1], pa, b1);
-      }
-    }
+    mask_keys(s, key_bits(mask + start, kt * kKeys, len, lane));
+    rows.step(s, sl2, ks + kKeys * LD, lane);
   }
 
-  // Normalise and write rows g and g + 8 of the warp; masked rows (and rows whose keys
-  // are all masked) are exactly 0.
+  // Rows g and g + 8 of the warp; masked rows (and rows whose keys are all masked) are 0.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int i = i0 + 16 * warp + g + 8 * h;
-    if (i >= len) continue;
-    const bool row_ok = mask[start + i] != 0.0f && l > 0.0f;
-    const float inv = row_ok ? 1.0f / l : 0.0f;
-    T* orow = out + (size_t)(start + i) * width + col0;
-#pragma unroll
-    for (int nb = 0; nb < kDb; ++nb) {
-      const int c = 8 * nb + 2 * t;
-      if (c < d) {
-        const unsigned pair = hopscore::pack2<T>(o[nb][2 * h] * inv, o[nb][2 * h + 1] * inv);
-        *reinterpret_cast<unsigned*>(orow + c) = pair;
-      }
-    }
+    T* row = i < len ? out + (size_t)(start + i) * width + col0 : nullptr;
+    rows.write(h, row, i < len && mask[start + i] != 0.0f, d, lane);
   }
 }
 }  // namespace v3

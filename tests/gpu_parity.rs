@@ -677,6 +677,8 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         causal(4, 1, 32, &[40, 1, 5, 17], None),
         causal(2, 1, 128, &[70, 3], None),
         causal(3, 1, 8, &[33, 1, 65], Some(33)), // the whole second sequence masked
+        causal(2, 1, 64, &[1_030, 3], None),     // 17 query tiles of 64, 33 of 32
+        causal(2, 2, 12, &[9, 33], None),        // not a multiple of 8: v1 for every dtype
     ];
     let temperatures: &[f32] = if dtype == DType::F32 {
         &[1.0, 1.4]
