@@ -6,14 +6,14 @@
 // - every `extern "C" __global__` entry is followed by `HOPSCORE_ENTRY(name);`
 // - dynamic shared memory is declared with `HOPSCORE_DYNAMIC_SMEM(type, name);`
 // - warp collectives use the `*_sync` intrinsics with a full mask, in warps that are
-//   complete (block sizes are multiples of 32); tensor cores through nvcuda::wmma or
-//   the mma.sync / ldmatrix / cp.async wrappers below (inline PTX here, the emulator's
-//   model of each instruction under HOPSCORE_CUDA_EMU).
+//   complete (block sizes are multiples of 32); tensor cores only through the
+//   mma.sync / ldmatrix / cp.async wrappers below (inline PTX here, the emulator's
+//   model of each instruction under HOPSCORE_CUDA_EMU; nvcuda::wmma's bf16 loads from
+//   shared memory compile to generic loads).
 #pragma once
 #ifndef HOPSCORE_CUDA_EMU
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 // Entries need no registration on a real GPU: the driver finds them in the PTX.
 #define HOPSCORE_ENTRY(name) static_assert(true, "")
 #define HOPSCORE_DYNAMIC_SMEM(type, name) extern __shared__ __align__(16) type name[]

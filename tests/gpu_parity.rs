@@ -634,8 +634,9 @@ fn attention_ops() -> Vec<Op> {
 }
 
 /// `question_loglik` temperatures: 31 rows are two 16-row tiles (f32) or one 32-row
-/// tile (bf16/f16, wmma; the emulator runs every wmma tile product 32 times over,
-/// so one temperature).
+/// tile (bf16/f16, mma.sync); 16-bit tables take one temperature (the emulator's
+/// tensor-core model is slow), plus 70 columns (not a multiple of 8: the bf16/f16
+/// kernel stages element by element instead of by cp.async).
 fn decoder_ops(dtype: DType) -> Vec<Op> {
     let causal = |heads, kv_heads, d, lens, extra_masked| Op::CausalAttention {
         heads,
@@ -693,6 +694,12 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         vocab: 4_500,
         temperature,
     }));
+    ops.push(Op::QuestionLoglik {
+        tokens: 20,
+        cols: 70,
+        vocab: 4_200,
+        temperature: 1.0,
+    });
     ops
 }
 
