@@ -9,9 +9,10 @@
 // tiles up to the diagonal are swept with an online softmax (running max m and sum l
 // per row) and the context accumulated in f32 registers (TPR threads split the d
 // columns of a row). v1: CUDA-core FMAs, head_dim ≤ 128 (f32, and bf16/f16 heads that
-// are not a multiple of 16 wide); v2 below: wmma tensor cores for bf16/f16.
+// are not a multiple of 8 wide); v3 below: mma.sync tensor cores for bf16/f16 (v2, with
+// nvcuda::wmma and S, P, O through shared memory, is gone).
 // CPU twin: src/backend/cpu/causal_attention.rs.
-#include "common.cuh"
+#include "flash_v3.cuh"
 
 namespace {
 constexpr unsigned BQ = 32;             // query rows per block
@@ -141,126 +142,78 @@ __device__ void causal_attention(T* out, const T* qkv, const unsigned* cu_seqlen
   }
 }
 
-// v2 for bf16/f16 when head_dim is a multiple of 16: the products Q·Kᵀ and P·V on
-// tensor cores through nvcuda::wmma m16n16k16 (16-bit inputs, f32 accumulators). Same
-// grid, block (4 warps) and tiles as v1. S = Q·Kᵀ [32 × 32] is one fragment per warp,
-// stored to shared memory as f32; the online softmax runs on CUDA cores (TPR threads a
-// row), writes P rounded to T (the row sums use the rounded values, so that P·V is
-// normalised consistently) and rescales the context O, which lives in shared memory as
-// f32 ([32][d + 4]) because fragment rows are opaque; then each warp loads its O
-// fragments, adds P·V and stores them back. The K tile's buffer then holds the V tile.
-// Shared memory (bytes; every region and every fragment pointer 32-byte aligned):
-// Q, K/V [32][d + 8] T, S [32][36] f32, P [32][40] T, O [32][d + 4] f32: 41.5 KB at
-// d = 128.
-namespace {
-constexpr unsigned LDS = BK + 4;  // S row stride (floats)
-constexpr unsigned LDP = BK + 8;  // P row stride (elements)
-}  // namespace
-
-template <typename T>
-__device__ void causal_attention_wmma(T* out, const T* qkv, const unsigned* cu_seqlens,
-                                      const float* mask, unsigned heads, unsigned kv_heads,
-                                      unsigned d, float scale) {
-  using namespace nvcuda;
-  typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> FragA;
-  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> FragB;
-  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
+// v3 for bf16/f16 when head_dim is a multiple of 8 (D = 64 or 128 the padded head
+// size; every model here has 64 or 128): the FA2-style tiles of flash_v3.cuh. Grid
+// (sequence, 64-row query tile, head), 4 warps of 16 query rows; key tiles of 64 up to
+// the diagonal (the last one, where keys past a row are masked), K and V staged by
+// cp.async and double-buffered, Q·Kᵀ and P·V on mma_16816 fed by ldmatrix, S, P, O in
+// registers. Dynamic shared memory: Q [64][D + 8], K, V [2 stages][2][64][D + 8], all T:
+// 640·(D + 8) bytes (45 KB at D = 64, 85 KB at D = 128).
+template <typename T, int D>
+__device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seqlens, const float* mask,
+                                    unsigned heads, unsigned kv_heads, unsigned d, float scale) {
+  using namespace hopscore::flash;
+  constexpr int LD = ld<D>();
   HOPSCORE_DYNAMIC_SMEM(float, smem);
-  const unsigned seq = blockIdx.x, q0 = blockIdx.y * BQ, h = blockIdx.z;
-  const unsigned start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
-  if (q0 >= len || d % 16 != 0) return;  // whole block (the launcher never sends d % 16)
-  const unsigned ldh = d + 8, ldo = d + 4;
-  char* base_smem = reinterpret_cast<char*>(smem);
-  T* qs = reinterpret_cast<T*>(base_smem);
-  T* kvs = qs + BQ * ldh;
-  float* ss = reinterpret_cast<float*>(kvs + BK * ldh);
-  T* ps = reinterpret_cast<T*>(ss + BQ * LDS);
-  float* os = reinterpret_cast<float*>(ps + BQ * LDP);
-
+  const int seq = (int)blockIdx.x, i0 = (int)blockIdx.y * kRows, h = (int)blockIdx.z;
+  const int start = (int)cu_seqlens[seq], len = (int)cu_seqlens[seq + 1] - start;
+  if (i0 >= len) return;  // whole block: shorter sequence than the longest
+  T* qs = reinterpret_cast<T*>(smem);  // [64][LD]
+  T* kv = qs + kRows * LD;             // [stage][K, V][64][LD]
   const size_t width = (size_t)(heads + 2 * kv_heads) * d;
   const HeadRows<T> src(qkv + (size_t)start * width, h, heads, kv_heads, d);
-  const T *qsrc = src.q, *ksrc = src.k, *vsrc = src.v;
-  const float* m_seq = mask + start;
-  const T zero = hopscore::from_float<T>(0.0f);
+  const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
 
-  const unsigned tid = threadIdx.x, warp = tid / 32, r = tid / TPR, sub = tid % TPR;
-  const unsigned i = q0 + r;
-  const bool active = i < len && m_seq[i] != 0.0f;
+  auto stage_kv = [&](int kt) {
+    T* dst = kv + (kt & 1) * 2 * kKeys * LD;
+    const size_t row0 = (size_t)kt * kKeys * width;
+    stage_rows<T, D>(dst, src.k + row0, len - kt * kKeys, width, (int)d);
+    stage_rows<T, D>(dst + kKeys * LD, src.v + row0, len - kt * kKeys, width, (int)d);
+  };
+  stage_rows<T, D>(qs, src.q + (size_t)i0 * width, len - i0, width, (int)d);
+  hopscore::cp_async_commit();
+  stage_kv(0);
+  hopscore::cp_async_commit();
+  hopscore::cp_async_wait<1>();  // the Q tile
+  __syncthreads();
+  unsigned qf[D / 16][4];
+  load_a<D>(qf, qs + 16 * warp * LD, lane);
 
-  for (unsigned idx = tid; idx < BQ * d; idx += blockDim.x) {
-    const unsigned rr = idx / d, c = idx % d;
-    qs[rr * ldh + c] = q0 + rr < len ? qsrc[(size_t)(q0 + rr) * width + c] : zero;
-    os[rr * ldo + c] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  const unsigned frags = 2 * (d / 16);  // O fragments: 2 row blocks × d/16 column blocks
+  const float sl2 = scale * 1.4426950408889634f;  // scale · log2(e)
+  const float neg_inf = -__builtin_huge_valf();
+  Rows16<T, D> rows;
+  // Key tile kt; on the diagonal tile (j0 = i0) key column c > row r is masked too.
+  auto tile = [&](int kt, bool diagonal) {
+    const T* ks = kv + (kt & 1) * 2 * kKeys * LD;
+    hopscore::cp_async_wait<0>();  // tile kt's K and V
+    __syncthreads();  // … for every thread; every warp is done with tile kt − 1
+    if (!diagonal) stage_kv(kt + 1);
+    hopscore::cp_async_commit();
 
-  const unsigned kend = min(len, q0 + BQ);
-  for (unsigned k0 = 0; k0 < kend; k0 += BK) {
-    const unsigned kn = min(BK, len - k0);
-    __syncthreads();  // the previous P·V is done with P, V and O (and Q/O are staged)
-    for (unsigned idx = tid; idx < BK * d; idx += blockDim.x) {
-      const unsigned jj = idx / d, c = idx % d;
-      kvs[jj * ldh + c] = jj < kn ? ksrc[(size_t)(k0 + jj) * width + c] : zero;
-    }
-    __syncthreads();
-    {
-      const unsigned a = warp / 2, b = warp % 2;
-      hopscore::wmma_abt_tile(qs + 16 * a * ldh, kvs + 16 * b * ldh, ldh, d, ss + 16 * a * LDS + 16 * b, LDS);
-    }
-    __syncthreads();  // S is complete; every warp is done with K
-    for (unsigned idx = tid; idx < BK * d; idx += blockDim.x) {
-      const unsigned jj = idx / d, c = idx % d;
-      kvs[jj * ldh + c] = jj < kn ? vsrc[(size_t)(k0 + jj) * width + c] : zero;
-    }
-    float sc[KPT];
-    float tmax = -INFINITY;
+    float s[kNb][4];
+    abt<T, D, kNb>(s, qf, ks, lane);
+    mask_keys(s, key_bits(mask + start, kt * kKeys, len, lane));
+    if (diagonal) {
 #pragma unroll
-    for (unsigned k = 0; k < KPT; ++k) {
-      const unsigned jj = sub + TPR * k, j = k0 + jj;
-      const bool ok = j <= i && j < len && m_seq[j] != 0.0f;
-      sc[k] = ok ? ss[r * LDS + jj] * scale : -INFINITY;
-      tmax = fmaxf(tmax, sc[k]);
-    }
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-    const float mnew = fmaxf(m, tmax);
-    const bool any = mnew != -INFINITY;
-    const float corr = any ? expf(m - mnew) : 1.0f;
-    float psum = 0.0f;
+      for (int nb = 0; nb < kNb; ++nb)
 #pragma unroll
-    for (unsigned k = 0; k < KPT; ++k) {
-      const T p = hopscore::from_float<T>(sc[k] != -INFINITY ? expf(sc[k] - mnew) : 0.0f);
-      ps[r * LDP + sub + TPR * k] = p;
-      psum += hopscore::to_float(p);
+        for (int i = 0; i < 4; ++i)
+          if (8 * nb + 2 * t + (i & 1) > 16 * warp + g + 8 * (i / 2)) s[nb][i] = neg_inf;
     }
-    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-    psum += __shfl_xor_sync(0xffffffffu, psum, 2);
-    l = l * corr + psum;
-    m = mnew;
-    for (unsigned c = sub; c < d; c += TPR) os[r * ldo + c] *= corr;
-    __syncthreads();  // P, the rescaled O and the V tile are ready
-    for (unsigned f = warp; f < frags; f += blockDim.x / 32) {
-      const unsigned a = f / (d / 16), b = f % (d / 16);
-      FragC acc;
-      wmma::load_matrix_sync(acc, os + 16 * a * ldo + 16 * b, ldo, wmma::mem_row_major);
+    rows.step(s, sl2, ks + kKeys * LD, lane);
+  };
+  // Key tiles up to the diagonal (tile blockIdx.y; i0 < len): the masking only there,
+  // out of the main loop.
+  const int diagonal = (int)blockIdx.y;
+  for (int kt = 0; kt < diagonal; ++kt) tile(kt, false);
+  tile(diagonal, true);
+
+  // Rows g and g + 8 of the warp; masked query rows output 0.
 #pragma unroll
-      for (unsigned kk = 0; kk < BK; kk += 16) {
-        FragA fa;
-        FragB fb;
-        wmma::load_matrix_sync(fa, ps + 16 * a * LDP + kk, LDP);
-        wmma::load_matrix_sync(fb, kvs + kk * ldh + 16 * b, ldh);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(os + 16 * a * ldo + 16 * b, acc, ldo, wmma::mem_row_major);
-    }
-  }
-  __syncthreads();  // O is final
-  if (i < len) {
-    T* o = out + (size_t)(start + i) * heads * d + (size_t)h * d;
-    const float inv = active ? 1.0f / l : 0.0f;
-    for (unsigned c = sub; c < d; c += TPR)
-      o[c] = hopscore::from_float<T>(active ? os[r * ldo + c] * inv : 0.0f);
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = i0 + 16 * warp + g + 8 * hh;
+    T* row = i < len ? out + (size_t)(start + i) * heads * d + (size_t)h * d : nullptr;
+    rows.write(hh, row, i < len && mask[start + i] != 0.0f, (int)d, lane);
   }
 }
 
@@ -272,11 +225,13 @@ __device__ void causal_attention_wmma(T* out, const T* qkv, const unsigned* cu_s
   }                                                                                             \
   HOPSCORE_ENTRY(causal_attention_##SUFFIX);
 
-// causal_attention_<T>: v1 for f32, v2 (wmma; head_dim a multiple of 16) for bf16/f16.
-// causal_attention_fma_<T>: v1 for bf16/f16 heads of other sizes. Separate entries, so
-// that the wmma kernel is not allocated the v1 accumulators' registers.
+// causal_attention_f32: v1. causal_attention_fma_<T>: v1 for bf16/f16 heads that are
+// not a multiple of 8 wide. causal_attention_v3_d<D>_<T>: v3 (separate entries, so that
+// each is allocated only its own registers).
 CAUSAL_ATTENTION_ENTRY(f32, float, causal_attention)
-CAUSAL_ATTENTION_ENTRY(bf16, __nv_bfloat16, causal_attention_wmma)
-CAUSAL_ATTENTION_ENTRY(f16, __half, causal_attention_wmma)
 CAUSAL_ATTENTION_ENTRY(fma_bf16, __nv_bfloat16, causal_attention)
 CAUSAL_ATTENTION_ENTRY(fma_f16, __half, causal_attention)
+CAUSAL_ATTENTION_ENTRY(v3_d64_bf16, __nv_bfloat16, (causal_attention_v3<__nv_bfloat16, 64>))
+CAUSAL_ATTENTION_ENTRY(v3_d128_bf16, __nv_bfloat16, (causal_attention_v3<__nv_bfloat16, 128>))
+CAUSAL_ATTENTION_ENTRY(v3_d64_f16, __half, (causal_attention_v3<__half, 64>))
+CAUSAL_ATTENTION_ENTRY(v3_d128_f16, __half, (causal_attention_v3<__half, 128>))

@@ -6,12 +6,14 @@
 // - every `extern "C" __global__` entry is followed by `HOPSCORE_ENTRY(name);`
 // - dynamic shared memory is declared with `HOPSCORE_DYNAMIC_SMEM(type, name);`
 // - warp collectives use the `*_sync` intrinsics with a full mask, in warps that are
-//   complete (block sizes are multiples of 32); tensor cores only through nvcuda::wmma.
+//   complete (block sizes are multiples of 32); tensor cores only through the
+//   mma.sync / ldmatrix / cp.async wrappers below (inline PTX here, the emulator's
+//   model of each instruction under HOPSCORE_CUDA_EMU; nvcuda::wmma's bf16 loads from
+//   shared memory compile to generic loads).
 #pragma once
 #ifndef HOPSCORE_CUDA_EMU
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 // Entries need no registration on a real GPU: the driver finds them in the PTX.
 #define HOPSCORE_ENTRY(name) static_assert(true, "")
 #define HOPSCORE_DYNAMIC_SMEM(type, name) extern __shared__ __align__(16) type name[]
@@ -62,27 +64,140 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(t);
 }
 
-#ifdef __CUDA_ARCH__
-// One 16×16 tile of A·Bᵀ, for a whole warp: 16 rows of A and 16 rows of B (row-major
-// 16-bit elements in shared memory, leading dimension `ld`, `k` a multiple of 16
-// columns) multiplied on tensor cores with f32 accumulation and stored row-major at
-// `s` (leading dimension `lds`; `layout` column-major stores the transpose).
+
+// ---------------------------------------------------------------- mma.sync, ldmatrix, cp.async
+// Thin wrappers over the PTX instructions (sm_80+). Fragments are arrays of 32-bit
+// registers holding two 16-bit elements each (lower column / row in the low half), in
+// the PTX ISA's layouts ("Warp-level Matrix Fragments for mma.m16n8k16 with floating
+// point type"); with g = lane / 4, t = lane % 4:
+//   A (16×16, row-major): a[0] = A[g][2t..], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..],
+//     a[3] = A[g+8][2t+8..];
+//   B (16×8, k × n):      b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g];
+//   C (16×8, f32):        c[0..1] = C[g][2t..2t+1], c[2..3] = C[g+8][2t..2t+1].
+// Under the emulator each wrapper is a warp collective (tools/cuda_emu/emu.h), so every
+// lane of the warp must call it, as on a GPU (`.sync.aligned`).
+
+// acc += A·B on tensor cores (mma.sync.aligned.m16n8k16.row.col, f32 accumulators); T
+// is __nv_bfloat16 or __half.
 template <typename T>
-__device__ __forceinline__ void wmma_abt_tile(
-    const T* a, const T* b, unsigned ld, unsigned k, float* s, unsigned lds,
-    nvcuda::wmma::layout_t layout = nvcuda::wmma::mem_row_major) {
-  using namespace nvcuda;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::fill_fragment(acc, 0.0f);
-  for (unsigned kk = 0; kk < k; kk += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-    wmma::load_matrix_sync(fa, a + kk, ld);
-    wmma::load_matrix_sync(fb, b + kk, ld);
-    wmma::mma_sync(acc, fa, fb, acc);
+__device__ __forceinline__ void mma_16816(float (&acc)[4], const unsigned (&a)[4], const unsigned (&b)[2]);
+#ifdef HOPSCORE_CUDA_EMU
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&acc)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  hopscore_emu::mma_m16n8k16<T>(acc, a, b);
+}
+#else
+#define HOPSCORE_MMA_16816(T, PTX_TYPE)                                                              \
+  template <>                                                                                       \
+  __device__ __forceinline__ void mma_16816<T>(float (&acc)[4], const unsigned (&a)[4],             \
+                                               const unsigned (&b)[2]) {                            \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE ".f32 "             \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                   \
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                           \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));              \
   }
-  wmma::store_matrix_sync(s, acc, lds, layout);
+HOPSCORE_MMA_16816(__nv_bfloat16, "bf16")
+HOPSCORE_MMA_16816(__half, "f16")
+#undef HOPSCORE_MMA_16816
+#endif
+
+// ldmatrix.sync.aligned.m8n8.x{2,4}[.trans].shared.b16 (PTX ISA, "Warp-level matrix load
+// instruction: ldmatrix"): lanes 8m..8m+7 pass the (16-byte aligned, shared memory)
+// addresses of rows 0..7 of 8×8 matrix m; r[m] receives row lane / 4, elements
+// 2(lane % 4) and 2(lane % 4) + 1 of it, or with .trans column lane / 4, rows 2(lane % 4)
+// and 2(lane % 4) + 1. With row-major tiles: `ldmatrix_x4` at &A[lane % 16][8 (lane /
+// 16)] gives an A fragment; `ldmatrix_x2` at &Bt[lane % 8][8 ((lane / 8) % 2)] of a
+// [n][k] tile gives a B fragment; `ldmatrix_x2_trans` at &B[lane % 16][0] of a [k][n]
+// tile gives a B fragment.
+#ifdef HOPSCORE_CUDA_EMU
+__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], const void* row) {
+  hopscore_emu::ldmatrix<2, false>(r, row);
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+  hopscore_emu::ldmatrix<4, false>(r, row);
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned (&r)[2], const void* row) {
+  hopscore_emu::ldmatrix<2, true>(r, row);
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+  hopscore_emu::ldmatrix<4, true>(r, row);
+}
+#else
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(row)));
 }
 #endif
+
+// cp.async.cg.shared.global of 16 bytes (PTX ISA, "Data Movement and Conversion
+// Instructions: cp.async"): the first `src_bytes` (0 or 16) of `src` to `dst`, the rest
+// zero-filled, asynchronously; both addresses 16-byte aligned, `src` a valid global
+// address even when `src_bytes` is 0. The copies issued since the last commit form a
+// group (`cp_async_commit`); `cp_async_wait<N>` returns once at most the N most recent
+// groups are still in flight (then a barrier makes the data visible to other threads).
+#ifdef HOPSCORE_CUDA_EMU
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned src_bytes = 16) {
+  hopscore_emu::async_copy_16(dst, src, src_bytes);
+}
+__device__ __forceinline__ void cp_async_commit() { hopscore_emu::async_commit(); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { hopscore_emu::async_wait(N); }
+#else
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+#endif
+
+// 2^x by the MUFU approximation (ex2.approx.ftz: relative error ≤ 2^-22, denormal
+// results flushed to 0), without exp2f's denormal-range fix-up; exp2f on the emulator.
+__device__ __forceinline__ float exp2_approx(float x) {
+#ifdef HOPSCORE_CUDA_EMU
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+// The two 16-bit elements of a register as floats (x: the low half).
+template <typename T> __device__ __forceinline__ float2 unpack2(unsigned v);
+template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+// Two floats as one register of two 16-bit elements (x in the low half), as an A
+// fragment from values in registers (e.g. the probabilities of attention).
+template <typename T> __device__ __forceinline__ unsigned pack2(float x, float y);
+template <> __device__ __forceinline__ unsigned pack2<__nv_bfloat16>(float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+template <> __device__ __forceinline__ unsigned pack2<__half>(float x, float y) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
 
 }  // namespace hopscore

@@ -7,7 +7,8 @@
 //   score[i,j] = scale · (Q_i·K_j + Q_i·PK[x(r)] + K_j·PQ[x(r)])
 // Masked keys are left out of the softmax, masked query rows output 0.
 //
-// Entries: _f32 runs v1, _bf16 and _f16 run v2 (below).
+// Entries: _f32 runs v1 (the reference); _v3_d<D>_bf16 and _v3_d<D>_f16 run v3
+// (below; v2, nvcuda::wmma with S, P and O through shared memory, is gone).
 //
 // v1 (CUDA cores, f32 accumulation). Grid (ceil(max_len / 32), heads, num_seqs), 128
 // threads. A block owns a 32-row query tile of one (sequence, head) and loops over
@@ -28,7 +29,7 @@
 //   probabilities [32][33]) | xs [64] | slot [64] | rows [64] (unsigned)
 // = 4 · ((64 + BR) · LD + 2048 + 192) bytes; see `smem_bytes` in
 // src/backend/cuda/disentangled_attention.rs.
-#include "common.cuh"
+#include "flash_v3.cuh"
 
 namespace {
 
@@ -270,199 +271,203 @@ __device__ void disentangled_attention(const T* __restrict__ q, const T* __restr
 }
 
 
-// v2 (bf16/f16 entries): the same tiling and band, with the three products (Q·Kᵀ, the
-// band scores, P·V) on tensor cores through nvcuda::wmma m16n16k16 (16-bit inputs, f32
-// accumulators). Inputs are staged in shared memory as T, columns zero-padded to
-// dp = roundup(head_size, 16); the probabilities are rounded to T for P·V (their row
-// sums use the rounded values), the output accumulator O lives in shared memory (f32)
-// and is rescaled row-wise on CUDA cores before each P·V.
+// v3 (bf16/f16 entries `disentangled_attention_v3_d<D>_<T>`, D = 64 (every DeBERTa) or
+// 128 the padded head size; v1 stays the f32 reference). FA2-style: grid (⌈max_len / 64⌉, heads,
+// seqs), 4 warps; warp w owns query rows 16w..16w+15 of a 64-row query tile and loops
+// over 64-key tiles with S, P and the context O in registers (mma.sync m16n8k16
+// fragments, f32 accumulators), an online softmax in exp2 with scale·log2(e) folded into
+// the scores, P rounded to T (its row sums use the rounded values) and fed to P·V as A
+// fragments straight from the S accumulators. Every tile product is a mma_16816 fed by
+// ldmatrix (.trans for V).
 //
-// Dynamic shared memory (bytes; ldo = dp + 4 floats, ldh = dp + 8 elements of T,
-// BR = 64 with a band, else 32; every wmma tile pointer is 32-byte aligned):
-//   Os f32 [32][ldo] | Ss f32 [32][36] (scores; then P as T [32][40]) |
-//   Cs f32 [2048] (c2p band scores [32][64], p2c band scores [64][32]) |
-//   Qs T [32][ldh] | Ks T [32][ldh] | Bs T [BR][ldh] (band rows, then V) |
-//   xs, slot, rows unsigned [64] each
-// = 4·32·ldo + 4608 + 8192 + 2·(64 + BR)·ldh + 768 bytes.
-template <typename T>
-__device__ void disentangled_attention_wmma(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-    const T* __restrict__ pos_key, const T* __restrict__ pos_query,
-    const unsigned* __restrict__ rel_index, unsigned rel_base,
-    const unsigned* __restrict__ cu_seqlens, const float* __restrict__ mask, T* __restrict__ out,
-    unsigned heads, unsigned head_size, float scale) {
-  using namespace nvcuda;
-  typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> FragA;
-  typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> FragB;
-  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
+// Staging: K and V tiles by 16-byte cp.async, double-buffered (tile t + 1 is in flight
+// while tile t is computed); columns d..D are zero-filled, as are rows past the sequence.
+// The band: for a (query tile, key tile) pair on tile diagonal δ = i0 − j0 the 127
+// offsets r = δ − 63 + o (o = 0..126) reach the distinct table rows
+// band[e][0..128) (rows past the distinct count repeat the last one) and
+// slot[o] = their rank; both come per diagonal e from the host (computed once per batch,
+// `band_table` in src/backend/cuda/disentangled_attention.rs), so a tile stages its
+// 128 PK and PQ rows with cp.async (issued once the previous tile's band scores are
+// gathered) without computing anything. Warp w multiplies its 16 query rows by the
+// 80 band rows from slot[16w] (all the offsets its rows meet: c2p) into its 16 rows of
+// an f32 scratch, from which its lanes gather the c2p term of their 32 scores through
+// slot[]; then its 16 keys by the 80 band rows from slot[48 − 16w] (p2c) into the same
+// rows, which every warp reads after a barrier.
+//
+// Dynamic shared memory (bytes, LD = D + 8 elements per row):
+//   scratch f32 [64][84] (the Q tile, staged before the first key tile, shares it) |
+//   K, V T [2 stages][2][64][LD] | PK, PQ band T [2][128][LD] | slot u32 [2 stages][128]
+// = 21,504 + 512·LD + 512·LD + 1,024 bytes (94 KB at D = 64: two blocks per SM; 158 KB
+// at D = 128); see `smem_bytes` in src/backend/cuda/disentangled_attention.rs.
+namespace v3 {
+using namespace hopscore::flash;
+constexpr int kBandRows = 128;  // staged table rows per tile (≥ the 127 offsets)
+constexpr int kWin = 80;        // band rows one warp multiplies (its offsets span 79)
+constexpr int kLdc = kWin + 4;  // scratch row stride (floats; rows 16-byte aligned)
 
-  HOPSCORE_DYNAMIC_SMEM(float, smem);
-  const int d = (int)head_size;
-  const int dp = (d + 15) & ~15;
-  const int ldh = dp + 8, ldo = dp + 4;
-  constexpr int ldsc = 36, ldp = 40;
-  const int width = (int)(heads * head_size);
-  const int h = (int)blockIdx.y;
-  const int seq = (int)blockIdx.z;
-  const int start = (int)cu_seqlens[seq];
-  const int len = (int)cu_seqlens[seq + 1] - start;
-  const int i0 = (int)blockIdx.x * kTile;
-  if (i0 >= len) return;
-
-  const bool c2p = rel_index != nullptr && pos_key != nullptr;
-  const bool p2c = rel_index != nullptr && pos_query != nullptr;
-  const bool band = c2p || p2c;
-
-  float* Os = smem;
-  float* Ss = Os + kTile * ldo;
-  T* Ps = reinterpret_cast<T*>(Ss);
-  float* Cs = Ss + kTile * ldsc;
-  T* Qs = reinterpret_cast<T*>(Cs + 2048);
-  T* Ks = Qs + kTile * ldh;
-  T* Bs = Ks + kTile * ldh;
-  unsigned* xs = reinterpret_cast<unsigned*>(Bs + (band ? 64 : kTile) * ldh);
-  unsigned* slot = xs + 64;
-  unsigned* rows = slot + 64;
-
-  const int tid = (int)threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int ir0 = warp * kRowsPerWarp;
-  const size_t col0 = (size_t)h * d;
-  const float neg_inf = -__builtin_huge_valf();
-  const T zero = hopscore::from_float<T>(0.0f);
-
-  // rows [0, 32) of `dst` (ld ldh) ← rows row0.. of `src` (zero past `limit`, and in
-  // the padding columns).
-  auto stage = [&](T* dst, const T* src, int row0, int limit) {
-    for (int e = tid; e < kTile * dp; e += kThreads) {
-      const int r = e / dp, c = e - r * dp;
-      const int t = row0 + r;
-      dst[r * ldh + c] = t < limit && c < d ? src[(size_t)(start + t) * width + col0 + c] : zero;
-    }
-  };
-  // rows [0, roundup16(n)) of Bs ← table rows rows[0..n) of `table` (zero beyond n).
-  auto stage_band = [&](const T* table, int n) {
-    const int n16 = (n + 15) & ~15;
-    for (int e = tid; e < n16 * dp; e += kThreads) {
-      const int r = e / dp, c = e - r * dp;
-      Bs[r * ldh + c] = r < n && c < d ? table[(size_t)rows[r] * width + col0 + c] : zero;
-    }
-  };
-
-  stage(Qs, q, i0, len);
-  for (int e = tid; e < kTile * ldo; e += kThreads) Os[e] = 0.0f;
-
-  float m_run[kRowsPerWarp], l_run[kRowsPerWarp];
+// The 128 band rows of one diagonal (table rows `band`) of a position table (`table`
+// at the head's first column), as stage_rows.
+template <typename T, int D>
+__device__ __forceinline__ void stage_band(T* dst, const T* table, const unsigned* band, size_t width, int d) {
+  constexpr int per_row = D / 8, stride = kWarps * 32 / per_row;
+  const int r0 = (int)threadIdx.x / per_row, c = 8 * ((int)threadIdx.x % per_row);
+  T* t = dst + r0 * ld<D>() + c;
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    m_run[r] = neg_inf;
-    l_run[r] = 0.0f;
-  }
-
-  for (int j0 = 0; j0 < len; j0 += kTile) {
-    __syncthreads();  // the previous tile is done with Ks, Bs, Cs, Ss/Ps, Os
-    stage(Ks, k, j0, len);
-    if (band) band_offsets(i0, j0, len, rel_index, rel_base, xs, tid);
-    __syncthreads();
-    const int nslots = band ? band_slots(xs, slot, rows, tid) : 0;
-    const int nx = (nslots + 15) >> 4;  // 16-column blocks of band scores
-
-    // c2c: Ss = Q · Kᵀ, warp w → block (w / 2, w % 2).
-    {
-      const int a = warp >> 1, b = warp & 1;
-      hopscore::wmma_abt_tile(Qs + 16 * a * ldh, Ks + 16 * b * ldh, ldh, dp, Ss + 16 * a * ldsc + 16 * b, ldsc);
-    }
-
-    if (c2p) {
-      __syncthreads();  // rows[] complete
-      stage_band(pos_key, nslots);
-      __syncthreads();
-      // Cs[i][x] = Q_i · PK[rows[x]] ([32][64]).
-      for (int blk = warp; blk < 2 * nx; blk += kThreads / 32) {
-        const int a = blk & 1, b = blk >> 1;
-        hopscore::wmma_abt_tile(Qs + 16 * a * ldh, Bs + 16 * b * ldh, ldh, dp, Cs + 16 * a * 64 + 16 * b, 64,
-                               wmma::mem_row_major);
-      }
-    }
-    __syncthreads();  // Ss (and Cs) complete
-    float s[kRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      s[r] = Ss[(ir0 + r) * ldsc + lane];
-      if (c2p) s[r] += Cs[(ir0 + r) * 64 + slot[ir0 + r - lane + kTile - 1]];
-    }
-
-    if (p2c) {
-      __syncthreads();  // done with Bs and Cs
-      stage_band(pos_query, nslots);
-      __syncthreads();
-      // Cs[x][j] = K_j · PQ[rows[x]] ([64][32]: stored column-major from (j, x)).
-      for (int blk = warp; blk < 2 * nx; blk += kThreads / 32) {
-        const int a = blk & 1, b = blk >> 1;
-        hopscore::wmma_abt_tile(Ks + 16 * a * ldh, Bs + 16 * b * ldh, ldh, dp, Cs + 16 * a + 16 * b * kTile, kTile,
-                               wmma::mem_col_major);
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) s[r] += Cs[slot[ir0 + r - lane + kTile - 1] * kTile + lane];
-    }
-
-    __syncthreads();  // done with Bs, Cs, Ss
-    stage(Bs, v, j0, len);  // V tile (rows past the sequence are 0, never NaN)
-
-    // Online softmax; P (rounded to T) → Ps, O rows rescaled.
-    const int j = j0 + lane;
-    const bool key_ok = j < len && mask[start + j] != 0.0f;
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const float x = key_ok ? s[r] * scale : neg_inf;
-      const float m_new = fmaxf(m_run[r], hopscore::warp_max(x));
-      float p, corr;
-      if (m_new == neg_inf) {
-        p = 0.0f;
-        corr = 1.0f;
-      } else {
-        p = expf(x - m_new);
-        corr = expf(m_run[r] - m_new);
-      }
-      const T pt = hopscore::from_float<T>(p);
-      m_run[r] = m_new;
-      l_run[r] = l_run[r] * corr + hopscore::warp_sum(hopscore::to_float(pt));
-      Ps[(ir0 + r) * ldp + lane] = pt;
-      for (int c = lane; c < dp; c += 32) Os[(ir0 + r) * ldo + c] *= corr;
-    }
-    __syncthreads();
-
-    // Os += P · V, warp w → blocks (a, b) = (blk % 2, blk / 2) of [32][dp].
-    for (int blk = warp; blk < 2 * (dp >> 4); blk += kThreads / 32) {
-      const int a = blk & 1, b = blk >> 1;
-      FragC acc;
-      wmma::load_matrix_sync(acc, Os + 16 * a * ldo + 16 * b, ldo, wmma::mem_row_major);
-      for (int kk = 0; kk < kTile; kk += 16) {
-        FragA fa;
-        FragB fb;
-        wmma::load_matrix_sync(fa, Ps + 16 * a * ldp + kk, ldp);
-        wmma::load_matrix_sync(fb, Bs + kk * ldh + 16 * b, ldh);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(Os + 16 * a * ldo + 16 * b, acc, ldo, wmma::mem_row_major);
-    }
-  }
-  __syncthreads();  // Os complete
-
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int i = i0 + ir0 + r;
-    if (i >= len) continue;
-    const bool row_ok = mask[start + i] != 0.0f && l_run[r] > 0.0f;
-    const float inv = row_ok ? 1.0f / l_run[r] : 0.0f;
-    T* o = out + (size_t)(start + i) * width + col0;
-    for (int c = lane; c < d; c += 32)
-      o[c] = hopscore::from_float<T>(row_ok ? Os[(ir0 + r) * ldo + c] * inv : 0.0f);
+  for (int u = 0; u < kBandRows / stride; ++u) {
+    const T* s = table + (size_t)band[r0 + u * stride] * width + c;
+    hopscore::cp_async_16(t + u * stride * ld<D>(), c < d ? s : table, c < d ? 16 : 0);
   }
 }
 
+// A [16][kWin] accumulator tile → rows 0..15 of `scratch` (stride kLdc).
+__device__ __forceinline__ void store_scratch(float* scratch, const float (&acc)[kWin / 8][4], int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nb = 0; nb < kWin / 8; ++nb) {
+    *reinterpret_cast<float2*>(scratch + g * kLdc + 8 * nb + 2 * t) = make_float2(acc[nb][0], acc[nb][1]);
+    *reinterpret_cast<float2*>(scratch + (g + 8) * kLdc + 8 * nb + 2 * t) = make_float2(acc[nb][2], acc[nb][3]);
+  }
+}
+
+template <typename T, int D>
+__device__ void attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                          const T* __restrict__ pos_key, const T* __restrict__ pos_query,
+                          const unsigned* __restrict__ band_table, const unsigned* __restrict__ cu_seqlens,
+                          const float* __restrict__ mask, T* __restrict__ out, unsigned heads, unsigned head_size,
+                          float scale) {
+  static_assert(kRows * ld<D>() * 2 <= kRows * kLdc * 4, "the Q tile is staged in the scratch");
+  constexpr int LD = ld<D>();
+  HOPSCORE_DYNAMIC_SMEM(float, smem);
+  const int d = (int)head_size;
+  const size_t width = (size_t)heads * head_size;
+  const size_t col0 = (size_t)blockIdx.y * head_size;
+  const int seq = (int)blockIdx.z;
+  const int start = (int)cu_seqlens[seq];
+  const int len = (int)cu_seqlens[seq + 1] - start;
+  const int qt = (int)blockIdx.x, i0 = qt * kRows;
+  if (i0 >= len) return;  // whole block: before any barrier
+  const int ntiles = (int)gridDim.x;  // key tiles of the longest sequence: diagonals 2·ntiles − 1
+
+  const bool c2p = band_table != nullptr && pos_key != nullptr;
+  const bool p2c = band_table != nullptr && pos_query != nullptr;
+  const bool band = c2p || p2c;
+
+  float* scratch = smem;                                       // [64][kLdc]: rows 16w.. are warp w's
+  T* qs = reinterpret_cast<T*>(smem);                          // [64][LD], before the first tile
+  T* kv = reinterpret_cast<T*>(smem + kRows * kLdc);           // [stage][K, V][64][LD]
+  T* pk = kv + 4 * kKeys * LD;                                 // [128][LD]
+  T* pq = pk + kBandRows * LD;
+  unsigned* slots = reinterpret_cast<unsigned*>(pq + kBandRows * LD);  // [stage][128]
+
+  const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+  const T* qh = q + (size_t)start * width + col0;  // row 0 of the sequence, this head
+  const T* kh = k + (size_t)start * width + col0;
+  const T* vh = v + (size_t)start * width + col0;
+  const T* pkh = c2p ? pos_key + col0 : nullptr;
+  const T* pqh = p2c ? pos_query + col0 : nullptr;
+
+  // Key tile kt (K, V and, with the band, its diagonal's slots) into stage kt % 2.
+  auto stage_kv = [&](int kt) {
+    T* dst = kv + (kt & 1) * 2 * kKeys * LD;
+    const size_t row0 = (size_t)kt * kKeys * width;
+    stage_rows<T, D>(dst, kh + row0, len - kt * kKeys, width, d);
+    stage_rows<T, D>(dst + kKeys * LD, vh + row0, len - kt * kKeys, width, d);
+    if (band && tid < kBandRows / 4) {
+      const unsigned* sl = band_table + (size_t)(qt - kt + ntiles - 1) * 2 * kBandRows + kBandRows;
+      hopscore::cp_async_16(slots + (kt & 1) * kBandRows + 4 * tid, sl + 4 * tid);
+    }
+  };
+  auto stage_pos = [&](int kt) {
+    const unsigned* rows = band_table + (size_t)(qt - kt + ntiles - 1) * 2 * kBandRows;
+    if (c2p) stage_band<T, D>(pk, pkh, rows, width, d);
+    if (p2c) stage_band<T, D>(pq, pqh, rows, width, d);
+  };
+
+  stage_rows<T, D>(qs, qh + (size_t)i0 * width, len - i0, width, d);
+  hopscore::cp_async_commit();
+  stage_kv(0);
+  if (band) stage_pos(0);
+  hopscore::cp_async_commit();
+  hopscore::cp_async_wait<1>();  // the Q tile (tile 0 may still be in flight)
+  __syncthreads();
+  unsigned qf[D / 16][4];  // this warp's 16 query rows as A fragments, for every tile
+  load_a<D>(qf, qs + 16 * warp * LD, lane);
+
+  const float sl2 = scale * 1.4426950408889634f;  // scale · log2(e)
+  Rows16<T, D> rows;
+  const int tiles = (len + kKeys - 1) / kKeys;
+  for (int kt = 0; kt < tiles; ++kt) {
+    const T* ks = kv + (kt & 1) * 2 * kKeys * LD;
+    const unsigned* slot = slots + (kt & 1) * kBandRows;
+    hopscore::cp_async_wait<0>();  // tile kt's K, V, slots and band rows
+    __syncthreads();  // … for every thread; every warp is done with tile kt − 1 (and Q)
+    if (kt + 1 < tiles) stage_kv(kt + 1);
+    hopscore::cp_async_commit();
+
+    // S = Q · Kᵀ ([16][64] per warp).
+    float s[kNb][4];
+    abt<T, D, kNb>(s, qf, ks, lane);
+
+    if (band) {
+      // Element (row 16w + g + 8h, column 8nb + 2t + e) of S meets offset
+      // o = 16w + g − 2t + 63 − 8(nb − h) − e, band row sl[nb − h + 1][e] (18 distinct
+      // offsets per lane, read once per tile).
+      int sl[kNb + 1][2];
+      {
+        const unsigned* my = slot + 16 * warp + g - 2 * t + kKeys - 1;
+#pragma unroll
+        for (int x = 0; x <= kNb; ++x)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) sl[x][e] = (int)my[8 - 8 * x - e];
+      }
+      float* mine = scratch + 16 * warp * kLdc;
+      if (c2p) {  // c2p of this warp's rows: Q · PK[slot[16w] ..)ᵀ, gathered by the warp
+        float acc[kWin / 8][4];
+        abt<T, D, kWin / 8>(acc, qf, pk + slot[16 * warp] * LD, lane);
+        store_scratch(mine, acc, lane);
+        __syncwarp();
+        const float* row = mine + g * kLdc - (int)slot[16 * warp];
+#pragma unroll
+        for (int nb = 0; nb < kNb; ++nb)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[nb][i] += row[8 * (i / 2) * kLdc + sl[nb - i / 2 + 1][i & 1]];
+        __syncwarp();  // the warp's scratch rows are free again
+      }
+      if (p2c) {  // p2c of this warp's 16 keys: K · PQ[slot[48 − 16w] ..)ᵀ, gathered by all
+        unsigned kf[D / 16][4];
+        load_a<D>(kf, ks + 16 * warp * LD, lane);
+        float acc[kWin / 8][4];
+        abt<T, D, kWin / 8>(acc, kf, pq + slot[48 - 16 * warp] * LD, lane);
+        store_scratch(mine, acc, lane);
+      }
+      __syncthreads();  // p2c rows complete; the band rows are consumed
+      if (kt + 1 < tiles) stage_pos(kt + 1);
+      hopscore::cp_async_commit();
+      if (p2c) {
+#pragma unroll
+        for (int nb = 0; nb < kNb; ++nb) {
+          // Keys 8nb + 2t + e: rows of warp nb / 2, whose band rows start at slot[48 − 8nb′].
+          const float* key = scratch + (8 * nb + 2 * t) * kLdc - (int)slot[48 - 16 * (nb / 2)];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[nb][i] += key[(i & 1) * kLdc + sl[nb - i / 2 + 1][i & 1]];
+        }
+      }
+    }
+
+    mask_keys(s, key_bits(mask + start, kt * kKeys, len, lane));
+    rows.step(s, sl2, ks + kKeys * LD, lane);
+  }
+
+  // Rows g and g + 8 of the warp; masked rows (and rows whose keys are all masked) are 0.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = i0 + 16 * warp + g + 8 * h;
+    T* row = i < len ? out + (size_t)(start + i) * width + col0 : nullptr;
+    rows.write(h, row, i < len && mask[start + i] != 0.0f, d, lane);
+  }
+}
+}  // namespace v3
 }  // namespace
 
 extern "C" __global__ void disentangled_attention_f32(
@@ -474,21 +479,18 @@ extern "C" __global__ void disentangled_attention_f32(
                               out, heads, head_size, scale);
 }
 HOPSCORE_ENTRY(disentangled_attention_f32);
-extern "C" __global__ void disentangled_attention_bf16(
-    const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const __nv_bfloat16* pos_key, const __nv_bfloat16* pos_query,
-    const unsigned* rel_index, unsigned rel_base, const unsigned* cu_seqlens, const float* mask,
-    __nv_bfloat16* out, unsigned num_seqs, unsigned heads, unsigned head_size, float scale) {
-  (void)num_seqs;  // the grid's z extent
-  disentangled_attention_wmma<__nv_bfloat16>(q, k, v, pos_key, pos_query, rel_index, rel_base, cu_seqlens,
-                                   mask, out, heads, head_size, scale);
-}
-HOPSCORE_ENTRY(disentangled_attention_bf16);
-extern "C" __global__ void disentangled_attention_f16(
-    const __half* q, const __half* k, const __half* v, const __half* pos_key, const __half* pos_query,
-    const unsigned* rel_index, unsigned rel_base, const unsigned* cu_seqlens, const float* mask,
-    __half* out, unsigned num_seqs, unsigned heads, unsigned head_size, float scale) {
-  (void)num_seqs;  // the grid's z extent
-  disentangled_attention_wmma<__half>(q, k, v, pos_key, pos_query, rel_index, rel_base, cu_seqlens,
-                                   mask, out, heads, head_size, scale);
-}
-HOPSCORE_ENTRY(disentangled_attention_f16);
+
+#define DISENTANGLED_ATTENTION_V3(D, SUFFIX, T)                                                     \
+  extern "C" __global__ void __launch_bounds__(128) disentangled_attention_v3_d##D##_##SUFFIX(     \
+      const T* q, const T* k, const T* v, const T* pos_key, const T* pos_query,                     \
+      const unsigned* band_table, const unsigned* cu_seqlens, const float* mask, T* out,            \
+      unsigned num_seqs, unsigned heads, unsigned head_size, float scale) {                         \
+    (void)num_seqs; /* the grid's z extent */                                                       \
+    v3::attention<T, D>(q, k, v, pos_key, pos_query, band_table, cu_seqlens, mask, out, heads,      \
+                        head_size, scale);                                                          \
+  }                                                                                                 \
+  HOPSCORE_ENTRY(disentangled_attention_v3_d##D##_##SUFFIX);
+DISENTANGLED_ATTENTION_V3(64, bf16, __nv_bfloat16)
+DISENTANGLED_ATTENTION_V3(128, bf16, __nv_bfloat16)
+DISENTANGLED_ATTENTION_V3(64, f16, __half)
+DISENTANGLED_ATTENTION_V3(128, f16, __half)

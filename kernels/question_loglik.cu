@@ -8,11 +8,11 @@
 // every row's running (max, sum of exp) is updated (online log-sum-exp) and the target
 // logit kept when it falls in the chunk. Each split writes its partials to
 // part[3][splits][n] (max, sum, target logit or −inf).
-// f32 uses CUDA-core FMAs (RT = 16 rows, VC = 64 words per chunk). bf16/f16 (v2) use
-// tensor cores through nvcuda::wmma m16n16k16 with f32 accumulators: RT_TC = 32 rows,
-// VC_TC = 128 words per chunk (one 16-word column of fragments per warp), the staged
-// slices kept in the element type; the same online log-sum-exp then runs on the f32
-// logit tile.
+// f32 uses CUDA-core FMAs (RT = 16 rows, VC = 64 words per chunk). bf16/f16 (v3) use
+// tensor cores through mma_16816 + ldmatrix with f32 accumulators: RT_TC = 32 rows,
+// VC_TC = 128 words per chunk (16 words per warp), the slices staged by cp.async in the
+// element type and double-buffered; the same online log-sum-exp then runs on the f32
+// logit tile (v2, nvcuda::wmma, is gone).
 // question_loglik_merge: one thread per row merges the splits by log-sum-exp (the sum
 // in f64, as the twin merges its chunks).
 // CPU twin: src/backend/cpu/question_loglik.rs.
@@ -122,23 +122,52 @@ constexpr unsigned RPW_TC = RT_TC / WARPS;  // rows whose running state a warp k
 constexpr unsigned CPL = VC_TC / 32;      // logit columns per lane in the row pass
 }  // namespace
 
+// Rows [0, nrows) of a staged slice (`dst`, stride LDT) ← columns k0..k0+64 of the rows
+// `row(i)` of a [*, cols] matrix (zero past `valid` rows and past column `cols`), as
+// 16-byte cp.async chunks when the rows are 16-byte aligned (cols % 8 = 0), element by
+// element otherwise.
+template <typename T, typename Row>
+__device__ __forceinline__ void stage_slice(T* dst, const T* src, unsigned nrows, unsigned valid, unsigned cols,
+                                            unsigned k0, Row row) {
+  constexpr unsigned chunks = KC_TC / 8;
+  if (cols % 8 == 0) {
+    for (unsigned e = threadIdx.x; e < nrows * chunks; e += THREADS) {
+      const unsigned r = e / chunks, c = k0 + 8 * (e % chunks);
+      const bool ok = r < valid && c < cols;
+      hopscore::cp_async_16(dst + r * LDT + 8 * (e % chunks), ok ? src + (size_t)row(r) * cols + c : src,
+                            ok ? 16 : 0);
+    }
+  } else {
+    const T zero = hopscore::from_float<T>(0.0f);
+    for (unsigned e = threadIdx.x; e < nrows * KC_TC; e += THREADS) {
+      const unsigned r = e / KC_TC, kk = e % KC_TC, c = k0 + kk;
+      dst[r * LDT + kk] = r < valid && c < cols ? src[(size_t)row(r) * cols + c] : zero;
+    }
+  }
+}
+
+// v3 of the bf16/f16 logit tiles: the [32 × 128] tile of a chunk is mma_16816 (f32
+// accumulators) fed by ldmatrix; warp w owns vocabulary rows 16w..16w+15 of the chunk
+// (two 8-word blocks) for both 16-row halves. The hidden and head slices are staged by
+// cp.async, double-buffered over the (chunk, slice) steps of the split, so that the next
+// slice loads while this one multiplies; each chunk's logits go through shared memory
+// (f32) to the same online log-sum-exp as before. Dynamic shared memory: hidden
+// [2][32][LDT] and head [2][128][LDT] slices (T), logits [32][LDZ] (f32): 62,976 bytes.
 template <typename T>
 __device__ void question_loglik_tc(float* part, const T* hidden, const unsigned* rows,
                                    const T* head, const unsigned* targets, unsigned n,
                                    unsigned cols, unsigned vocab, unsigned split_width,
                                    float inv_t) {
-  using namespace nvcuda;
-  // Fragment pointers must be 32-byte aligned: every offset used below is a multiple
-  // of 16 rows (16·LDT·2 = 2304 bytes, 16·LDZ·4 = 8448 bytes) or of 16 columns.
-  __shared__ __align__(32) T hs[RT_TC * LDT];
-  __shared__ __align__(32) T ws[VC_TC * LDT];
-  __shared__ __align__(32) float zs[RT_TC * LDZ];
+  HOPSCORE_DYNAMIC_SMEM(float, smem);
+  T* hs = reinterpret_cast<T*>(smem);    // [2][RT_TC][LDT]
+  T* ws = hs + 2 * RT_TC * LDT;           // [2][VC_TC][LDT]
+  float* zs = reinterpret_cast<float*>(ws + 2 * VC_TC * LDT);  // [RT_TC][LDZ]
   __shared__ float tgt[RT_TC];
   const unsigned r0 = blockIdx.x * RT_TC, split = blockIdx.y, splits = gridDim.y;
   const unsigned v_begin = split * split_width;
   const unsigned v_end = min(vocab, v_begin + split_width);
   const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const T zero = hopscore::from_float<T>(0.0f);
+  const unsigned g = lane / 4, t = lane % 4;
   if (tid < RT_TC) tgt[tid] = -INFINITY;
 
   float run_m[RPW_TC], run_s[RPW_TC];
@@ -151,38 +180,61 @@ __device__ void question_loglik_tc(float* part, const T* hidden, const unsigned*
     want[q] = r < n ? targets[r] : 0xffffffffu;
   }
 
-  for (unsigned v0 = v_begin; v0 < v_end; v0 += VC_TC) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
-    wmma::fill_fragment(acc[0], 0.0f);
-    wmma::fill_fragment(acc[1], 0.0f);
-    for (unsigned k0 = 0; k0 < cols; k0 += KC_TC) {
-      __syncthreads();  // the previous slice (and the previous chunk's zs) is consumed
-      for (unsigned idx = tid; idx < RT_TC * KC_TC; idx += THREADS) {
-        const unsigned rr = idx / KC_TC, kk = idx % KC_TC, c = k0 + kk;
-        hs[rr * LDT + kk] =
-            r0 + rr < n && c < cols ? hidden[(size_t)rows[r0 + rr] * cols + c] : zero;
-      }
-      for (unsigned idx = tid; idx < VC_TC * KC_TC; idx += THREADS) {
-        const unsigned jj = idx / KC_TC, kk = idx % KC_TC, c = k0 + kk;
-        ws[jj * LDT + kk] = v0 + jj < v_end && c < cols ? head[(size_t)(v0 + jj) * cols + c] : zero;
-      }
-      __syncthreads();
+  // Step i = (chunk i / slices, slice i % slices) of the split.
+  const unsigned slices = (cols + KC_TC - 1) / KC_TC;
+  const unsigned steps = (v_end - v_begin + VC_TC - 1) / VC_TC * slices;
+  const unsigned valid_rows = n - r0 < RT_TC ? n - r0 : RT_TC;
+  auto stage = [&](unsigned i) {
+    const unsigned v0 = v_begin + i / slices * VC_TC, k0 = i % slices * KC_TC, buf = i & 1;
+    stage_slice(hs + buf * RT_TC * LDT, hidden, RT_TC, valid_rows, cols, k0,
+                [&](unsigned r) { return rows[r0 + r]; });
+    stage_slice(ws + buf * VC_TC * LDT, head, VC_TC, v_end - v0 < VC_TC ? v_end - v0 : VC_TC, cols, k0,
+                [&](unsigned r) { return v0 + r; });
+    hopscore::cp_async_commit();
+  };
+  stage(0);
+
+  float acc[2][2][4];  // [16-row half][8-word block][fragment]
+  for (unsigned i = 0; i < steps; ++i) {
+    const unsigned buf = i & 1, v0 = v_begin + i / slices * VC_TC;
+    hopscore::cp_async_wait<0>();  // step i's slices
+    __syncthreads();  // … for every thread; every warp is done with step i − 1's buffer
+    if (i + 1 < steps) stage(i + 1);
+    if (i % slices == 0) {
 #pragma unroll
-      for (unsigned kk = 0; kk < KC_TC; kk += 16) {
-        // B(k, v) = W[v, k]: the staged W rows read column-major.
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-        wmma::load_matrix_sync(b, ws + warp * 16 * LDT + kk, LDT);
+      for (unsigned mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (unsigned mt = 0; mt < 2; ++mt) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-          wmma::load_matrix_sync(a, hs + mt * 16 * LDT + kk, LDT);
-          wmma::mma_sync(acc[mt], a, b, acc[mt]);
-        }
+        for (unsigned nb = 0; nb < 2; ++nb)
+#pragma unroll
+          for (unsigned e = 0; e < 4; ++e) acc[mt][nb][e] = 0.0f;
+    }
+    const T* h = hs + buf * RT_TC * LDT;
+    const T* w = ws + (buf * VC_TC + 16 * warp) * LDT;
+#pragma unroll
+    for (unsigned ks = 0; ks < KC_TC / 16; ++ks) {
+      // B(k, v) = W[v, k]: two 8-word blocks of the staged W rows per ldmatrix_x4.
+      unsigned b[4];
+      hopscore::ldmatrix_x4(b, w + (lane % 8 + 8 * (lane / 16)) * LDT + 16 * ks + 8 * ((lane / 8) % 2));
+      const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (unsigned mt = 0; mt < 2; ++mt) {
+        unsigned a[4];
+        hopscore::ldmatrix_x4(a, h + (16 * mt + lane % 16) * LDT + 16 * ks + 8 * (lane / 16));
+        hopscore::mma_16816<T>(acc[mt][0], a, b0);
+        hopscore::mma_16816<T>(acc[mt][1], a, b1);
       }
     }
+    if (i % slices != slices - 1) continue;  // the chunk's logits are not complete yet
+
+    // Logits of the chunk → zs (rows 16mt + g (+8), words 16w + 8nb + 2t, + 1).
 #pragma unroll
     for (unsigned mt = 0; mt < 2; ++mt)
-      wmma::store_matrix_sync(zs + mt * 16 * LDZ + warp * 16, acc[mt], LDZ, wmma::mem_row_major);
+#pragma unroll
+      for (unsigned nb = 0; nb < 2; ++nb) {
+        float* z = zs + (16 * mt + g) * LDZ + 16 * warp + 8 * nb + 2 * t;
+        *reinterpret_cast<float2*>(z) = make_float2(acc[mt][nb][0], acc[mt][nb][1]);
+        *reinterpret_cast<float2*>(z + 8 * LDZ) = make_float2(acc[mt][nb][2], acc[mt][nb][3]);
+      }
     __syncthreads();
 #pragma unroll
     for (unsigned q = 0; q < RPW_TC; ++q) {

@@ -23,7 +23,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::backend::cuda::DType;
+use hopscore::backend::cuda::tensor_core_check::TensorCorePath;
+use hopscore::backend::cuda::{CudaBackend, DType};
 use hopscore::backend::{AttentionShape, Backend, CausalShape, RelAttention, SeqLayout};
 use hopscore::model::batch::PackedBatch;
 use hopscore::model::config::RelativeConfig;
@@ -133,21 +134,24 @@ fn encoder_layout(lens: &[usize]) -> SeqLayout {
     }
 }
 
-/// Sequence lengths of every disentangled-attention case.
-const ATTENTION_LENS: [usize; 5] = [1, 7, 33, 70, 130];
+/// Sequence lengths of the disentangled-attention cases (tiles of 32 and 64 rows,
+/// crossed and partial).
+const ATTENTION_LENS: &[usize] = &[1, 7, 33, 70, 130];
+/// A long sequence (17 tiles of 64, 35 of 32) packed with a short one.
+const LONG_LENS: &[usize] = &[1_030, 5];
 
-/// Disentangled-attention layout, drawn first from the case's inputs: ~15% of the
-/// tokens masked (never a sequence's first), plus a masked 9-token tail in the
-/// 70-token sequence as padding would leave it.
-fn attention_layout(inp: &mut Inputs) -> SeqLayout {
-    let mut lay = layout(&ATTENTION_LENS, |_| false);
+/// Disentangled-attention layout of `lens`, drawn first from the case's inputs: ~15%
+/// of the tokens masked (never a sequence's first), plus a masked 9-token tail at the
+/// end of the second-to-last sequence as padding would leave it.
+fn attention_layout(inp: &mut Inputs, lens: &[usize]) -> SeqLayout {
+    let mut lay = layout(lens, |_| false);
     for m in lay.mask.iter_mut() {
         *m = if inp.rng.f32() < 0.15 { 0.0 } else { 1.0 };
     }
-    for &s in &lay.cu_seqlens[..ATTENTION_LENS.len()] {
+    for &s in &lay.cu_seqlens[..lens.len()] {
         lay.mask[s] = 1.0;
     }
-    let tail = lay.cu_seqlens[4];
+    let tail = lay.cu_seqlens[lens.len() - 1];
     lay.mask[tail - 9..tail].fill(0.0);
     lay
 }
@@ -231,11 +235,12 @@ enum Op {
         rows: usize,
         cols: usize,
     },
-    /// Packed sequences of `ATTENTION_LENS`; `rel: None` is plain attention.
+    /// Packed sequences of `lens`; `rel: None` is plain attention.
     DisentangledAttention {
         heads: usize,
         d: usize,
         rel: Option<Rel>,
+        lens: &'static [usize],
     },
     // Decoder ops.
     RmsNorm {
@@ -273,6 +278,14 @@ enum Op {
         cols: usize,
         vocab: usize,
         temperature: f32,
+    },
+    /// `a [m, k] · bᵀ` (or `· b` with `path.b_kn`) through the tensor-core wrappers of
+    /// kernels/common.cuh (bf16/f16), against a plain product of the same inputs.
+    TensorCore {
+        m: usize,
+        n: usize,
+        k: usize,
+        path: TensorCorePath,
     },
 }
 
@@ -359,8 +372,13 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             down(&a).data
         }
         Op::Copy { rows, cols } => down(&be.copy(&up(&inp.matrix(rows, cols, 1.0))).unwrap()).data,
-        Op::DisentangledAttention { heads, d, rel } => {
-            let lay = attention_layout(&mut inp);
+        Op::DisentangledAttention {
+            heads,
+            d,
+            rel,
+            lens,
+        } => {
+            let lay = attention_layout(&mut inp, lens);
             let tokens = lay.num_tokens();
             let width = heads * d;
             let (mut pos_key, mut pos_query, mut index) = (None, None, Vec::new());
@@ -480,16 +498,52 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .is_empty());
             out
         }
+        Op::TensorCore { .. } => unreachable!("tensor-core cases run in `tensor_core_case`"),
     }
+}
+
+/// The operands of a tensor-core case (uniform in ±2, rounded to `dtype`, not
+/// symmetric), its plain product in f64, and the device's result.
+fn tensor_core_case(gpu: &CudaBackend, op: &Op, seed: u64, dtype: DType) -> (Vec<f32>, Vec<f32>) {
+    let Op::TensorCore { m, n, k, path } = *op else {
+        unreachable!("not a tensor-core case")
+    };
+    let mut inp = Inputs::new(seed, dtype);
+    let a = inp.matrix(m, k, 2.0);
+    let b = if path.b_kn {
+        inp.matrix(k, n, 2.0)
+    } else {
+        inp.matrix(n, k, 2.0)
+    };
+    let b_at = |kk: usize, j: usize| {
+        f64::from(if path.b_kn {
+            b.data[kk * n + j]
+        } else {
+            b.data[j * k + kk]
+        })
+    };
+    let want: Vec<f32> = (0..m * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            (0..k)
+                .map(|kk| f64::from(a.data[i * k + kk]) * b_at(kk, j))
+                .sum::<f64>() as f32
+        })
+        .collect();
+    let got = gpu
+        .tensor_core_check(&gpu.upload(&a).unwrap(), &gpu.upload(&b).unwrap(), path)
+        .unwrap();
+    (want, got)
 }
 
 /// The layout and row width of an attention case, whose masked query rows must be
 /// exactly zero.
 fn masked_query_rows(op: &Op, seed: u64, dtype: DType) -> Option<(SeqLayout, usize)> {
     match *op {
-        Op::DisentangledAttention { heads, d, .. } => {
-            Some((attention_layout(&mut Inputs::new(seed, dtype)), heads * d))
-        }
+        Op::DisentangledAttention { heads, d, lens, .. } => Some((
+            attention_layout(&mut Inputs::new(seed, dtype), lens),
+            heads * d,
+        )),
         Op::CausalAttention {
             heads,
             d,
@@ -550,9 +604,15 @@ fn encoder_ops() -> Vec<Op> {
     ]
 }
 
-/// Head sizes 32, 40, 64 and 128, with and without c2p / p2c, both bucket tables.
+/// Head sizes 32, 40, 64 and 128, with and without c2p / p2c, both bucket tables; a
+/// sequence of over 1,024 tokens.
 fn attention_ops() -> Vec<Op> {
-    let da = |heads, d, rel| Op::DisentangledAttention { heads, d, rel };
+    let da = |heads, d, rel| Op::DisentangledAttention {
+        heads,
+        d,
+        rel,
+        lens: ATTENTION_LENS,
+    };
     vec![
         da(2, 64, Some(v3(true, true))),
         da(3, 32, Some(small(true, true))),
@@ -561,14 +621,22 @@ fn attention_ops() -> Vec<Op> {
         da(3, 64, None),
         // Head size 128: over 48 KiB of shared memory (the launcher opts in).
         da(1, 128, Some(v3(true, true))),
-        // A multiple of 8 but not of 16: the wmma kernel pads the columns.
+        // A multiple of 8 but not of 16: the bf16/f16 kernel pads the columns to 64.
         da(2, 40, Some(small(true, true))),
+        // 1,030 tokens: log buckets past ±128, 33 tile diagonals of 64.
+        Op::DisentangledAttention {
+            heads: 1,
+            d: 64,
+            rel: Some(v3(true, true)),
+            lens: LONG_LENS,
+        },
     ]
 }
 
 /// `question_loglik` temperatures: 31 rows are two 16-row tiles (f32) or one 32-row
-/// tile (bf16/f16, wmma; the emulator runs every wmma tile product 32 times over,
-/// so one temperature).
+/// tile (bf16/f16, mma.sync); 16-bit tables take one temperature (the emulator's
+/// tensor-core model is slow), plus 70 columns (not a multiple of 8: the bf16/f16
+/// kernel stages element by element instead of by cp.async).
 fn decoder_ops(dtype: DType) -> Vec<Op> {
     let causal = |heads, kv_heads, d, lens, extra_masked| Op::CausalAttention {
         heads,
@@ -610,6 +678,8 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         causal(4, 1, 32, &[40, 1, 5, 17], None),
         causal(2, 1, 128, &[70, 3], None),
         causal(3, 1, 8, &[33, 1, 65], Some(33)), // the whole second sequence masked
+        causal(2, 1, 64, &[1_030, 3], None),     // 17 query tiles of 64, 33 of 32
+        causal(2, 2, 12, &[9, 33], None),        // not a multiple of 8: v1 for every dtype
     ];
     let temperatures: &[f32] = if dtype == DType::F32 {
         &[1.0, 1.4]
@@ -624,10 +694,43 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         vocab: 4_500,
         temperature,
     }));
+    ops.push(Op::QuestionLoglik {
+        tokens: 20,
+        cols: 70,
+        vocab: 4_200,
+        temperature: 1.0,
+    });
     ops
 }
 
-/// The table for `dtype`. f16 runs the same (wmma) disentangled-attention kernel
+/// Each tensor-core wrapper (bf16/f16 tables): mma alone (fragments read lane by lane),
+/// ldmatrix x2 / x4 with and without .trans, cp.async staging with zero-filled k
+/// padding; partial warps (m = 33, 40, 48) and k = 24, 40 (padded to 32, 64).
+fn tensor_core_ops() -> Vec<Op> {
+    let tc = |m, n, k, cp_async, ldmatrix, b_kn, x4| Op::TensorCore {
+        m,
+        n,
+        k,
+        path: TensorCorePath {
+            cp_async,
+            ldmatrix,
+            b_kn,
+            x4,
+        },
+    };
+    vec![
+        tc(64, 64, 64, false, false, false, false), // mma_16816
+        tc(48, 32, 40, false, false, true, false),  // mma_16816, B [k][n]
+        tc(64, 64, 64, false, true, false, false),  // ldmatrix_x4 (A), _x2 (B)
+        tc(40, 48, 64, false, true, true, false),   // ldmatrix_x2_trans
+        tc(64, 64, 40, false, true, false, true),   // ldmatrix_x4 (B)
+        tc(64, 32, 64, false, true, true, true),    // ldmatrix_x4_trans
+        tc(33, 16, 24, true, true, false, false),   // cp_async_16 / commit / wait<1>, <0>
+        tc(64, 64, 64, true, true, true, true),     // cp.async with every ldmatrix form
+    ]
+}
+
+/// The table for `dtype`. f16 runs the same (v3) disentangled-attention kernel
 /// template as bf16, and the emulator converts f16 in software (~25× slower than
 /// bf16), so f16 keeps two of its cases (d = 64 with v3 buckets, d = 40).
 fn table(dtype: DType) -> Vec<Op> {
@@ -638,6 +741,9 @@ fn table(dtype: DType) -> Vec<Op> {
         attention
     };
     let mut ops = encoder_ops();
+    if dtype != DType::F32 {
+        ops.extend(tensor_core_ops());
+    }
     ops.extend(attention);
     ops.extend(decoder_ops(dtype));
     ops
@@ -651,8 +757,18 @@ fn check_table(ops: &[Op], dtype: DType) {
     let mut failed = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let seed = 1000 + i as u64;
-        let want = run(&CpuBackend, op, seed, dtype);
-        let got = run(&gpu, op, seed, dtype);
+        // Tensor-core products: exact products summed in f32, so a layout slip (an
+        // O(1) error) cannot hide under the 16-bit tolerance.
+        let (want, got, tol) = if let Op::TensorCore { .. } = op {
+            let (want, got) = tensor_core_case(&gpu, op, seed, dtype);
+            (want, got, 1e-5)
+        } else {
+            (
+                run(&CpuBackend, op, seed, dtype),
+                run(&gpu, op, seed, dtype),
+                tol,
+            )
+        };
         assert!(max_abs(&want) > 0.1, "{op:?}: degenerate reference");
         let mut err = rel_err(&got, &want);
         if let Some((lay, width)) = masked_query_rows(op, seed, dtype) {
@@ -696,7 +812,7 @@ fn disentangled_attention_rejects_head_size_12() {
         return;
     };
     let mut inp = Inputs::new(6, DType::F32);
-    let lay = attention_layout(&mut inp);
+    let lay = attention_layout(&mut inp, ATTENTION_LENS);
     let tokens = lay.num_tokens();
     let up = |t: &HostTensor| gpu.upload(t).unwrap();
     let (q, k, v) = (

@@ -69,12 +69,24 @@ constexpr size_t kOptinSmem = 227 * 1024;
 
 enum State : uint8_t { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
 
+// A pending cp.async: 16 bytes to `dst`, the first `src_bytes` read from `src` (the
+// rest zero) when its group completes; `group` is the commit-group number it joins.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  unsigned src_bytes;
+  unsigned group;
+};
+
 struct Fiber {
   void* sp;
   State st;
   dim3 tid;
   unsigned linear;
   unsigned count_calls;  // __syncthreads_count calls made by this thread
+  unsigned wide_calls;   // wide warp exchanges made (picks one of the two buffers)
+  unsigned committed;    // cp.async groups committed (the open group's number)
+  std::vector<AsyncCopy> async;  // cp.async copies not yet completed, in issue order
 };
 
 thread_local bool t_in_kernel = false;
@@ -88,6 +100,7 @@ Trampoline g_tramp = nullptr;
 void** g_params = nullptr;
 const char* g_kernel = nullptr;
 std::vector<uint64_t> g_warp_buf;
+std::vector<uint64_t> g_wide_buf;  // per warp: 2 alternating buffers of 32 × kWideWords
 int g_count_slots[3];  // __syncthreads_count accumulators, used round-robin
 unsigned char* g_smem = nullptr;
 size_t g_smem_alloc = 0;  // capacity of g_smem
@@ -243,7 +256,11 @@ void run_block(unsigned n) {
     g_fibers[i].sp = fiber_initial_sp(i);
   }
   if (g_smem_cap) memset(g_smem, 0xFF, g_smem_cap);
-  for (unsigned i = 0; i < n; ++i) g_fibers[i].count_calls = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    Fiber& f = g_fibers[i];
+    f.count_calls = f.wide_calls = f.committed = 0;
+    f.async.clear();  // copies a previous block never waited for are dropped
+  }
   g_count_slots[0] = g_count_slots[1] = g_count_slots[2] = 0;
   const unsigned warps = (n + 31) / 32;
   for (;;) {
@@ -310,6 +327,43 @@ void warp_barrier() {
 unsigned lane_id() { return current("lane_id").linear & 31u; }
 
 uint64_t* warp_exchange_buffer() { return &g_warp_buf[(current("a warp collective").linear & ~31u)]; }
+
+// Lanes of a warp make the same sequence of wide exchanges, so they agree on the
+// buffer: exchange c uses buffer c % 2, and a lane can only write buffer c % 2 again
+// (exchange c + 2) after every lane has passed exchange c + 1's barrier, that is after
+// every lane has finished reading exchange c. One barrier per exchange suffices.
+uint64_t* warp_wide_buffer() {
+  Fiber& f = current("a warp collective");
+  const unsigned parity = f.wide_calls++ & 1u;
+  return &g_wide_buf[((f.linear >> 5) * 2 + parity) * 32 * kWideWords];
+}
+
+void async_copy_16(void* dst, const void* src, unsigned src_bytes) {
+  Fiber& f = current("cp.async");
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15u)
+    fatal("cp.async of 16 bytes with an address that is not 16-byte aligned");
+  if (src_bytes > 16) fatal("cp.async with a source size over 16 bytes");
+  f.async.push_back(AsyncCopy{dst, src, src_bytes, f.committed});
+}
+
+void async_commit() { ++current("cp.async.commit_group").committed; }
+
+// Completes (in issue order) the copies of every committed group but the `pending`
+// most recent ones: the latest moment the PTX ISA allows, so that a kernel reading a
+// cp.async destination before its wait sees the old contents, as it may on a GPU.
+void async_wait(unsigned pending) {
+  Fiber& f = current("cp.async.wait_group");
+  size_t kept = 0;
+  for (const AsyncCopy& c : f.async) {
+    if (c.group < f.committed && f.committed - c.group > pending) {
+      memcpy(c.dst, c.src, c.src_bytes);
+      memset(static_cast<char*>(c.dst) + c.src_bytes, 0, 16 - c.src_bytes);
+    } else {
+      f.async[kept++] = c;
+    }
+  }
+  f.async.resize(kept);
+}
 
 unsigned warp_live_mask() {
   const unsigned lo = current("a warp collective").linear & ~31u;
@@ -491,6 +545,7 @@ CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned b
         g_fibers[i].linear = i;
       }
   g_warp_buf.assign(((n + 31) / 32) * 32, 0);
+  g_wide_buf.assign(((n + 31) / 32) * 2 * 32 * kWideWords, 0);
   if (smem > g_smem_alloc) {
     free(g_smem);
     g_smem_alloc = (smem + 255) / 256 * 256;

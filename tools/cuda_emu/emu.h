@@ -79,6 +79,11 @@ int block_barrier_count(int pred);  // __syncthreads_count: barrier + number of 
 void warp_barrier();              // all live lanes of the caller's warp
 unsigned lane_id();
 uint64_t* warp_exchange_buffer();  // 32 slots for the caller's warp
+constexpr unsigned kWideWords = 8;   // 64-bit words per lane in a wide exchange
+uint64_t* warp_wide_buffer();      // 32 × kWideWords for the caller's warp's next wide exchange
+void async_copy_16(void* dst, const void* src, unsigned src_bytes);  // cp.async (queued)
+void async_commit();                // cp.async.commit_group
+void async_wait(unsigned pending);  // cp.async.wait_group
 unsigned warp_live_mask();         // lanes of the caller's warp that exist and have not exited
 void* dynamic_smem();
 [[noreturn]] void fatal(const char* what);
@@ -431,3 +436,83 @@ inline void mma_sync(fragment<accumulator, M, N, K, TD, void>& d, const fragment
 }
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---------------------------------------------------------------- mma.sync, ldmatrix, cp.async
+// The PTX instructions behind the wrappers of kernels/common.cuh (mma_16816,
+// ldmatrix_x*, cp_async_*), with the register contents each lane holds on a GPU, so
+// that code which builds or reads fragments by lane is checked here. Every lane
+// publishes its operands in a wide exchange (one warp barrier), then computes its own
+// results from the lanes whose values the PTX ISA assigns to it.
+namespace hopscore_emu {
+template <typename T> inline float half_bits_to_f32(uint32_t bits);
+template <> inline float half_bits_to_f32<__nv_bfloat16>(uint32_t bits) { return bf16_bits_to_f32(uint16_t(bits)); }
+template <> inline float half_bits_to_f32<__half>(uint32_t bits) { return f16_bits_to_f32(uint16_t(bits)); }
+
+// Publishes `n` words of this lane, waits for the warp; returns the warp's buffer
+// (lane l's words at [l * kWideWords, l * kWideWords + n)).
+inline const uint64_t* warp_publish(const uint64_t* words, unsigned n) {
+  clobber();
+  uint64_t* buf = warp_wide_buffer();
+  memcpy(buf + lane_id() * kWideWords, words, n * sizeof(uint64_t));
+  warp_barrier();
+  clobber();
+  return buf;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: d = A·B + c for
+// A 16×16, B 16×8 (PTX ISA, "Warp-level Matrix Fragments for mma.m16n8k16 with
+// floating point type"). With g = lane / 4 and t = lane % 4, a lane holds
+//   A: a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..2t+1], a[2] = A[g][2t+8..2t+9],
+//      a[3] = A[g+8][2t+8..2t+9]   (two 16-bit elements per register, lower column in
+//      the low half);
+//   B: b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g];
+//   C, D: c[0..1] = C[g][2t..2t+1], c[2..3] = C[g+8][2t..2t+1].
+// The products are exact in f32; the emulator adds them to c in k order.
+template <typename T> inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const uint64_t mine[3] = {a[0] | uint64_t(a[1]) << 32, a[2] | uint64_t(a[3]) << 32, b[0] | uint64_t(b[1]) << 32};
+  const uint64_t* buf = warp_publish(mine, 3);
+  // Element (r, k) of A, (k, n) of B from the lane that holds it.
+  auto elem = [&](unsigned lane, unsigned reg, unsigned k) {
+    const uint64_t w = buf[lane * kWideWords + reg / 2];
+    const uint32_t r32 = uint32_t(w >> (32 * (reg & 1)));
+    return half_bits_to_f32<T>((k & 1) ? r32 >> 16 : r32 & 0xffffu);
+  };
+  auto a_at = [&](unsigned r, unsigned k) {  // register (r ≥ 8) + 2 (k ≥ 8)
+    return elem((r % 8) * 4 + (k % 8) / 2, (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), k);
+  };
+  auto b_at = [&](unsigned k, unsigned n) { return elem(n * 4 + (k % 8) / 2, 4 + (k >= 8 ? 1 : 0), k); };
+  const unsigned g = lane_id() / 4, t = lane_id() % 4;
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
+    float s = d[i];
+    for (unsigned k = 0; k < 16; ++k) s = fmaf(a_at(r, k), b_at(k, n), s);
+    d[i] = s;
+  }
+  clobber();
+}
+
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}{,.trans}.shared.b16 (PTX ISA, "Warp-level matrix
+// load instruction: ldmatrix"): lanes 8m..8m+7 give the 16-byte-aligned addresses of
+// rows 0..7 of matrix m; without .trans lane l receives row l / 4, elements 2(l % 4)
+// and 2(l % 4) + 1 of each matrix (lower element in the low half); with .trans it
+// receives column l / 4, rows 2(l % 4) and 2(l % 4) + 1.
+template <int N, bool Trans> inline void ldmatrix(uint32_t (&r)[N], const void* row) {
+  if (reinterpret_cast<uintptr_t>(row) & 15u) fatal("ldmatrix row address not 16-byte aligned");
+  const uint64_t mine = reinterpret_cast<uintptr_t>(row);
+  const uint64_t* buf = warp_publish(&mine, 1);
+  const unsigned l = lane_id();
+  auto at = [&](unsigned m, unsigned row_i, unsigned col) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(uintptr_t(buf[(8 * m + row_i) * kWideWords]));
+    return uint32_t(p[col]);
+  };
+  for (int m = 0; m < N; ++m) {
+    const unsigned lo = Trans ? at(m, 2 * (l % 4), l / 4) : at(m, l / 4, 2 * (l % 4));
+    const unsigned hi = Trans ? at(m, 2 * (l % 4) + 1, l / 4) : at(m, l / 4, 2 * (l % 4) + 1);
+    r[m] = lo | hi << 16;
+  }
+  // A second barrier: the rows are read now, and no lane of the warp may write them
+  // (a plain store after the instruction) before every lane has.
+  warp_barrier();
+  clobber();
+}
+}  // namespace hopscore_emu

@@ -1,19 +1,28 @@
 //! Launcher of `kernels/causal_attention.cu` (flash-style varlen causal attention with
-//! grouped-query heads; bf16/f16 with head_dim a multiple of 16 on tensor cores).
+//! grouped-query heads; bf16/f16 with head_dim a multiple of 8 on tensor cores: v3,
+//! `mma.sync` tiles of 64 query rows; f32 and other widths: v1 on CUDA cores).
 //! CPU twin: `src/backend/cpu/causal_attention.rs`.
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::LaunchConfig;
 
+use super::memory::device_err;
 use super::{Arg, CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
 use crate::backend::{CausalShape, OpError, OpResult, SeqLayout};
 
-/// Query rows per block (`BQ` in the kernel).
+/// v1: query rows per block (`BQ` in the kernel).
 const BQ: usize = 32;
+/// v3: query rows per block and keys per tile (`kRows`, `kKeys` of flash_v3.cuh).
+const V3_TILE: usize = 64;
 /// Keys per tile (`BK`).
 const BK: usize = 32;
 /// Threads per query row (`TPR`).
 const TPR: usize = 4;
+/// The op (profiled and reported under this name, whichever version runs).
+const OP: &str = "causal_attention";
+/// Dynamic shared memory a kernel gets without opting in.
+const DEFAULT_SMEM: usize = 48 * 1024;
 /// Largest head dimension the kernel's per-thread accumulators hold (`MAX_D`).
 const MAX_D: usize = 128;
 
@@ -36,30 +45,50 @@ pub(super) fn launch(
     }
     if d > MAX_D {
         return Err(OpError::Shape {
-            op: "causal_attention",
+            op: OP,
             msg: format!("head_dim {d} exceeds the kernel's {MAX_D}"),
         });
     }
     let seqs = layout.num_seqs();
     let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
-    let cu = be.dev.upload_u32("causal_attention", &cu)?;
-    let mask = be.dev.upload_f32("causal_attention", &layout.mask)?;
-    let wmma = be.dev.dtype != DType::F32 && d % 16 == 0;
-    let smem = if wmma {
-        // v2 (wmma): Q and K/V tiles [rows][d + 8] and P [BQ][BK + 8] in the 16-bit
-        // type, S [BQ][BK + 4] and the context O [BQ][d + 4] in f32: 41.5 KB at d = 128.
-        (BQ + BK) * (d + 8) * 2 + BQ * (BK + 4) * 4 + BQ * (BK + 8) * 2 + BQ * (d + 4) * 4
+    let cu = be.dev.upload_u32(OP, &cu)?;
+    let mask = be.dev.upload_f32(OP, &layout.mask)?;
+    let v3 = be.dev.dtype != DType::F32 && d % 8 == 0;
+    // v3: padded head size 64 or 128; Q and K/V [2 stages] tiles of [64][D + 8] in the
+    // 16-bit type (45 KB at D = 64, 85 KB at D = 128, opted in above 48 KiB). v1: Q
+    // tile and K/V tile ([rows][d + 1], padded against bank conflicts) and the
+    // probabilities [BQ][BK + 1], all f32: 37 KB at d = 128.
+    let (rows, kernel, smem) = if v3 {
+        let (dp, kernel) = if d <= 64 {
+            (64, "causal_attention_v3_d64")
+        } else {
+            (128, "causal_attention_v3_d128")
+        };
+        (V3_TILE, kernel, 5 * V3_TILE * (dp + 8) * 2)
     } else {
-        // v1: Q tile and K/V tile ([rows][d + 1], padded against bank conflicts) and
-        // the probabilities [BQ][BK + 1], all f32: 37 KB at d = 128.
-        ((BQ + BK) * (d + 1) + BQ * (BK + 1)) * 4
+        let kernel = if be.dev.dtype == DType::F32 {
+            OP
+        } else {
+            "causal_attention_fma"
+        };
+        (BQ, kernel, ((BQ + BK) * (d + 1) + BQ * (BK + 1)) * 4)
     };
+    if smem > DEFAULT_SMEM {
+        be.dev
+            .typed(kernel, be.dev.dtype)?
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(|e| device_err(OP, format!("{smem} bytes of shared memory: {e}")))?;
+    }
     let cfg = LaunchConfig {
         grid_dim: (
             seqs as u32,
-            layout.max_len().div_ceil(BQ) as u32,
+            layout.max_len().div_ceil(rows) as u32,
             heads as u32,
         ),
+        // 4 warps: v1's BQ rows × TPR threads, v3's 16 rows per warp.
         block_dim: ((BQ * TPR) as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
@@ -73,13 +102,6 @@ pub(super) fn launch(
         Arg::U32(d as u32),
         Arg::F32(scale),
     ];
-    // `causal_attention_<dtype>` is v1 for f32 and the wmma v2 for bf16/f16; 16-bit
-    // heads that are not a multiple of 16 wide take v1 (`causal_attention_fma_<dtype>`).
-    let op = if wmma || be.dev.dtype == DType::F32 {
-        "causal_attention"
-    } else {
-        "causal_attention_fma"
-    };
-    be.launch(op, cfg, &args)?;
+    be.launch_version(OP, kernel, cfg, &args)?;
     Ok(out)
 }

@@ -1,7 +1,9 @@
 //! Launcher of `kernels/disentangled_attention.cu` (CPU twin:
 //! `backend/cpu/disentangled_attention.rs`): flash-style DeBERTa attention with the
-//! c2p/p2c position scores computed on chip, one block per (32-row query tile, head,
-//! sequence).
+//! c2p/p2c position scores computed on chip. f32 runs v1 (one block per 32-row query
+//! tile, head and sequence); bf16/f16 run v3 (64-row query tiles on mma.sync, the head
+//! size padded to 64 or 128, the position band of every tile diagonal from a
+//! [`band_table`] computed here once per call).
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::LaunchConfig;
@@ -13,18 +15,33 @@ use crate::backend::check::Dims;
 use crate::backend::{AttentionShape, OpError, OpResult, RelAttention, SeqLayout};
 
 const OP: &str = "disentangled_attention";
-/// Query rows per block (and key rows per step of its loop).
+/// Query rows per block (and key rows per step of its loop) of v1.
 const TILE: usize = 32;
-/// Threads per block (4 warps, 8 query rows each).
+/// Threads per block (4 warps) of v1 and v3.
 const THREADS: u32 = 128;
 /// Largest head size: a lane holds 4 columns of each of its output rows.
 pub const MAX_HEAD_SIZE: usize = 128;
 /// Dynamic shared memory a kernel gets without opting in.
 const DEFAULT_SMEM: usize = 48 * 1024;
+/// v3: query rows per block and keys per tile (`kRows`, `kKeys`).
+const V3_TILE: usize = 64;
+/// v3: band table entries per tile diagonal: 128 table rows, then 128 slots
+/// (`kBandRows`).
+const V3_BAND: usize = 128;
+
+/// The v3 instance for head size `d`: its padded head size and kernel name (64, the
+/// head size of every DeBERTa, or 128; smaller heads are zero-padded).
+fn v3_kernel(d: usize) -> (usize, &'static str) {
+    if d <= 64 {
+        (64, "disentangled_attention_v3_d64")
+    } else {
+        (128, "disentangled_attention_v3_d128")
+    }
+}
 
 /// Dynamic shared memory of the kernel for `dtype` and head size `d`, in bytes, with
-/// or without the position band (the layouts in the kernel's header comment: v1 for
-/// f32, v2 with wmma tiles for bf16/f16).
+/// or without the position band (the layouts in the kernel's comments: v1 for f32,
+/// v3 for bf16/f16).
 pub fn smem_bytes(dtype: DType, d: usize, band: bool) -> usize {
     match dtype {
         DType::F32 => {
@@ -32,15 +49,49 @@ pub fn smem_bytes(dtype: DType, d: usize, band: bool) -> usize {
             4 * ((2 * TILE + band_rows) * ld + 2048 + 192)
         }
         DType::Bf16 | DType::F16 => {
-            let dp = d.next_multiple_of(16);
-            let band_rows = if band { 64 } else { TILE };
-            4 * TILE * (dp + 4)
-                + 4 * TILE * 36
-                + 4 * 2048
-                + 2 * (2 * TILE + band_rows) * (dp + 8)
-                + 4 * 192
+            // Scratch f32 [64][84]; K, V [2 stages][64][LD]; PK, PQ [128][LD]; slots
+            // u32 [2][128]; LD = padded d + 8 elements.
+            let ld = v3_kernel(d).0 + 8;
+            let scratch = V3_TILE * 84 * 4;
+            let kv = 4 * V3_TILE * ld * 2;
+            scratch
+                + kv
+                + if band {
+                    2 * V3_BAND * ld * 2 + 2 * V3_BAND * 4
+                } else {
+                    0
+                }
         }
     }
+}
+
+/// v3's position band of every tile diagonal: for diagonal `e` (query tile minus key
+/// tile plus `tiles − 1`, offsets r = 64·(e − tiles + 1) − 63 + o for o = 0..127,
+/// clamped to the index), 128 table rows (the distinct `index` rows of those offsets,
+/// non-decreasing, the last one repeated) followed by 128 slots (slot[o] = rank of
+/// offset o's row). `tiles` = ⌈max_len / 64⌉; `index[r + base]` is offset r's row.
+pub fn band_table(index: &[u32], base: usize, tiles: usize) -> Vec<u32> {
+    let tiles = tiles.max(1);
+    let mut table = vec![0u32; (2 * tiles - 1) * 2 * V3_BAND];
+    let base = base as isize;
+    for (e, entry) in table.chunks_exact_mut(2 * V3_BAND).enumerate() {
+        let delta = V3_TILE as isize * (e as isize - tiles as isize + 1);
+        let (rows, slots) = entry.split_at_mut(V3_BAND);
+        let mut n = 0usize;
+        for (o, slot) in slots[..2 * V3_TILE - 1].iter_mut().enumerate() {
+            let r = (delta - (V3_TILE as isize - 1) + o as isize).clamp(-base, base);
+            let x = index[(r + base) as usize];
+            if n == 0 || rows[n - 1] != x {
+                rows[n] = x;
+                n += 1;
+            }
+            *slot = (n - 1) as u32;
+        }
+        slots[V3_BAND - 1] = slots[V3_BAND - 2];
+        let last = rows[n - 1];
+        rows[n..].fill(last);
+    }
+    table
 }
 
 fn shape_err(msg: String) -> OpError {
@@ -112,12 +163,21 @@ pub fn disentangled_attention(
     let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
     let cu = dev.upload_u32(OP, &cu)?;
     let mask = dev.upload_f32(OP, &layout.mask)?;
-    let index_buf = index.map(|i| dev.upload_u32(OP, i)).transpose()?;
+    let v3 = dev.dtype != DType::F32;
+    let tile = if v3 { V3_TILE } else { TILE };
+    let tiles = layout.max_len().div_ceil(tile);
+    // v1 reads the index itself; v3 the band table of every tile diagonal.
+    let index_buf = match index {
+        Some(i) if v3 && band => Some(dev.upload_u32(OP, &band_table(i, base, tiles))?),
+        Some(i) if !v3 => Some(dev.upload_u32(OP, i)?),
+        _ => None,
+    };
+    let kernel = if v3 { v3_kernel(d).1 } else { OP };
 
     let smem = smem_bytes(dev.dtype, d, band);
     if smem > DEFAULT_SMEM {
-        // Opt in to more than 48 KiB of dynamic shared memory (head sizes above 64).
-        dev.typed(OP, dev.dtype)?
+        // Opt in to more than 48 KiB of dynamic shared memory.
+        dev.typed(kernel, dev.dtype)?
             .set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 smem as i32,
@@ -125,22 +185,22 @@ pub fn disentangled_attention(
             .map_err(|e| device_err(OP, format!("{smem} bytes of shared memory: {e}")))?;
     }
     let cfg = LaunchConfig {
-        grid_dim: (
-            layout.max_len().div_ceil(TILE) as u32,
-            heads as u32,
-            seqs as u32,
-        ),
+        grid_dim: (tiles as u32, heads as u32, seqs as u32),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    let args = [
+    let mut args = vec![
         Arg::Ptr(q.ptr()),
         Arg::Ptr(k.ptr()),
         Arg::Ptr(v.ptr()),
         Arg::Ptr(if band { ptr_or_null(pos_key) } else { 0 }),
         Arg::Ptr(if band { ptr_or_null(pos_query) } else { 0 }),
         Arg::Ptr(index_buf.as_ref().map_or(0, |b| b.ptr())),
-        Arg::U32(base as u32),
+    ];
+    if !v3 {
+        args.push(Arg::U32(base as u32));
+    }
+    args.extend([
         Arg::Ptr(cu.ptr()),
         Arg::Ptr(mask.ptr()),
         Arg::Ptr(out.ptr()),
@@ -148,8 +208,8 @@ pub fn disentangled_attention(
         Arg::U32(heads as u32),
         Arg::U32(d as u32),
         Arg::F32(score_scale),
-    ];
-    be.launch(OP, cfg, &args)?;
+    ]);
+    be.launch_version(OP, kernel, cfg, &args)?;
     Ok(out)
 }
 
@@ -158,15 +218,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shared_memory_fits_the_default_for_deberta_heads() {
+    fn shared_memory_fits_the_limits() {
         for dt in [DType::F32, DType::Bf16, DType::F16] {
-            for d in [32, 64] {
-                assert!(smem_bytes(dt, d, true) <= DEFAULT_SMEM, "{dt:?} d={d}");
-            }
             // sm_80 allows 163 KiB per block once opted in.
-            assert!(smem_bytes(dt, MAX_HEAD_SIZE, true) <= 160 * 1024);
+            assert!(smem_bytes(dt, MAX_HEAD_SIZE, true) <= 160 * 1024, "{dt:?}");
         }
         assert_eq!(smem_bytes(DType::F32, 64, true), 41_980);
-        assert_eq!(smem_bytes(DType::Bf16, 64, true), 40_704);
+        assert!(smem_bytes(DType::F32, 64, true) <= DEFAULT_SMEM);
+        // v3 at d = 64: two blocks per SM on an H100 (228 KiB, 1 KiB reserved each).
+        assert_eq!(smem_bytes(DType::Bf16, 64, true), 96_256);
+        assert!(2 * (smem_bytes(DType::Bf16, 64, true) + 1024) <= 228 * 1024);
+    }
+
+    #[test]
+    fn band_table_ranks_the_distinct_rows_of_each_diagonal() {
+        // A saturating index over offsets −3..=3: rows 0,0,1,2,3,4,4.
+        let index = [0u32, 0, 1, 2, 3, 4, 4];
+        let t = band_table(&index, 3, 1);
+        assert_eq!(t.len(), 2 * V3_BAND);
+        let (rows, slots) = t.split_at(V3_BAND);
+        // Offsets −63..=63 clamp to −3..=3: rows 0..=4, the last repeated.
+        assert_eq!(&rows[..5], &[0, 1, 2, 3, 4]);
+        assert!(rows[5..].iter().all(|&r| r == 4));
+        // Offset o = 63 is r = 0 (row 2, rank 2); o = 0 is r = −63 → −3 (row 0).
+        assert_eq!(
+            (slots[0], slots[61], slots[62], slots[63], slots[64], slots[65], slots[66]),
+            (0, 0, 1, 2, 3, 4, 4)
+        );
+        assert_eq!(slots[126], 4);
+        assert_eq!(slots[127], 4);
+        // Two tiles: diagonal 0 is δ = −64, offsets −127..=−1.
+        let index: Vec<u32> = (0..255).collect();
+        let t = band_table(&index, 127, 2);
+        assert_eq!(t.len(), 3 * 2 * V3_BAND);
+        assert_eq!(t[0], 0); // r = −127
+        assert_eq!(t[126], 126); // r = −1
+        assert_eq!(t[127], 126); // repeated
+        assert_eq!(t[V3_BAND + 100], 100);
+        // Diagonal 2 (δ = 64): offsets 1..=127.
+        assert_eq!(t[4 * V3_BAND], 128);
     }
 }

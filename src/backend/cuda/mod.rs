@@ -12,6 +12,7 @@ pub mod disentangled_attention;
 pub mod memory;
 pub mod profile;
 mod question_loglik;
+pub mod tensor_core_check;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
@@ -77,7 +78,18 @@ impl CudaBackend {
 
     /// Launches `<op>_<dtype>` with `args` in the kernel's parameter order.
     fn launch(&self, op: &'static str, cfg: LaunchConfig, args: &[Arg]) -> OpResult<()> {
-        let f = self.dev.typed(op, self.dev.dtype)?;
+        self.launch_version(op, op, cfg, args)
+    }
+
+    /// Launches `<kernel>_<dtype>`, a version of `op` (profiled and reported as `op`).
+    fn launch_version(
+        &self,
+        op: &'static str,
+        kernel: &'static str,
+        cfg: LaunchConfig,
+        args: &[Arg],
+    ) -> OpResult<()> {
+        let f = self.dev.typed(kernel, self.dev.dtype)?;
         let _timed = self.profiler.time(&self.dev, op)?;
         let mut b = self.dev.stream.launch_builder(&f);
         for a in args {

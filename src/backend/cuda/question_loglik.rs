@@ -2,17 +2,28 @@
 //! streamed over vocabulary splits with an online log-sum-exp, then a merge of the
 //! splits. CPU twin: `src/backend/cpu/question_loglik.rs`.
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::memory::device_err;
 use super::{Arg, CudaBackend, CudaTensor, DType};
 use crate::backend::OpResult;
 
-/// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 wmma one.
+/// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 mma.sync one.
 fn rows_per_block(dtype: DType) -> usize {
     match dtype {
         DType::F32 => 16,
         DType::Bf16 | DType::F16 => 32,
+    }
+}
+
+/// Dynamic shared memory of the partial kernel: the bf16/f16 (v3) one stages hidden
+/// [2][32][72] and head [2][128][72] slices in the element type and a [32][132] f32
+/// logit tile; the f32 one uses static shared memory only.
+fn smem_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => 0,
+        DType::Bf16 | DType::F16 => 2 * (32 + 128) * 72 * 2 + 32 * 132 * 4,
     }
 }
 
@@ -44,6 +55,21 @@ pub(super) fn launch(
     let out = be.dev.pool.alloc(n * 4)?;
     // As the twin: logits scaled by the f32 reciprocal of the temperature.
     let inv_t = 1.0 / temperature;
+    let smem = smem_bytes(be.dev.dtype);
+    if smem > 48 * 1024 {
+        be.dev
+            .typed("question_loglik", be.dev.dtype)?
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(|e| {
+                device_err(
+                    "question_loglik",
+                    format!("{smem} bytes of shared memory: {e}"),
+                )
+            })?;
+    }
     let cfg = LaunchConfig {
         grid_dim: (
             n.div_ceil(rows_per_block(be.dev.dtype)) as u32,
@@ -51,7 +77,7 @@ pub(super) fn launch(
             1,
         ),
         block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: smem as u32,
     };
     let args = [
         Arg::Ptr(part.ptr()),

@@ -1,0 +1,173 @@
+// The pieces the v3 attention kernels share (disentangled_attention.cu,
+// causal_attention.cu): FA2-style tiles on mma.sync. A block of 4 warps owns 64 query
+// rows (warp w: rows 16w..16w+15) and walks 64-key tiles; K and V tiles are staged by
+// 16-byte cp.async into [64][D + 8] rows of T (D the padded head size, a multiple of
+// 16; columns d..D and rows past the sequence zero-filled); S = Q·Kᵀ, P and the context
+// O stay in registers as mma_16816 fragments; the online softmax runs in base 2 with
+// scale·log2(e) folded into one FFMA per score; P is rounded to T (its row sums use the
+// rounded values) and feeds P·V as A fragments straight from the S accumulators' layout.
+#pragma once
+#include "common.cuh"
+
+namespace hopscore {
+namespace flash {
+
+constexpr int kRows = 64;  // query rows per block (16 per warp)
+constexpr int kKeys = 64;  // keys per tile
+constexpr int kWarps = 4;
+constexpr int kNb = kKeys / 8;  // 8-key column blocks of a score tile
+
+// Elements per staged row (a 16-byte multiple; the 8 extra skew the banks for ldmatrix).
+template <int D> __host__ __device__ constexpr int ld() { return D + 8; }
+
+// Rows [0, rows) of `dst` ([rows][ld]) ← rows 0.. of `src` (the tile's first row at the
+// head's first column; row stride `width`), zero past row `limit` and in columns d..D:
+// thread tid copies column 8·(tid % (D/8)) of rows tid / (D/8) + u·(128 / (D/8)).
+template <typename T, int D, int Rows = kKeys>
+__device__ __forceinline__ void stage_rows(T* dst, const T* src, int limit, size_t width, int d) {
+  constexpr int per_row = D / 8, stride = kWarps * 32 / per_row;
+  const int r0 = (int)threadIdx.x / per_row, c = 8 * ((int)threadIdx.x % per_row);
+  const T* s = src + (size_t)r0 * width + c;
+  T* t = dst + r0 * ld<D>() + c;
+#pragma unroll
+  for (int u = 0; u < Rows / stride; ++u) {
+    const bool ok = c < d && r0 + u * stride < limit;
+    cp_async_16(t + u * stride * ld<D>(), ok ? s + (size_t)u * stride * width : src, ok ? 16 : 0);
+  }
+}
+
+// A fragments of 16 rows (`rows`, row-major [16][ld]) for every 16-column step.
+template <int D>
+__device__ __forceinline__ void load_a(unsigned (&a)[D / 16][4], const void* rows, int lane) {
+  const unsigned short* base = static_cast<const unsigned short*>(rows);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(a[ks], base + (lane % 16) * ld<D>() + 16 * ks + 8 * (lane / 16));
+}
+
+// acc[nb] = A · B[8nb..8nb+8)ᵀ for NB column blocks (NB even) of B rows (row-major
+// [n][ld]); the B fragments of two blocks per ldmatrix_x4.
+template <typename T, int D, int NB>
+__device__ __forceinline__ void abt(float (&acc)[NB][4], const unsigned (&a)[D / 16][4], const T* b, int lane) {
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nb][i] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+    for (int nb = 0; nb < NB; nb += 2) {
+      unsigned r[4];
+      ldmatrix_x4(r, b + (8 * nb + lane % 8 + 8 * (lane / 16)) * ld<D>() + 16 * ks + 8 * ((lane / 8) % 2));
+      const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      mma_16816<T>(acc[nb], a[ks], b0);
+      mma_16816<T>(acc[nb + 1], a[ks], b1);
+    }
+}
+
+// Which keys j0 + c (c < 64) count: j < len and mask 1. Bit 8nb + e of the result is
+// this lane's score column 8nb + 2t + e (t = lane % 4).
+__device__ __forceinline__ unsigned long long key_bits(const float* mask, int j0, int len, int lane) {
+  const int j = j0 + lane;
+  const bool ok0 = j < len && mask[j] != 0.0f;
+  const bool ok1 = j + 32 < len && mask[j + 32] != 0.0f;
+  const unsigned long long all =
+      (unsigned long long)__ballot_sync(0xffffffffu, ok1) << 32 | __ballot_sync(0xffffffffu, ok0);
+  return all >> (2 * (lane % 4));
+}
+
+// Scores of keys whose bit is clear → −inf.
+__device__ __forceinline__ void mask_keys(float (&s)[kNb][4], unsigned long long keys) {
+  const float neg_inf = -__builtin_huge_valf();
+#pragma unroll
+  for (int nb = 0; nb < kNb; ++nb)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[nb][i] = (keys >> (8 * nb + (i & 1))) & 1u ? s[nb][i] : neg_inf;
+}
+
+// The running state of a warp's 16 rows: this lane holds rows g and g + 8 (g = lane / 4),
+// context columns 8nb + 2t, + 1 of each, and its part of the row sums.
+template <typename T, int D> struct Rows16 {
+  static constexpr int kDb = D / 8;
+  float m[2], l[2];
+  float o[kDb][4];
+
+  __device__ __forceinline__ Rows16() {
+    m[0] = m[1] = -__builtin_huge_valf();
+    l[0] = l[1] = 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < kDb; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[nb][i] = 0.0f;
+  }
+
+  // One key tile: scores s (masked ones −inf, not yet scaled), `sl2` = scale·log2(e),
+  // `vs` the staged V tile ([64][ld]).
+  __device__ __forceinline__ void step(float (&s)[kNb][4], float sl2, const T* vs, int lane) {
+    const float neg_inf = -__builtin_huge_valf();
+    unsigned pp[kNb][2];  // P of rows g (pp[nb][0]) and g + 8, columns 2t, 2t + 1
+    float corr[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = neg_inf;
+#pragma unroll
+      for (int nb = 0; nb < kNb; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx * sl2);
+      // While every key of the row so far is masked, m stays −inf: subtract 0 instead
+      // (the scores are −inf, so P is 0, and the accumulators stay 0).
+      const float m_use = m_new == neg_inf ? 0.0f : m_new;
+      corr[h] = exp2_approx(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < kNb; ++nb) {
+        const unsigned packed = pack2<T>(exp2_approx(fmaf(s[nb][2 * h], sl2, -m_use)),
+                                         exp2_approx(fmaf(s[nb][2 * h + 1], sl2, -m_use)));
+        const float2 r = unpack2<T>(packed);
+        sum += r.x + r.y;
+        pp[nb][h] = packed;
+      }
+      l[h] = l[h] * corr[h] + sum;
+    }
+#pragma unroll
+    for (int nb = 0; nb < kDb; ++nb) {
+      o[nb][0] *= corr[0];
+      o[nb][1] *= corr[0];
+      o[nb][2] *= corr[1];
+      o[nb][3] *= corr[1];
+    }
+    // O += P · V: V fragments of two 8-column blocks per ldmatrix_x4_trans.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const unsigned pa[4] = {pp[2 * kk][0], pp[2 * kk][1], pp[2 * kk + 1][0], pp[2 * kk + 1][1]};
+#pragma unroll
+      for (int nb = 0; nb < kDb; nb += 2) {
+        unsigned r[4];
+        ldmatrix_x4_trans(r, vs + (16 * kk + lane % 16) * ld<D>() + 8 * nb + 8 * (lane / 16));
+        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+        mma_16816<T>(o[nb], pa, b0);
+        mma_16816<T>(o[nb + 1], pa, b1);
+      }
+    }
+  }
+
+  // Writes O / l of row h (0: g, 1: g + 8) to `row` (its first d columns), or zeros
+  // when `ok` is false or no key counted. Every lane of the warp must call it (the
+  // row sums are reduced over the lanes of a row).
+  __device__ __forceinline__ void write(int h, T* row, bool ok, int d, int lane) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (row == nullptr) return;
+    const float inv = ok && sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < kDb; ++nb) {
+      const int c = 8 * nb + 2 * (lane % 4);
+      if (c < d) *reinterpret_cast<unsigned*>(row + c) = pack2<T>(o[nb][2 * h] * inv, o[nb][2 * h + 1] * inv);
+    }
+  }
+};
+
+}  // namespace flash
+}  // namespace hopscore

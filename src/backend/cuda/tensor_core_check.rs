@@ -1,0 +1,92 @@
+//! Launcher of `kernels/tensor_core_check.cu`: a small matrix product through the
+//! tensor-core wrappers of `kernels/common.cuh` (`cp_async_16`, `ldmatrix_*`,
+//! `mma_16816`), so that the parity table can hold each wrapper to a plain product on
+//! the emulator and on a GPU alike.
+
+use cudarc::driver::LaunchConfig;
+
+use super::{Arg, CudaBackend, CudaTensor, DType};
+use crate::backend::check::Dims;
+use crate::backend::{OpError, OpResult};
+
+const OP: &str = "tensor_core_check";
+/// Largest m, n and k of the kernel's shared-memory tiles (`kMax`).
+const MAX: usize = 64;
+
+/// Which wrappers the product goes through (the kernel's mode bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorCorePath {
+    /// Stage the operands with `cp_async_16` in two commit groups (else plain copies).
+    pub cp_async: bool,
+    /// Fragments by `ldmatrix` (else each lane reads its own elements).
+    pub ldmatrix: bool,
+    /// `b` is `[k, n]`, fragments by `.trans` (else `[n, k]`, C = A·Bᵀ).
+    pub b_kn: bool,
+    /// B fragments of two column blocks per `ldmatrix_x4` / `_x4_trans`.
+    pub x4: bool,
+}
+
+impl TensorCorePath {
+    fn bits(self) -> u32 {
+        u32::from(self.cp_async)
+            | u32::from(self.ldmatrix) << 1
+            | u32::from(self.b_kn) << 2
+            | u32::from(self.x4) << 3
+    }
+}
+
+impl CudaBackend {
+    /// `a · bᵀ` (or `a · b` with `path.b_kn`) as f32 `[m, n]`, computed by the
+    /// tensor-core check kernel on 16-bit copies of `a` and `b` (bf16 or f16 devices).
+    /// m ≤ 64, k a multiple of 8 up to 64, n a multiple of 16 up to 64.
+    pub fn tensor_core_check(
+        &self,
+        a: &CudaTensor,
+        b: &CudaTensor,
+        path: TensorCorePath,
+    ) -> OpResult<Vec<f32>> {
+        let shape_err = |msg: String| OpError::Shape { op: OP, msg };
+        if self.dev.dtype == DType::F32 {
+            return Err(shape_err("tensor cores take bf16 or f16 operands".into()));
+        }
+        let (m, k) = a.dims();
+        let (n, kb) = if path.b_kn {
+            let (r, c) = b.dims();
+            (c, r)
+        } else {
+            b.dims()
+        };
+        if kb != k
+            || m == 0
+            || m > MAX
+            || k == 0
+            || k > MAX
+            || k % 8 != 0
+            || n == 0
+            || n > MAX
+            || n % 16 != 0
+        {
+            return Err(shape_err(format!(
+                "a [{m}, {k}] and b with k = {kb}, n = {n}: m ≤ {MAX}, k a multiple of 8 and n of 16 up to {MAX}"
+            )));
+        }
+        let c = self.dev.pool.alloc(m * n * 4)?;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            Arg::Ptr(c.ptr()),
+            Arg::Ptr(a.ptr()),
+            Arg::Ptr(b.ptr()),
+            Arg::U32(m as u32),
+            Arg::U32(n as u32),
+            Arg::U32(k as u32),
+            Arg::U32(path.bits()),
+        ];
+        self.launch(OP, cfg, &args)?;
+        let bytes = self.dev.download_bytes(OP, &c, m * n * 4)?;
+        Ok(DType::F32.decode(&bytes))
+    }
+}

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Static SASS report of every kernel entry in kernels/*.cu (issue 14).
+
+Each kernel file is compiled for sm_90 with the pinned nvcc (`-cubin`, `-Xptxas -v`),
+then read with `cuobjdump -sass` and `-res-usage` (PyPI nvidia-cuda-cuobjdump and
+nvidia-cuda-nvdisasm 13.2.51 read nvcc 13.0 cubins). For every entry (one per dtype)
+it reports registers, spill bytes, static + dynamic shared memory, resident blocks per
+SM, and instruction counts (HMMA, LDSM, LDS, STS, LDG, LDGSTS, generic LD/ST, BAR,
+SHFL, total) for the whole kernel and for its main loop.
+
+Loops are found from backward branches (a BRA to a lower address closes the loop
+[target, branch]). The main loop is the smallest loop holding the most tensor-core
+(HMMA) instructions (for attention, the key-tile loop: its products are unrolled into
+it or nested in it); without HMMA, the innermost loop with the most instructions.
+Counts are static (instructions in the code, nested loops included), not executed
+ones.
+
+Entries that claim the v3 targets (CLAIMS below) must meet them, or the report exits
+with status 1 (CI fails): no generic loads or stores (bf16/f16), no spills, and for the
+attentions at least one HMMA per 8 instructions of the main loop.
+
+Usage: tools/sass_report.py --nvcc PATH --cuobjdump PATH [--kernel-dir kernels]
+       [--markdown FILE]
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ARCH = "sm_90"
+# H100 (sm_90) per-SM limits for the occupancy estimate.
+SM_REGS = 65536
+SM_THREADS = 2048
+SM_BLOCKS = 32
+SM_SMEM = 233472  # 228 KiB
+BLOCK_RESERVED_SMEM = 1024  # per block, reserved by the system on sm_80+
+REG_UNIT = 256  # registers are allocated per warp in units of 256
+
+# Launch geometry of each kernel (entry-name prefix → threads per block, dynamic
+# shared memory in bytes), as the launchers in src/backend/cuda/ set it for head dim
+# 64 (instances for 128: at 128; with the position band) and hidden size 768; the
+# longest matching prefix wins.
+GEOMETRY = {
+    "disentangled_attention_f32": (128, 41980),
+    "disentangled_attention_v3_d64": (128, 96256),
+    "disentangled_attention_v3_d128": (128, 161792),
+    "causal_attention_f32": (128, 20864),
+    "causal_attention_fma": (128, 20864),
+    "causal_attention_v3_d64": (128, 46080),
+    "causal_attention_v3_d128": (128, 87040),
+    "question_loglik": (256, 0),
+    "question_loglik_bf16": (256, 62976),
+    "question_loglik_f16": (256, 62976),
+    "question_loglik_merge": (128, 0),
+    "layer_norm": (256, 3072),
+    "rms_norm": (256, 0),
+    "rope": (128, 256),
+    "tensor_core_check": (128, 0),
+}
+DEFAULT_THREADS = 256
+
+# Entries that claim the static targets (regular expressions on the entry name), with
+# the largest number of main-loop instructions per HMMA they may have (None: no
+# main-loop target, only no generic loads/stores and no spills).
+CLAIMS = [
+    (r"^disentangled_attention_v3_", 8),
+    (r"^causal_attention_v3_", 8),
+    (r"^question_loglik_(bf16|f16)$", None),
+]
+
+COLUMNS = ["HMMA", "LDSM", "LDS", "STS", "LDG", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]
+
+
+def category(op):
+    """The report column of a SASS opcode (None: counted in `total` only)."""
+    base = op.split(".")[0]
+    if base in ("HMMA", "LDSM", "LDS", "STS", "LDG", "LDGSTS", "BAR", "SHFL", "LD", "ST"):
+        return base
+    return None
+
+
+INSN = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
+TARGET = re.compile(r"0x([0-9a-f]+)\s*$")
+
+
+def parse_sass(text):
+    """{function: [(address, opcode, operands)]} from `cuobjdump -sass`."""
+    funcs, cur = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^\s*Function : (\S+)", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+            continue
+        m = INSN.match(line)
+        if m and cur is not None:
+            cur.append((int(m.group(1), 16), m.group(2), m.group(3).strip()))
+    return funcs
+
+
+def counts(insns):
+    c = dict.fromkeys(COLUMNS, 0)
+    for _, op, _ in insns:
+        if op == "NOP":
+            continue
+        c["total"] += 1
+        col = category(op)
+        if col:
+            c[col] += 1
+    return c
+
+
+def main_loop(insns):
+    """(first address, last address) of the main loop, or None."""
+    loops = []
+    for addr, op, rest in insns:
+        if op.split(".")[0] != "BRA":
+            continue
+        m = TARGET.search(rest)
+        if m and int(m.group(1), 16) < addr:
+            loops.append((int(m.group(1), 16), addr))
+    if not loops:
+        return None
+
+    def inside(lo, hi):
+        return [i for i in insns if lo <= i[0] <= hi]
+
+    def contains(outer, inner):
+        return outer != inner and outer[0] <= inner[0] and inner[1] <= outer[1]
+
+    hmma = {l: counts(inside(*l))["HMMA"] for l in loops}
+    if max(hmma.values()) > 0:
+        return max(loops, key=lambda l: (hmma[l], -(l[1] - l[0])))
+    innermost = [l for l in loops if not any(contains(l, o) for o in loops)]
+    return max(innermost, key=lambda l: l[1] - l[0])
+
+
+def ptxas_info(stderr):
+    """{function: (registers, spill store bytes, spill load bytes, static smem)}."""
+    info, cur = {}, None
+    for line in stderr.splitlines():
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            cur = m.group(1)
+            info[cur] = [0, 0, 0, 0]
+            continue
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and cur:
+            info[cur][1], info[cur][2] = int(m.group(1)), int(m.group(2))
+            continue
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            cur = m.group(1)
+            info.setdefault(cur, [0, 0, 0, 0])
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and cur:
+            info[cur][0] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            info[cur][3] = int(s.group(1)) if s else 0
+    return info
+
+
+def geometry(name):
+    best = None
+    for prefix, g in GEOMETRY.items():
+        if name.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, g)
+    return best[1] if best else (DEFAULT_THREADS, 0)
+
+
+def blocks_per_sm(regs, threads, smem):
+    warps = (threads + 31) // 32
+    per_warp = -(-max(regs, 1) * 32 // REG_UNIT) * REG_UNIT
+    by_regs = (SM_REGS // per_warp) // warps
+    by_threads = SM_THREADS // threads
+    by_smem = SM_SMEM // (smem + BLOCK_RESERVED_SMEM)
+    return min(by_regs, by_threads, by_smem, SM_BLOCKS)
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"sass_report: {' '.join(cmd)} failed:\n{r.stderr}")
+    return r
+
+
+def report_file(src, nvcc, cuobjdump, tmp):
+    cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
+    include = "-I" + os.path.dirname(src)
+    r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={ARCH}", include, "-Xptxas", "-v", src, "-o", cubin])
+    info = ptxas_info(r.stderr)
+    sass = parse_sass(run([cuobjdump, "-sass", cubin]).stdout)
+    rows = []
+    for name in sorted(sass):
+        insns = sass[name]
+        regs, spill_st, spill_ld, smem = info.get(name, [0, 0, 0, 0])
+        threads, dyn = geometry(name)
+        loop = main_loop(insns)
+        inner = counts([i for i in insns if loop and loop[0] <= i[0] <= loop[1]])
+        rows.append(
+            {
+                "name": name,
+                "regs": regs,
+                "spills": spill_st + spill_ld,
+                "smem": smem,
+                "dyn": dyn,
+                "threads": threads,
+                "blocks": blocks_per_sm(regs, threads, smem + dyn),
+                "all": counts(insns),
+                "loop": inner if loop else None,
+            }
+        )
+    return rows
+
+
+def check_claims(rows):
+    failures = []
+    for row in rows:
+        for pattern, every in CLAIMS:
+            if not re.search(pattern, row["name"]):
+                continue
+            a, lp = row["all"], row["loop"]
+            if row["name"].endswith(("_bf16", "_f16")) and a["LD"] + a["ST"] > 0:
+                failures.append(f"{row['name']}: {a['LD']} generic loads, {a['ST']} generic stores")
+            if row["spills"]:
+                failures.append(f"{row['name']}: {row['spills']} bytes of spills")
+            if every is None:
+                continue
+            if lp is None or lp["HMMA"] == 0 or lp["total"] > every * lp["HMMA"]:
+                got = f"{lp['HMMA']} HMMA in {lp['total']}" if lp else "no loop"
+                failures.append(f"{row['name']}: main loop has {got} instructions (target ≥ 1 per {every})")
+    return failures
+
+
+def markdown(rows):
+    head = (
+        "| entry | regs | spill B | smem static + dyn | threads | blocks/SM | "
+        + " | ".join(COLUMNS)
+        + " | main loop: "
+        + " / ".join(COLUMNS)
+        + " |"
+    )
+    lines = [head, "|" + "---|" * (7 + len(COLUMNS)) + "---|"]
+    for r in rows:
+        a = " | ".join(str(r["all"][c]) for c in COLUMNS)
+        lp = " / ".join(str(r["loop"][c]) for c in COLUMNS) if r["loop"] else "—"
+        lines.append(
+            f"| `{r['name']}` | {r['regs']} | {r['spills']} | {r['smem']} + {r['dyn']} | "
+            f"{r['threads']} | {r['blocks']} | {a} | {lp} |"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nvcc", required=True)
+    ap.add_argument("--cuobjdump", required=True)
+    ap.add_argument("--kernel-dir", default="kernels")
+    ap.add_argument("--markdown", help="also write the table to this file")
+    ap.add_argument("--only", help="regular expression: report these kernel files only")
+    args = ap.parse_args()
+    # cuobjdump -sass runs nvdisasm from PATH.
+    os.environ["PATH"] = os.path.dirname(os.path.abspath(args.cuobjdump)) + os.pathsep + os.environ["PATH"]
+    srcs = sorted(
+        os.path.join(args.kernel_dir, f)
+        for f in os.listdir(args.kernel_dir)
+        if f.endswith(".cu") and (not args.only or re.search(args.only, f))
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in srcs:
+            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp))
+    table = markdown(rows)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    failures = check_claims(rows)
+    claimed = sum(1 for r in rows if any(re.search(p, r["name"]) for p, _ in CLAIMS))
+    for f in failures:
+        print(f"sass_report: TARGET MISSED: {f}", file=sys.stderr)
+    print(f"sass_report: {len(rows)} entries, {claimed} claiming the v3 targets, {len(failures)} misses", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
