@@ -13,6 +13,7 @@
 // nvcuda::wmma and S, P, O through shared memory, is gone).
 // CPU twin: src/backend/cpu/causal_attention.rs.
 #include "flash_v3.cuh"
+#include "params.cuh"
 
 namespace {
 constexpr unsigned BQ = 32;             // query rows per block
@@ -217,12 +218,10 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
   }
 }
 
-#define CAUSAL_ATTENTION_ENTRY(SUFFIX, T, IMPL)                                                        \
-  extern "C" __global__ void causal_attention_##SUFFIX(                                         \
-      T* out, const T* qkv, const unsigned* cu_seqlens, const float* mask, unsigned heads,      \
-      unsigned kv_heads, unsigned d, float scale) {                                             \
-    IMPL(out, qkv, cu_seqlens, mask, heads, kv_heads, d, scale);                                \
-  }                                                                                             \
+#define CAUSAL_ATTENTION_ENTRY(SUFFIX, T, IMPL)                                                 \
+  extern "C" __global__ void causal_attention_##SUFFIX(const hopscore::CausalAttentionParams<T> p) { \
+    IMPL(p.out, p.qkv, p.cu_seqlens, p.mask, p.heads, p.kv_heads, p.d, p.scale);                    \
+  }                                                                                                 \
   HOPSCORE_ENTRY(causal_attention_##SUFFIX);
 
 // causal_attention_f32: v1. causal_attention_fma_<T>: v1 for bf16/f16 heads that are

@@ -8,8 +8,9 @@
 // - warp collectives use the `*_sync` intrinsics with a full mask, in warps that are
 //   complete (block sizes are multiples of 32); tensor cores only through the
 //   mma.sync / ldmatrix / cp.async wrappers below (inline PTX here, the emulator's
-//   model of each instruction under HOPSCORE_CUDA_EMU; nvcuda::wmma's bf16 loads from
-//   shared memory compile to generic loads).
+//   model of each instruction under HOPSCORE_CUDA_EMU; nvcuda::wmma is not modelled)
+// - a kernel with more than six arguments takes one parameter struct of params.cuh by
+//   value (mirrored in src/backend/cuda/params.rs)
 #pragma once
 #ifndef HOPSCORE_CUDA_EMU
 #include <cuda_bf16.h>

@@ -30,6 +30,7 @@
 // = 4 · ((64 + BR) · LD + 2048 + 192) bytes; see `smem_bytes` in
 // src/backend/cuda/disentangled_attention.rs.
 #include "flash_v3.cuh"
+#include "params.cuh"
 
 namespace {
 
@@ -470,24 +471,17 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 }  // namespace v3
 }  // namespace
 
-extern "C" __global__ void disentangled_attention_f32(
-    const float* q, const float* k, const float* v, const float* pos_key, const float* pos_query,
-    const unsigned* rel_index, unsigned rel_base, const unsigned* cu_seqlens, const float* mask,
-    float* out, unsigned num_seqs, unsigned heads, unsigned head_size, float scale) {
-  (void)num_seqs;  // the grid's z extent
-  disentangled_attention<float>(q, k, v, pos_key, pos_query, rel_index, rel_base, cu_seqlens, mask,
-                              out, heads, head_size, scale);
+extern "C" __global__ void disentangled_attention_f32(const hopscore::DisentangledAttentionParams<float> p) {
+  disentangled_attention<float>(p.q, p.k, p.v, p.pos_key, p.pos_query, p.rel_index, p.rel_base, p.cu_seqlens,
+                                p.mask, p.out, p.heads, p.head_size, p.scale);
 }
 HOPSCORE_ENTRY(disentangled_attention_f32);
 
 #define DISENTANGLED_ATTENTION_V3(D, SUFFIX, T)                                                     \
   extern "C" __global__ void __launch_bounds__(128) disentangled_attention_v3_d##D##_##SUFFIX(     \
-      const T* q, const T* k, const T* v, const T* pos_key, const T* pos_query,                     \
-      const unsigned* band_table, const unsigned* cu_seqlens, const float* mask, T* out,            \
-      unsigned num_seqs, unsigned heads, unsigned head_size, float scale) {                         \
-    (void)num_seqs; /* the grid's z extent */                                                       \
-    v3::attention<T, D>(q, k, v, pos_key, pos_query, band_table, cu_seqlens, mask, out, heads,      \
-                        head_size, scale);                                                          \
+      const hopscore::DisentangledAttentionParams<T> p) {                                           \
+    v3::attention<T, D>(p.q, p.k, p.v, p.pos_key, p.pos_query, p.rel_index, p.cu_seqlens, p.mask,   \
+                        p.out, p.heads, p.head_size, p.scale);                                      \
   }                                                                                                 \
   HOPSCORE_ENTRY(disentangled_attention_v3_d##D##_##SUFFIX);
 DISENTANGLED_ATTENTION_V3(64, bf16, __nv_bfloat16)

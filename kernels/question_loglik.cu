@@ -17,6 +17,7 @@
 // in f64, as the twin merges its chunks).
 // CPU twin: src/backend/cpu/question_loglik.rs.
 #include "common.cuh"
+#include "params.cuh"
 
 namespace {
 constexpr unsigned RT = 16;       // hidden rows per block
@@ -273,12 +274,9 @@ __device__ void question_loglik_tc(float* part, const T* hidden, const unsigned*
 }
 
 #define QUESTION_LOGLIK_ENTRY(SUFFIX, T, IMPL)                                                         \
-  extern "C" __global__ void question_loglik_##SUFFIX(                                          \
-      float* part, const T* hidden, const unsigned* rows, const T* head,                        \
-      const unsigned* targets, unsigned n, unsigned cols, unsigned vocab,                       \
-      unsigned split_width, float inv_t) {                                                      \
-    IMPL(part, hidden, rows, head, targets, n, cols, vocab, split_width, inv_t);                \
-  }                                                                                             \
+  extern "C" __global__ void question_loglik_##SUFFIX(const hopscore::QuestionLoglikParams<T> p) { \
+    IMPL(p.part, p.hidden, p.rows, p.head, p.targets, p.n, p.cols, p.vocab, p.split_width, p.inv_t); \
+  }                                                                                                  \
   HOPSCORE_ENTRY(question_loglik_##SUFFIX);
 
 QUESTION_LOGLIK_ENTRY(f32, float, question_loglik)

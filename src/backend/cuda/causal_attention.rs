@@ -7,7 +7,8 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::LaunchConfig;
 
 use super::memory::device_err;
-use super::{Arg, CudaBackend, CudaTensor, DType};
+use super::params::CausalAttentionParams;
+use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
 use crate::backend::{CausalShape, OpError, OpResult, SeqLayout};
 
@@ -92,16 +93,16 @@ pub(super) fn launch(
         block_dim: ((BQ * TPR) as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    let args = [
-        Arg::Ptr(out.ptr()),
-        Arg::Ptr(qkv.ptr()),
-        Arg::Ptr(cu.ptr()),
-        Arg::Ptr(mask.ptr()),
-        Arg::U32(heads as u32),
-        Arg::U32(kv_heads as u32),
-        Arg::U32(d as u32),
-        Arg::F32(scale),
-    ];
-    be.launch_version(OP, kernel, cfg, &args)?;
+    let params = CausalAttentionParams {
+        out: out.ptr(),
+        qkv: qkv.ptr(),
+        cu_seqlens: cu.ptr(),
+        mask: mask.ptr(),
+        heads: heads as u32,
+        kv_heads: kv_heads as u32,
+        d: d as u32,
+        scale,
+    };
+    be.launch_params(OP, kernel, cfg, &params)?;
     Ok(out)
 }

@@ -9,8 +9,9 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::LaunchConfig;
 
 use super::memory::{device_err, CudaTensor};
+use super::params::DisentangledAttentionParams;
 use super::DType;
-use super::{ptr_or_null, Arg, CudaBackend};
+use super::{ptr_or_null, CudaBackend};
 use crate::backend::check::Dims;
 use crate::backend::{AttentionShape, OpError, OpResult, RelAttention, SeqLayout};
 
@@ -189,27 +190,25 @@ pub fn disentangled_attention(
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    let mut args = vec![
-        Arg::Ptr(q.ptr()),
-        Arg::Ptr(k.ptr()),
-        Arg::Ptr(v.ptr()),
-        Arg::Ptr(if band { ptr_or_null(pos_key) } else { 0 }),
-        Arg::Ptr(if band { ptr_or_null(pos_query) } else { 0 }),
-        Arg::Ptr(index_buf.as_ref().map_or(0, |b| b.ptr())),
-    ];
-    if !v3 {
-        args.push(Arg::U32(base as u32));
-    }
-    args.extend([
-        Arg::Ptr(cu.ptr()),
-        Arg::Ptr(mask.ptr()),
-        Arg::Ptr(out.ptr()),
-        Arg::U32(seqs as u32),
-        Arg::U32(heads as u32),
-        Arg::U32(d as u32),
-        Arg::F32(score_scale),
-    ]);
-    be.launch_version(OP, kernel, cfg, &args)?;
+    let params = DisentangledAttentionParams {
+        q: q.ptr(),
+        k: k.ptr(),
+        v: v.ptr(),
+        pos_key: if band { ptr_or_null(pos_key) } else { 0 },
+        pos_query: if band { ptr_or_null(pos_query) } else { 0 },
+        rel_index: index_buf.as_ref().map_or(0, |b| b.ptr()),
+        cu_seqlens: cu.ptr(),
+        mask: mask.ptr(),
+        out: out.ptr(),
+        // v1 reads the index itself at offset `base`; v3's band table starts at 0.
+        rel_base: if v3 { 0 } else { base as u32 },
+        num_seqs: seqs as u32,
+        heads: heads as u32,
+        head_size: d as u32,
+        scale: score_scale,
+        pad: 0,
+    };
+    be.launch_params(OP, kernel, cfg, &params)?;
     Ok(out)
 }
 

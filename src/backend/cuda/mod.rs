@@ -10,11 +10,12 @@ mod causal_attention;
 pub mod device;
 pub mod disentangled_attention;
 pub mod memory;
+pub mod params;
 pub mod profile;
 mod question_loglik;
 pub mod tensor_core_check;
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use self::device::{grid_1d, per_row, Device};
 use self::memory::device_err;
@@ -90,7 +91,6 @@ impl CudaBackend {
         args: &[Arg],
     ) -> OpResult<()> {
         let f = self.dev.typed(kernel, self.dev.dtype)?;
-        let _timed = self.profiler.time(&self.dev, op)?;
         let mut b = self.dev.stream.launch_builder(&f);
         for a in args {
             match a {
@@ -101,6 +101,38 @@ impl CudaBackend {
         }
         // SAFETY: each launcher passes the argument list of its kernel's signature,
         // with pointers to live buffers of the checked shapes.
+        unsafe { self.timed_launch(op, b, cfg) }
+    }
+
+    /// Launches `<kernel>_<dtype>`, a version of `op` whose one argument is the
+    /// parameter struct `params` (a mirror of `kernels/params.cuh`).
+    fn launch_params<P: DeviceRepr>(
+        &self,
+        op: &'static str,
+        kernel: &'static str,
+        cfg: LaunchConfig,
+        params: &P,
+    ) -> OpResult<()> {
+        let f = self.dev.typed(kernel, self.dev.dtype)?;
+        let mut b = self.dev.stream.launch_builder(&f);
+        b.arg(params);
+        // SAFETY: `P` is the kernel's parameter struct (its size asserted against the
+        // header), filled with pointers to live buffers of the checked shapes.
+        unsafe { self.timed_launch(op, b, cfg) }
+    }
+
+    /// Launches `b`, timed as `op`.
+    ///
+    /// # Safety
+    /// The arguments pushed into `b` must be those of the kernel's signature.
+    unsafe fn timed_launch(
+        &self,
+        op: &'static str,
+        mut b: LaunchArgs<'_>,
+        cfg: LaunchConfig,
+    ) -> OpResult<()> {
+        let _timed = self.profiler.time(&self.dev, op)?;
+        // SAFETY: the caller's contract.
         unsafe { b.launch(cfg) }
             .map(|_| ())
             .map_err(|e| device_err(op, e))

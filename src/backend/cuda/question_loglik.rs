@@ -6,7 +6,8 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::memory::device_err;
-use super::{Arg, CudaBackend, CudaTensor, DType};
+use super::params::QuestionLoglikParams;
+use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::OpResult;
 
 /// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 mma.sync one.
@@ -79,19 +80,20 @@ pub(super) fn launch(
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    let args = [
-        Arg::Ptr(part.ptr()),
-        Arg::Ptr(hidden.ptr()),
-        Arg::Ptr(idx.ptr()),
-        Arg::Ptr(lm_head.ptr()),
-        Arg::Ptr(tgt.ptr()),
-        Arg::U32(n as u32),
-        Arg::U32(cols as u32),
-        Arg::U32(vocab as u32),
-        Arg::U32(SPLIT as u32),
-        Arg::F32(inv_t),
-    ];
-    be.launch("question_loglik", cfg, &args)?;
+    let params = QuestionLoglikParams {
+        part: part.ptr(),
+        hidden: hidden.ptr(),
+        rows: idx.ptr(),
+        head: lm_head.ptr(),
+        targets: tgt.ptr(),
+        n: n as u32,
+        cols: cols as u32,
+        vocab: vocab as u32,
+        split_width: SPLIT as u32,
+        inv_t,
+        pad: 0,
+    };
+    be.launch_params("question_loglik", "question_loglik", cfg, &params)?;
 
     let merge = be
         .dev

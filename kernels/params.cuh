@@ -1,0 +1,59 @@
+// Parameter structs of the kernels with more than six arguments, passed by value (one
+// kernel parameter each). Mirrored field for field by the `#[repr(C)]` structs in
+// src/backend/cuda/params.rs (device pointers as u64); the size is asserted on both
+// sides. T is the element type (float, __nv_bfloat16 or __half): the layout is the
+// same for every T.
+#pragma once
+
+namespace hopscore {
+
+// disentangled_attention_f32 (v1) and disentangled_attention_v3_d<D>_<T> (v3).
+template <typename T> struct DisentangledAttentionParams {
+  const T* q;                  // [tokens, heads·head_size]
+  const T* k;                  // [tokens, heads·head_size]
+  const T* v;                  // [tokens, heads·head_size]
+  const T* pos_key;            // PK [index rows, heads·head_size] or null (no c2p)
+  const T* pos_query;          // PQ [index rows, heads·head_size] or null (no p2c)
+  const unsigned* rel_index;   // v1: index[r + rel_base]; v3: the band table; or null
+  const unsigned* cu_seqlens;  // [num_seqs + 1]
+  const float* mask;           // [tokens]: 1 attends, 0 is left out
+  T* out;                      // [tokens, heads·head_size]
+  unsigned rel_base;           // v1: index of offset 0 in rel_index (v3: 0)
+  unsigned num_seqs;           // the grid's z extent
+  unsigned heads;
+  unsigned head_size;
+  float scale;                 // score scale
+  unsigned pad;                // 0 (keeps the size a multiple of 8 explicit)
+};
+static_assert(sizeof(DisentangledAttentionParams<float>) == 96, "mirror of src/backend/cuda/params.rs");
+
+// causal_attention_<T>, causal_attention_fma_<T>, causal_attention_v3_d<D>_<T>.
+template <typename T> struct CausalAttentionParams {
+  T* out;                      // [tokens, heads·d]
+  const T* qkv;                // [tokens, (heads + 2·kv_heads)·d]
+  const unsigned* cu_seqlens;  // [sequences + 1]
+  const float* mask;           // [tokens]
+  unsigned heads;              // query heads
+  unsigned kv_heads;           // key/value heads (divides heads)
+  unsigned d;                  // head_dim
+  float scale;                 // score scale
+};
+static_assert(sizeof(CausalAttentionParams<float>) == 48, "mirror of src/backend/cuda/params.rs");
+
+// question_loglik_<T> (the partial kernel; the merge takes four arguments).
+template <typename T> struct QuestionLoglikParams {
+  float* part;              // [3][splits][n]: max, sum of exp, target logit per split
+  const T* hidden;          // [tokens, cols]
+  const unsigned* rows;     // [n] rows of hidden
+  const T* head;            // LM head [vocab, cols]
+  const unsigned* targets;  // [n] target token ids
+  unsigned n;               // requested rows
+  unsigned cols;            // hidden size
+  unsigned vocab;           // LM head rows
+  unsigned split_width;     // vocabulary rows per split
+  float inv_t;              // 1 / temperature
+  unsigned pad;             // 0
+};
+static_assert(sizeof(QuestionLoglikParams<float>) == 64, "mirror of src/backend/cuda/params.rs");
+
+}  // namespace hopscore

@@ -1,0 +1,102 @@
+//! The `#[repr(C)]` mirrors of the kernel parameter structs of `kernels/params.cuh`
+//! (same fields in the same order, device pointers as u64), passed by value as the one
+//! argument of their kernels; the size is asserted here and in the header.
+
+use cudarc::driver::DeviceRepr;
+
+/// `hopscore::DisentangledAttentionParams<T>` (v1 and v3 of disentangled attention).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DisentangledAttentionParams {
+    /// Queries `[tokens, heads·head_size]`.
+    pub q: u64,
+    /// Keys `[tokens, heads·head_size]`.
+    pub k: u64,
+    /// Values `[tokens, heads·head_size]`.
+    pub v: u64,
+    /// Position keys PK `[index rows, heads·head_size]`, or 0 (no c2p).
+    pub pos_key: u64,
+    /// Position queries PQ `[index rows, heads·head_size]`, or 0 (no p2c).
+    pub pos_query: u64,
+    /// v1: the relative index (`index[r + rel_base]`); v3: the band table; or 0.
+    pub rel_index: u64,
+    /// `[num_seqs + 1]` u32 sequence starts.
+    pub cu_seqlens: u64,
+    /// `[tokens]` f32 attention mask.
+    pub mask: u64,
+    /// Context `[tokens, heads·head_size]`.
+    pub out: u64,
+    /// v1: index of offset 0 in `rel_index` (v3: 0).
+    pub rel_base: u32,
+    /// Sequences (the grid's z extent).
+    pub num_seqs: u32,
+    /// Attention heads.
+    pub heads: u32,
+    /// Head size.
+    pub head_size: u32,
+    /// Score scale.
+    pub scale: f32,
+    /// 0.
+    pub pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<DisentangledAttentionParams>() == 96);
+
+/// `hopscore::CausalAttentionParams<T>` (every version of causal attention).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CausalAttentionParams {
+    /// Context `[tokens, heads·d]`.
+    pub out: u64,
+    /// Fused projection `[tokens, (heads + 2·kv_heads)·d]`.
+    pub qkv: u64,
+    /// `[sequences + 1]` u32 sequence starts.
+    pub cu_seqlens: u64,
+    /// `[tokens]` f32 attention mask.
+    pub mask: u64,
+    /// Query heads.
+    pub heads: u32,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: u32,
+    /// Head dimension.
+    pub d: u32,
+    /// Score scale.
+    pub scale: f32,
+}
+const _: () = assert!(std::mem::size_of::<CausalAttentionParams>() == 48);
+
+/// `hopscore::QuestionLoglikParams<T>` (the partial kernel of question log-likelihood).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct QuestionLoglikParams {
+    /// `[3][splits][n]` f32: max, sum of exp and target logit per split.
+    pub part: u64,
+    /// Hidden states `[tokens, cols]`.
+    pub hidden: u64,
+    /// `[n]` u32 rows of `hidden`.
+    pub rows: u64,
+    /// LM head `[vocab, cols]`.
+    pub head: u64,
+    /// `[n]` u32 target token ids.
+    pub targets: u64,
+    /// Requested rows.
+    pub n: u32,
+    /// Hidden size.
+    pub cols: u32,
+    /// LM head rows.
+    pub vocab: u32,
+    /// Vocabulary rows per split.
+    pub split_width: u32,
+    /// 1 / temperature.
+    pub inv_t: f32,
+    /// 0.
+    pub pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<QuestionLoglikParams>() == 64);
+
+// SAFETY: plain `#[repr(C)]` data of u64/u32/f32 fields without padding (sizes asserted
+// above against the C++ structs of kernels/params.cuh, which have the same layout).
+unsafe impl DeviceRepr for DisentangledAttentionParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for CausalAttentionParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for QuestionLoglikParams {}
