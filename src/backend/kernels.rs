@@ -1,5 +1,5 @@
-//! PTX of every `kernels/<op>.cu`, embedded at build time by build.rs (empty when the
-//! crate was built without nvcc).
+//! PTX of every `kernels/<op>.cu` and the list of its kernel entry points, embedded at
+//! build time by build.rs (both empty when the crate was built without nvcc).
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
@@ -9,4 +9,35 @@ pub fn ptx(name: &str) -> Option<&'static str> {
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, p)| *p)
+}
+
+/// The op (PTX module) that defines kernel `entry`, if it is in this binary.
+pub fn module_of(entry: &str) -> Option<&'static str> {
+    KERNEL_ENTRIES
+        .iter()
+        .find(|(e, _)| *e == entry)
+        .map(|(_, m)| *m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_list_matches_the_ptx() {
+        let in_ptx: usize = PTX_MODULES
+            .iter()
+            .map(|(_, p)| p.matches(".visible .entry ").count())
+            .sum();
+        assert_eq!(KERNEL_ENTRIES.len(), in_ptx);
+        for (entry, module) in KERNEL_ENTRIES {
+            let ptx = ptx(module).expect("module of a listed entry");
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{entry} in {module}"
+            );
+            assert_eq!(module_of(entry), Some(*module));
+        }
+        assert_eq!(module_of("no_such_kernel"), None);
+    }
 }

@@ -86,7 +86,11 @@ pub fn run(args: &InspectArgs) -> Result<String> {
         if kernels.is_empty() {
             "none (built without nvcc)".to_string()
         } else {
-            kernels.join(", ")
+            format!(
+                "{} ({} entry points)",
+                kernels.join(", "),
+                crate::backend::kernels::KERNEL_ENTRIES.len()
+            )
         }
     )?;
     Ok(s)

@@ -82,13 +82,14 @@ impl Device {
         if let Some(f) = self.functions.lock().unwrap().get(entry) {
             return Ok(f.clone());
         }
-        let marker = format!(".entry {entry}(");
-        let (module_name, ptx) = kernels::PTX_MODULES
-            .iter()
-            .find(|(_, ptx)| ptx.contains(&marker))
+        let (module_name, ptx) = kernels::module_of(entry)
+            .and_then(|m| Some((m, kernels::ptx(m)?)))
             .ok_or_else(|| OpError::Device {
                 op,
-                msg: format!("no kernel `{entry}` in this binary's PTX"),
+                msg: format!(
+                    "no kernel `{entry}` among the {} entries built into this binary",
+                    kernels::KERNEL_ENTRIES.len()
+                ),
             })?;
         let module = {
             let mut modules = self.modules.lock().unwrap();
@@ -97,7 +98,7 @@ impl Device {
                 None => {
                     let m = self
                         .ctx
-                        .load_module(Ptx::from_src(*ptx))
+                        .load_module(Ptx::from_src(ptx))
                         .map_err(|e| device_err(op, format!("loading {module_name}.ptx: {e}")))?;
                     modules.insert(module_name, m.clone());
                     m
