@@ -244,7 +244,7 @@ Fiber& current(const char* what) {
   }
   fprintf(stderr,
           "cuda_emu: DEADLOCK in kernel `%s`, block (%u,%u,%u) of %u threads: %u threads wait at "
-          "__syncthreads, %u at a warp collective (shuffle/ballot/__syncwarp/wmma store), %u have exited. "
+          "__syncthreads, %u at a warp collective (shuffle/ballot/__syncwarp/mma/ldmatrix), %u have exited. "
           "A barrier is in divergent code (not reached by every live thread of the block/warp).\n",
           g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, n, at_block, at_warp, done);
   abort();

@@ -3,7 +3,8 @@
 // Force-included (g++ -include tools/cuda_emu/emu.h) before every kernels/*.cu, which
 // is then compiled as plain C++20 and linked into the fake libcuda.so built by
 // tools/cuda_emu/build.sh. It supplies the CUDA language extensions, builtins,
-// intrinsics, half types and nvcuda::wmma that the kernels use; the scheduler that
+// intrinsics and half types that the kernels use, and models of the mma.sync,
+// ldmatrix and cp.async instructions behind kernels/common.cuh; the scheduler that
 // runs every CUDA thread of a block as a cooperative fiber lives in driver.cpp.
 //
 // Semantics:
@@ -11,7 +12,7 @@
 //   the block's shared memory; it keeps the previous block's values, like real shared
 //   memory keeps garbage);
 // - every CUDA thread is a fiber; it runs until a sync point (__syncthreads, a warp
-//   collective, wmma::store_matrix_sync) or its end, so the kernel code sees exactly
+//   collective, mma, ldmatrix) or its end, so the kernel code sees exactly
 //   the synchronisation it asked for and nothing more;
 // - warp collectives require the full mask (0xffffffff), as kernels/common.cuh says.
 #pragma once
@@ -350,92 +351,6 @@ inline __half __ushort_as_half(unsigned short b) { __half r; r.__x = b; return r
 HOPSCORE_EMU_HALF_OPS(__half)
 HOPSCORE_EMU_HALF_OPS(__nv_bfloat16)
 #undef HOPSCORE_EMU_HALF_OPS
-
-// ---------------------------------------------------------------- nvcuda::wmma
-// Every thread holds the whole tile (row-major in `x`), which is exact for code that
-// treats fragments opaquely: fill, element-wise ops over all x[i], load/store/mma.
-namespace nvcuda {
-namespace wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-namespace precision { struct tf32 {}; }
-
-template <typename Use, int M, int N, int K> struct tile_shape;
-template <int M, int N, int K> struct tile_shape<matrix_a, M, N, K> { static constexpr int rows = M, cols = K; };
-template <int M, int N, int K> struct tile_shape<matrix_b, M, N, K> { static constexpr int rows = K, cols = N; };
-template <int M, int N, int K> struct tile_shape<accumulator, M, N, K> { static constexpr int rows = M, cols = N; };
-
-template <typename T> struct storage { typedef T type; };
-template <> struct storage<precision::tf32> { typedef float type; };
-
-template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
-  typedef typename storage<T>::type element_type;
-  static constexpr int rows = tile_shape<Use, M, N, K>::rows;
-  static constexpr int cols = tile_shape<Use, M, N, K>::cols;
-  static constexpr int num_elements = rows * cols;
-  element_type x[num_elements];
-};
-
-template <typename Use, int M, int N, int K, typename T, typename L, typename V>
-inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, const V& v) {
-  typedef typename fragment<Use, M, N, K, T, L>::element_type E;
-  const E e = E(v);
-  for (int i = 0; i < f.num_elements; ++i) f.x[i] = e;
-}
-
-template <typename Use, int M, int N, int K, typename T, typename L, typename P>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm) {
-  static_assert(!std::is_void_v<L>, "matrix_a/matrix_b fragments need a row_major or col_major layout");
-  typedef fragment<Use, M, N, K, T, L> F;
-  hopscore_emu::clobber();
-  for (int r = 0; r < F::rows; ++r)
-    for (int c = 0; c < F::cols; ++c)
-      f.x[r * F::cols + c] = std::is_same_v<L, row_major> ? p[(size_t)r * ldm + c] : p[r + (size_t)c * ldm];
-}
-template <int M, int N, int K, typename T, typename P>
-inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const P* p, unsigned ldm, layout_t layout) {
-  hopscore_emu::clobber();
-  for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c)
-      f.x[r * N + c] = layout == mem_row_major ? p[(size_t)r * ldm + c] : p[r + (size_t)c * ldm];
-}
-// Collective over the warp: lane 0 writes the tile, between two warp barriers.
-template <int M, int N, int K, typename T, typename P>
-inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ldm, layout_t layout) {
-  hopscore_emu::clobber();
-  hopscore_emu::warp_barrier();
-  if (hopscore_emu::lane_id() == 0) {
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < N; ++c) {
-        P v = P(f.x[r * N + c]);
-        if (layout == mem_row_major) p[(size_t)r * ldm + c] = v;
-        else p[r + (size_t)c * ldm] = v;
-      }
-  }
-  hopscore_emu::clobber();
-  hopscore_emu::warp_barrier();
-  hopscore_emu::clobber();
-}
-
-template <int M, int N, int K, typename TA, typename LA, typename TB, typename LB, typename TC, typename TD>
-inline void mma_sync(fragment<accumulator, M, N, K, TD, void>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
-                     const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, TC, void>& c,
-                     bool /*satf*/ = false) {
-  float out[M * N];
-  for (int i = 0; i < M; ++i)
-    for (int j = 0; j < N; ++j) {
-      float s = float(c.x[i * N + j]);
-      for (int k = 0; k < K; ++k) s += float(a.x[i * K + k]) * float(b.x[k * N + j]);
-      out[i * N + j] = s;
-    }
-  for (int i = 0; i < M * N; ++i) d.x[i] = typename fragment<accumulator, M, N, K, TD, void>::element_type(out[i]);
-}
-}  // namespace wmma
-}  // namespace nvcuda
 
 // ---------------------------------------------------------------- mma.sync, ldmatrix, cp.async
 // The PTX instructions behind the wrappers of kernels/common.cuh (mma_16816,
