@@ -12,6 +12,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::cli::classify::{run, ClassifyArgs};
 use hopscore::cli::DeviceOpts;
 use parquet::arrow::ArrowWriter;
+use sha2::{Digest, Sha256};
 
 /// A word-level tokenizer where word `w<i>` is token id `i` (ids 3..1000; `w3` doubles
 /// as the unknown token), with DeBERTa's pair template. It turns the golden token
@@ -159,6 +160,36 @@ fn classify_matches_hf_logits_and_quarantines_bad_rows() {
     assert_eq!(got[2], (4, "text_a is empty"));
     assert_eq!(got[3].0, 6);
     assert!(got[3].1.contains("bytes (limit"), "{}", got[3].1);
+
+    // Provenance: the dtype computed in, and the model identified by the content of its
+    // weights and config.json (`sha256sum`'s lines of both, hashed).
+    let meta = key_values(&output);
+    assert_eq!(meta["hopscore.dtype"], "f32");
+    let model = common::fixture("deberta/v3_seqcls");
+    let line = |name: &str| {
+        let bytes = std::fs::read(model.join(name)).unwrap();
+        format!("{}  {name}", hex(&Sha256::digest(bytes)))
+    };
+    let lines = [line("model.safetensors"), line("config.json")].join("\n");
+    assert_eq!(meta["hopscore.model_sha256"], hex(&Sha256::digest(lines)));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key-value metadata of a Parquet file.
+fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let kv = reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap();
+    kv.iter()
+        .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
 }
 
 #[test]

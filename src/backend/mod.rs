@@ -100,6 +100,10 @@ pub trait Backend: Send + Sync {
 
     /// Short name for logs and output metadata (`cpu`, `cuda:0`).
     fn name(&self) -> String;
+    /// The element type activations and weights are held in (the CPU computes in f32).
+    fn dtype(&self) -> dtype::DType {
+        dtype::DType::F32
+    }
     /// Waits until queued device work is done (timing; device faults surface here).
     fn synchronize(&self) -> OpResult<()> {
         Ok(())

@@ -130,14 +130,15 @@ fn run_on<B: Backend>(be: &B, args: &BeamArgs) -> Result<RunSummary> {
             names.join(", ")
         );
     }
-    let weights_path = files.weights_path();
+    let weights_paths = files.weights_paths();
     let model = CrossEncoder::load(be, files, Some(&["hop1", "hop_n"]))?;
     debug_assert_eq!(model.heads[0].spec.name, "hop1");
     let tok_path = TextTokenizer::locate(&args.model, args.tokenizer.as_deref())?;
     let tok = Arc::new(TextTokenizer::from_file(&tok_path, None)?);
     let metadata = run_metadata(
+        be,
         &args.model,
-        &weights_path,
+        &weights_paths,
         &[
             ("strategy", "beam".into()),
             ("tokenizer_sha256", file_sha256(&tok_path)?),

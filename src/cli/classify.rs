@@ -73,7 +73,7 @@ fn run_on<B: Backend>(be: &B, args: &ClassifyArgs) -> Result<RowSummary> {
         "head `{}` scores tokens, not pairs: classify needs a sequence-level head",
         head.name
     );
-    let weights_path = files.weights_path();
+    let weights_paths = files.weights_paths();
     let model = CrossEncoder::load(be, files, Some(&[head.name]))?;
     let max_len = args.max_length.unwrap_or(config.max_position_embeddings);
     let tok = TextTokenizer::from_file(
@@ -86,8 +86,9 @@ fn run_on<B: Backend>(be: &B, args: &ClassifyArgs) -> Result<RowSummary> {
     input.check_column("text_a", &["string"], true)?;
     let has_b = input.check_column("text_b", &["string"], false)?;
     let metadata = run_metadata(
+        be,
         &args.model,
-        &weights_path,
+        &weights_paths,
         &[
             ("head", head.name.to_string()),
             ("max_length", max_len.to_string()),

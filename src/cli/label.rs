@@ -18,13 +18,13 @@ use super::question_run::{self, RunArgs, RunSummary};
 use super::{run_metadata, with_backend, DeviceOpts};
 use crate::backend::Backend;
 use crate::io::columns::list_of;
+use crate::io::fingerprint::{file_sha256, model_sha256};
 use crate::io::parquet_io::write_in_batches;
 use crate::io::paths::Named;
 use crate::io::questions::Question;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
-use crate::model::weights::sha256_file;
 use crate::retrieve::Corpus;
 use crate::strategy::efficientrag::{
     ChunkSource, EfficientRag, Iteration, LabelResult, LoopConfig, PoolChunks, FILTER, LABELER,
@@ -78,8 +78,8 @@ pub enum TagPooling {
 /// A loaded model and where its heads' logits are.
 struct Scorer<B: Backend> {
     model: CrossEncoder<B>,
-    /// The first weight file (its sha256 goes into the run metadata).
-    weights: PathBuf,
+    /// Every weight file (their checksums go into the run metadata).
+    weights: Vec<PathBuf>,
     /// Index of the tag head (Labeler only) and its class count.
     tags: Option<(usize, usize)>,
     tokens: usize,
@@ -121,7 +121,7 @@ impl<B: Backend> Scorer<B> {
                 Some((k, specs[k].num_labels))
             }
         };
-        let weights = files.weights_path();
+        let weights = files.weights_paths();
         let model = CrossEncoder::from_weights(be, &files.weights, files.config, specs)
             .with_context(|| format!("loading the {role} in {}", dir.display()))?;
         Ok(Self {
@@ -274,9 +274,12 @@ fn run_on<B: Backend>(be: &B, args: &LabelArgs) -> Result<RunSummary> {
     };
     let mut options = vec![
         ("strategy", "efficientrag".to_string()),
-        ("tokenizer_sha256", sha256_file(&tok_path)?),
+        ("tokenizer_sha256", file_sha256(&tok_path)?),
         ("filter", args.filter.display().to_string()),
-        ("filter_sha256", sha256_file(&models.filter.weights)?),
+        (
+            "filter_sha256",
+            model_sha256(&args.filter, &models.filter.weights)?,
+        ),
         (
             "tag_pooling",
             format!("{:?}", args.tag_pooling).to_lowercase(),
@@ -288,9 +291,9 @@ fn run_on<B: Backend>(be: &B, args: &LabelArgs) -> Result<RunSummary> {
     ];
     if let Some(path) = &args.corpus {
         options.push(("corpus", path.display().to_string()));
-        options.push(("corpus_sha256", sha256_file(path)?));
+        options.push(("corpus_sha256", file_sha256(path)?));
     }
-    let metadata = run_metadata(&args.labeler, &models.labeler.weights, &options)?;
+    let metadata = run_metadata(be, &args.labeler, &models.labeler.weights, &options)?;
     let config = LoopConfig {
         max_iter: args.max_iter,
         top_k: args.top_k,

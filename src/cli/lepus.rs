@@ -468,7 +468,7 @@ fn run_on<B: Backend>(
         ("add_bos", loaded.tokenizer.add_bos.to_string()),
         ("device", be.name()),
     ]);
-    let metadata = run_metadata(model_path, &loaded.weights_path, &options)?;
+    let metadata = run_metadata(be, model_path, &loaded.weights_paths, &options)?;
     let tok = Arc::new(loaded.tokenizer);
     let setup = LmSetup {
         encoder: Arc::new(LmEncoder {

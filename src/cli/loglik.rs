@@ -91,7 +91,7 @@ impl Loglik {
 pub struct LoadedDecoder<B: Backend> {
     pub model: DecoderForCausalLM<B>,
     pub tokenizer: CausalTokenizer,
-    pub weights_path: PathBuf,
+    pub weights_paths: Vec<PathBuf>,
 }
 
 /// Opens a decoder and its tokenizer (`tokenizer` overrides the model's own).
@@ -101,7 +101,7 @@ pub fn load_decoder<B: Backend>(
     tokenizer: Option<&std::path::Path>,
 ) -> Result<LoadedDecoder<B>> {
     let source = DecoderSource::open(model)?;
-    let weights_path = source.weights_path();
+    let weights_paths = source.weights_paths();
     let tok = match (&source, tokenizer) {
         (_, Some(t)) => CausalTokenizer::from_dir(model, Some(t))?,
         (DecoderSource::Gguf(g), None) => causal_tokenizer::from_gguf(g)?,
@@ -112,7 +112,7 @@ pub fn load_decoder<B: Backend>(
     Ok(LoadedDecoder {
         model,
         tokenizer: tok,
-        weights_path,
+        weights_paths,
     })
 }
 
@@ -138,8 +138,9 @@ fn run_on<B: Backend>(be: &B, args: &LoglikArgs) -> Result<RowSummary> {
     input.check_column("prompt", &["string"], true)?;
     input.check_column("target", &["string"], true)?;
     let metadata = run_metadata(
+        be,
         &args.model,
-        &loaded.weights_path,
+        &loaded.weights_paths,
         &[
             ("model_type", loaded.model.config.model_type.clone()),
             ("temperature", args.temperature.to_string()),

@@ -18,9 +18,10 @@ pub mod review;
 pub mod rows;
 pub mod show;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::backend::dtype::DType;
+use crate::backend::Backend;
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -201,16 +202,22 @@ pub fn progress_bar(total: u64, unit: &str) -> ProgressBar {
     bar
 }
 
-/// Key-value metadata written into every output file.
-pub fn run_metadata(
+/// Key-value metadata written into every output file: the model, its content hash
+/// ([`crate::io::fingerprint::model_sha256`]), the dtype the backend computes in, then
+/// `options`.
+pub fn run_metadata<B: Backend>(
+    be: &B,
     model_dir: &Path,
-    weights: &Path,
+    weights: &[PathBuf],
     options: &[(&str, String)],
 ) -> Result<Vec<(String, String)>> {
     let mut m = tool_metadata(&[
         ("model", model_dir.display().to_string()),
-        ("model_sha256", crate::model::weights::sha256_file(weights)?),
-        ("dtype", "f32".to_string()),
+        (
+            "model_sha256",
+            crate::io::fingerprint::model_sha256(model_dir, weights)?,
+        ),
+        ("dtype", be.dtype().suffix().to_string()),
     ]);
     m.extend(tool_metadata(options).into_iter().skip(1));
     Ok(m)

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
 
 /// Metadata keys that record locations, not contents (left out of fingerprints).
 pub const LOCATION_KEYS: [&str; 6] = [
@@ -23,8 +24,38 @@ pub const LOCATION_KEYS: [&str; 6] = [
 
 /// SHA-256 of a file's bytes, in hex.
 pub fn file_sha256(path: &Path) -> Result<String> {
-    crate::model::weights::sha256_file(path)
-        .with_context(|| format!("cannot read {} to checksum it", path.display()))
+    let checksum = || -> std::io::Result<String> {
+        let mut h = Sha256::new();
+        std::io::copy(&mut std::fs::File::open(path)?, &mut h)?;
+        Ok(hex(&h.finalize()))
+    };
+    checksum().with_context(|| format!("cannot read {} to checksum it", path.display()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The identity of a model's bytes: the SHA-256 of its weights (one file: that file's
+/// hash; a sharded checkpoint: the hash of the shards' `hash  name` lines, in order),
+/// extended by `config.json` when `model` is a directory that has one, so that a
+/// changed config with the same weights is another model.
+pub fn model_sha256(model: &Path, weights: &[std::path::PathBuf]) -> Result<String> {
+    let mut hashes = weights
+        .iter()
+        .map(|w| {
+            let name = w.file_name().unwrap_or_default().to_string_lossy();
+            Ok(format!("{}  {name}", file_sha256(w)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let config = model.join("config.json");
+    if model.is_dir() && config.is_file() {
+        hashes.push(format!("{}  config.json", file_sha256(&config)?));
+    }
+    Ok(match hashes.as_slice() {
+        [only] => only[..64].to_string(),
+        _ => hex(&Sha256::digest(hashes.join("\n"))),
+    })
 }
 
 /// The identity-bearing entries of `metadata`, sorted by key.
@@ -94,6 +125,38 @@ mod tests {
         assert_eq!(
             differences(&of(&a), &of(&other)),
             "hopscore.input_sha256: \"i1\" ≠ \"i2\""
+        );
+    }
+
+    #[test]
+    fn model_hash_covers_every_shard_and_the_config_but_not_the_path() {
+        let root = tempfile::tempdir().unwrap();
+        let write = |dir: &str, files: &[(&str, &str)]| {
+            let d = root.path().join(dir);
+            std::fs::create_dir_all(&d).unwrap();
+            for (name, text) in files {
+                std::fs::write(d.join(name), text).unwrap();
+            }
+            d
+        };
+        let shards = |d: &Path| vec![d.join("a.safetensors"), d.join("b.safetensors")];
+        let base = [("a.safetensors", "A"), ("b.safetensors", "B")];
+        let one = write("one", &[base[0], base[1], ("config.json", "{}")]);
+        let moved = write("moved", &[base[0], base[1], ("config.json", "{}")]);
+        let shard2 = write(
+            "shard2",
+            &[base[0], ("b.safetensors", "C"), ("config.json", "{}")],
+        );
+        let config = write("config", &[base[0], base[1], ("config.json", "{\"x\":1}")]);
+        let h = |d: &Path| model_sha256(d, &shards(d)).unwrap();
+        assert_eq!(h(&one), h(&moved));
+        assert_ne!(h(&one), h(&shard2), "a changed second shard");
+        assert_ne!(h(&one), h(&config), "a changed config.json");
+        // A lone file (a GGUF) is identified by its own hash, as `sha256sum` prints it.
+        let gguf = one.join("a.safetensors");
+        assert_eq!(
+            model_sha256(&gguf, std::slice::from_ref(&gguf)).unwrap(),
+            "559aead08264d5795d3909718cdd05abd49572e84fe55590eef31a88a08fdffd"
         );
     }
 }

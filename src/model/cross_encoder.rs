@@ -53,11 +53,11 @@ impl ModelFiles {
         find_heads(&self.weights, &self.config)
     }
 
-    /// The first weight file (its sha256 identifies the model in output metadata).
-    pub fn weights_path(&self) -> PathBuf {
+    /// Every weight file (their checksums identify the model in output metadata).
+    pub fn weights_paths(&self) -> Vec<PathBuf> {
         self.weights
             .store()
-            .map(|s| s.paths()[0].clone())
+            .map(|s| s.paths().to_vec())
             .unwrap_or_default()
     }
 }

@@ -319,11 +319,11 @@ impl DecoderSource {
         })
     }
 
-    /// The file whose checksum identifies the weights.
-    pub fn weights_path(&self) -> PathBuf {
+    /// The files whose checksums identify the weights.
+    pub fn weights_paths(&self) -> Vec<PathBuf> {
         match self {
-            DecoderSource::Hf { store, .. } => store.paths()[0].clone(),
-            DecoderSource::Gguf(g) => g.path().to_path_buf(),
+            DecoderSource::Hf { store, .. } => store.paths().to_vec(),
+            DecoderSource::Gguf(g) => vec![g.path().to_path_buf()],
         }
     }
 }

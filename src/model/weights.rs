@@ -421,15 +421,6 @@ impl Weights {
     }
 }
 
-/// Bytes of a file, sha256 in hex (recorded in output metadata).
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut f = File::open(path)?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h)?;
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Uniform values in ±0.05 from a SplitMix64 stream seeded by `seed` and the name;
 /// LayerNorm weights (`…LayerNorm.weight`) are 1 + that, so activations stay O(1).
 fn random_tensor(seed: u64, name: &str, shape: &[usize]) -> HostTensor {

@@ -63,10 +63,6 @@ impl CudaBackend {
         &self.dev
     }
 
-    pub fn dtype(&self) -> DType {
-        self.dev.dtype
-    }
-
     fn tensor(&self, rows: usize, cols: usize) -> OpResult<CudaTensor> {
         let dtype = self.dev.dtype;
         Ok(CudaTensor {
@@ -173,6 +169,10 @@ fn ptr_or_null(t: Option<&CudaTensor>) -> u64 {
 
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
+
+    fn dtype(&self) -> DType {
+        self.dev.dtype
+    }
 
     fn name(&self) -> String {
         format!(
