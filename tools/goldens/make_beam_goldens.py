@@ -55,7 +55,7 @@ from torch import nn  # noqa: E402
 
 import transformers  # noqa: E402
 from transformers import DebertaV2Config  # noqa: E402
-from transformers.models.deberta_v2 import modeling_deberta_v2 as hf  # noqa: E402
+from beam_model import BeamRetriever  # noqa: E402
 
 DEFAULT_OUT = FIXTURES / "beam"
 
@@ -115,21 +115,6 @@ N_INPUT_DETAIL = 3  # record full hop-2 inputs for the first 3 questions
 # model
 
 
-class BeamRetrieverScorer(nn.Module):
-    """The parameters of the official ``Retriever``: encoder + two bare heads."""
-
-    def __init__(self, config: DebertaV2Config):
-        super().__init__()
-        self.encoder = hf.DebertaV2Model(config)
-        self.hop_classifier_layer = nn.Linear(config.hidden_size, 2)
-        self.hop_n_classifier_layer = nn.Linear(config.hidden_size, 2)
-
-    @torch.no_grad()
-    def cls_logits(self, input_ids, attention_mask, head: str):
-        h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return getattr(self, head)(h[:, 0, :])
-
-
 def make_config() -> DebertaV2Config:
     config = DebertaV2Config(**MODEL_CONFIG)
     config.dtype = torch.bfloat16  # storage dtype, written as "dtype": "bfloat16"
@@ -163,7 +148,7 @@ def randomize(model: nn.Module, gen: torch.Generator) -> None:
 def build_model(seed: int):
     config = make_config()
     torch.manual_seed(0)  # the default init is overwritten anyway
-    model = BeamRetrieverScorer(config)
+    model = BeamRetriever(config)
     gen = torch.Generator().manual_seed(seed)
     randomize(model, gen)
     with torch.no_grad():
@@ -177,10 +162,10 @@ def state_dict_bf16(model: nn.Module) -> dict:
     return {k: v.detach().to(torch.bfloat16).contiguous().clone() for k, v in model.state_dict().items()}
 
 
-def reload_model(folder: Path) -> BeamRetrieverScorer:
+def reload_model(folder: Path) -> BeamRetriever:
     """Load config.json + model.safetensors the way a user would (strict)."""
     config = DebertaV2Config.from_json_file(str(folder / "config.json"))
-    model = BeamRetrieverScorer(config)
+    model = BeamRetriever(config)
     sd = {k: v.to(torch.float32) for k, v in load_file(str(folder / "model.safetensors")).items()}
     missing, unexpected = model.load_state_dict(sd, strict=True), None
     del missing, unexpected
@@ -230,7 +215,7 @@ def load_data(data_dir: Path):
 # the beam search
 
 
-def score_batch(model: BeamRetrieverScorer, seqs: list[list[int]], head: str):
+def score_batch(model: BeamRetriever, seqs: list[list[int]], head: str):
     """Right-padded batch `[CLS] seq [SEP] 0…`, mask 1 on [CLS]+seq only (official quirk)."""
     width = max(len(s) for s in seqs) + 2
     ids = torch.zeros((len(seqs), width), dtype=torch.long)

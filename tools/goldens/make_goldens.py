@@ -49,6 +49,7 @@ from torch import nn  # noqa: E402
 import transformers  # noqa: E402
 from transformers import DebertaV2Config  # noqa: E402
 from transformers.models.deberta_v2 import modeling_deberta_v2 as hf  # noqa: E402
+from beam_model import BeamRetriever  # noqa: E402
 
 DEFAULT_OUT = FIXTURES / "deberta"
 
@@ -108,26 +109,6 @@ V3_NOREL = dict(V3, relative_attention=False)
 
 # --------------------------------------------------------------------------------------
 # models that are not HF classes
-
-
-class BeamRetrievalRef(nn.Module):
-    """Beam Retrieval scorer: DeBERTa encoder + two bare Linear(H, 2) on the CLS state."""
-
-    def __init__(self, config: DebertaV2Config):
-        super().__init__()
-        self.encoder = hf.DebertaV2Model(config)
-        self.hop_classifier_layer = nn.Linear(config.hidden_size, 2)
-        self.hop_n_classifier_layer = nn.Linear(config.hidden_size, 2)
-
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        h = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).last_hidden_state
-        cls = h[:, 0]
-        return h, {
-            "hop1": self.hop_classifier_layer(cls),
-            "hop_n": self.hop_n_classifier_layer(cls),
-        }
 
 
 class EfficientRagLabelerRef(nn.Module):
@@ -231,7 +212,7 @@ CASES = [
         name="beam_retrieval",
         seed=1004,
         config=V3,
-        build=BeamRetrievalRef,
+        build=BeamRetriever,
         run=run_custom,
         key_prefix="module.",
         beam_mask_quirk=True,
