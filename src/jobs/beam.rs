@@ -10,15 +10,16 @@ use arrow::array::{
     ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListBuilder, RecordBatch,
     StringArray, StringBuilder,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use rayon::prelude::*;
 
 use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
 use crate::backend::Backend;
-use crate::io::columns::{list_of, ScoredChainsBuilder};
+use crate::io::columns::ScoredChainsBuilder;
 use crate::io::fingerprint::file_sha256;
 use crate::io::metadata::run_metadata;
 use crate::io::questions::Question;
+use crate::io::schemas::beam_schema;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::pipeline::SchedulerConfig;
@@ -170,7 +171,7 @@ impl<B: Backend> QuestionScorer for BeamScorer<B> {
     }
 
     fn schema(&self) -> SchemaRef {
-        chain_schema()
+        beam_schema()
     }
 
     fn prepare(&self) -> Prepare<BeamTask> {
@@ -239,21 +240,6 @@ fn prepare(
     })
 }
 
-/// Output columns, in order.
-pub fn chain_schema() -> Arc<Schema> {
-    let f32_list = || list_of(DataType::Float32);
-    let i32_list = || list_of(DataType::Int32);
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("chain", i32_list(), false),
-        Field::new("chain_titles", list_of(DataType::Utf8), false),
-        Field::new("chain_score", DataType::Float32, true),
-        Field::new("hop_scores", f32_list(), false),
-        Field::new("beams", ScoredChainsBuilder::data_type(), false),
-        Field::new("hop1_logits", list_of(f32_list()), false),
-    ]))
-}
-
 /// One record batch of output rows.
 fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
     let i32_list = |v: &[usize]| Int32Array::from_iter_values(v.iter().map(|&x| x as i32));
@@ -297,5 +283,5 @@ fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
         Arc::new(beams.finish()),
         Arc::new(hop1.finish()),
     ];
-    RecordBatch::try_new(chain_schema(), columns).context("building the output batch")
+    RecordBatch::try_new(beam_schema(), columns).context("building the output batch")
 }

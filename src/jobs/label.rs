@@ -12,14 +12,14 @@ use arrow::array::{
     StringBuilder, StructArray,
 };
 use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, SchemaRef};
 
 use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
 use crate::backend::Backend;
-use crate::io::columns::list_of;
 use crate::io::fingerprint::{file_sha256, model_sha256};
 use crate::io::metadata::run_metadata;
 use crate::io::questions::Question;
+use crate::io::schemas::{iteration_fields, label_schema};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
@@ -371,37 +371,6 @@ impl<B: Backend> QuestionScorer for LabelScorer<B> {
 
 /// Corpus ids for the output (in `--corpus` mode).
 struct DocIds(Arc<CorpusChunks>);
-
-/// Fields of one entry of the `iterations` column.
-fn iteration_fields(doc: &DataType) -> Fields {
-    Fields::from(vec![
-        Field::new("query", DataType::Utf8, false),
-        Field::new("retrieved", list_of(doc.clone()), false),
-        Field::new("tags", list_of(DataType::Utf8), false),
-        Field::new("tag_logits", list_of(list_of(DataType::Float32)), false),
-        Field::new("kept_text", list_of(DataType::Utf8), false),
-        Field::new("next_query", DataType::Utf8, true),
-    ])
-}
-
-/// Output columns; passages are pool indices (int32) or corpus ids (utf8).
-fn label_schema(corpus: bool) -> Arc<Schema> {
-    let doc = if corpus {
-        DataType::Utf8
-    } else {
-        DataType::Int32
-    };
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new(
-            "iterations",
-            list_of(DataType::Struct(iteration_fields(&doc))),
-            false,
-        ),
-        Field::new("kept", list_of(doc), false),
-        Field::new("stop", DataType::Utf8, false),
-    ]))
-}
 
 /// A list column of passage references.
 fn doc_lists<'a>(lists: impl Iterator<Item = &'a [usize]>, ids: Option<&DocIds>) -> ArrayRef {

@@ -20,14 +20,15 @@ use arrow::array::{
     ArrayRef, Float32Array, Float32Builder, Int32Builder, ListBuilder, RecordBatch, StringArray,
     StringBuilder,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use rayon::prelude::*;
 
 use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
 use crate::backend::Backend;
-use crate::io::columns::{list_of, ScoredChainsBuilder};
+use crate::io::columns::ScoredChainsBuilder;
 use crate::io::metadata::{run_metadata, tool_metadata};
 use crate::io::questions::Question;
+use crate::io::schemas::lepus_schema;
 use crate::model::batch::Sequence;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
 use crate::pipeline::SchedulerConfig;
@@ -371,7 +372,7 @@ impl QuestionScorer for Bm25Scorer {
     }
 
     fn schema(&self) -> SchemaRef {
-        ranked_schema()
+        lepus_schema()
     }
 
     fn prepare(&self) -> Prepare<Bm25Task> {
@@ -522,7 +523,7 @@ impl<B: Backend> QuestionScorer for LmScorer<B> {
     }
 
     fn schema(&self) -> SchemaRef {
-        ranked_schema()
+        lepus_schema()
     }
 
     fn prepare(&self) -> Prepare<LmTask> {
@@ -562,20 +563,6 @@ pub fn score_requests<B: Backend>(
         })
         .collect();
     model.target_logprobs(be, &scored, temperature)
-}
-
-/// Output columns, in order.
-fn ranked_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("chain", list_of(DataType::Int32), false),
-        Field::new("chain_titles", list_of(DataType::Utf8), false),
-        Field::new("doc_scores", list_of(DataType::Float32), false),
-        Field::new("best_path", list_of(DataType::Int32), false),
-        Field::new("best_path_score", DataType::Float32, true),
-        Field::new("top_paths", ScoredChainsBuilder::data_type(), false),
-        Field::new("single_scores", list_of(DataType::Float32), false),
-    ]))
 }
 
 fn indices(v: &[usize]) -> impl Iterator<Item = i32> + '_ {
@@ -623,7 +610,7 @@ fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
         Arc::new(top_paths.finish()),
         Arc::new(single.finish()),
     ];
-    RecordBatch::try_new(ranked_schema(), columns).context("building the output batch")
+    RecordBatch::try_new(lepus_schema(), columns).context("building the output batch")
 }
 
 #[cfg(test)]
