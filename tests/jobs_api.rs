@@ -4,10 +4,11 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, RecordBatchReader, StringArray};
+use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::jobs::{build, DeviceConfig, Job, JobConfig};
@@ -27,33 +28,22 @@ fn strings(n: usize, f: impl Fn(usize) -> Option<String>) -> Arc<StringArray> {
     Arc::new((0..n).map(f).collect::<StringArray>())
 }
 
-/// The key-value metadata of a Parquet file.
-fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+/// Every row of a Parquet file (none or more) as one record batch, and the file's
+/// key-value metadata.
+fn read_file(path: &Path) -> (RecordBatch, HashMap<String, String>) {
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
         std::fs::File::open(path).unwrap(),
     )
     .unwrap();
-    let kv = reader
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .unwrap();
-    kv.iter()
-        .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
-        .collect()
-}
-
-/// Every row of a Parquet file (none or more) as one record batch.
-fn read_all(path: &Path) -> RecordBatch {
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(path).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap();
-    let schema = reader.schema();
-    let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
-    concat_batches(&schema, &batches).unwrap()
+    let footer = builder.metadata().file_metadata().key_value_metadata();
+    let footer = footer
+        .into_iter()
+        .flatten()
+        .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
+        .collect();
+    let schema = builder.schema().clone();
+    let batches: Vec<RecordBatch> = builder.build().unwrap().map(Result::unwrap).collect();
+    (concat_batches(&schema, &batches).unwrap(), footer)
 }
 
 /// Feeds `input` to `job` in batches of `rows` rows and checks the concatenated
@@ -80,8 +70,8 @@ fn assert_process_matches_files(
     }
     let good = concat_batches(&good[0].schema(), &good).unwrap();
     let bad = concat_batches(&bad[0].schema(), &bad).unwrap();
-    let file = read_all(output);
-    let quarantine = read_all(&output.with_extension("quarantine.parquet"));
+    let (file, footer) = read_file(output);
+    let (quarantine, _) = read_file(&output.with_extension("quarantine.parquet"));
     assert_eq!(good.num_rows() + bad.num_rows(), input.num_rows());
     assert_eq!(good.columns(), file.columns());
     assert_eq!(bad.columns(), quarantine.columns());
@@ -90,7 +80,6 @@ fn assert_process_matches_files(
     let meta: std::collections::HashMap<String, String> = job.metadata().iter().cloned().collect();
     assert_eq!(good.schema().metadata(), &meta);
     // The footer holds the job's metadata (question runs add the input's).
-    let footer = key_values(output);
     assert!(meta.contains_key("hopscore.version"));
     for (k, v) in &meta {
         assert_eq!(footer.get(k), Some(v), "{k}");

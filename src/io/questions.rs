@@ -414,7 +414,7 @@ impl QuestionReader {
     /// of questions decoded at a time.
     pub fn open(path: &Path, batch_rows: usize) -> Result<Self> {
         let input = ParquetInput::open(path, batch_rows)?;
-        check_schema(&input.schema).map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+        check_schema(&input.schema, &path.display().to_string())?;
         Ok(Self {
             input,
             pending: VecDeque::new(),
@@ -428,14 +428,16 @@ impl QuestionReader {
 }
 
 /// Fails unless `found` has the required question-file columns, each of a type
-/// readable as the one in [`schema`].
-pub fn check_schema(found: &Schema) -> Result<()> {
+/// readable as the one in [`schema`]; messages start with `source` (a path, or what
+/// the rows are).
+pub fn check_schema(found: &Schema, source: &str) -> Result<()> {
     for field in schema().fields() {
-        let present = check_column_type(found, field.name())
-            .map_err(|e| anyhow::anyhow!("{e}; write question files with `hopscore import`"))?;
+        let present = check_column_type(found, field.name()).map_err(|e| {
+            anyhow::anyhow!("{source}: {e}; write question files with `hopscore import`")
+        })?;
         if !present && REQUIRED.contains(&field.name().as_str()) {
             bail!(
-                "no column `{}`, so it is not a question file (required: {}); create one with `hopscore import`",
+                "{source} has no column `{}`, so it is not a question file (required: {}); create one with `hopscore import`",
                 field.name(),
                 REQUIRED.join(", ")
             );

@@ -93,7 +93,7 @@ pub fn settle<S: QuestionScorer>(row: u64, item: Finished<Output<S>>) -> Result<
 
 impl<S: QuestionScorer> Job for QuestionJob<S> {
     fn check_input(&self, input: &Schema) -> Result<()> {
-        check_schema(input)
+        check_schema(input, "the input batch")
     }
 
     fn output_schema(&self, _input: &Schema) -> Result<SchemaRef> {
