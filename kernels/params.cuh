@@ -56,4 +56,16 @@ template <typename T> struct QuestionLoglikParams {
 };
 static_assert(sizeof(QuestionLoglikParams<float>) == 64, "mirror of src/backend/cuda/params.rs");
 
+// tensor_core_check_<T> (bf16/f16 only; the layout is the same for every T).
+template <typename T> struct TensorCoreCheckParams {
+  float* c;       // [m][n] f32 result
+  const T* a;     // [m][k]
+  const T* b;     // [n][k], or [k][n] with the kKN mode bit
+  unsigned m;     // rows of a and c (≤ 64)
+  unsigned n;     // columns of c (a multiple of 16 up to 64)
+  unsigned k;     // inner size (a multiple of 8 up to 64)
+  unsigned mode;  // kAsync | kLdmatrix | kKN | kX4 bits
+};
+static_assert(sizeof(TensorCoreCheckParams<float>) == 40, "mirror of src/backend/cuda/params.rs");
+
 }  // namespace hopscore

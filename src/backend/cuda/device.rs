@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
@@ -23,7 +24,12 @@ pub struct Device {
     name: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Dynamic shared memory each kernel has been opted in to, by entry name.
+    smem_opt_in: Mutex<HashMap<String, u32>>,
 }
+
+/// Dynamic shared memory a kernel gets without opting in (bytes).
+pub const DEFAULT_SMEM: u32 = 48 * 1024;
 
 /// Number of CUDA devices, or a clear error when no driver or device can be used.
 pub fn device_count() -> Result<usize> {
@@ -69,6 +75,7 @@ impl Device {
             name,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            smem_opt_in: Mutex::new(HashMap::new()),
         })
     }
 
@@ -117,7 +124,37 @@ impl Device {
 
     /// The kernel `<op>_<dtype>` (`layer_norm_bf16`).
     pub fn typed(&self, op: &'static str, dtype: DType) -> OpResult<CudaFunction> {
-        self.function(op, &format!("{op}_{}", dtype.suffix()))
+        self.typed_smem(op, op, dtype, 0)
+    }
+
+    /// The kernel `<kernel>_<dtype>` allowed `smem` bytes of dynamic shared memory:
+    /// above [`DEFAULT_SMEM`] it is opted in once (and again only for a larger amount).
+    pub fn typed_smem(
+        &self,
+        op: &'static str,
+        kernel: &str,
+        dtype: DType,
+        smem: u32,
+    ) -> OpResult<CudaFunction> {
+        let entry = format!("{kernel}_{}", dtype.suffix());
+        let f = self.function(op, &entry)?;
+        if smem > DEFAULT_SMEM {
+            let mut opted = self.smem_opt_in.lock().unwrap();
+            if opted.get(&entry).is_none_or(|&done| done < smem) {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .map_err(|e| {
+                    device_err(
+                        op,
+                        format!("`{entry}` with {smem} bytes of shared memory: {e}"),
+                    )
+                })?;
+                opted.insert(entry, smem);
+            }
+        }
+        Ok(f)
     }
 
     /// Host bytes into a fresh pooled buffer.

@@ -5,10 +5,9 @@
 //! size padded to 64 or 128, the position band of every tile diagonal from a
 //! [`band_table`] computed here once per call).
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::LaunchConfig;
 
-use super::memory::{device_err, CudaTensor};
+use super::memory::CudaTensor;
 use super::params::DisentangledAttentionParams;
 use super::DType;
 use super::{ptr_or_null, CudaBackend};
@@ -22,8 +21,6 @@ const TILE: usize = 32;
 const THREADS: u32 = 128;
 /// Largest head size: a lane holds 4 columns of each of its output rows.
 pub const MAX_HEAD_SIZE: usize = 128;
-/// Dynamic shared memory a kernel gets without opting in.
-const DEFAULT_SMEM: usize = 48 * 1024;
 /// v3: query rows per block and keys per tile (`kRows`, `kKeys`).
 const V3_TILE: usize = 64;
 /// v3: band table entries per tile diagonal: 128 table rows, then 128 slots
@@ -37,6 +34,14 @@ fn v3_kernel(d: usize) -> (usize, &'static str) {
         (64, "disentangled_attention_v3_d64")
     } else {
         (128, "disentangled_attention_v3_d128")
+    }
+}
+
+/// The kernel run for `dtype` and head size `d` (v1 for f32, v3 for bf16/f16).
+pub(super) fn kernel(dtype: DType, d: usize) -> &'static str {
+    match dtype {
+        DType::F32 => OP,
+        DType::Bf16 | DType::F16 => v3_kernel(d).1,
     }
 }
 
@@ -173,18 +178,9 @@ pub fn disentangled_attention(
         Some(i) if !v3 => Some(dev.upload_u32(OP, i)?),
         _ => None,
     };
-    let kernel = if v3 { v3_kernel(d).1 } else { OP };
+    let kernel = kernel(dev.dtype, d);
 
     let smem = smem_bytes(dev.dtype, d, band);
-    if smem > DEFAULT_SMEM {
-        // Opt in to more than 48 KiB of dynamic shared memory.
-        dev.typed(kernel, dev.dtype)?
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(|e| device_err(OP, format!("{smem} bytes of shared memory: {e}")))?;
-    }
     let cfg = LaunchConfig {
         grid_dim: (tiles as u32, heads as u32, seqs as u32),
         block_dim: (THREADS, 1, 1),
@@ -215,6 +211,7 @@ pub fn disentangled_attention(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::device::DEFAULT_SMEM;
 
     #[test]
     fn shared_memory_fits_the_limits() {
@@ -223,7 +220,7 @@ mod tests {
             assert!(smem_bytes(dt, MAX_HEAD_SIZE, true) <= 160 * 1024, "{dt:?}");
         }
         assert_eq!(smem_bytes(DType::F32, 64, true), 41_980);
-        assert!(smem_bytes(DType::F32, 64, true) <= DEFAULT_SMEM);
+        assert!(smem_bytes(DType::F32, 64, true) <= DEFAULT_SMEM as usize);
         // v3 at d = 64: two blocks per SM on an H100 (228 KiB, 1 KiB reserved each).
         assert_eq!(smem_bytes(DType::Bf16, 64, true), 96_256);
         assert!(2 * (smem_bytes(DType::Bf16, 64, true) + 1024) <= 228 * 1024);

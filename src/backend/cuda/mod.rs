@@ -15,7 +15,7 @@ pub mod profile;
 mod question_loglik;
 pub mod tensor_core_check;
 
-use cudarc::driver::{DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use self::device::{grid_1d, per_row, Device};
 use self::memory::device_err;
@@ -23,7 +23,8 @@ pub use self::memory::CudaTensor;
 use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, CausalShape, KernelTime, OpError, OpResult, RelAttention, SeqLayout,
+    AttentionShape, Backend, CausalShape, KernelTime, OpError, OpResult,
+    RelAttention, SeqLayout,
 };
 pub use crate::backend::dtype::DType;
 use crate::tensor::HostTensor;
@@ -75,19 +76,19 @@ impl CudaBackend {
 
     /// Launches `<op>_<dtype>` with `args` in the kernel's parameter order.
     fn launch(&self, op: &'static str, cfg: LaunchConfig, args: &[Arg]) -> OpResult<()> {
-        self.launch_version(op, op, cfg, args)
+        let f = self.dev.typed(op, self.dev.dtype)?;
+        self.launch_fn(op, &f, cfg, args)
     }
 
-    /// Launches `<kernel>_<dtype>`, a version of `op` (profiled and reported as `op`).
-    fn launch_version(
+    /// Launches kernel `f` with `args` in its parameter order, profiled as `op`.
+    fn launch_fn(
         &self,
         op: &'static str,
-        kernel: &'static str,
+        f: &CudaFunction,
         cfg: LaunchConfig,
         args: &[Arg],
     ) -> OpResult<()> {
-        let f = self.dev.typed(kernel, self.dev.dtype)?;
-        let mut b = self.dev.stream.launch_builder(&f);
+        let mut b = self.dev.stream.launch_builder(f);
         for a in args {
             match a {
                 Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
@@ -101,7 +102,8 @@ impl CudaBackend {
     }
 
     /// Launches `<kernel>_<dtype>`, a version of `op` whose one argument is the
-    /// parameter struct `params` (a mirror of `kernels/params.cuh`).
+    /// parameter struct `params` (a mirror of `kernels/params.cuh`), opted in to its
+    /// dynamic shared memory above the default 48 KiB.
     fn launch_params<P: DeviceRepr>(
         &self,
         op: &'static str,
@@ -109,7 +111,9 @@ impl CudaBackend {
         cfg: LaunchConfig,
         params: &P,
     ) -> OpResult<()> {
-        let f = self.dev.typed(kernel, self.dev.dtype)?;
+        let f = self
+            .dev
+            .typed_smem(op, kernel, self.dev.dtype, cfg.shared_mem_bytes)?;
         let mut b = self.dev.stream.launch_builder(&f);
         b.arg(params);
         // SAFETY: `P` is the kernel's parameter struct (its size asserted against the
@@ -515,5 +519,63 @@ impl Backend for CudaBackend {
     ) -> OpResult<Vec<f32>> {
         check::question_loglik(hidden, rows, lm_head, targets, temperature)?;
         question_loglik::launch(self, hidden, rows, lm_head, targets, temperature)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::kernels::{module_of, PTX_MODULES};
+
+    /// Every entry a launcher can ask for, in every dtype and head size, is in the
+    /// PTX built into this binary (a renamed kernel or launcher typo fails here
+    /// instead of at the first launch on a GPU).
+    #[test]
+    fn every_launched_entry_is_built() {
+        if PTX_MODULES.is_empty() {
+            assert_ne!(
+                option_env!("HOPSCORE_REQUIRE_NVCC"),
+                Some("1"),
+                "built without kernels under HOPSCORE_REQUIRE_NVCC=1"
+            );
+            return;
+        }
+        const PLAIN: &[&str] = &[
+            "add",
+            "bias_gelu",
+            "bias_rows",
+            "embedding",
+            "gather_rows",
+            "gelu_new",
+            "layer_norm",
+            "mean_pool",
+            "question_loglik",
+            "rms_norm",
+            "rope",
+            "scale_rows",
+            "swiglu",
+        ];
+        let mut missing = Vec::new();
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            let mut kernels: Vec<&str> = PLAIN.to_vec();
+            for d in (8..=128).step_by(4) {
+                kernels.push(causal_attention::version(dtype, d).1);
+                if d % 8 == 0 {
+                    kernels.push(disentangled_attention::kernel(dtype, d));
+                }
+            }
+            if dtype != DType::F32 {
+                kernels.push("tensor_core_check");
+            }
+            for k in kernels {
+                let entry = format!("{k}_{}", dtype.suffix());
+                if module_of(&entry).is_none() {
+                    missing.push(entry);
+                }
+            }
+        }
+        assert!(module_of("question_loglik_merge").is_some());
+        assert_eq!(module_of("no_such_kernel"), None);
+        assert!(missing.is_empty(), "launched but not built: {missing:?}");
     }
 }

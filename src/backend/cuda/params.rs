@@ -93,6 +93,24 @@ pub struct QuestionLoglikParams {
 }
 const _: () = assert!(std::mem::size_of::<QuestionLoglikParams>() == 64);
 
+/// `hopscore::TensorCoreCheckParams<T>` (the tensor-core wrapper check).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TensorCoreCheckParams {
+    /// `[m, n]` f32 result.
+    pub c: u64,
+    /// `[m, k]`.
+    pub a: u64,
+    /// `[n, k]`, or `[k, n]` with the `b_kn` mode bit.
+    pub b: u64,
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    /// The kernel's mode bits ([`super::tensor_core_check::TensorCorePath`]).
+    pub mode: u32,
+}
+const _: () = assert!(std::mem::size_of::<TensorCoreCheckParams>() == 40);
+
 // SAFETY: plain `#[repr(C)]` data of u64/u32/f32 fields without padding (sizes asserted
 // above against the C++ structs of kernels/params.cuh, which have the same layout).
 unsafe impl DeviceRepr for DisentangledAttentionParams {}
@@ -100,3 +118,5 @@ unsafe impl DeviceRepr for DisentangledAttentionParams {}
 unsafe impl DeviceRepr for CausalAttentionParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for QuestionLoglikParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for TensorCoreCheckParams {}
