@@ -94,6 +94,39 @@ pub struct KernelTime {
     pub ms: f64,
 }
 
+/// Device work queued by a backend (`hopscore bench --profile`): kernel launches,
+/// GEMMs and copies, counted since the backend was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceCounts {
+    /// Kernel launches of the backend's own kernels.
+    pub launches: u64,
+    /// GEMM calls (each at least one library kernel launch).
+    pub gemms: u64,
+    /// Host-to-device copies and their bytes.
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    /// Device-to-host copies and their bytes.
+    pub downloads: u64,
+    pub download_bytes: u64,
+    /// Device-to-device copies.
+    pub device_copies: u64,
+}
+
+impl DeviceCounts {
+    /// The work queued between `earlier` and `self`.
+    pub fn since(&self, earlier: &DeviceCounts) -> DeviceCounts {
+        DeviceCounts {
+            launches: self.launches - earlier.launches,
+            gemms: self.gemms - earlier.gemms,
+            uploads: self.uploads - earlier.uploads,
+            upload_bytes: self.upload_bytes - earlier.upload_bytes,
+            downloads: self.downloads - earlier.downloads,
+            download_bytes: self.download_bytes - earlier.download_bytes,
+            device_copies: self.device_copies - earlier.device_copies,
+        }
+    }
+}
+
 /// The ops of the models. `Tensor` is a device matrix `[rows, cols]`.
 pub trait Backend: Send + Sync {
     type Tensor: Send + Sync;
@@ -113,6 +146,10 @@ pub trait Backend: Send + Sync {
     /// Stops timing; device time per kernel, largest first (empty without timers).
     fn finish_profile(&self) -> OpResult<Vec<KernelTime>> {
         Ok(Vec::new())
+    }
+    /// Device work queued so far (`None` where nothing is queued: the CPU).
+    fn counts(&self) -> Option<DeviceCounts> {
+        None
     }
     /// Achieved TFLOP/s of an `n × n × n` GEMM in the device dtype: the measured peak
     /// that model throughput is compared against (`None` where not meaningful).

@@ -31,6 +31,7 @@ pub fn gemm_xwt(
     if n == 0 || out == 0 {
         return Ok(());
     }
+    dev.counts.gemm();
     let dt = data_type(x.dtype);
     let alpha = 1.0f32;
     let dim = |v: usize| {

@@ -11,6 +11,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStrea
 use cudarc::nvrtc::Ptx;
 
 use super::memory::{device_err, DeviceBuf, Pool};
+use super::profile::Counters;
 use crate::backend::dtype::DType;
 use crate::backend::{kernels, OpError, OpResult};
 
@@ -21,6 +22,8 @@ pub struct Device {
     pub blas: CudaBlas,
     pub pool: Arc<Pool>,
     pub dtype: DType,
+    /// Launches and copies queued on `stream`.
+    pub counts: Counters,
     name: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
@@ -72,6 +75,7 @@ impl Device {
             stream,
             blas,
             dtype,
+            counts: Counters::default(),
             name,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
@@ -161,6 +165,7 @@ impl Device {
     pub fn upload_bytes(&self, op: &'static str, bytes: &[u8]) -> OpResult<DeviceBuf> {
         let buf = self.pool.alloc(bytes.len())?;
         if !bytes.is_empty() {
+            self.counts.upload(bytes.len());
             // SAFETY: `buf` holds at least `bytes.len()` bytes; pageable host memory is
             // staged by the driver before the call returns.
             unsafe {
@@ -191,6 +196,7 @@ impl Device {
     ) -> OpResult<Vec<u8>> {
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
+            self.counts.download(bytes);
             // SAFETY: `buf` holds at least `bytes` bytes; the stream is synchronised
             // before `out` is read.
             unsafe {
@@ -217,6 +223,7 @@ impl Device {
         if bytes == 0 {
             return Ok(());
         }
+        self.counts.device_copy();
         // SAFETY: both buffers hold at least `bytes` bytes on this stream.
         unsafe {
             cudarc::driver::result::memcpy_dtod_async(

@@ -23,7 +23,7 @@ pub use self::memory::CudaTensor;
 use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, CausalShape, KernelTime, OpError, OpResult,
+    AttentionShape, Backend, CausalShape, DeviceCounts, KernelTime, OpError, OpResult,
     RelAttention, SeqLayout,
 };
 pub use crate::backend::dtype::DType;
@@ -132,6 +132,7 @@ impl CudaBackend {
         cfg: LaunchConfig,
     ) -> OpResult<()> {
         let _timed = self.profiler.time(&self.dev, op)?;
+        self.dev.counts.launch();
         // SAFETY: the caller's contract.
         unsafe { b.launch(cfg) }
             .map(|_| ())
@@ -199,6 +200,10 @@ impl Backend for CudaBackend {
     fn finish_profile(&self) -> OpResult<Vec<KernelTime>> {
         self.dev.synchronize()?;
         self.profiler.finish()
+    }
+
+    fn counts(&self) -> Option<DeviceCounts> {
+        Some(self.dev.counts.snapshot())
     }
 
     fn gemm_tflops(&self, n: usize, iters: usize) -> OpResult<Option<f64>> {
