@@ -52,6 +52,21 @@ impl SeqLayout {
     pub fn first_rows(&self) -> Vec<usize> {
         self.cu_seqlens[..self.num_seqs()].to_vec()
     }
+    /// `cu_seqlens` as the kernels read it.
+    pub fn cu_seqlens_u32(&self) -> Vec<u32> {
+        self.cu_seqlens.iter().map(|&c| c as u32).collect()
+    }
+}
+
+/// The host inputs that the ops of one forward pass read, for
+/// [`Backend::prepare_batch`]: layouts, token ids and other row indices (positions,
+/// gathered rows, targets), and DeBERTa's relative-position index.
+#[derive(Default)]
+pub struct BatchInputs<'a> {
+    pub layouts: Vec<&'a SeqLayout>,
+    pub ids: Vec<&'a [u32]>,
+    /// `RelAttention::index` of every layer (with the first layout's `max_len`).
+    pub rel_index: Option<&'a [u32]>,
 }
 
 /// Relative-position inputs of the disentangled attention for one layer.
@@ -146,6 +161,12 @@ pub trait Backend: Send + Sync {
     /// Stops timing; device time per kernel, largest first (empty without timers).
     fn finish_profile(&self) -> OpResult<Vec<KernelTime>> {
         Ok(Vec::new())
+    }
+    /// Uploads `inputs` for the ops of the forward pass that follows, in one copy
+    /// (devices; the ops still accept inputs that were not prepared, uploading them
+    /// then). A no-op on the CPU.
+    fn prepare_batch(&self, _inputs: &BatchInputs<'_>) -> OpResult<()> {
+        Ok(())
     }
     /// Device work queued so far (`None` where nothing is queued: the CPU).
     fn counts(&self) -> Option<DeviceCounts> {

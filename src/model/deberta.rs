@@ -253,6 +253,17 @@ impl<B: Backend> DebertaV2Model<B> {
             .relative
             .as_ref()
             .map(|rc| relative_index(rc, batch.layout.max_len()));
+        // Everything the layers and the heads read from the host, in one upload.
+        let cls_rows: Vec<u32> = batch
+            .layout
+            .first_rows()
+            .iter()
+            .map(|&r| r as u32)
+            .collect();
+        let mut inputs = batch.inputs();
+        inputs.ids.push(&cls_rows);
+        inputs.rel_index = index.as_deref();
+        be.prepare_batch(&inputs)?;
         let mut x = self.embeddings.forward(be, batch)?;
         for layer in &self.layers {
             x = layer.forward(be, &x, index.as_deref(), self.shape, batch)?;

@@ -415,9 +415,25 @@ impl<B: Backend> DecoderForCausalLM<B> {
         })
     }
 
-    /// Final hidden states (before the final norm) of every packed token.
-    fn body(&self, be: &B, batch: &PackedBatch, prefix: Option<&PrefixPlan>) -> Result<B::Tensor> {
+    /// Final hidden states (before the final norm) of every packed token; `extra` are
+    /// the row indices the caller reads afterwards (staged with the batch).
+    fn body(
+        &self,
+        be: &B,
+        batch: &PackedBatch,
+        prefix: Option<&PrefixPlan>,
+        extra: &[&[u32]],
+    ) -> Result<B::Tensor> {
         let c = &self.config;
+        let as_u32 = |rows: &[usize]| rows.iter().map(|&r| r as u32).collect::<Vec<_>>();
+        let prefix_rows = prefix.map(|p| (as_u32(&p.attn_rows), as_u32(&p.back_rows)));
+        let mut inputs = batch.inputs();
+        if let (Some(p), Some((attn, back))) = (prefix, &prefix_rows) {
+            inputs.layouts.push(&p.attn_layout);
+            inputs.ids.extend([attn.as_slice(), back.as_slice()]);
+        }
+        inputs.ids.extend(extra);
+        be.prepare_batch(&inputs)?;
         let mut lookups = vec![(&self.embed_tokens, batch.ids.as_slice())];
         if let Some(p) = &self.embed_positions {
             let len = batch.positions.iter().max().map_or(0, |&p| p as usize + 1);
@@ -504,8 +520,11 @@ impl<B: Backend> DecoderForCausalLM<B> {
                 targets.push(s.ids[t]);
             }
         }
+        let rows32: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let all32: Vec<u32> = (0..rows.len() as u32).collect();
+        let extra = [rows32.as_slice(), &all32, &targets];
         let hidden = match &plan {
-            Some(p) => self.body(be, &p.batch, Some(p))?,
+            Some(p) => self.body(be, &p.batch, Some(p), &extra)?,
             None => {
                 let packed: Vec<Sequence> = seqs
                     .iter()
@@ -514,7 +533,7 @@ impl<B: Backend> DecoderForCausalLM<B> {
                         ..Default::default()
                     })
                     .collect();
-                self.body(be, &PackedBatch::pack(&packed), None)?
+                self.body(be, &PackedBatch::pack(&packed), None, &extra)?
             }
         };
         // The final norm is row-wise, so it runs on the gathered rows only.

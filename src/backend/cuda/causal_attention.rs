@@ -73,9 +73,8 @@ pub(super) fn launch(
         });
     }
     let seqs = layout.num_seqs();
-    let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
-    let cu = be.dev.upload_u32(OP, &cu)?;
-    let mask = be.dev.upload_f32(OP, &layout.mask)?;
+    let cu = be.dev.input_u32(OP, &layout.cu_seqlens_u32())?;
+    let mask = be.dev.input_f32(OP, &layout.mask)?;
     let (rows, kernel, smem) = version(be.dev.dtype, d);
     let cfg = LaunchConfig {
         grid_dim: (

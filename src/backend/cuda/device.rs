@@ -1,5 +1,5 @@
-//! One CUDA device: context, stream, cuBLAS handle, the PTX modules of the kernels
-//! and a launch helper. Opening it never panics, even without a driver.
+//! One CUDA device: context, its own non-blocking stream, cuBLAS handle, the PTX
+//! modules of the kernels, the staged op inputs and the upload/launch helpers. Opening it never panics, even without a driver.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,6 +12,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::memory::{device_err, DeviceBuf, Pool};
 use super::profile::Counters;
+use super::staging::{Input, Segment, Staging};
 use crate::backend::dtype::DType;
 use crate::backend::{kernels, OpError, OpResult};
 
@@ -24,6 +25,7 @@ pub struct Device {
     pub dtype: DType,
     /// Launches and copies queued on `stream`.
     pub counts: Counters,
+    staging: Staging,
     name: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
@@ -66,7 +68,8 @@ impl Device {
         // One stream per device: cross-stream event tracking would only add overhead.
         // SAFETY: called before any allocation or stream exists on this context.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // Non-blocking: no implicit synchronisation with the legacy NULL stream.
+        let stream = ctx.new_stream().context("cannot create a CUDA stream")?;
         let blas = CudaBlas::new(stream.clone()).context("cannot create a cuBLAS handle")?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         Ok(Self {
@@ -76,6 +79,7 @@ impl Device {
             blas,
             dtype,
             counts: Counters::default(),
+            staging: Staging::default(),
             name,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
@@ -176,15 +180,43 @@ impl Device {
         Ok(buf)
     }
 
-    /// `u32` values (ids, offsets, index tables) into a fresh buffer.
-    pub fn upload_u32(&self, op: &'static str, values: &[u32]) -> OpResult<DeviceBuf> {
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.upload_bytes(op, &bytes)
+    /// Uploads the inputs of one forward pass in one copy (see [`Staging`]).
+    pub fn stage(&self, segments: Vec<Segment>) -> OpResult<()> {
+        self.staging
+            .stage(&self.ctx, &self.stream, &self.pool, &self.counts, segments)
     }
 
-    /// `f32` values (masks, scales) into a fresh buffer.
-    pub fn upload_f32(&self, op: &'static str, values: &[f32]) -> OpResult<DeviceBuf> {
-        self.upload_bytes(op, &DType::F32.encode(values))
+    /// The device copy of input `kind` with `key`: the staged one, else `make()`'s
+    /// bytes uploaded now.
+    pub fn input(
+        &self,
+        op: &'static str,
+        kind: &'static str,
+        key: &[u8],
+        make: impl FnOnce() -> Vec<u8>,
+    ) -> OpResult<Input> {
+        match self.staging.find(kind, key) {
+            Some(staged) => Ok(staged),
+            None => Ok(Input::Owned(self.upload_bytes(op, &make())?)),
+        }
+    }
+
+    /// `u32` values (ids, offsets, index tables) on the device.
+    pub fn input_u32(&self, op: &'static str, values: &[u32]) -> OpResult<Input> {
+        let bytes = u32_bytes(values);
+        self.input(op, "", &bytes, || bytes.clone())
+    }
+
+    /// `f32` values (masks, scales) on the device.
+    pub fn input_f32(&self, op: &'static str, values: &[f32]) -> OpResult<Input> {
+        let bytes = DType::F32.encode(values);
+        self.input(op, "", &bytes, || bytes.clone())
+    }
+
+    /// `f32` constants (RoPE frequencies), uploaded the first time only.
+    pub fn constant_f32(&self, op: &'static str, values: &[f32]) -> OpResult<Input> {
+        self.staging
+            .constant(&DType::F32.encode(values), |b| self.upload_bytes(op, b))
     }
 
     /// The first `bytes` bytes of `buf`, after the stream has finished.
@@ -287,6 +319,11 @@ impl Timer<'_> {
     pub fn into_start(self) -> CudaEvent {
         self.start
     }
+}
+
+/// Little-endian bytes of `values` (what a kernel reads as `unsigned`).
+pub fn u32_bytes(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 /// A 1-D launch of `threads`-wide blocks covering `n` items, capped at `max_blocks`

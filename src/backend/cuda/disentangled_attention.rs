@@ -3,12 +3,14 @@
 //! c2p/p2c position scores computed on chip. f32 runs v1 (one block per 32-row query
 //! tile, head and sequence); bf16/f16 run v3 (64-row query tiles on mma.sync, the head
 //! size padded to 64 or 128, the position band of every tile diagonal from a
-//! [`band_table`] computed here once per call).
+//! [`band_table`] computed once per forward pass by `prepare_batch`).
 
 use cudarc::driver::LaunchConfig;
 
+use super::device::u32_bytes;
 use super::memory::CudaTensor;
 use super::params::DisentangledAttentionParams;
+use super::staging::Segment;
 use super::DType;
 use super::{ptr_or_null, CudaBackend};
 use crate::backend::check::Dims;
@@ -100,6 +102,32 @@ pub fn band_table(index: &[u32], base: usize, tiles: usize) -> Vec<u32> {
     table
 }
 
+/// Staged-input kind of the band table.
+const BAND: &str = "band_table";
+
+/// What a band table is looked up by: its index and tile count.
+fn band_key(index: &[u32], tiles: usize) -> Vec<u8> {
+    let mut key = u32_bytes(index);
+    key.extend((tiles as u32).to_le_bytes());
+    key
+}
+
+/// The input of every layer's disentangled attention over sequences up to `max_len`
+/// tokens with relative index `index`, staged once per forward pass: v3's band table
+/// (bf16/f16), or the index itself (v1, f32).
+pub(super) fn rel_segment(dtype: DType, index: &[u32], max_len: usize) -> Segment {
+    if dtype == DType::F32 || index.is_empty() {
+        return Segment::plain(u32_bytes(index));
+    }
+    let tiles = max_len.div_ceil(V3_TILE);
+    let base = index.len().div_ceil(2) - 1;
+    Segment {
+        kind: BAND,
+        key: band_key(index, tiles),
+        data: u32_bytes(&band_table(index, base, tiles)),
+    }
+}
+
 fn shape_err(msg: String) -> OpError {
     OpError::Shape { op: OP, msg }
 }
@@ -166,16 +194,17 @@ pub fn disentangled_attention(
     let band = index.is_some() && (pos_key.is_some() || pos_query.is_some());
 
     let dev = &be.dev;
-    let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
-    let cu = dev.upload_u32(OP, &cu)?;
-    let mask = dev.upload_f32(OP, &layout.mask)?;
+    let cu = dev.input_u32(OP, &layout.cu_seqlens_u32())?;
+    let mask = dev.input_f32(OP, &layout.mask)?;
     let v3 = dev.dtype != DType::F32;
     let tile = if v3 { V3_TILE } else { TILE };
     let tiles = layout.max_len().div_ceil(tile);
     // v1 reads the index itself; v3 the band table of every tile diagonal.
     let index_buf = match index {
-        Some(i) if v3 && band => Some(dev.upload_u32(OP, &band_table(i, base, tiles))?),
-        Some(i) if !v3 => Some(dev.upload_u32(OP, i)?),
+        Some(i) if v3 && band => Some(dev.input(OP, BAND, &band_key(i, tiles), || {
+            u32_bytes(&band_table(i, base, tiles))
+        })?),
+        Some(i) if !v3 => Some(dev.input_u32(OP, i)?),
         _ => None,
     };
     let kernel = kernel(dev.dtype, d);

@@ -13,17 +13,19 @@ pub mod memory;
 pub mod params;
 pub mod profile;
 mod question_loglik;
+pub mod staging;
 pub mod tensor_core_check;
 
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use self::device::{grid_1d, per_row, Device};
+use self::device::{grid_1d, per_row, u32_bytes, Device};
 use self::memory::device_err;
 pub use self::memory::CudaTensor;
 use self::profile::Profiler;
+use self::staging::Segment;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, CausalShape, DeviceCounts, KernelTime, OpError, OpResult,
+    AttentionShape, Backend, BatchInputs, CausalShape, DeviceCounts, KernelTime, OpError, OpResult,
     RelAttention, SeqLayout,
 };
 pub use crate::backend::dtype::DType;
@@ -202,6 +204,27 @@ impl Backend for CudaBackend {
         self.profiler.finish()
     }
 
+    /// Stages every input in one pinned copy: the layouts' `cu_seqlens` and masks, the
+    /// ids, and the relative index (v1) or band table (v3) of the first layout.
+    fn prepare_batch(&self, inputs: &BatchInputs<'_>) -> OpResult<()> {
+        let mut segments = Vec::new();
+        for l in &inputs.layouts {
+            segments.push(Segment::plain(u32_bytes(&l.cu_seqlens_u32())));
+            segments.push(Segment::plain(DType::F32.encode(&l.mask)));
+        }
+        for ids in &inputs.ids {
+            segments.push(Segment::plain(u32_bytes(ids)));
+        }
+        if let (Some(index), Some(l)) = (inputs.rel_index, inputs.layouts.first()) {
+            segments.push(disentangled_attention::rel_segment(
+                self.dev.dtype,
+                index,
+                l.max_len(),
+            ));
+        }
+        self.dev.stage(segments)
+    }
+
     fn counts(&self) -> Option<DeviceCounts> {
         Some(self.dev.counts.snapshot())
     }
@@ -323,7 +346,7 @@ impl Backend for CudaBackend {
         }
         let ids = lookups
             .iter()
-            .map(|(_, ids)| self.dev.upload_u32("embedding", ids))
+            .map(|(_, ids)| self.dev.input_u32("embedding", ids))
             .collect::<OpResult<Vec<_>>>()?;
         let mut args = vec![Arg::Ptr(out.ptr())];
         for k in 0..3 {
@@ -344,7 +367,7 @@ impl Backend for CudaBackend {
         if x.numel() == 0 {
             return Ok(());
         }
-        let s = self.dev.upload_f32("scale_rows", scale)?;
+        let s = self.dev.input_f32("scale_rows", scale)?;
         self.rowwise_inplace("scale_rows", x, Some(s.ptr()))
     }
 
@@ -368,7 +391,7 @@ impl Backend for CudaBackend {
             return Ok(out);
         }
         let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let idx = self.dev.upload_u32("gather_rows", &idx)?;
+        let idx = self.dev.input_u32("gather_rows", &idx)?;
         let args = [
             Arg::Ptr(out.ptr()),
             Arg::Ptr(x.ptr()),
@@ -387,9 +410,8 @@ impl Backend for CudaBackend {
         if out.numel() == 0 {
             return Ok(out);
         }
-        let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
-        let cu = self.dev.upload_u32("mean_pool", &cu)?;
-        let mask = self.dev.upload_f32("mean_pool", &layout.mask)?;
+        let cu = self.dev.input_u32("mean_pool", &layout.cu_seqlens_u32())?;
+        let mask = self.dev.input_f32("mean_pool", &layout.mask)?;
         let cfg = LaunchConfig {
             grid_dim: (seqs as u32, (x.cols as u32).div_ceil(THREADS), 1),
             block_dim: (THREADS, 1, 1),
@@ -479,8 +501,8 @@ impl Backend for CudaBackend {
         if x.rows == 0 || heads == 0 || head_dim < 2 {
             return Ok(());
         }
-        let pos = self.dev.upload_u32("rope", positions)?;
-        let freq = self.dev.upload_f32("rope", inv_freq)?;
+        let pos = self.dev.input_u32("rope", positions)?;
+        let freq = self.dev.constant_f32("rope", inv_freq)?;
         // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
         let cfg = LaunchConfig {
             shared_mem_bytes: (inv_freq.len() * 2 * 4) as u32,

@@ -48,8 +48,8 @@ pub(super) fn launch(
     let (vocab, cols) = (lm_head.rows, lm_head.cols);
     let splits = vocab.div_ceil(SPLIT);
     let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-    let idx = be.dev.upload_u32("question_loglik", &idx)?;
-    let tgt = be.dev.upload_u32("question_loglik", targets)?;
+    let idx = be.dev.input_u32("question_loglik", &idx)?;
+    let tgt = be.dev.input_u32("question_loglik", targets)?;
     let part = be.dev.pool.alloc(3 * splits * n * 4)?;
     let out = be.dev.pool.alloc(n * 4)?;
     // As the twin: logits scaled by the f32 reciprocal of the temperature.
