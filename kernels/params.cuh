@@ -15,17 +15,15 @@ template <typename T> struct DisentangledAttentionParams {
   const T* pos_key;            // PK [index rows, heads·head_size] or null (no c2p)
   const T* pos_query;          // PQ [index rows, heads·head_size] or null (no p2c)
   const unsigned* rel_index;   // v1: index[r + rel_base]; v3: the band table; or null
-  const unsigned* cu_seqlens;  // [num_seqs + 1]
+  const unsigned* cu_seqlens;  // [sequences + 1] (the grid's z extent is the sequences)
   const float* mask;           // [tokens]: 1 attends, 0 is left out
   T* out;                      // [tokens, heads·head_size]
   unsigned rel_base;           // v1: index of offset 0 in rel_index (v3: 0)
-  unsigned num_seqs;           // the grid's z extent
   unsigned heads;
   unsigned head_size;
   float scale;                 // score scale
-  unsigned pad;                // 0 (keeps the size a multiple of 8 explicit)
 };
-static_assert(sizeof(DisentangledAttentionParams<float>) == 96, "mirror of src/backend/cuda/params.rs");
+static_assert(sizeof(DisentangledAttentionParams<float>) == 88, "mirror of src/backend/cuda/params.rs");
 
 // causal_attention_<T>, causal_attention_fma_<T>, causal_attention_v3_d<D>_<T>.
 template <typename T> struct CausalAttentionParams {

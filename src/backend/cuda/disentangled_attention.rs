@@ -227,11 +227,9 @@ pub fn disentangled_attention(
         out: out.ptr(),
         // v1 reads the index itself at offset `base`; v3's band table starts at 0.
         rel_base: if v3 { 0 } else { base as u32 },
-        num_seqs: seqs as u32,
         heads: heads as u32,
         head_size: d as u32,
         scale: score_scale,
-        pad: 0,
     };
     be.launch_params(OP, kernel, cfg, &params)?;
     Ok(out)

@@ -20,7 +20,7 @@ pub struct DisentangledAttentionParams {
     pub pos_query: u64,
     /// v1: the relative index (`index[r + rel_base]`); v3: the band table; or 0.
     pub rel_index: u64,
-    /// `[num_seqs + 1]` u32 sequence starts.
+    /// `[sequences + 1]` u32 sequence starts.
     pub cu_seqlens: u64,
     /// `[tokens]` f32 attention mask.
     pub mask: u64,
@@ -28,18 +28,14 @@ pub struct DisentangledAttentionParams {
     pub out: u64,
     /// v1: index of offset 0 in `rel_index` (v3: 0).
     pub rel_base: u32,
-    /// Sequences (the grid's z extent).
-    pub num_seqs: u32,
     /// Attention heads.
     pub heads: u32,
     /// Head size.
     pub head_size: u32,
     /// Score scale.
     pub scale: f32,
-    /// 0.
-    pub pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DisentangledAttentionParams>() == 96);
+const _: () = assert!(std::mem::size_of::<DisentangledAttentionParams>() == 88);
 
 /// `hopscore::CausalAttentionParams<T>` (every version of causal attention).
 #[repr(C)]
