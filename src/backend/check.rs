@@ -39,6 +39,23 @@ pub fn linear(x: &impl Dims, w: &impl Dims, bias: Option<&impl Dims>) -> OpResul
     Ok(())
 }
 
+/// [`linear`] with `w` of `parts` stacked blocks.
+pub fn linear_split(
+    x: &impl Dims,
+    w: &impl Dims,
+    bias: Option<&impl Dims>,
+    parts: usize,
+) -> OpResult<()> {
+    let wr = w.dims().0;
+    if parts == 0 || wr % parts != 0 {
+        return fail(
+            "linear_split",
+            format!("{wr} weight rows do not split into {parts} equal parts"),
+        );
+    }
+    linear(x, w, bias)
+}
+
 pub fn layer_norm(
     x: &impl Dims,
     residual: Option<&impl Dims>,

@@ -168,6 +168,11 @@ pub trait Backend: Send + Sync {
     fn prepare_batch(&self, _inputs: &BatchInputs<'_>) -> OpResult<()> {
         Ok(())
     }
+    /// Uploads `values` now (at load) and keeps them on the device for the ops that
+    /// read them (RoPE's `inv_freq`). A no-op on the CPU.
+    fn keep_constant(&self, _values: &[f32]) -> OpResult<()> {
+        Ok(())
+    }
     /// Device work queued so far (`None` where nothing is queued: the CPU).
     fn counts(&self) -> Option<DeviceCounts> {
         None
@@ -188,6 +193,28 @@ pub trait Backend: Send + Sync {
         w: &Self::Tensor,
         bias: Option<&Self::Tensor>,
     ) -> OpResult<Self::Tensor>;
+    /// [`Backend::linear`] with `w` of `parts` stacked `[out, in]` blocks
+    /// (`[parts·out, in]`, bias `[parts·out]`): one `[n, out]` tensor per block, from
+    /// one GEMM on a device (Q, K and V of a fused projection).
+    fn linear_split(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+        parts: usize,
+    ) -> OpResult<Vec<Self::Tensor>>;
+    /// `gelu_new(x · wᵀ + bias)` (GPT-2's MLP up-projection; on a device the GELU is
+    /// the GEMM's epilogue).
+    fn linear_gelu_new(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+    ) -> OpResult<Self::Tensor> {
+        let mut y = self.linear(x, w, bias)?;
+        self.gelu_new(&mut y)?;
+        Ok(y)
+    }
     /// Exact (erf) GELU in place.
     fn gelu(&self, x: &mut Self::Tensor) -> OpResult<()>;
     /// `x ← LN(x + residual)` row-wise with affine `weight`, `bias`.

@@ -1,15 +1,15 @@
-//! One CUDA device: context, its own non-blocking stream, cuBLAS handle, the PTX
+//! One CUDA device: context, its own non-blocking stream, cuBLASLt handle, the PTX
 //! modules of the kernels, the staged op inputs and the upload/launch helpers. Opening it never panics, even without a driver.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
-use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
+use super::blas::Lt;
 use super::memory::{device_err, DeviceBuf, Pool};
 use super::profile::Counters;
 use super::staging::{Input, Segment, Staging};
@@ -20,7 +20,7 @@ use crate::backend::{kernels, OpError, OpResult};
 pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
-    pub blas: CudaBlas,
+    pub lt: Lt,
     pub pool: Arc<Pool>,
     pub dtype: DType,
     /// Launches and copies queued on `stream`.
@@ -70,13 +70,14 @@ impl Device {
         unsafe { ctx.disable_event_tracking() };
         // Non-blocking: no implicit synchronisation with the legacy NULL stream.
         let stream = ctx.new_stream().context("cannot create a CUDA stream")?;
-        let blas = CudaBlas::new(stream.clone()).context("cannot create a cuBLAS handle")?;
+        let pool = Pool::new(stream.clone(), poison);
+        let lt = Lt::new(&pool)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         Ok(Self {
-            pool: Pool::new(stream.clone(), poison),
+            pool,
             ctx,
             stream,
-            blas,
+            lt,
             dtype,
             counts: Counters::default(),
             staging: Staging::default(),
@@ -219,24 +220,15 @@ impl Device {
             .constant(&DType::F32.encode(values), |b| self.upload_bytes(op, b))
     }
 
-    /// The first `bytes` bytes of `buf`, after the stream has finished.
-    pub fn download_bytes(
-        &self,
-        op: &'static str,
-        buf: &DeviceBuf,
-        bytes: usize,
-    ) -> OpResult<Vec<u8>> {
+    /// `bytes` bytes at device address `src`, after the stream has finished.
+    pub fn download_bytes(&self, op: &'static str, src: u64, bytes: usize) -> OpResult<Vec<u8>> {
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
             self.counts.download(bytes);
-            // SAFETY: `buf` holds at least `bytes` bytes; the stream is synchronised
-            // before `out` is read.
+            // SAFETY: `src` addresses at least `bytes` live bytes; the stream is
+            // synchronised before `out` is read.
             unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(
-                    &mut out,
-                    buf.ptr(),
-                    self.stream.cu_stream(),
-                )
+                cudarc::driver::result::memcpy_dtoh_async(&mut out, src, self.stream.cu_stream())
             }
             .map_err(|e| device_err(op, e))?;
         }
@@ -244,26 +236,15 @@ impl Device {
         Ok(out)
     }
 
-    /// Device-to-device copy of `bytes` bytes.
-    pub fn copy_bytes(
-        &self,
-        op: &'static str,
-        dst: &DeviceBuf,
-        src: &DeviceBuf,
-        bytes: usize,
-    ) -> OpResult<()> {
+    /// Device-to-device copy of `bytes` bytes from `src` to `dst`.
+    pub fn copy_bytes(&self, op: &'static str, dst: u64, src: u64, bytes: usize) -> OpResult<()> {
         if bytes == 0 {
             return Ok(());
         }
         self.counts.device_copy();
-        // SAFETY: both buffers hold at least `bytes` bytes on this stream.
+        // SAFETY: both addresses cover at least `bytes` live bytes on this stream.
         unsafe {
-            cudarc::driver::result::memcpy_dtod_async(
-                dst.ptr(),
-                src.ptr(),
-                bytes,
-                self.stream.cu_stream(),
-            )
+            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
         }
         .map_err(|e| device_err(op, e))
     }

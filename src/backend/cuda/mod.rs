@@ -1,5 +1,5 @@
 //! CUDA backend (feature `cuda`): the ops of [`Backend`] as kernels from `kernels/`
-//! (PTX embedded at build time) and cuBLAS GEMMs, on one device and one stream.
+//! (PTX embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
 //!
 //! Activations and weights live on the device as `--dtype` elements (bf16 by
 //! default); every kernel accumulates in f32. Each launcher below mirrors the CPU
@@ -68,12 +68,8 @@ impl CudaBackend {
 
     fn tensor(&self, rows: usize, cols: usize) -> OpResult<CudaTensor> {
         let dtype = self.dev.dtype;
-        Ok(CudaTensor {
-            buf: self.dev.pool.alloc(rows * cols * dtype.size())?,
-            rows,
-            cols,
-            dtype,
-        })
+        let buf = self.dev.pool.alloc(rows * cols * dtype.size())?;
+        Ok(CudaTensor::new(buf, rows, cols, dtype))
     }
 
     /// Launches `<op>_<dtype>` with `args` in the kernel's parameter order.
@@ -139,6 +135,19 @@ impl CudaBackend {
         unsafe { b.launch(cfg) }
             .map(|_| ())
             .map_err(|e| device_err(op, e))
+    }
+
+    /// [`blas::gemm`], timed as the GEMMs.
+    fn gemm(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        y: u64,
+        parts: usize,
+        epilogue: blas::Epilogue,
+    ) -> OpResult<()> {
+        let _timed = self.profiler.time(&self.dev, "gemm (cuBLASLt)")?;
+        blas::gemm(&self.dev, x, w, y, parts, epilogue)
     }
 
     /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
@@ -225,6 +234,10 @@ impl Backend for CudaBackend {
         self.dev.stage(segments)
     }
 
+    fn keep_constant(&self, values: &[f32]) -> OpResult<()> {
+        self.dev.constant_f32("keep_constant", values).map(drop)
+    }
+
     fn counts(&self) -> Option<DeviceCounts> {
         Some(self.dev.counts.snapshot())
     }
@@ -245,10 +258,11 @@ impl Backend for CudaBackend {
         };
         let (x, w) = (random()?, random()?);
         let y = self.tensor(n, n)?;
-        blas::gemm_xwt(&self.dev, &x, &w, &y, 0.0)?;
+        let plain = blas::Epilogue::Plain;
+        blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain)?;
         let timer = self.dev.timer()?;
         for _ in 0..iters.max(1) {
-            blas::gemm_xwt(&self.dev, &x, &w, &y, 0.0)?;
+            blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain)?;
         }
         let ms = timer.elapsed_ms()?;
         let flops = 2.0 * (n as f64).powi(3) * iters.max(1) as f64;
@@ -258,18 +272,12 @@ impl Backend for CudaBackend {
     fn upload(&self, t: &HostTensor) -> OpResult<CudaTensor> {
         let (rows, cols) = check::matrix_shape(&t.shape)?;
         let dtype = self.dev.dtype;
-        Ok(CudaTensor {
-            buf: self.dev.upload_bytes("upload", &dtype.encode(&t.data))?,
-            rows,
-            cols,
-            dtype,
-        })
+        let buf = self.dev.upload_bytes("upload", &dtype.encode(&t.data))?;
+        Ok(CudaTensor::new(buf, rows, cols, dtype))
     }
 
     fn download(&self, t: &CudaTensor) -> OpResult<HostTensor> {
-        let bytes = self
-            .dev
-            .download_bytes("download", &t.buf, t.numel() * t.dtype.size())?;
+        let bytes = self.dev.download_bytes("download", t.ptr(), t.bytes())?;
         Ok(HostTensor::new(
             vec![t.rows, t.cols],
             t.dtype.decode(&bytes),
@@ -284,12 +292,39 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaTensor> {
         check::linear(x, w, bias)?;
         let y = self.tensor(x.rows, w.rows)?;
-        // The bias is the GEMM's C operand (beta = 1): the sum is rounded once.
-        if let Some(b) = bias {
-            self.rowwise_inplace("bias_rows", &y, Some(b.ptr()))?;
-        }
-        let _timed = self.profiler.time(&self.dev, "gemm (cuBLAS)")?;
-        blas::gemm_xwt(&self.dev, x, w, &y, if bias.is_some() { 1.0 } else { 0.0 })?;
+        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, false))?;
+        Ok(y)
+    }
+
+    /// One strided-batched GEMM (bias in the epilogue) writing the parts back to back.
+    fn linear_split(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+        parts: usize,
+    ) -> OpResult<Vec<CudaTensor>> {
+        check::linear_split(x, w, bias, parts)?;
+        let out = w.rows / parts;
+        let buf = self
+            .dev
+            .pool
+            .alloc(x.rows * w.rows * self.dev.dtype.size())?;
+        let ys = CudaTensor::split(buf, parts, x.rows, out, self.dev.dtype);
+        self.gemm(x, w, ys[0].ptr(), parts, blas::Epilogue::of(bias, false))?;
+        Ok(ys)
+    }
+
+    /// The bias and the tanh GELU in the GEMM's epilogue (one rounding).
+    fn linear_gelu_new(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+    ) -> OpResult<CudaTensor> {
+        check::linear(x, w, bias)?;
+        let y = self.tensor(x.rows, w.rows)?;
+        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, true))?;
         Ok(y)
     }
 
@@ -431,8 +466,7 @@ impl Backend for CudaBackend {
 
     fn copy(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
         let out = self.tensor(x.rows, x.cols)?;
-        self.dev
-            .copy_bytes("copy", &out.buf, &x.buf, x.numel() * x.dtype.size())?;
+        self.dev.copy_bytes("copy", out.ptr(), x.ptr(), x.bytes())?;
         Ok(out)
     }
 
@@ -570,7 +604,6 @@ mod tests {
         const PLAIN: &[&str] = &[
             "add",
             "bias_gelu",
-            "bias_rows",
             "embedding",
             "gather_rows",
             "gelu_new",

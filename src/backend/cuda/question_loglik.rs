@@ -96,6 +96,6 @@ pub(super) fn launch(
         Arg::U32(splits as u32),
     ];
     be.launch_fn("question_loglik_merge", &merge, cfg, &args)?;
-    let bytes = be.dev.download_bytes("question_loglik", &out, n * 4)?;
+    let bytes = be.dev.download_bytes("question_loglik", out.ptr(), n * 4)?;
     Ok(DType::F32.decode(&bytes))
 }

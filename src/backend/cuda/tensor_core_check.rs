@@ -87,7 +87,7 @@ impl CudaBackend {
             mode: path.bits(),
         };
         self.launch_params(OP, OP, cfg, &params)?;
-        let bytes = self.dev.download_bytes(OP, &c, m * n * 4)?;
+        let bytes = self.dev.download_bytes(OP, c.ptr(), m * n * 4)?;
         Ok(DType::F32.decode(&bytes))
     }
 }
