@@ -209,6 +209,13 @@ enum Op {
         parts: usize,
         bias: bool,
     },
+    /// `x + linear(input)` (a residual branch; the GEMM's C operand on the GPU).
+    LinearAdd {
+        n: usize,
+        k: usize,
+        out: usize,
+        bias: bool,
+    },
     /// `gelu_new(linear)` (GPT-2's MLP; the cuBLASLt GELU epilogue on the GPU).
     LinearGeluNew {
         n: usize,
@@ -339,6 +346,18 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .unwrap();
             assert_eq!(ys.len(), parts);
             ys.iter().flat_map(|y| down(y).data).collect()
+        }
+        Op::LinearAdd { n, k, out, bias } => {
+            let (x, w, b, r) = (
+                inp.matrix(n, k, 1.0),
+                inp.matrix(out, k, 0.2),
+                inp.matrix(1, out, 1.0),
+                inp.matrix(n, out, 2.0),
+            );
+            let b = bias.then(|| up(&b));
+            let mut r = up(&r);
+            be.linear_add(&mut r, &up(&x), &up(&w), b.as_ref()).unwrap();
+            down(&r).data
         }
         Op::LinearGeluNew { n, k, out, bias } => {
             let (x, w, b) = (
@@ -774,8 +793,8 @@ fn tensor_core_ops() -> Vec<Op> {
 }
 
 /// The fused-GEMM ops of the host path (appended last, so that the other rows keep
-/// their seeds): Q, K, V from one strided-batched GEMM, and GPT-2's bias + tanh GELU
-/// in the GEMM's epilogue.
+/// their seeds): Q, K, V from one strided-batched GEMM, GPT-2's bias + tanh GELU in
+/// the GEMM's epilogue, and a residual added as the GEMM's C operand.
 fn fused_gemm_ops() -> Vec<Op> {
     vec![
         Op::LinearSplit {
@@ -799,6 +818,18 @@ fn fused_gemm_ops() -> Vec<Op> {
             bias: true,
         },
         Op::LinearGeluNew {
+            n: 3,
+            k: 24,
+            out: 16,
+            bias: false,
+        },
+        Op::LinearAdd {
+            n: 29,
+            k: 64,
+            out: 40,
+            bias: true,
+        },
+        Op::LinearAdd {
             n: 3,
             k: 24,
             out: 16,

@@ -56,6 +56,24 @@ pub fn linear_split(
     linear(x, w, bias)
 }
 
+/// [`linear`] of `input` added into `x`.
+pub fn linear_add(
+    x: &impl Dims,
+    input: &impl Dims,
+    w: &impl Dims,
+    bias: Option<&impl Dims>,
+) -> OpResult<()> {
+    linear(input, w, bias)?;
+    let ((xr, xc), (n, out)) = (x.dims(), (input.dims().0, w.dims().0));
+    if (xr, xc) != (n, out) {
+        return fail(
+            "linear_add",
+            format!("x is [{xr}, {xc}] but the product is [{n}, {out}]"),
+        );
+    }
+    Ok(())
+}
+
 pub fn layer_norm(
     x: &impl Dims,
     residual: Option<&impl Dims>,

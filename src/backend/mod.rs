@@ -215,6 +215,18 @@ pub trait Backend: Send + Sync {
         self.gelu_new(&mut y)?;
         Ok(y)
     }
+    /// `x ← x + input · wᵀ + bias`: a residual branch's output projection (on a device
+    /// `x` is the GEMM's C and D, so the sum is rounded once).
+    fn linear_add(
+        &self,
+        x: &mut Self::Tensor,
+        input: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+    ) -> OpResult<()> {
+        let y = self.linear(input, w, bias)?;
+        self.add(x, &y)
+    }
     /// Exact (erf) GELU in place.
     fn gelu(&self, x: &mut Self::Tensor) -> OpResult<()>;
     /// `x ← LN(x + residual)` row-wise with affine `weight`, `bias`.

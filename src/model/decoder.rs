@@ -158,14 +158,14 @@ impl<B: Backend> DecoderLayer<B> {
             }
         };
         drop(qkv);
-        be.add(x, &self.attention.out.forward(be, &attn)?)?;
+        self.attention.out.forward_add(be, x, &attn)?;
         let h = self.norm2.forward(be, x)?;
         let up = &self.mlp.up;
         let act = match self.mlp.family {
             Family::Gpt2 => be.linear_gelu_new(&h, &up.weight, up.bias.as_ref())?,
             Family::Llama => be.swiglu(&up.forward(be, &h)?)?,
         };
-        be.add(x, &self.mlp.down.forward(be, &act)?)?;
+        self.mlp.down.forward_add(be, x, &act)?;
         Ok(())
     }
 }

@@ -74,6 +74,11 @@ impl<B: Backend> Linear<B> {
         Ok(be.linear(x, &self.weight, self.bias.as_ref())?)
     }
 
+    /// `x ← x + self(input)` (a residual branch's output projection).
+    pub fn forward_add(&self, be: &B, x: &mut B::Tensor, input: &B::Tensor) -> Result<()> {
+        Ok(be.linear_add(x, input, &self.weight, self.bias.as_ref())?)
+    }
+
     /// The `parts` equal blocks of a fused layer's output (one GEMM on a device).
     pub fn forward_split(&self, be: &B, x: &B::Tensor, parts: usize) -> Result<Vec<B::Tensor>> {
         Ok(be.linear_split(x, &self.weight, self.bias.as_ref(), parts)?)

@@ -129,10 +129,10 @@ unsafe fn layout_attr<T>(
     }
 }
 
-/// `parts` GEMMs in one call: `y_p[n, out] = epilogue(x[n, in] · w_pᵀ)` where `w_p`
+/// `parts` GEMMs in one call: `y_p[n, out] = epilogue(x[n, in] · w_pᵀ + beta · y_p)` where `w_p`
 /// is rows `p·out..(p+1)·out` of `w` `[parts·out, in]`, the bias of part p starts at
 /// entry `p·out`, and the outputs `y_p` lie back to back from device address `y`
-/// (shapes checked by the caller). Row-major `y` is column-major `yᵀ = w · xᵀ`, so
+/// (shapes checked by the caller; beta = 1 adds into `y` in place, C = D). Row-major `y` is column-major `yᵀ = w · xᵀ`, so
 /// cuBLASLt sees `D(out×n) = op(A)·B` with `A = w_p` (column-major `[in, out]`,
 /// transposed) and `B = x` (column-major `[in, n]`, shared by the parts).
 pub fn gemm(
@@ -142,6 +142,7 @@ pub fn gemm(
     y: u64,
     parts: usize,
     epilogue: Epilogue,
+    beta: f32,
 ) -> OpResult<()> {
     let (n, k) = (x.rows, x.cols);
     let out = w.rows / parts.max(1);
@@ -151,7 +152,7 @@ pub fn gemm(
     dev.counts.gemm();
     let err = |e: lt::CublasError| device_err("linear", e);
     let dt = data_type(x.dtype);
-    let (alpha, beta) = (1.0f32, 0.0f32);
+    let alpha = 1.0f32;
     let matmul = lt::create_matmul_desc(
         sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
         sys::cudaDataType::CUDA_R_32F,

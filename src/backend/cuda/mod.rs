@@ -145,9 +145,10 @@ impl CudaBackend {
         y: u64,
         parts: usize,
         epilogue: blas::Epilogue,
+        beta: f32,
     ) -> OpResult<()> {
         let _timed = self.profiler.time(&self.dev, "gemm (cuBLASLt)")?;
-        blas::gemm(&self.dev, x, w, y, parts, epilogue)
+        blas::gemm(&self.dev, x, w, y, parts, epilogue, beta)
     }
 
     /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
@@ -259,10 +260,10 @@ impl Backend for CudaBackend {
         let (x, w) = (random()?, random()?);
         let y = self.tensor(n, n)?;
         let plain = blas::Epilogue::Plain;
-        blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain)?;
+        blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain, 0.0)?;
         let timer = self.dev.timer()?;
         for _ in 0..iters.max(1) {
-            blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain)?;
+            blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain, 0.0)?;
         }
         let ms = timer.elapsed_ms()?;
         let flops = 2.0 * (n as f64).powi(3) * iters.max(1) as f64;
@@ -292,7 +293,7 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaTensor> {
         check::linear(x, w, bias)?;
         let y = self.tensor(x.rows, w.rows)?;
-        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, false))?;
+        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, false), 0.0)?;
         Ok(y)
     }
 
@@ -311,8 +312,27 @@ impl Backend for CudaBackend {
             .pool
             .alloc(x.rows * w.rows * self.dev.dtype.size())?;
         let ys = CudaTensor::split(buf, parts, x.rows, out, self.dev.dtype);
-        self.gemm(x, w, ys[0].ptr(), parts, blas::Epilogue::of(bias, false))?;
+        self.gemm(
+            x,
+            w,
+            ys[0].ptr(),
+            parts,
+            blas::Epilogue::of(bias, false),
+            0.0,
+        )?;
         Ok(ys)
+    }
+
+    /// `x` is the GEMM's C and D (beta = 1): the residual sum is rounded once.
+    fn linear_add(
+        &self,
+        x: &mut CudaTensor,
+        input: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+    ) -> OpResult<()> {
+        check::linear_add(x, input, w, bias)?;
+        self.gemm(input, w, x.ptr(), 1, blas::Epilogue::of(bias, false), 1.0)
     }
 
     /// The bias and the tanh GELU in the GEMM's epilogue (one rounding).
@@ -324,7 +344,7 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaTensor> {
         check::linear(x, w, bias)?;
         let y = self.tensor(x.rows, w.rows)?;
-        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, true))?;
+        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, true), 0.0)?;
         Ok(y)
     }
 
