@@ -15,6 +15,7 @@ fn main() -> anyhow::Result<()> {
                 warmup: 1,
                 iters: 3,
                 peak_gemm: 0,
+                profile: false,
             },
         )?;
         println!(

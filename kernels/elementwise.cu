@@ -1,8 +1,6 @@
-// Small row-major ops the layers compose: residual add (x += y), bias broadcast
-// (y[r, c] = bias[c], the C operand of a cuBLAS GEMM with beta = 1, so that the GEMM
-// output is rounded once), and a row gather (the [CLS] rows).
-// CPU twins: CpuBackend::add / gather_rows (src/backend/cpu/mod.rs) and the bias of
-// src/backend/cpu/matmul.rs::linear.
+// Small row-major ops the layers compose: residual add (x += y) and a row gather (the
+// [CLS] rows). CPU twins: CpuBackend::add / gather_rows (src/backend/cpu/mod.rs).
+// (Biases are the cuBLASLt GEMM's epilogue: src/backend/cuda/blas.rs.)
 #include "common.cuh"
 
 template <typename T>
@@ -10,15 +8,6 @@ __device__ void add(T* x, const T* y, unsigned long long n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     x[i] = hopscore::from_float<T>(hopscore::to_float(x[i]) + hopscore::to_float(y[i]));
-  }
-}
-
-template <typename T>
-__device__ void bias_rows(T* y, const T* bias, unsigned rows, unsigned cols) {
-  const size_t n = (size_t)rows * cols;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    y[i] = bias[i % cols];
   }
 }
 
@@ -34,11 +23,6 @@ __device__ void gather_rows(T* out, const T* x, const unsigned* rows, unsigned n
 #define ELEMENTWISE_ENTRIES(SUFFIX, T)                                                           \
   extern "C" __global__ void add_##SUFFIX(T* x, const T* y, unsigned long long n) { add(x, y, n); } \
   HOPSCORE_ENTRY(add_##SUFFIX);                                                                 \
-  extern "C" __global__ void bias_rows_##SUFFIX(T* y, const T* bias, unsigned rows,             \
-                                                unsigned cols) {                                \
-    bias_rows(y, bias, rows, cols);                                                             \
-  }                                                                                             \
-  HOPSCORE_ENTRY(bias_rows_##SUFFIX);                                                           \
   extern "C" __global__ void gather_rows_##SUFFIX(T* out, const T* x, const unsigned* rows,     \
                                                   unsigned n, unsigned cols) {                  \
     gather_rows(out, x, rows, n, cols);                                                         \

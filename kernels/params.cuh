@@ -15,17 +15,15 @@ template <typename T> struct DisentangledAttentionParams {
   const T* pos_key;            // PK [index rows, heads·head_size] or null (no c2p)
   const T* pos_query;          // PQ [index rows, heads·head_size] or null (no p2c)
   const unsigned* rel_index;   // v1: index[r + rel_base]; v3: the band table; or null
-  const unsigned* cu_seqlens;  // [num_seqs + 1]
+  const unsigned* cu_seqlens;  // [sequences + 1] (the grid's z extent is the sequences)
   const float* mask;           // [tokens]: 1 attends, 0 is left out
   T* out;                      // [tokens, heads·head_size]
   unsigned rel_base;           // v1: index of offset 0 in rel_index (v3: 0)
-  unsigned num_seqs;           // the grid's z extent
   unsigned heads;
   unsigned head_size;
   float scale;                 // score scale
-  unsigned pad;                // 0 (keeps the size a multiple of 8 explicit)
 };
-static_assert(sizeof(DisentangledAttentionParams<float>) == 96, "mirror of src/backend/cuda/params.rs");
+static_assert(sizeof(DisentangledAttentionParams<float>) == 88, "mirror of src/backend/cuda/params.rs");
 
 // causal_attention_<T>, causal_attention_fma_<T>, causal_attention_v3_d<D>_<T>.
 template <typename T> struct CausalAttentionParams {
@@ -55,5 +53,17 @@ template <typename T> struct QuestionLoglikParams {
   unsigned pad;             // 0
 };
 static_assert(sizeof(QuestionLoglikParams<float>) == 64, "mirror of src/backend/cuda/params.rs");
+
+// tensor_core_check_<T> (bf16/f16 only; the layout is the same for every T).
+template <typename T> struct TensorCoreCheckParams {
+  float* c;       // [m][n] f32 result
+  const T* a;     // [m][k]
+  const T* b;     // [n][k], or [k][n] with the kKN mode bit
+  unsigned m;     // rows of a and c (≤ 64)
+  unsigned n;     // columns of c (a multiple of 16 up to 64)
+  unsigned k;     // inner size (a multiple of 8 up to 64)
+  unsigned mode;  // kAsync | kLdmatrix | kKN | kX4 bits
+};
+static_assert(sizeof(TensorCoreCheckParams<float>) == 40, "mirror of src/backend/cuda/params.rs");
 
 }  // namespace hopscore

@@ -19,6 +19,7 @@
 //   kKN        b is [k][n]
 //   kX4        B fragments of two 8-column blocks per ldmatrix_x4 / _x4_trans
 #include "common.cuh"
+#include "params.cuh"
 
 namespace {
 constexpr unsigned kAsync = 1, kLdmatrix = 2, kKN = 4, kX4 = 8;
@@ -157,11 +158,10 @@ __device__ void tensor_core_check(float* c, const T* a, const T* b, unsigned m, 
 }
 }  // namespace
 
-#define TENSOR_CORE_CHECK_ENTRY(SUFFIX, T)                                                           \
-  extern "C" __global__ void tensor_core_check_##SUFFIX(float* c, const T* a, const T* b, unsigned m, \
-                                                         unsigned n, unsigned k, unsigned mode) {     \
-    tensor_core_check<T>(c, a, b, m, n, k, mode);                                                  \
-  }                                                                                                 \
+#define TENSOR_CORE_CHECK_ENTRY(SUFFIX, T)                                                  \
+  extern "C" __global__ void tensor_core_check_##SUFFIX(hopscore::TensorCoreCheckParams<T> p) { \
+    tensor_core_check<T>(p.c, p.a, p.b, p.m, p.n, p.k, p.mode);                             \
+  }                                                                                        \
   HOPSCORE_ENTRY(tensor_core_check_##SUFFIX);
 
 TENSOR_CORE_CHECK_ENTRY(bf16, __nv_bfloat16)

@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::backend::{Backend, KernelTime};
+use crate::backend::{Backend, DeviceCounts, KernelTime};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::config::{DebertaConfig, RelativeConfig};
 use crate::model::cross_encoder::CrossEncoder;
@@ -99,6 +99,8 @@ pub struct BenchSpec {
     pub iters: usize,
     /// Size `n` of the `n³` GEMM that measures the device's peak (0: skip).
     pub peak_gemm: usize,
+    /// Count the launches and copies of the profiled pass (devices only).
+    pub profile: bool,
 }
 
 /// Measured throughput (one JSON line with `--json`).
@@ -122,6 +124,10 @@ pub struct BenchResult {
     pub peak_share: Option<f64>,
     /// Device time per kernel over one extra profiled pass (devices only).
     pub kernels: Vec<KernelTime>,
+    /// Transformer layers of the shape.
+    pub layers: usize,
+    /// Launches and copies of the profiled pass (`--profile`, devices only).
+    pub per_forward: Option<DeviceCounts>,
 }
 
 /// FLOPs of one forward pass over `batch` sequences of `len` tokens.
@@ -196,7 +202,7 @@ pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
             })
             .collect();
         let flops = decoder_flops(&config, spec.seq_len, spec.batch, targets);
-        return measure(be, spec, flops, || {
+        return measure(be, spec, flops, config.num_layers, || {
             model.target_logprobs(be, &seqs, 1.0).map(|_| ())
         });
     }
@@ -214,16 +220,18 @@ pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
         .collect();
     let batch = PackedBatch::pack(&seqs);
     let flops = encoder_flops(&config, spec.seq_len, spec.batch);
-    measure(be, spec, flops, || {
+    measure(be, spec, flops, config.num_layers, || {
         model.forward(be, &batch, false).map(|_| ())
     })
 }
 
-/// Times `forward` (warm-up, timed passes, one profiled pass) and the GEMM peak.
+/// Times `forward` (warm-up, timed passes, one profiled pass: kernel times, and with
+/// `spec.profile` its launches and copies) and the GEMM peak.
 fn measure<B: Backend>(
     be: &B,
     spec: BenchSpec,
     flops: f64,
+    layers: usize,
     forward: impl Fn() -> Result<()>,
 ) -> Result<BenchResult> {
     for _ in 0..spec.warmup {
@@ -236,9 +244,14 @@ fn measure<B: Backend>(
     }
     be.synchronize()?;
     let per_batch = t.elapsed().as_secs_f64() / spec.iters.max(1) as f64;
+    let before = be.counts();
     be.start_profile();
     forward()?;
     let kernels = be.finish_profile()?;
+    let per_forward = match (spec.profile, be.counts(), before) {
+        (true, Some(after), Some(before)) => Some(after.since(&before)),
+        _ => None,
+    };
     let gemm_peak_tflops = match spec.peak_gemm {
         0 => None,
         n => be.gemm_tflops(n, 10)?,
@@ -259,5 +272,7 @@ fn measure<B: Backend>(
         gemm_peak_tflops,
         peak_share: gemm_peak_tflops.map(|p| gflops / 1e3 / p),
         kernels,
+        layers,
+        per_forward,
     })
 }

@@ -201,6 +201,28 @@ enum Op {
         out: usize,
         bias: bool,
     },
+    /// `linear` on `parts` stacked weight blocks, one output per block (fused Q, K, V).
+    LinearSplit {
+        n: usize,
+        k: usize,
+        out: usize,
+        parts: usize,
+        bias: bool,
+    },
+    /// `x + linear(input)` (a residual branch; the GEMM's C operand on the GPU).
+    LinearAdd {
+        n: usize,
+        k: usize,
+        out: usize,
+        bias: bool,
+    },
+    /// `gelu_new(linear)` (GPT-2's MLP; the cuBLASLt GELU epilogue on the GPU).
+    LinearGeluNew {
+        n: usize,
+        k: usize,
+        out: usize,
+        bias: bool,
+    },
     Gelu {
         rows: usize,
         cols: usize,
@@ -305,6 +327,46 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             );
             let b = bias.then(|| up(&b));
             down(&be.linear(&up(&x), &up(&w), b.as_ref()).unwrap()).data
+        }
+        Op::LinearSplit {
+            n,
+            k,
+            out,
+            parts,
+            bias,
+        } => {
+            let (x, w, b) = (
+                inp.matrix(n, k, 1.0),
+                inp.matrix(parts * out, k, 0.2),
+                inp.matrix(1, parts * out, 1.0),
+            );
+            let b = bias.then(|| up(&b));
+            let ys = be
+                .linear_split(&up(&x), &up(&w), b.as_ref(), parts)
+                .unwrap();
+            assert_eq!(ys.len(), parts);
+            ys.iter().flat_map(|y| down(y).data).collect()
+        }
+        Op::LinearAdd { n, k, out, bias } => {
+            let (x, w, b, r) = (
+                inp.matrix(n, k, 1.0),
+                inp.matrix(out, k, 0.2),
+                inp.matrix(1, out, 1.0),
+                inp.matrix(n, out, 2.0),
+            );
+            let b = bias.then(|| up(&b));
+            let mut r = up(&r);
+            be.linear_add(&mut r, &up(&x), &up(&w), b.as_ref()).unwrap();
+            down(&r).data
+        }
+        Op::LinearGeluNew { n, k, out, bias } => {
+            let (x, w, b) = (
+                inp.matrix(n, k, 1.0),
+                inp.matrix(out, k, 0.2),
+                inp.matrix(1, out, 1.0),
+            );
+            let b = bias.then(|| up(&b));
+            down(&be.linear_gelu_new(&up(&x), &up(&w), b.as_ref()).unwrap()).data
         }
         Op::Gelu { rows, cols } => {
             let mut x = up(&inp.matrix(rows, cols, 4.0));
@@ -730,6 +792,52 @@ fn tensor_core_ops() -> Vec<Op> {
     ]
 }
 
+/// The fused-GEMM ops of the host path (appended last, so that the other rows keep
+/// their seeds): Q, K, V from one strided-batched GEMM, GPT-2's bias + tanh GELU in
+/// the GEMM's epilogue, and a residual added as the GEMM's C operand.
+fn fused_gemm_ops() -> Vec<Op> {
+    vec![
+        Op::LinearSplit {
+            n: 37,
+            k: 64,
+            out: 48,
+            parts: 3,
+            bias: true,
+        },
+        Op::LinearSplit {
+            n: 5,
+            k: 40,
+            out: 7,
+            parts: 2,
+            bias: false,
+        },
+        Op::LinearGeluNew {
+            n: 29,
+            k: 64,
+            out: 70,
+            bias: true,
+        },
+        Op::LinearGeluNew {
+            n: 3,
+            k: 24,
+            out: 16,
+            bias: false,
+        },
+        Op::LinearAdd {
+            n: 29,
+            k: 64,
+            out: 40,
+            bias: true,
+        },
+        Op::LinearAdd {
+            n: 3,
+            k: 24,
+            out: 16,
+            bias: false,
+        },
+    ]
+}
+
 /// The table for `dtype`. f16 runs the same (v3) disentangled-attention kernel
 /// template as bf16, and the emulator converts f16 in software (~25× slower than
 /// bf16), so f16 keeps two of its cases (d = 64 with v3 buckets, d = 40).
@@ -746,6 +854,7 @@ fn table(dtype: DType) -> Vec<Op> {
     }
     ops.extend(attention);
     ops.extend(decoder_ops(dtype));
+    ops.extend(fused_gemm_ops());
     ops
 }
 
@@ -913,6 +1022,7 @@ fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
     let cpu_model = CrossEncoder::load(&CpuBackend, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let want = cpu_model.forward(&CpuBackend, &batch, true).unwrap();
     let gpu_model = CrossEncoder::load(&gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
+    check_encoder_counts(fixture, &gpu, &gpu_model, &batch);
     let got = gpu_model.forward(&gpu, &batch, true).unwrap();
     let real: Vec<bool> = batch.layout.mask.iter().map(|&m| m == 1.0).collect();
     let keep = |h: &HostTensor| -> Vec<f32> {
@@ -939,6 +1049,25 @@ fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
         err = err.max(e);
     }
     Some(err)
+}
+
+/// The host path of one encoder forward: its inputs in one upload, at most 8 launches
+/// per layer (fused QKV GEMM, attention, 3 GEMMs with bias epilogues, GELU, 2
+/// LayerNorms) plus the embedding, its LayerNorm, the mask and an `embed_proj`.
+fn check_encoder_counts(
+    fixture: &str,
+    gpu: &CudaBackend,
+    model: &CrossEncoder<CudaBackend>,
+    batch: &PackedBatch,
+) {
+    let before = gpu.counts().unwrap();
+    model.encoder.forward(gpu, batch).unwrap();
+    let c = gpu.counts().unwrap().since(&before);
+    let layers = model.encoder.config.num_layers as u64;
+    eprintln!("  {fixture}: {c:?} over {layers} layers");
+    assert_eq!(c.uploads, 1, "{fixture}: {c:?}");
+    assert!(c.launches + c.gemms <= 8 * layers + 4, "{fixture}: {c:?}");
+    assert_eq!((c.downloads, c.device_copies), (0, 0), "{fixture}: {c:?}");
 }
 
 const DEBERTA_MODELS: [&str; 6] = [
@@ -1022,7 +1151,11 @@ fn check_decoders(dtype: DType) {
         ] {
             let want = cpu.target_logprobs(&CpuBackend, &seqs, t).unwrap();
             model.min_shared_prefix = min_shared;
+            let before = gpu.counts().unwrap();
             let got = model.target_logprobs(&gpu, &seqs, t).unwrap();
+            // Every host input of the pass in one upload, the log-probabilities back in one.
+            let c = gpu.counts().unwrap().since(&before);
+            assert_eq!((c.uploads, c.downloads), (1, 1), "{name}: {c:?}");
             assert_eq!(got.len(), want.len());
             for (g, w) in got.iter().zip(&want) {
                 assert_eq!(g.len(), w.len());

@@ -39,6 +39,41 @@ pub fn linear(x: &impl Dims, w: &impl Dims, bias: Option<&impl Dims>) -> OpResul
     Ok(())
 }
 
+/// [`linear`] with `w` of `parts` stacked blocks.
+pub fn linear_split(
+    x: &impl Dims,
+    w: &impl Dims,
+    bias: Option<&impl Dims>,
+    parts: usize,
+) -> OpResult<()> {
+    let wr = w.dims().0;
+    if parts == 0 || wr % parts != 0 {
+        return fail(
+            "linear_split",
+            format!("{wr} weight rows do not split into {parts} equal parts"),
+        );
+    }
+    linear(x, w, bias)
+}
+
+/// [`linear`] of `input` added into `x`.
+pub fn linear_add(
+    x: &impl Dims,
+    input: &impl Dims,
+    w: &impl Dims,
+    bias: Option<&impl Dims>,
+) -> OpResult<()> {
+    linear(input, w, bias)?;
+    let ((xr, xc), (n, out)) = (x.dims(), (input.dims().0, w.dims().0));
+    if (xr, xc) != (n, out) {
+        return fail(
+            "linear_add",
+            format!("x is [{xr}, {xc}] but the product is [{n}, {out}]"),
+        );
+    }
+    Ok(())
+}
+
 pub fn layer_norm(
     x: &impl Dims,
     residual: Option<&impl Dims>,

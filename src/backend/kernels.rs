@@ -18,26 +18,3 @@ pub fn module_of(entry: &str) -> Option<&'static str> {
         .find(|(e, _)| *e == entry)
         .map(|(_, m)| *m)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn entry_list_matches_the_ptx() {
-        let in_ptx: usize = PTX_MODULES
-            .iter()
-            .map(|(_, p)| p.matches(".visible .entry ").count())
-            .sum();
-        assert_eq!(KERNEL_ENTRIES.len(), in_ptx);
-        for (entry, module) in KERNEL_ENTRIES {
-            let ptx = ptx(module).expect("module of a listed entry");
-            assert!(
-                ptx.contains(&format!(".entry {entry}(")),
-                "{entry} in {module}"
-            );
-            assert_eq!(module_of(entry), Some(*module));
-        }
-        assert_eq!(module_of("no_such_kernel"), None);
-    }
-}

@@ -52,6 +52,21 @@ impl SeqLayout {
     pub fn first_rows(&self) -> Vec<usize> {
         self.cu_seqlens[..self.num_seqs()].to_vec()
     }
+    /// `cu_seqlens` as the kernels read it.
+    pub fn cu_seqlens_u32(&self) -> Vec<u32> {
+        self.cu_seqlens.iter().map(|&c| c as u32).collect()
+    }
+}
+
+/// The host inputs that the ops of one forward pass read, for
+/// [`Backend::prepare_batch`]: layouts, token ids and other row indices (positions,
+/// gathered rows, targets), and DeBERTa's relative-position index.
+#[derive(Default)]
+pub struct BatchInputs<'a> {
+    pub layouts: Vec<&'a SeqLayout>,
+    pub ids: Vec<&'a [u32]>,
+    /// `RelAttention::index` of every layer (with the first layout's `max_len`).
+    pub rel_index: Option<&'a [u32]>,
 }
 
 /// Relative-position inputs of the disentangled attention for one layer.
@@ -94,6 +109,39 @@ pub struct KernelTime {
     pub ms: f64,
 }
 
+/// Device work queued by a backend (`hopscore bench --profile`): kernel launches,
+/// GEMMs and copies, counted since the backend was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceCounts {
+    /// Kernel launches of the backend's own kernels.
+    pub launches: u64,
+    /// GEMM calls (each at least one library kernel launch).
+    pub gemms: u64,
+    /// Host-to-device copies and their bytes.
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    /// Device-to-host copies and their bytes.
+    pub downloads: u64,
+    pub download_bytes: u64,
+    /// Device-to-device copies.
+    pub device_copies: u64,
+}
+
+impl DeviceCounts {
+    /// The work queued between `earlier` and `self`.
+    pub fn since(&self, earlier: &DeviceCounts) -> DeviceCounts {
+        DeviceCounts {
+            launches: self.launches - earlier.launches,
+            gemms: self.gemms - earlier.gemms,
+            uploads: self.uploads - earlier.uploads,
+            upload_bytes: self.upload_bytes - earlier.upload_bytes,
+            downloads: self.downloads - earlier.downloads,
+            download_bytes: self.download_bytes - earlier.download_bytes,
+            device_copies: self.device_copies - earlier.device_copies,
+        }
+    }
+}
+
 /// The ops of the models. `Tensor` is a device matrix `[rows, cols]`.
 pub trait Backend: Send + Sync {
     type Tensor: Send + Sync;
@@ -114,6 +162,21 @@ pub trait Backend: Send + Sync {
     fn finish_profile(&self) -> OpResult<Vec<KernelTime>> {
         Ok(Vec::new())
     }
+    /// Uploads `inputs` for the ops of the forward pass that follows, in one copy
+    /// (devices; the ops still accept inputs that were not prepared, uploading them
+    /// then). A no-op on the CPU.
+    fn prepare_batch(&self, _inputs: &BatchInputs<'_>) -> OpResult<()> {
+        Ok(())
+    }
+    /// Uploads `values` now (at load) and keeps them on the device for the ops that
+    /// read them (RoPE's `inv_freq`). A no-op on the CPU.
+    fn keep_constant(&self, _values: &[f32]) -> OpResult<()> {
+        Ok(())
+    }
+    /// Device work queued so far (`None` where nothing is queued: the CPU).
+    fn counts(&self) -> Option<DeviceCounts> {
+        None
+    }
     /// Achieved TFLOP/s of an `n × n × n` GEMM in the device dtype: the measured peak
     /// that model throughput is compared against (`None` where not meaningful).
     fn gemm_tflops(&self, _n: usize, _iters: usize) -> OpResult<Option<f64>> {
@@ -130,6 +193,40 @@ pub trait Backend: Send + Sync {
         w: &Self::Tensor,
         bias: Option<&Self::Tensor>,
     ) -> OpResult<Self::Tensor>;
+    /// [`Backend::linear`] with `w` of `parts` stacked `[out, in]` blocks
+    /// (`[parts·out, in]`, bias `[parts·out]`): one `[n, out]` tensor per block, from
+    /// one GEMM on a device (Q, K and V of a fused projection).
+    fn linear_split(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+        parts: usize,
+    ) -> OpResult<Vec<Self::Tensor>>;
+    /// `gelu_new(x · wᵀ + bias)` (GPT-2's MLP up-projection; on a device the GELU is
+    /// the GEMM's epilogue).
+    fn linear_gelu_new(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+    ) -> OpResult<Self::Tensor> {
+        let mut y = self.linear(x, w, bias)?;
+        self.gelu_new(&mut y)?;
+        Ok(y)
+    }
+    /// `x ← x + input · wᵀ + bias`: a residual branch's output projection (on a device
+    /// `x` is the GEMM's C and D, so the sum is rounded once).
+    fn linear_add(
+        &self,
+        x: &mut Self::Tensor,
+        input: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+    ) -> OpResult<()> {
+        let y = self.linear(input, w, bias)?;
+        self.add(x, &y)
+    }
     /// Exact (erf) GELU in place.
     fn gelu(&self, x: &mut Self::Tensor) -> OpResult<()>;
     /// `x ← LN(x + residual)` row-wise with affine `weight`, `bias`.

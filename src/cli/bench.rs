@@ -31,6 +31,9 @@ pub struct BenchArgs {
     pub iters: usize,
     #[command(flatten)]
     pub device: DeviceOpts,
+    /// Also count the kernel launches, GEMMs and host copies of one forward (GPU).
+    #[arg(long)]
+    pub profile: bool,
     /// Print one JSON line instead of a table (for tools/bench_reference.py).
     #[arg(long)]
     pub json: bool,
@@ -56,6 +59,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         warmup: args.warmup,
         iters: args.iters,
         peak_gemm: args.peak_gemm,
+        profile: args.profile,
     };
     with_backend!(&args.device.config(), be => crate::bench::run(be, spec))
 }
@@ -68,6 +72,23 @@ pub fn table(r: &BenchResult) -> String {
             "\n{:.1} TFLOP/s = {:.1}% of the measured GEMM peak ({peak:.1} TFLOP/s)",
             r.gflops / 1e3,
             100.0 * share
+        );
+    }
+    if let Some(c) = &r.per_forward {
+        let per_layer = |v: u64| v as f64 / r.layers.max(1) as f64;
+        out += &format!(
+            "\nper forward: {} launches ({} kernels + {} GEMMs; {:.1} per layer over {} layers), \
+             {} host→device copies ({} bytes; {:.1} per layer), {} device→host, {} device copies",
+            c.launches + c.gemms,
+            c.launches,
+            c.gemms,
+            per_layer(c.launches + c.gemms),
+            r.layers,
+            c.uploads,
+            c.upload_bytes,
+            per_layer(c.uploads),
+            c.downloads,
+            c.device_copies
         );
     }
     let total: f64 = r.kernels.iter().map(|k| k.ms).sum();

@@ -1,7 +1,7 @@
 //! Model inputs: tokenised sequences packed back to back without padding, and the
 //! grouping of sequences into token-budget batches.
 
-use crate::backend::SeqLayout;
+use crate::backend::{BatchInputs, SeqLayout};
 
 /// One tokenised sequence (special tokens included).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -53,6 +53,15 @@ impl PackedBatch {
             b.layout.cu_seqlens.push(b.ids.len());
         }
         b
+    }
+
+    /// The layout, ids, type ids and positions, for [`crate::backend::Backend::prepare_batch`].
+    pub fn inputs(&self) -> BatchInputs<'_> {
+        BatchInputs {
+            layouts: vec![&self.layout],
+            ids: vec![&self.ids[..], &self.type_ids[..], &self.positions[..]],
+            rel_index: None,
+        }
     }
 
     pub fn num_tokens(&self) -> usize {

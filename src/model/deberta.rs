@@ -100,11 +100,11 @@ impl<B: Backend> DebertaV2Embeddings<B> {
     }
 }
 
-/// Query/key/value projections and the precomputed position projections of one layer.
+/// The fused query/key/value projection and the precomputed position projections of
+/// one layer.
 pub struct DisentangledSelfAttention<B: Backend> {
-    query: Linear<B>,
-    key: Linear<B>,
-    value: Linear<B>,
+    /// `[query_proj; key_proj; value_proj]`, `[3·heads·d, H]`: one GEMM per layer.
+    qkv: Linear<B>,
     /// `[2·span, heads·d]`, present with c2p.
     pos_key: Option<B::Tensor>,
     /// `[2·span, heads·d]`, present with p2c.
@@ -114,30 +114,29 @@ pub struct DisentangledSelfAttention<B: Backend> {
 impl<B: Backend> DisentangledSelfAttention<B> {
     fn load(be: &B, w: &Weights, c: &DebertaConfig, rel: Option<&B::Tensor>) -> Result<Self> {
         let (h, a) = (c.hidden_size, c.all_head_size());
-        let query = Linear::load(be, &w.pp("query_proj"), h, a, true)?;
-        let key = Linear::load(be, &w.pp("key_proj"), h, a, true)?;
-        let value = Linear::load(be, &w.pp("value_proj"), h, a, true)?;
+        let qkv = Linear::load_fused(
+            be,
+            w,
+            &[("query_proj", a), ("key_proj", a), ("value_proj", a)],
+            h,
+            true,
+        )?;
+        // PK = key_proj(rel) (or pos_key_proj), PQ = query_proj(rel) (or pos_query_proj).
+        let project = |shared: &str, own: &str, rc: &RelativeConfig, rel: &B::Tensor| {
+            let name = if rc.share_att_key { shared } else { own };
+            Linear::load(be, &w.pp(name), h, a, true)?.forward(be, rel)
+        };
         let (mut pos_key, mut pos_query) = (None, None);
         if let (Some(rc), Some(rel)) = (&c.relative, rel) {
             if rc.c2p {
-                pos_key = Some(if rc.share_att_key {
-                    key.forward(be, rel)?
-                } else {
-                    Linear::load(be, &w.pp("pos_key_proj"), h, a, true)?.forward(be, rel)?
-                });
+                pos_key = Some(project("key_proj", "pos_key_proj", rc, rel)?);
             }
             if rc.p2c {
-                pos_query = Some(if rc.share_att_key {
-                    query.forward(be, rel)?
-                } else {
-                    Linear::load(be, &w.pp("pos_query_proj"), h, a, true)?.forward(be, rel)?
-                });
+                pos_query = Some(project("query_proj", "pos_query_proj", rc, rel)?);
             }
         }
         Ok(Self {
-            query,
-            key,
-            value,
+            qkv,
             pos_key,
             pos_query,
         })
@@ -151,9 +150,11 @@ impl<B: Backend> DisentangledSelfAttention<B> {
         shape: AttentionShape,
         batch: &PackedBatch,
     ) -> Result<B::Tensor> {
-        let q = self.query.forward(be, x)?;
-        let k = self.key.forward(be, x)?;
-        let v = self.value.forward(be, x)?;
+        let [q, k, v]: [B::Tensor; 3] = self
+            .qkv
+            .forward_split(be, x, 3)?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("the fused projection did not split into Q, K, V"))?;
         let rel = index.map(|index| RelAttention {
             pos_key: self.pos_key.as_ref(),
             pos_query: self.pos_query.as_ref(),
@@ -253,6 +254,17 @@ impl<B: Backend> DebertaV2Model<B> {
             .relative
             .as_ref()
             .map(|rc| relative_index(rc, batch.layout.max_len()));
+        // Everything the layers and the heads read from the host, in one upload.
+        let cls_rows: Vec<u32> = batch
+            .layout
+            .first_rows()
+            .iter()
+            .map(|&r| r as u32)
+            .collect();
+        let mut inputs = batch.inputs();
+        inputs.ids.push(&cls_rows);
+        inputs.rel_index = index.as_deref();
+        be.prepare_batch(&inputs)?;
         let mut x = self.embeddings.forward(be, batch)?;
         for layer in &self.layers {
             x = layer.forward(be, &x, index.as_deref(), self.shape, batch)?;

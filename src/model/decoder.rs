@@ -19,91 +19,10 @@ use anyhow::{bail, ensure, Context, Result};
 use super::batch::{PackedBatch, Sequence};
 use super::decoder_config::{DecoderConfig, Family};
 use super::gguf::GgufFile;
+use super::layers::Linear;
 use super::prefix::PrefixPlan;
 use super::weights::{GgufSource, WeightStore, Weights};
 use crate::backend::{Backend, CausalShape};
-use crate::tensor::HostTensor;
-
-/// Concatenates 2-D tensors along rows (fused projections).
-fn cat_rows(parts: &[HostTensor]) -> HostTensor {
-    let cols = parts[0].shape.get(1).copied();
-    let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
-    let shape = match cols {
-        Some(c) => vec![rows, c],
-        None => vec![rows],
-    };
-    HostTensor::new(
-        shape,
-        parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
-    )
-}
-
-/// `[in, out]` → `[out, in]` (GPT-2 Conv1D weights).
-fn transpose(t: &HostTensor) -> HostTensor {
-    let (r, c) = (t.shape[0], t.shape[1]);
-    let mut data = vec![0f32; r * c];
-    for i in 0..r {
-        for j in 0..c {
-            data[j * r + i] = t.data[i * c + j];
-        }
-    }
-    HostTensor::new(vec![c, r], data)
-}
-
-/// A fused linear layer `y = x·Wᵀ + b` with `W: [out, in]`.
-struct FusedLinear<B: Backend> {
-    weight: B::Tensor,
-    bias: Option<B::Tensor>,
-}
-
-impl<B: Backend> FusedLinear<B> {
-    fn new(be: &B, weight: &HostTensor, bias: Option<&HostTensor>) -> Result<Self> {
-        Ok(Self {
-            weight: be.upload(weight)?,
-            bias: bias.map(|b| be.upload(b)).transpose()?,
-        })
-    }
-
-    /// Loads `names` (each `[out_k, input]` in HF layout) and fuses them along rows.
-    fn load_hf(
-        be: &B,
-        w: &Weights,
-        names: &[(&str, usize)],
-        input: usize,
-        bias: bool,
-    ) -> Result<Self> {
-        let ws: Vec<HostTensor> = names
-            .iter()
-            .map(|(n, out)| w.pp(n).get("weight", &[*out, input]))
-            .collect::<Result<_, _>>()?;
-        let bs: Option<Vec<HostTensor>> = bias
-            .then(|| {
-                names
-                    .iter()
-                    .map(|(n, out)| w.pp(n).get("bias", &[*out]))
-                    .collect::<Result<_, _>>()
-            })
-            .transpose()?;
-        Self::new(
-            be,
-            &cat_rows(&ws),
-            bs.as_ref().map(|b| cat_rows(b)).as_ref(),
-        )
-    }
-
-    /// Loads a GPT-2 Conv1D (`weight: [input, out]`, `bias: [out]`).
-    fn load_conv1d(be: &B, w: &Weights, input: usize, out: usize) -> Result<Self> {
-        Self::new(
-            be,
-            &transpose(&w.get("weight", &[input, out])?),
-            Some(&w.get("bias", &[out])?),
-        )
-    }
-
-    fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
-        Ok(be.linear(x, &self.weight, self.bias.as_ref())?)
-    }
-}
 
 /// LayerNorm (GPT-2) or RMSNorm (Llama).
 enum Norm<B: Backend> {
@@ -150,15 +69,15 @@ impl<B: Backend> Norm<B> {
 /// Self-attention (`GPT2Attention` / `LlamaAttention`): fused q/k/v projection,
 /// RoPE for the Llama family, causal attention, output projection.
 pub struct DecoderAttention<B: Backend> {
-    qkv: FusedLinear<B>,
-    out: FusedLinear<B>,
+    qkv: Linear<B>,
+    out: Linear<B>,
 }
 
 /// The MLP: GPT-2 `c_fc → gelu_new → c_proj`, or Llama `down(silu(gate)·up)`.
 pub struct DecoderMlp<B: Backend> {
     /// `c_fc` (GPT-2) or the fused `[gate | up]` projection (Llama).
-    up: FusedLinear<B>,
-    down: FusedLinear<B>,
+    up: Linear<B>,
+    down: Linear<B>,
     family: Family,
 }
 
@@ -178,50 +97,38 @@ impl<B: Backend> DecoderLayer<B> {
             Family::Gpt2 => Self {
                 norm1: Norm::load(be, &w.pp("ln_1"), c)?,
                 attention: DecoderAttention {
-                    qkv: FusedLinear::load_conv1d(be, &w.pp("attn.c_attn"), h, 3 * h)?,
-                    out: FusedLinear::load_conv1d(be, &w.pp("attn.c_proj"), h, h)?,
+                    qkv: Linear::load_conv1d(be, &w.pp("attn.c_attn"), h, 3 * h)?,
+                    out: Linear::load_conv1d(be, &w.pp("attn.c_proj"), h, h)?,
                 },
                 norm2: Norm::load(be, &w.pp("ln_2"), c)?,
                 mlp: DecoderMlp {
-                    up: FusedLinear::load_conv1d(be, &w.pp("mlp.c_fc"), h, i)?,
-                    down: FusedLinear::load_conv1d(be, &w.pp("mlp.c_proj"), i, h)?,
+                    up: Linear::load_conv1d(be, &w.pp("mlp.c_fc"), h, i)?,
+                    down: Linear::load_conv1d(be, &w.pp("mlp.c_proj"), i, h)?,
                     family: c.family,
                 },
             },
             Family::Llama => Self {
                 norm1: Norm::load(be, &w.pp("input_layernorm"), c)?,
                 attention: DecoderAttention {
-                    qkv: FusedLinear::load_hf(
+                    qkv: Linear::load_fused(
                         be,
                         &w.pp("self_attn"),
                         &[("q_proj", q), ("k_proj", kv), ("v_proj", kv)],
                         h,
                         c.qkv_bias,
                     )?,
-                    out: FusedLinear::load_hf(
-                        be,
-                        &w.pp("self_attn"),
-                        &[("o_proj", h)],
-                        q,
-                        c.o_bias,
-                    )?,
+                    out: Linear::load_fused(be, &w.pp("self_attn"), &[("o_proj", h)], q, c.o_bias)?,
                 },
                 norm2: Norm::load(be, &w.pp("post_attention_layernorm"), c)?,
                 mlp: DecoderMlp {
-                    up: FusedLinear::load_hf(
+                    up: Linear::load_fused(
                         be,
                         &w.pp("mlp"),
                         &[("gate_proj", i), ("up_proj", i)],
                         h,
                         c.mlp_bias,
                     )?,
-                    down: FusedLinear::load_hf(
-                        be,
-                        &w.pp("mlp"),
-                        &[("down_proj", h)],
-                        i,
-                        c.mlp_bias,
-                    )?,
+                    down: Linear::load_fused(be, &w.pp("mlp"), &[("down_proj", h)], i, c.mlp_bias)?,
                     family: c.family,
                 },
             },
@@ -251,17 +158,14 @@ impl<B: Backend> DecoderLayer<B> {
             }
         };
         drop(qkv);
-        be.add(x, &self.attention.out.forward(be, &attn)?)?;
+        self.attention.out.forward_add(be, x, &attn)?;
         let h = self.norm2.forward(be, x)?;
-        let mut up = self.mlp.up.forward(be, &h)?;
+        let up = &self.mlp.up;
         let act = match self.mlp.family {
-            Family::Gpt2 => {
-                be.gelu_new(&mut up)?;
-                up
-            }
-            Family::Llama => be.swiglu(&up)?,
+            Family::Gpt2 => be.linear_gelu_new(&h, &up.weight, up.bias.as_ref())?,
+            Family::Llama => be.swiglu(&up.forward(be, &h)?)?,
         };
-        be.add(x, &self.mlp.down.forward(be, &act)?)?;
+        self.mlp.down.forward_add(be, x, &act)?;
         Ok(())
     }
 }
@@ -402,6 +306,9 @@ impl<B: Backend> DecoderForCausalLM<B> {
             Some(be.upload(&w.get("lm_head.weight", &[v, h])?)?)
         };
         let inv_freq = c.rope.map(|r| r.inv_freq(c.head_dim));
+        if let Some(f) = &inv_freq {
+            be.keep_constant(f)?;
+        }
         Ok(Self {
             embed_tokens: be.upload(&embed)?,
             embed_positions,
@@ -415,9 +322,25 @@ impl<B: Backend> DecoderForCausalLM<B> {
         })
     }
 
-    /// Final hidden states (before the final norm) of every packed token.
-    fn body(&self, be: &B, batch: &PackedBatch, prefix: Option<&PrefixPlan>) -> Result<B::Tensor> {
+    /// Final hidden states (before the final norm) of every packed token; `extra` are
+    /// the row indices the caller reads afterwards (staged with the batch).
+    fn body(
+        &self,
+        be: &B,
+        batch: &PackedBatch,
+        prefix: Option<&PrefixPlan>,
+        extra: &[&[u32]],
+    ) -> Result<B::Tensor> {
         let c = &self.config;
+        let as_u32 = |rows: &[usize]| rows.iter().map(|&r| r as u32).collect::<Vec<_>>();
+        let prefix_rows = prefix.map(|p| (as_u32(&p.attn_rows), as_u32(&p.back_rows)));
+        let mut inputs = batch.inputs();
+        if let (Some(p), Some((attn, back))) = (prefix, &prefix_rows) {
+            inputs.layouts.push(&p.attn_layout);
+            inputs.ids.extend([attn.as_slice(), back.as_slice()]);
+        }
+        inputs.ids.extend(extra);
+        be.prepare_batch(&inputs)?;
         let mut lookups = vec![(&self.embed_tokens, batch.ids.as_slice())];
         if let Some(p) = &self.embed_positions {
             let len = batch.positions.iter().max().map_or(0, |&p| p as usize + 1);
@@ -504,8 +427,11 @@ impl<B: Backend> DecoderForCausalLM<B> {
                 targets.push(s.ids[t]);
             }
         }
+        let rows32: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let all32: Vec<u32> = (0..rows.len() as u32).collect();
+        let extra = [rows32.as_slice(), &all32, &targets];
         let hidden = match &plan {
-            Some(p) => self.body(be, &p.batch, Some(p))?,
+            Some(p) => self.body(be, &p.batch, Some(p), &extra)?,
             None => {
                 let packed: Vec<Sequence> = seqs
                     .iter()
@@ -514,7 +440,7 @@ impl<B: Backend> DecoderForCausalLM<B> {
                         ..Default::default()
                     })
                     .collect();
-                self.body(be, &PackedBatch::pack(&packed), None)?
+                self.body(be, &PackedBatch::pack(&packed), None, &extra)?
             }
         };
         // The final norm is row-wise, so it runs on the gathered rows only.

@@ -82,6 +82,29 @@ impl Backend for CpuBackend {
         Ok(CpuTensor::like(x.rows, w.rows, data))
     }
 
+    fn linear_split(
+        &self,
+        x: &CpuTensor,
+        w: &CpuTensor,
+        bias: Option<&CpuTensor>,
+        parts: usize,
+    ) -> OpResult<Vec<CpuTensor>> {
+        check::linear_split(x, w, bias, parts)?;
+        let y = self.linear(x, w, bias)?;
+        let out = w.rows / parts;
+        Ok((0..parts)
+            .map(|p| {
+                let data = y
+                    .data
+                    .chunks_exact(w.rows.max(1))
+                    .flat_map(|row| &row[p * out..(p + 1) * out])
+                    .copied()
+                    .collect();
+                CpuTensor::like(x.rows, out, data)
+            })
+            .collect())
+    }
+
     fn gelu(&self, x: &mut CpuTensor) -> OpResult<()> {
         gelu::gelu_inplace(&mut x.data);
         Ok(())

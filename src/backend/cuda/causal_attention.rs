@@ -3,10 +3,8 @@
 //! `mma.sync` tiles of 64 query rows; f32 and other widths: v1 on CUDA cores).
 //! CPU twin: `src/backend/cpu/causal_attention.rs`.
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::LaunchConfig;
 
-use super::memory::device_err;
 use super::params::CausalAttentionParams;
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
@@ -22,10 +20,34 @@ const BK: usize = 32;
 const TPR: usize = 4;
 /// The op (profiled and reported under this name, whichever version runs).
 const OP: &str = "causal_attention";
-/// Dynamic shared memory a kernel gets without opting in.
-const DEFAULT_SMEM: usize = 48 * 1024;
 /// Largest head dimension the kernel's per-thread accumulators hold (`MAX_D`).
 const MAX_D: usize = 128;
+
+/// The version run for `dtype` and head dimension `d`: (query rows per block, kernel,
+/// dynamic shared memory in bytes).
+///
+/// v3: padded head size 64 or 128; Q and K/V [2 stages] tiles of [64][D + 8] in the
+/// 16-bit type (45 KB at D = 64, 85 KB at D = 128, opted in above 48 KiB). v1: Q
+/// tile and K/V tile ([rows][d + 1], padded against bank conflicts) and the
+/// probabilities [BQ][BK + 1], all f32: 37 KB at d = 128.
+pub(super) fn version(dtype: DType, d: usize) -> (usize, &'static str, u32) {
+    let (rows, kernel, smem) = if dtype != DType::F32 && d % 8 == 0 {
+        let (dp, kernel) = if d <= 64 {
+            (64, "causal_attention_v3_d64")
+        } else {
+            (128, "causal_attention_v3_d128")
+        };
+        (V3_TILE, kernel, 5 * V3_TILE * (dp + 8) * 2)
+    } else {
+        let kernel = if dtype == DType::F32 {
+            OP
+        } else {
+            "causal_attention_fma"
+        };
+        (BQ, kernel, ((BQ + BK) * (d + 1) + BQ * (BK + 1)) * 4)
+    };
+    (rows, kernel, smem as u32)
+}
 
 /// Context `[tokens, heads·d]` of `qkv` (shapes already checked).
 pub(super) fn launch(
@@ -51,38 +73,9 @@ pub(super) fn launch(
         });
     }
     let seqs = layout.num_seqs();
-    let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
-    let cu = be.dev.upload_u32(OP, &cu)?;
-    let mask = be.dev.upload_f32(OP, &layout.mask)?;
-    let v3 = be.dev.dtype != DType::F32 && d % 8 == 0;
-    // v3: padded head size 64 or 128; Q and K/V [2 stages] tiles of [64][D + 8] in the
-    // 16-bit type (45 KB at D = 64, 85 KB at D = 128, opted in above 48 KiB). v1: Q
-    // tile and K/V tile ([rows][d + 1], padded against bank conflicts) and the
-    // probabilities [BQ][BK + 1], all f32: 37 KB at d = 128.
-    let (rows, kernel, smem) = if v3 {
-        let (dp, kernel) = if d <= 64 {
-            (64, "causal_attention_v3_d64")
-        } else {
-            (128, "causal_attention_v3_d128")
-        };
-        (V3_TILE, kernel, 5 * V3_TILE * (dp + 8) * 2)
-    } else {
-        let kernel = if be.dev.dtype == DType::F32 {
-            OP
-        } else {
-            "causal_attention_fma"
-        };
-        (BQ, kernel, ((BQ + BK) * (d + 1) + BQ * (BK + 1)) * 4)
-    };
-    if smem > DEFAULT_SMEM {
-        be.dev
-            .typed(kernel, be.dev.dtype)?
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(|e| device_err(OP, format!("{smem} bytes of shared memory: {e}")))?;
-    }
+    let cu = be.dev.input_u32(OP, &layout.cu_seqlens_u32())?;
+    let mask = be.dev.input_f32(OP, &layout.mask)?;
+    let (rows, kernel, smem) = version(be.dev.dtype, d);
     let cfg = LaunchConfig {
         grid_dim: (
             seqs as u32,
@@ -91,7 +84,7 @@ pub(super) fn launch(
         ),
         // 4 warps: v1's BQ rows × TPR threads, v3's 16 rows per warp.
         block_dim: ((BQ * TPR) as u32, 1, 1),
-        shared_mem_bytes: smem as u32,
+        shared_mem_bytes: smem,
     };
     let params = CausalAttentionParams {
         out: out.ptr(),

@@ -1,15 +1,18 @@
-//! One CUDA device: context, stream, cuBLAS handle, the PTX modules of the kernels
-//! and a launch helper. Opening it never panics, even without a driver.
+//! One CUDA device: context, its own non-blocking stream, cuBLASLt handle, the PTX
+//! modules of the kernels, the staged op inputs and the upload/launch helpers. Opening it never panics, even without a driver.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
-use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
+use super::blas::Lt;
 use super::memory::{device_err, DeviceBuf, Pool};
+use super::profile::Counters;
+use super::staging::{Input, Segment, Staging};
 use crate::backend::dtype::DType;
 use crate::backend::{kernels, OpError, OpResult};
 
@@ -17,13 +20,21 @@ use crate::backend::{kernels, OpError, OpResult};
 pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
-    pub blas: CudaBlas,
+    pub lt: Lt,
     pub pool: Arc<Pool>,
     pub dtype: DType,
+    /// Launches and copies queued on `stream`.
+    pub counts: Counters,
+    staging: Staging,
     name: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Dynamic shared memory each kernel has been opted in to, by entry name.
+    smem_opt_in: Mutex<HashMap<String, u32>>,
 }
+
+/// Dynamic shared memory a kernel gets without opting in (bytes).
+pub const DEFAULT_SMEM: u32 = 48 * 1024;
 
 /// Number of CUDA devices, or a clear error when no driver or device can be used.
 pub fn device_count() -> Result<usize> {
@@ -57,18 +68,23 @@ impl Device {
         // One stream per device: cross-stream event tracking would only add overhead.
         // SAFETY: called before any allocation or stream exists on this context.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
-        let blas = CudaBlas::new(stream.clone()).context("cannot create a cuBLAS handle")?;
+        // Non-blocking: no implicit synchronisation with the legacy NULL stream.
+        let stream = ctx.new_stream().context("cannot create a CUDA stream")?;
+        let pool = Pool::new(stream.clone(), poison);
+        let lt = Lt::new(&pool)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         Ok(Self {
-            pool: Pool::new(stream.clone(), poison),
+            pool,
             ctx,
             stream,
-            blas,
+            lt,
             dtype,
+            counts: Counters::default(),
+            staging: Staging::default(),
             name,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            smem_opt_in: Mutex::new(HashMap::new()),
         })
     }
 
@@ -117,13 +133,44 @@ impl Device {
 
     /// The kernel `<op>_<dtype>` (`layer_norm_bf16`).
     pub fn typed(&self, op: &'static str, dtype: DType) -> OpResult<CudaFunction> {
-        self.function(op, &format!("{op}_{}", dtype.suffix()))
+        self.typed_smem(op, op, dtype, 0)
+    }
+
+    /// The kernel `<kernel>_<dtype>` allowed `smem` bytes of dynamic shared memory:
+    /// above [`DEFAULT_SMEM`] it is opted in once (and again only for a larger amount).
+    pub fn typed_smem(
+        &self,
+        op: &'static str,
+        kernel: &str,
+        dtype: DType,
+        smem: u32,
+    ) -> OpResult<CudaFunction> {
+        let entry = format!("{kernel}_{}", dtype.suffix());
+        let f = self.function(op, &entry)?;
+        if smem > DEFAULT_SMEM {
+            let mut opted = self.smem_opt_in.lock().unwrap();
+            if opted.get(&entry).is_none_or(|&done| done < smem) {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .map_err(|e| {
+                    device_err(
+                        op,
+                        format!("`{entry}` with {smem} bytes of shared memory: {e}"),
+                    )
+                })?;
+                opted.insert(entry, smem);
+            }
+        }
+        Ok(f)
     }
 
     /// Host bytes into a fresh pooled buffer.
     pub fn upload_bytes(&self, op: &'static str, bytes: &[u8]) -> OpResult<DeviceBuf> {
         let buf = self.pool.alloc(bytes.len())?;
         if !bytes.is_empty() {
+            self.counts.upload(bytes.len());
             // SAFETY: `buf` holds at least `bytes.len()` bytes; pageable host memory is
             // staged by the driver before the call returns.
             unsafe {
@@ -134,34 +181,54 @@ impl Device {
         Ok(buf)
     }
 
-    /// `u32` values (ids, offsets, index tables) into a fresh buffer.
-    pub fn upload_u32(&self, op: &'static str, values: &[u32]) -> OpResult<DeviceBuf> {
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.upload_bytes(op, &bytes)
+    /// Uploads the inputs of one forward pass in one copy (see [`Staging`]).
+    pub fn stage(&self, segments: Vec<Segment>) -> OpResult<()> {
+        self.staging
+            .stage(&self.ctx, &self.stream, &self.pool, &self.counts, segments)
     }
 
-    /// `f32` values (masks, scales) into a fresh buffer.
-    pub fn upload_f32(&self, op: &'static str, values: &[f32]) -> OpResult<DeviceBuf> {
-        self.upload_bytes(op, &DType::F32.encode(values))
-    }
-
-    /// The first `bytes` bytes of `buf`, after the stream has finished.
-    pub fn download_bytes(
+    /// The device copy of input `kind` with `key`: the staged one, else `make()`'s
+    /// bytes uploaded now.
+    pub fn input(
         &self,
         op: &'static str,
-        buf: &DeviceBuf,
-        bytes: usize,
-    ) -> OpResult<Vec<u8>> {
+        kind: &'static str,
+        key: &[u8],
+        make: impl FnOnce() -> Vec<u8>,
+    ) -> OpResult<Input> {
+        match self.staging.find(kind, key) {
+            Some(staged) => Ok(staged),
+            None => Ok(Input::Owned(self.upload_bytes(op, &make())?)),
+        }
+    }
+
+    /// `u32` values (ids, offsets, index tables) on the device.
+    pub fn input_u32(&self, op: &'static str, values: &[u32]) -> OpResult<Input> {
+        let bytes = u32_bytes(values);
+        self.input(op, "", &bytes, || bytes.clone())
+    }
+
+    /// `f32` values (masks, scales) on the device.
+    pub fn input_f32(&self, op: &'static str, values: &[f32]) -> OpResult<Input> {
+        let bytes = DType::F32.encode(values);
+        self.input(op, "", &bytes, || bytes.clone())
+    }
+
+    /// `f32` constants (RoPE frequencies), uploaded the first time only.
+    pub fn constant_f32(&self, op: &'static str, values: &[f32]) -> OpResult<Input> {
+        self.staging
+            .constant(&DType::F32.encode(values), |b| self.upload_bytes(op, b))
+    }
+
+    /// `bytes` bytes at device address `src`, after the stream has finished.
+    pub fn download_bytes(&self, op: &'static str, src: u64, bytes: usize) -> OpResult<Vec<u8>> {
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
-            // SAFETY: `buf` holds at least `bytes` bytes; the stream is synchronised
-            // before `out` is read.
+            self.counts.download(bytes);
+            // SAFETY: `src` addresses at least `bytes` live bytes; the stream is
+            // synchronised before `out` is read.
             unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(
-                    &mut out,
-                    buf.ptr(),
-                    self.stream.cu_stream(),
-                )
+                cudarc::driver::result::memcpy_dtoh_async(&mut out, src, self.stream.cu_stream())
             }
             .map_err(|e| device_err(op, e))?;
         }
@@ -169,25 +236,15 @@ impl Device {
         Ok(out)
     }
 
-    /// Device-to-device copy of `bytes` bytes.
-    pub fn copy_bytes(
-        &self,
-        op: &'static str,
-        dst: &DeviceBuf,
-        src: &DeviceBuf,
-        bytes: usize,
-    ) -> OpResult<()> {
+    /// Device-to-device copy of `bytes` bytes from `src` to `dst`.
+    pub fn copy_bytes(&self, op: &'static str, dst: u64, src: u64, bytes: usize) -> OpResult<()> {
         if bytes == 0 {
             return Ok(());
         }
-        // SAFETY: both buffers hold at least `bytes` bytes on this stream.
+        self.counts.device_copy();
+        // SAFETY: both addresses cover at least `bytes` live bytes on this stream.
         unsafe {
-            cudarc::driver::result::memcpy_dtod_async(
-                dst.ptr(),
-                src.ptr(),
-                bytes,
-                self.stream.cu_stream(),
-            )
+            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
         }
         .map_err(|e| device_err(op, e))
     }
@@ -243,6 +300,11 @@ impl Timer<'_> {
     pub fn into_start(self) -> CudaEvent {
         self.start
     }
+}
+
+/// Little-endian bytes of `values` (what a kernel reads as `unsigned`).
+pub fn u32_bytes(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 /// A 1-D launch of `threads`-wide blocks covering `n` items, capped at `max_blocks`

@@ -3,13 +3,14 @@
 //! c2p/p2c position scores computed on chip. f32 runs v1 (one block per 32-row query
 //! tile, head and sequence); bf16/f16 run v3 (64-row query tiles on mma.sync, the head
 //! size padded to 64 or 128, the position band of every tile diagonal from a
-//! [`band_table`] computed here once per call).
+//! [`band_table`] computed once per forward pass by `prepare_batch`).
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::LaunchConfig;
 
-use super::memory::{device_err, CudaTensor};
+use super::device::u32_bytes;
+use super::memory::CudaTensor;
 use super::params::DisentangledAttentionParams;
+use super::staging::Segment;
 use super::DType;
 use super::{ptr_or_null, CudaBackend};
 use crate::backend::check::Dims;
@@ -22,8 +23,6 @@ const TILE: usize = 32;
 const THREADS: u32 = 128;
 /// Largest head size: a lane holds 4 columns of each of its output rows.
 pub const MAX_HEAD_SIZE: usize = 128;
-/// Dynamic shared memory a kernel gets without opting in.
-const DEFAULT_SMEM: usize = 48 * 1024;
 /// v3: query rows per block and keys per tile (`kRows`, `kKeys`).
 const V3_TILE: usize = 64;
 /// v3: band table entries per tile diagonal: 128 table rows, then 128 slots
@@ -37,6 +36,14 @@ fn v3_kernel(d: usize) -> (usize, &'static str) {
         (64, "disentangled_attention_v3_d64")
     } else {
         (128, "disentangled_attention_v3_d128")
+    }
+}
+
+/// The kernel run for `dtype` and head size `d` (v1 for f32, v3 for bf16/f16).
+pub(super) fn kernel(dtype: DType, d: usize) -> &'static str {
+    match dtype {
+        DType::F32 => OP,
+        DType::Bf16 | DType::F16 => v3_kernel(d).1,
     }
 }
 
@@ -93,6 +100,32 @@ pub fn band_table(index: &[u32], base: usize, tiles: usize) -> Vec<u32> {
         rows[n..].fill(last);
     }
     table
+}
+
+/// Staged-input kind of the band table.
+const BAND: &str = "band_table";
+
+/// What a band table is looked up by: its index and tile count.
+fn band_key(index: &[u32], tiles: usize) -> Vec<u8> {
+    let mut key = u32_bytes(index);
+    key.extend((tiles as u32).to_le_bytes());
+    key
+}
+
+/// The input of every layer's disentangled attention over sequences up to `max_len`
+/// tokens with relative index `index`, staged once per forward pass: v3's band table
+/// (bf16/f16), or the index itself (v1, f32).
+pub(super) fn rel_segment(dtype: DType, index: &[u32], max_len: usize) -> Segment {
+    if dtype == DType::F32 || index.is_empty() {
+        return Segment::plain(u32_bytes(index));
+    }
+    let tiles = max_len.div_ceil(V3_TILE);
+    let base = index.len().div_ceil(2) - 1;
+    Segment {
+        kind: BAND,
+        key: band_key(index, tiles),
+        data: u32_bytes(&band_table(index, base, tiles)),
+    }
 }
 
 fn shape_err(msg: String) -> OpError {
@@ -161,30 +194,22 @@ pub fn disentangled_attention(
     let band = index.is_some() && (pos_key.is_some() || pos_query.is_some());
 
     let dev = &be.dev;
-    let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
-    let cu = dev.upload_u32(OP, &cu)?;
-    let mask = dev.upload_f32(OP, &layout.mask)?;
+    let cu = dev.input_u32(OP, &layout.cu_seqlens_u32())?;
+    let mask = dev.input_f32(OP, &layout.mask)?;
     let v3 = dev.dtype != DType::F32;
     let tile = if v3 { V3_TILE } else { TILE };
     let tiles = layout.max_len().div_ceil(tile);
     // v1 reads the index itself; v3 the band table of every tile diagonal.
     let index_buf = match index {
-        Some(i) if v3 && band => Some(dev.upload_u32(OP, &band_table(i, base, tiles))?),
-        Some(i) if !v3 => Some(dev.upload_u32(OP, i)?),
+        Some(i) if v3 && band => Some(dev.input(OP, BAND, &band_key(i, tiles), || {
+            u32_bytes(&band_table(i, base, tiles))
+        })?),
+        Some(i) if !v3 => Some(dev.input_u32(OP, i)?),
         _ => None,
     };
-    let kernel = if v3 { v3_kernel(d).1 } else { OP };
+    let kernel = kernel(dev.dtype, d);
 
     let smem = smem_bytes(dev.dtype, d, band);
-    if smem > DEFAULT_SMEM {
-        // Opt in to more than 48 KiB of dynamic shared memory.
-        dev.typed(kernel, dev.dtype)?
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(|e| device_err(OP, format!("{smem} bytes of shared memory: {e}")))?;
-    }
     let cfg = LaunchConfig {
         grid_dim: (tiles as u32, heads as u32, seqs as u32),
         block_dim: (THREADS, 1, 1),
@@ -202,11 +227,9 @@ pub fn disentangled_attention(
         out: out.ptr(),
         // v1 reads the index itself at offset `base`; v3's band table starts at 0.
         rel_base: if v3 { 0 } else { base as u32 },
-        num_seqs: seqs as u32,
         heads: heads as u32,
         head_size: d as u32,
         scale: score_scale,
-        pad: 0,
     };
     be.launch_params(OP, kernel, cfg, &params)?;
     Ok(out)
@@ -215,6 +238,7 @@ pub fn disentangled_attention(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::device::DEFAULT_SMEM;
 
     #[test]
     fn shared_memory_fits_the_limits() {
@@ -223,7 +247,7 @@ mod tests {
             assert!(smem_bytes(dt, MAX_HEAD_SIZE, true) <= 160 * 1024, "{dt:?}");
         }
         assert_eq!(smem_bytes(DType::F32, 64, true), 41_980);
-        assert!(smem_bytes(DType::F32, 64, true) <= DEFAULT_SMEM);
+        assert!(smem_bytes(DType::F32, 64, true) <= DEFAULT_SMEM as usize);
         // v3 at d = 64: two blocks per SM on an H100 (228 KiB, 1 KiB reserved each).
         assert_eq!(smem_bytes(DType::Bf16, 64, true), 96_256);
         assert!(2 * (smem_bytes(DType::Bf16, 64, true) + 1024) <= 228 * 1024);

@@ -145,17 +145,56 @@ impl Drop for DeviceBuf {
     }
 }
 
-/// A row-major device matrix `[rows, cols]` of `dtype` elements.
+/// A row-major device matrix `[rows, cols]` of `dtype` elements, at `offset` bytes
+/// into a buffer it may share with the other outputs of one GEMM (disjoint parts).
 pub struct CudaTensor {
-    pub(super) buf: DeviceBuf,
+    buf: Arc<DeviceBuf>,
+    offset: usize,
     pub rows: usize,
     pub cols: usize,
     pub dtype: DType,
 }
 
 impl CudaTensor {
+    /// A matrix that owns `buf`.
+    pub fn new(buf: DeviceBuf, rows: usize, cols: usize, dtype: DType) -> Self {
+        Self {
+            buf: Arc::new(buf),
+            offset: 0,
+            rows,
+            cols,
+            dtype,
+        }
+    }
+
+    /// `parts` matrices `[rows, cols]` stored back to back in `buf`.
+    pub fn split(
+        buf: DeviceBuf,
+        parts: usize,
+        rows: usize,
+        cols: usize,
+        dtype: DType,
+    ) -> Vec<Self> {
+        let buf = Arc::new(buf);
+        (0..parts)
+            .map(|p| Self {
+                buf: buf.clone(),
+                offset: p * rows * cols * dtype.size(),
+                rows,
+                cols,
+                dtype,
+            })
+            .collect()
+    }
+
+    /// The device address of element 0.
     pub fn ptr(&self) -> u64 {
-        self.buf.ptr()
+        self.buf.ptr() + self.offset as u64
+    }
+
+    /// Bytes of the matrix.
+    pub fn bytes(&self) -> usize {
+        self.rows * self.cols * self.dtype.size()
     }
 }
 

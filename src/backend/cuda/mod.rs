@@ -1,5 +1,5 @@
 //! CUDA backend (feature `cuda`): the ops of [`Backend`] as kernels from `kernels/`
-//! (PTX embedded at build time) and cuBLAS GEMMs, on one device and one stream.
+//! (PTX embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
 //!
 //! Activations and weights live on the device as `--dtype` elements (bf16 by
 //! default); every kernel accumulates in f32. Each launcher below mirrors the CPU
@@ -13,17 +13,20 @@ pub mod memory;
 pub mod params;
 pub mod profile;
 mod question_loglik;
+pub mod staging;
 pub mod tensor_core_check;
 
-use cudarc::driver::{DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use self::device::{grid_1d, per_row, Device};
+use self::device::{grid_1d, per_row, u32_bytes, Device};
 use self::memory::device_err;
 pub use self::memory::CudaTensor;
 use self::profile::Profiler;
+use self::staging::Segment;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, CausalShape, KernelTime, OpError, OpResult, RelAttention, SeqLayout,
+    AttentionShape, Backend, BatchInputs, CausalShape, DeviceCounts, KernelTime, OpError, OpResult,
+    RelAttention, SeqLayout,
 };
 pub use crate::backend::dtype::DType;
 use crate::tensor::HostTensor;
@@ -65,29 +68,25 @@ impl CudaBackend {
 
     fn tensor(&self, rows: usize, cols: usize) -> OpResult<CudaTensor> {
         let dtype = self.dev.dtype;
-        Ok(CudaTensor {
-            buf: self.dev.pool.alloc(rows * cols * dtype.size())?,
-            rows,
-            cols,
-            dtype,
-        })
+        let buf = self.dev.pool.alloc(rows * cols * dtype.size())?;
+        Ok(CudaTensor::new(buf, rows, cols, dtype))
     }
 
     /// Launches `<op>_<dtype>` with `args` in the kernel's parameter order.
     fn launch(&self, op: &'static str, cfg: LaunchConfig, args: &[Arg]) -> OpResult<()> {
-        self.launch_version(op, op, cfg, args)
+        let f = self.dev.typed(op, self.dev.dtype)?;
+        self.launch_fn(op, &f, cfg, args)
     }
 
-    /// Launches `<kernel>_<dtype>`, a version of `op` (profiled and reported as `op`).
-    fn launch_version(
+    /// Launches kernel `f` with `args` in its parameter order, profiled as `op`.
+    fn launch_fn(
         &self,
         op: &'static str,
-        kernel: &'static str,
+        f: &CudaFunction,
         cfg: LaunchConfig,
         args: &[Arg],
     ) -> OpResult<()> {
-        let f = self.dev.typed(kernel, self.dev.dtype)?;
-        let mut b = self.dev.stream.launch_builder(&f);
+        let mut b = self.dev.stream.launch_builder(f);
         for a in args {
             match a {
                 Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
@@ -101,7 +100,8 @@ impl CudaBackend {
     }
 
     /// Launches `<kernel>_<dtype>`, a version of `op` whose one argument is the
-    /// parameter struct `params` (a mirror of `kernels/params.cuh`).
+    /// parameter struct `params` (a mirror of `kernels/params.cuh`), opted in to its
+    /// dynamic shared memory above the default 48 KiB.
     fn launch_params<P: DeviceRepr>(
         &self,
         op: &'static str,
@@ -109,7 +109,9 @@ impl CudaBackend {
         cfg: LaunchConfig,
         params: &P,
     ) -> OpResult<()> {
-        let f = self.dev.typed(kernel, self.dev.dtype)?;
+        let f = self
+            .dev
+            .typed_smem(op, kernel, self.dev.dtype, cfg.shared_mem_bytes)?;
         let mut b = self.dev.stream.launch_builder(&f);
         b.arg(params);
         // SAFETY: `P` is the kernel's parameter struct (its size asserted against the
@@ -128,10 +130,25 @@ impl CudaBackend {
         cfg: LaunchConfig,
     ) -> OpResult<()> {
         let _timed = self.profiler.time(&self.dev, op)?;
+        self.dev.counts.launch();
         // SAFETY: the caller's contract.
         unsafe { b.launch(cfg) }
             .map(|_| ())
             .map_err(|e| device_err(op, e))
+    }
+
+    /// [`blas::gemm`], timed as the GEMMs.
+    fn gemm(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        y: u64,
+        parts: usize,
+        epilogue: blas::Epilogue,
+        beta: f32,
+    ) -> OpResult<()> {
+        let _timed = self.profiler.time(&self.dev, "gemm (cuBLASLt)")?;
+        blas::gemm(&self.dev, x, w, y, parts, epilogue, beta)
     }
 
     /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
@@ -197,6 +214,35 @@ impl Backend for CudaBackend {
         self.profiler.finish()
     }
 
+    /// Stages every input in one pinned copy: the layouts' `cu_seqlens` and masks, the
+    /// ids, and the relative index (v1) or band table (v3) of the first layout.
+    fn prepare_batch(&self, inputs: &BatchInputs<'_>) -> OpResult<()> {
+        let mut segments = Vec::new();
+        for l in &inputs.layouts {
+            segments.push(Segment::plain(u32_bytes(&l.cu_seqlens_u32())));
+            segments.push(Segment::plain(DType::F32.encode(&l.mask)));
+        }
+        for ids in &inputs.ids {
+            segments.push(Segment::plain(u32_bytes(ids)));
+        }
+        if let (Some(index), Some(l)) = (inputs.rel_index, inputs.layouts.first()) {
+            segments.push(disentangled_attention::rel_segment(
+                self.dev.dtype,
+                index,
+                l.max_len(),
+            ));
+        }
+        self.dev.stage(segments)
+    }
+
+    fn keep_constant(&self, values: &[f32]) -> OpResult<()> {
+        self.dev.constant_f32("keep_constant", values).map(drop)
+    }
+
+    fn counts(&self) -> Option<DeviceCounts> {
+        Some(self.dev.counts.snapshot())
+    }
+
     fn gemm_tflops(&self, n: usize, iters: usize) -> OpResult<Option<f64>> {
         // Random operands: zeros or constants draw less power and would flatter the peak.
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
@@ -213,10 +259,11 @@ impl Backend for CudaBackend {
         };
         let (x, w) = (random()?, random()?);
         let y = self.tensor(n, n)?;
-        blas::gemm_xwt(&self.dev, &x, &w, &y, 0.0)?;
+        let plain = blas::Epilogue::Plain;
+        blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain, 0.0)?;
         let timer = self.dev.timer()?;
         for _ in 0..iters.max(1) {
-            blas::gemm_xwt(&self.dev, &x, &w, &y, 0.0)?;
+            blas::gemm(&self.dev, &x, &w, y.ptr(), 1, plain, 0.0)?;
         }
         let ms = timer.elapsed_ms()?;
         let flops = 2.0 * (n as f64).powi(3) * iters.max(1) as f64;
@@ -226,18 +273,12 @@ impl Backend for CudaBackend {
     fn upload(&self, t: &HostTensor) -> OpResult<CudaTensor> {
         let (rows, cols) = check::matrix_shape(&t.shape)?;
         let dtype = self.dev.dtype;
-        Ok(CudaTensor {
-            buf: self.dev.upload_bytes("upload", &dtype.encode(&t.data))?,
-            rows,
-            cols,
-            dtype,
-        })
+        let buf = self.dev.upload_bytes("upload", &dtype.encode(&t.data))?;
+        Ok(CudaTensor::new(buf, rows, cols, dtype))
     }
 
     fn download(&self, t: &CudaTensor) -> OpResult<HostTensor> {
-        let bytes = self
-            .dev
-            .download_bytes("download", &t.buf, t.numel() * t.dtype.size())?;
+        let bytes = self.dev.download_bytes("download", t.ptr(), t.bytes())?;
         Ok(HostTensor::new(
             vec![t.rows, t.cols],
             t.dtype.decode(&bytes),
@@ -252,12 +293,58 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaTensor> {
         check::linear(x, w, bias)?;
         let y = self.tensor(x.rows, w.rows)?;
-        // The bias is the GEMM's C operand (beta = 1): the sum is rounded once.
-        if let Some(b) = bias {
-            self.rowwise_inplace("bias_rows", &y, Some(b.ptr()))?;
-        }
-        let _timed = self.profiler.time(&self.dev, "gemm (cuBLAS)")?;
-        blas::gemm_xwt(&self.dev, x, w, &y, if bias.is_some() { 1.0 } else { 0.0 })?;
+        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, false), 0.0)?;
+        Ok(y)
+    }
+
+    /// One strided-batched GEMM (bias in the epilogue) writing the parts back to back.
+    fn linear_split(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+        parts: usize,
+    ) -> OpResult<Vec<CudaTensor>> {
+        check::linear_split(x, w, bias, parts)?;
+        let out = w.rows / parts;
+        let buf = self
+            .dev
+            .pool
+            .alloc(x.rows * w.rows * self.dev.dtype.size())?;
+        let ys = CudaTensor::split(buf, parts, x.rows, out, self.dev.dtype);
+        self.gemm(
+            x,
+            w,
+            ys[0].ptr(),
+            parts,
+            blas::Epilogue::of(bias, false),
+            0.0,
+        )?;
+        Ok(ys)
+    }
+
+    /// `x` is the GEMM's C and D (beta = 1): the residual sum is rounded once.
+    fn linear_add(
+        &self,
+        x: &mut CudaTensor,
+        input: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+    ) -> OpResult<()> {
+        check::linear_add(x, input, w, bias)?;
+        self.gemm(input, w, x.ptr(), 1, blas::Epilogue::of(bias, false), 1.0)
+    }
+
+    /// The bias and the tanh GELU in the GEMM's epilogue (one rounding).
+    fn linear_gelu_new(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+    ) -> OpResult<CudaTensor> {
+        check::linear(x, w, bias)?;
+        let y = self.tensor(x.rows, w.rows)?;
+        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, true), 0.0)?;
         Ok(y)
     }
 
@@ -314,7 +401,7 @@ impl Backend for CudaBackend {
         }
         let ids = lookups
             .iter()
-            .map(|(_, ids)| self.dev.upload_u32("embedding", ids))
+            .map(|(_, ids)| self.dev.input_u32("embedding", ids))
             .collect::<OpResult<Vec<_>>>()?;
         let mut args = vec![Arg::Ptr(out.ptr())];
         for k in 0..3 {
@@ -335,7 +422,7 @@ impl Backend for CudaBackend {
         if x.numel() == 0 {
             return Ok(());
         }
-        let s = self.dev.upload_f32("scale_rows", scale)?;
+        let s = self.dev.input_f32("scale_rows", scale)?;
         self.rowwise_inplace("scale_rows", x, Some(s.ptr()))
     }
 
@@ -359,7 +446,7 @@ impl Backend for CudaBackend {
             return Ok(out);
         }
         let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let idx = self.dev.upload_u32("gather_rows", &idx)?;
+        let idx = self.dev.input_u32("gather_rows", &idx)?;
         let args = [
             Arg::Ptr(out.ptr()),
             Arg::Ptr(x.ptr()),
@@ -378,9 +465,8 @@ impl Backend for CudaBackend {
         if out.numel() == 0 {
             return Ok(out);
         }
-        let cu: Vec<u32> = layout.cu_seqlens.iter().map(|&c| c as u32).collect();
-        let cu = self.dev.upload_u32("mean_pool", &cu)?;
-        let mask = self.dev.upload_f32("mean_pool", &layout.mask)?;
+        let cu = self.dev.input_u32("mean_pool", &layout.cu_seqlens_u32())?;
+        let mask = self.dev.input_f32("mean_pool", &layout.mask)?;
         let cfg = LaunchConfig {
             grid_dim: (seqs as u32, (x.cols as u32).div_ceil(THREADS), 1),
             block_dim: (THREADS, 1, 1),
@@ -400,8 +486,7 @@ impl Backend for CudaBackend {
 
     fn copy(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
         let out = self.tensor(x.rows, x.cols)?;
-        self.dev
-            .copy_bytes("copy", &out.buf, &x.buf, x.numel() * x.dtype.size())?;
+        self.dev.copy_bytes("copy", out.ptr(), x.ptr(), x.bytes())?;
         Ok(out)
     }
 
@@ -470,8 +555,8 @@ impl Backend for CudaBackend {
         if x.rows == 0 || heads == 0 || head_dim < 2 {
             return Ok(());
         }
-        let pos = self.dev.upload_u32("rope", positions)?;
-        let freq = self.dev.upload_f32("rope", inv_freq)?;
+        let pos = self.dev.input_u32("rope", positions)?;
+        let freq = self.dev.constant_f32("rope", inv_freq)?;
         // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
         let cfg = LaunchConfig {
             shared_mem_bytes: (inv_freq.len() * 2 * 4) as u32,
@@ -515,5 +600,62 @@ impl Backend for CudaBackend {
     ) -> OpResult<Vec<f32>> {
         check::question_loglik(hidden, rows, lm_head, targets, temperature)?;
         question_loglik::launch(self, hidden, rows, lm_head, targets, temperature)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::kernels::{module_of, PTX_MODULES};
+
+    /// Every entry a launcher can ask for, in every dtype and head size, is in the
+    /// PTX built into this binary (a renamed kernel or launcher typo fails here
+    /// instead of at the first launch on a GPU).
+    #[test]
+    fn every_launched_entry_is_built() {
+        if PTX_MODULES.is_empty() {
+            assert_ne!(
+                option_env!("HOPSCORE_REQUIRE_NVCC"),
+                Some("1"),
+                "built without kernels under HOPSCORE_REQUIRE_NVCC=1"
+            );
+            return;
+        }
+        const PLAIN: &[&str] = &[
+            "add",
+            "bias_gelu",
+            "embedding",
+            "gather_rows",
+            "gelu_new",
+            "layer_norm",
+            "mean_pool",
+            "question_loglik",
+            "rms_norm",
+            "rope",
+            "scale_rows",
+            "swiglu",
+        ];
+        let mut missing = Vec::new();
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            let mut kernels: Vec<&str> = PLAIN.to_vec();
+            for d in (8..=128).step_by(4) {
+                kernels.push(causal_attention::version(dtype, d).1);
+                if d % 8 == 0 {
+                    kernels.push(disentangled_attention::kernel(dtype, d));
+                }
+            }
+            if dtype != DType::F32 {
+                kernels.push("tensor_core_check");
+            }
+            for k in kernels {
+                let entry = format!("{k}_{}", dtype.suffix());
+                if module_of(&entry).is_none() {
+                    missing.push(entry);
+                }
+            }
+        }
+        assert!(module_of("question_loglik_merge").is_some());
+        assert_eq!(module_of("no_such_kernel"), None);
+        assert!(missing.is_empty(), "launched but not built: {missing:?}");
     }
 }

@@ -20,7 +20,7 @@ pub struct DisentangledAttentionParams {
     pub pos_query: u64,
     /// v1: the relative index (`index[r + rel_base]`); v3: the band table; or 0.
     pub rel_index: u64,
-    /// `[num_seqs + 1]` u32 sequence starts.
+    /// `[sequences + 1]` u32 sequence starts.
     pub cu_seqlens: u64,
     /// `[tokens]` f32 attention mask.
     pub mask: u64,
@@ -28,18 +28,14 @@ pub struct DisentangledAttentionParams {
     pub out: u64,
     /// v1: index of offset 0 in `rel_index` (v3: 0).
     pub rel_base: u32,
-    /// Sequences (the grid's z extent).
-    pub num_seqs: u32,
     /// Attention heads.
     pub heads: u32,
     /// Head size.
     pub head_size: u32,
     /// Score scale.
     pub scale: f32,
-    /// 0.
-    pub pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DisentangledAttentionParams>() == 96);
+const _: () = assert!(std::mem::size_of::<DisentangledAttentionParams>() == 88);
 
 /// `hopscore::CausalAttentionParams<T>` (every version of causal attention).
 #[repr(C)]
@@ -93,6 +89,24 @@ pub struct QuestionLoglikParams {
 }
 const _: () = assert!(std::mem::size_of::<QuestionLoglikParams>() == 64);
 
+/// `hopscore::TensorCoreCheckParams<T>` (the tensor-core wrapper check).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TensorCoreCheckParams {
+    /// `[m, n]` f32 result.
+    pub c: u64,
+    /// `[m, k]`.
+    pub a: u64,
+    /// `[n, k]`, or `[k, n]` with the `b_kn` mode bit.
+    pub b: u64,
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    /// The kernel's mode bits ([`super::tensor_core_check::TensorCorePath`]).
+    pub mode: u32,
+}
+const _: () = assert!(std::mem::size_of::<TensorCoreCheckParams>() == 40);
+
 // SAFETY: plain `#[repr(C)]` data of u64/u32/f32 fields without padding (sizes asserted
 // above against the C++ structs of kernels/params.cuh, which have the same layout).
 unsafe impl DeviceRepr for DisentangledAttentionParams {}
@@ -100,3 +114,5 @@ unsafe impl DeviceRepr for DisentangledAttentionParams {}
 unsafe impl DeviceRepr for CausalAttentionParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for QuestionLoglikParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for TensorCoreCheckParams {}

@@ -1,13 +1,65 @@
-//! Per-kernel device time with CUDA events (`hopscore bench`'s time split).
+//! Per-kernel device time with CUDA events (`hopscore bench`'s time split), and the
+//! counts of launches and copies (`hopscore bench --profile`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use cudarc::driver::CudaEvent;
 
 use super::device::Device;
 use super::memory::device_err;
-use crate::backend::{KernelTime, OpResult};
+use crate::backend::{DeviceCounts, KernelTime, OpResult};
+
+/// Running totals of the work a device has queued (always on: a few atomic adds).
+#[derive(Default)]
+pub struct Counters {
+    launches: AtomicU64,
+    gemms: AtomicU64,
+    uploads: AtomicU64,
+    upload_bytes: AtomicU64,
+    downloads: AtomicU64,
+    download_bytes: AtomicU64,
+    device_copies: AtomicU64,
+}
+
+impl Counters {
+    pub fn launch(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn gemm(&self) {
+        self.gemms.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn upload(&self, bytes: usize) {
+        self.uploads.fetch_add(1, Ordering::Relaxed);
+        self.upload_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn download(&self, bytes: usize) {
+        self.downloads.fetch_add(1, Ordering::Relaxed);
+        self.download_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn device_copy(&self) {
+        self.device_copies.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> DeviceCounts {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DeviceCounts {
+            launches: get(&self.launches),
+            gemms: get(&self.gemms),
+            uploads: get(&self.uploads),
+            upload_bytes: get(&self.upload_bytes),
+            downloads: get(&self.downloads),
+            download_bytes: get(&self.download_bytes),
+            device_copies: get(&self.device_copies),
+        }
+    }
+}
 
 /// Records (name, start, end) events around launches while active.
 #[derive(Default)]

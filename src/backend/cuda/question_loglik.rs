@@ -2,12 +2,10 @@
 //! streamed over vocabulary splits with an online log-sum-exp, then a merge of the
 //! splits. CPU twin: `src/backend/cpu/question_loglik.rs`.
 
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 
-use super::memory::device_err;
 use super::params::QuestionLoglikParams;
-use super::{CudaBackend, CudaTensor, DType};
+use super::{Arg, CudaBackend, CudaTensor, DType};
 use crate::backend::OpResult;
 
 /// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 mma.sync one.
@@ -50,27 +48,13 @@ pub(super) fn launch(
     let (vocab, cols) = (lm_head.rows, lm_head.cols);
     let splits = vocab.div_ceil(SPLIT);
     let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-    let idx = be.dev.upload_u32("question_loglik", &idx)?;
-    let tgt = be.dev.upload_u32("question_loglik", targets)?;
+    let idx = be.dev.input_u32("question_loglik", &idx)?;
+    let tgt = be.dev.input_u32("question_loglik", targets)?;
     let part = be.dev.pool.alloc(3 * splits * n * 4)?;
     let out = be.dev.pool.alloc(n * 4)?;
     // As the twin: logits scaled by the f32 reciprocal of the temperature.
     let inv_t = 1.0 / temperature;
     let smem = smem_bytes(be.dev.dtype);
-    if smem > 48 * 1024 {
-        be.dev
-            .typed("question_loglik", be.dev.dtype)?
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(|e| {
-                device_err(
-                    "question_loglik",
-                    format!("{smem} bytes of shared memory: {e}"),
-                )
-            })?;
-    }
     let cfg = LaunchConfig {
         grid_dim: (
             n.div_ceil(rows_per_block(be.dev.dtype)) as u32,
@@ -98,20 +82,20 @@ pub(super) fn launch(
     let merge = be
         .dev
         .function("question_loglik", "question_loglik_merge")?;
-    let (out_ptr, part_ptr, n32, splits32) = (out.ptr(), part.ptr(), n as u32, splits as u32);
-    let mut b = be.dev.stream.launch_builder(&merge);
-    b.arg(&out_ptr).arg(&part_ptr).arg(&n32).arg(&splits32);
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(128) as u32, 1, 1),
         block_dim: (128, 1, 1),
         shared_mem_bytes: 0,
     };
-    {
-        let _timed = be.profiler.time(&be.dev, "question_loglik_merge")?;
-        // SAFETY: `question_loglik_merge(float* out, const float* part, unsigned n,
-        // unsigned splits)` with `out` of n floats and `part` of 3·splits·n floats.
-        unsafe { b.launch(cfg) }.map_err(|e| device_err("question_loglik", e))?;
-    }
-    let bytes = be.dev.download_bytes("question_loglik", &out, n * 4)?;
+    // `question_loglik_merge(float* out, const float* part, unsigned n, unsigned splits)`
+    // with `out` of n floats and `part` of 3·splits·n floats.
+    let args = [
+        Arg::Ptr(out.ptr()),
+        Arg::Ptr(part.ptr()),
+        Arg::U32(n as u32),
+        Arg::U32(splits as u32),
+    ];
+    be.launch_fn("question_loglik_merge", &merge, cfg, &args)?;
+    let bytes = be.dev.download_bytes("question_loglik", out.ptr(), n * 4)?;
     Ok(DType::F32.decode(&bytes))
 }

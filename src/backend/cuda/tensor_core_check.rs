@@ -5,7 +5,8 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::{Arg, CudaBackend, CudaTensor, DType};
+use super::params::TensorCoreCheckParams;
+use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
 use crate::backend::{OpError, OpResult};
 
@@ -76,17 +77,17 @@ impl CudaBackend {
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let args = [
-            Arg::Ptr(c.ptr()),
-            Arg::Ptr(a.ptr()),
-            Arg::Ptr(b.ptr()),
-            Arg::U32(m as u32),
-            Arg::U32(n as u32),
-            Arg::U32(k as u32),
-            Arg::U32(path.bits()),
-        ];
-        self.launch(OP, cfg, &args)?;
-        let bytes = self.dev.download_bytes(OP, &c, m * n * 4)?;
+        let params = TensorCoreCheckParams {
+            c: c.ptr(),
+            a: a.ptr(),
+            b: b.ptr(),
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            mode: path.bits(),
+        };
+        self.launch_params(OP, OP, cfg, &params)?;
+        let bytes = self.dev.download_bytes(OP, c.ptr(), m * n * 4)?;
         Ok(DType::F32.decode(&bytes))
     }
 }
