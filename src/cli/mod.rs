@@ -1,10 +1,12 @@
-//! The `hopscore` command line: argument definitions (clap derive) and one `run`
-//! function per subcommand. `main.rs` only parses and dispatches.
+//! The `hopscore` command line: argument definitions (clap derive), one `run`
+//! function per subcommand, and the entry point ([`main_with_args`]) that `main.rs`
+//! and the Python console script call.
 
 pub mod beam;
 pub mod bench;
 pub mod bench_loglik;
 pub mod classify;
+pub mod entry;
 pub mod eval;
 pub mod flags;
 pub mod import;
@@ -17,6 +19,8 @@ pub mod question_run;
 pub mod review;
 pub mod rows;
 pub mod show;
+
+pub use entry::main_with_args;
 
 use std::path::{Path, PathBuf};
 
