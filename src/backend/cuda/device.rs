@@ -58,6 +58,14 @@ impl Device {
         // SAFETY: called before any allocation or stream exists on this context.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
+        // SAFETY: `is_culib_present` only tries to dlopen libcublas; it calls nothing in it.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            bail!(
+                "cuBLAS (libcublas.so.13) not found: install the CUDA 13 toolkit libraries \
+                 (`pip install hopscore[cuda]` for the Python package) or add their directory \
+                 to LD_LIBRARY_PATH, or use --device cpu"
+            );
+        }
         let blas = CudaBlas::new(stream.clone()).context("cannot create a cuBLAS handle")?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         Ok(Self {
