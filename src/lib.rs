@@ -7,6 +7,7 @@ pub mod backend;
 pub mod bench;
 pub mod cli;
 pub mod io;
+pub mod jobs;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;

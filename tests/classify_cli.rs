@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
@@ -13,40 +13,6 @@ use hopscore::cli::classify::{run, ClassifyArgs};
 use hopscore::cli::DeviceOpts;
 use parquet::arrow::ArrowWriter;
 use sha2::{Digest, Sha256};
-
-/// A word-level tokenizer where word `w<i>` is token id `i` (ids 3..1000; `w3` doubles
-/// as the unknown token), with DeBERTa's pair template. It turns the golden token
-/// sequences back into text, so classify can be checked against HF's logits.
-fn write_tokenizer(dir: &Path) -> PathBuf {
-    let mut vocab = serde_json::Map::new();
-    for (i, t) in ["[PAD]", "[CLS]", "[SEP]"].iter().enumerate() {
-        vocab.insert(t.to_string(), i.into());
-    }
-    for i in 3..1000 {
-        vocab.insert(format!("w{i}"), i.into());
-    }
-    let special =
-        |t: &str, type_id: u32| serde_json::json!({"SpecialToken": {"id": t, "type_id": type_id}});
-    let seq =
-        |s: &str, type_id: u32| serde_json::json!({"Sequence": {"id": s, "type_id": type_id}});
-    let tok = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
-        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "decoder": null,
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0)],
-            "pair": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0), seq("B", 1), special("[SEP]", 1)],
-            "special_tokens": {
-                "[CLS]": {"id": "[CLS]", "ids": [1], "tokens": ["[CLS]"]},
-                "[SEP]": {"id": "[SEP]", "ids": [2], "tokens": ["[SEP]"]}
-            }
-        },
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w3"}
-    });
-    let path = dir.join("tokenizer.json");
-    std::fs::write(&path, tok.to_string()).unwrap();
-    path
-}
 
 /// Golden sequences of the v3_seqcls fixture as (text_a, text_b) and their HF logits.
 fn golden_pairs() -> (Vec<(String, String)>, Vec<Vec<f32>>) {
@@ -97,7 +63,7 @@ fn write_input(path: &Path, rows: &[(Option<&str>, Option<String>, Option<String
 #[test]
 fn classify_matches_hf_logits_and_quarantines_bad_rows() {
     let tmp = tempfile::tempdir().unwrap();
-    let tokenizer = write_tokenizer(tmp.path());
+    let tokenizer = common::word_tokenizer(tmp.path());
     let (pairs, gold) = golden_pairs();
     let p = |i: usize| (Some(pairs[i].0.clone()), Some(pairs[i].1.clone()));
     let huge = "w5 ".repeat(400_000);
@@ -213,7 +179,7 @@ fn wrong_column_type_is_a_clear_error() {
     w.close().unwrap();
     let err = run(&ClassifyArgs {
         model: common::fixture("deberta/v3_seqcls"),
-        tokenizer: Some(write_tokenizer(tmp.path())),
+        tokenizer: Some(common::word_tokenizer(tmp.path())),
         input,
         output: tmp.path().join("o.parquet"),
         head: None,

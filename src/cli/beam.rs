@@ -14,12 +14,14 @@ use clap::Args;
 use rayon::prelude::*;
 
 use super::question_run::{self, RunArgs, RunSummary};
-use super::{run_metadata, with_backend, DeviceOpts};
+use super::DeviceOpts;
 use crate::backend::Backend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
 use crate::io::fingerprint::file_sha256;
+use crate::io::metadata::run_metadata;
 use crate::io::parquet_io::write_in_batches;
 use crate::io::questions::Question;
+use crate::jobs::device::with_backend;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode};
@@ -112,11 +114,11 @@ impl Strategy for Job {
 }
 
 pub fn run(args: &BeamArgs) -> Result<RunSummary> {
-    super::install_interrupt_handler();
+    crate::pipeline::control::install_interrupt_handler();
     args.run.check_paths(&[])?;
     anyhow::ensure!(args.beam_size >= 1, "--beam-size must be at least 1");
     anyhow::ensure!(args.max_hops >= 1, "--max-hops must be at least 1");
-    with_backend!(&args.device, be => run_on(be, args))
+    with_backend!(&args.device.config(), be => run_on(be, args))
 }
 
 fn run_on<B: Backend>(be: &B, args: &BeamArgs) -> Result<RunSummary> {

@@ -3,8 +3,10 @@
 use anyhow::{ensure, Result};
 use clap::Args;
 
-use super::{with_backend, DeviceArg, DeviceOpts};
+use super::DeviceOpts;
 use crate::bench::{BenchResult, BenchSpec, ModelShape};
+use crate::jobs::device::with_backend;
+use crate::jobs::DeviceKind;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -40,8 +42,8 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         "--seq-len must be at least 2 ([CLS] and [SEP])"
     );
     let batch = args.batch.unwrap_or(match args.device.device {
-        DeviceArg::Cpu => 8,
-        DeviceArg::Cuda => (65_536 / args.seq_len).max(1),
+        DeviceKind::Cpu => 8,
+        DeviceKind::Cuda => (65_536 / args.seq_len).max(1),
     });
     ensure!(
         batch >= 1 && args.iters >= 1,
@@ -55,7 +57,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         iters: args.iters,
         peak_gemm: args.peak_gemm,
     };
-    with_backend!(&args.device, be => crate::bench::run(be, spec))
+    with_backend!(&args.device.config(), be => crate::bench::run(be, spec))
 }
 
 /// Human-readable form of a result.

@@ -9,9 +9,11 @@ use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use super::loglik::{load_decoder, score};
-use super::{with_backend, DeviceOpts};
+use super::DeviceOpts;
 use crate::backend::Backend;
+use crate::jobs::decoder::load_decoder;
+use crate::jobs::device::with_backend;
+use crate::jobs::loglik::score;
 use crate::model::decoder::ScoredSequence;
 
 #[derive(Debug, Clone, Args)]
@@ -73,7 +75,7 @@ pub struct BenchLoglikResult {
 /// Runs `hopscore bench-loglik`.
 pub fn run(args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
     ensure!(args.iters >= 1, "--iters must be at least 1");
-    with_backend!(&args.device, be => run_on(be, args))
+    with_backend!(&args.device.config(), be => run_on(be, args))
 }
 
 fn run_on<B: Backend>(be: &B, args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {

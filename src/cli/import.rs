@@ -12,10 +12,10 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::tool_metadata;
 use crate::io::atomic::commit_all;
 use crate::io::import::{convert, record_id};
 use crate::io::json_records::{for_each_record, Record};
+use crate::io::metadata::tool_metadata;
 use crate::io::parquet_io::sibling;
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};

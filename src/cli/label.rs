@@ -15,13 +15,15 @@ use arrow::datatypes::{DataType, Field, Fields, Schema};
 use clap::{Args, ValueEnum};
 
 use super::question_run::{self, RunArgs, RunSummary};
-use super::{run_metadata, with_backend, DeviceOpts};
+use super::DeviceOpts;
 use crate::backend::Backend;
 use crate::io::columns::list_of;
 use crate::io::fingerprint::{file_sha256, model_sha256};
+use crate::io::metadata::run_metadata;
 use crate::io::parquet_io::write_in_batches;
 use crate::io::paths::Named;
 use crate::io::questions::Question;
+use crate::jobs::device::with_backend;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
@@ -238,7 +240,7 @@ struct Labeled {
 }
 
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
-    super::install_interrupt_handler();
+    crate::pipeline::control::install_interrupt_handler();
     let corpus: Vec<Named> = args
         .corpus
         .iter()
@@ -247,7 +249,7 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     args.run.check_paths(&corpus)?;
     anyhow::ensure!(args.max_iter >= 1, "--max-iter must be at least 1");
     anyhow::ensure!(args.top_k >= 1, "--top-k must be at least 1");
-    with_backend!(&args.device, be => run_on(be, args))
+    with_backend!(&args.device.config(), be => run_on(be, args))
 }
 
 fn run_on<B: Backend>(be: &B, args: &LabelArgs) -> Result<RunSummary> {

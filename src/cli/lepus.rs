@@ -25,12 +25,15 @@ use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 
 use super::question_run::{self, RunArgs, RunSummary};
-use super::{run_metadata, tool_metadata, with_backend, DeviceOpts};
+use super::DeviceOpts;
 use crate::backend::Backend;
 use crate::io::columns::{list_of, ScoredChainsBuilder};
+use crate::io::metadata::run_metadata;
+use crate::io::metadata::tool_metadata;
 use crate::io::parquet_io::write_in_batches;
 use crate::io::paths::Named;
 use crate::io::questions::Question;
+use crate::jobs::device::with_backend;
 use crate::model::batch::Sequence;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
 use crate::retrieve::tfidf::TfIdfOptions;
@@ -376,7 +379,7 @@ fn bm25_ranking(q: &Question) -> Ranked {
 /// Runs `hopscore lepus`.
 pub fn run(args: &LepusArgs) -> Result<RunSummary> {
     // First, so that a Ctrl-C while the model loads is handled too.
-    super::install_interrupt_handler();
+    crate::pipeline::control::install_interrupt_handler();
     let templates: Vec<Named> = args
         .templates
         .iter()
@@ -423,7 +426,7 @@ pub fn run(args: &LepusArgs) -> Result<RunSummary> {
     };
     let templates =
         parse_templates(&instructions, position, args.num_templates).map_err(anyhow::Error::msg)?;
-    with_backend!(&args.device, be => run_on(be, args, model_path, templates, &common))
+    with_backend!(&args.device.config(), be => run_on(be, args, model_path, templates, &common))
 }
 
 fn run_on<B: Backend>(
@@ -433,7 +436,7 @@ fn run_on<B: Backend>(
     templates: Vec<Template>,
     common: &[(&'static str, String)],
 ) -> Result<RunSummary> {
-    let mut loaded = super::loglik::load_decoder(be, model_path, args.tokenizer.as_deref())?;
+    let mut loaded = crate::jobs::decoder::load_decoder(be, model_path, args.tokenizer.as_deref())?;
     loaded.model.min_shared_prefix = args.min_shared_prefix;
     let context = loaded.model.config.max_position_embeddings;
     ensure!(

@@ -11,12 +11,12 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::parse_shard;
 use crate::io::atomic::commit_all;
 use crate::io::fingerprint;
 use crate::io::parquet_io::sibling;
 use crate::io::parts::concat_parquet;
 use crate::io::paths::{check_outputs, Kind, Named};
+use crate::pipeline::control::parse_shard;
 
 const SHARD_KEY: &str = "hopscore.shard";
 

@@ -14,7 +14,7 @@ use anyhow::Result;
 use arrow::datatypes::SchemaRef;
 use clap::Args;
 
-use super::{flags, progress_bar, Shard};
+use super::flags;
 use crate::io::fingerprint;
 use crate::io::parquet_io::sibling;
 use crate::io::parts::{parts_dir, Opened, Parts};
@@ -22,6 +22,8 @@ use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::io::questions::{Question, QuestionReader};
 use crate::model::batch::Sequence;
+use crate::pipeline::control::progress_bar;
+use crate::pipeline::control::Shard;
 use crate::pipeline::{self, Admission, Finished, SchedulerConfig};
 use crate::strategy::Strategy;
 
@@ -50,7 +52,7 @@ pub struct RunArgs {
     pub resume: bool,
     /// Process only shard i of N (contiguous row ranges, for Slurm arrays or indexed
     /// jobs); combine the outputs with `hopscore merge`.
-    #[arg(long, value_parser = super::parse_shard)]
+    #[arg(long, value_parser = crate::pipeline::control::parse_shard)]
     pub shard: Option<Shard>,
     /// Input rows per committed part. A part commits as soon as all its rows are
     /// finished; a killed run loses the finished rows of the parts still open (see
@@ -139,7 +141,7 @@ where
     let (start, end) = opts.shard.map_or((0, total), |s| s.range(total));
     let mut metadata = cmd.metadata;
     metadata.extend(
-        super::tool_metadata(&[
+        crate::io::metadata::tool_metadata(&[
             ("input_rows", total.to_string()),
             ("input_sha256", fingerprint::file_sha256(&opts.input)?),
             ("shard", opts.shard.map_or("all".into(), |s| s.to_string())),
@@ -191,7 +193,7 @@ where
             if row - start < a {
                 continue;
             }
-            if super::INTERRUPTED.load(Ordering::SeqCst) {
+            if crate::pipeline::control::INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(());
             }
             let admission = match item? {

@@ -23,12 +23,13 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use clap::{Args, ValueEnum};
 
-use super::{progress_bar, tool_metadata};
 use crate::io::atomic::commit_all;
+use crate::io::metadata::tool_metadata;
 use crate::io::parquet_io::{sibling, string_column, BatchedWriter, ParquetInput};
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::io::questions::{Question, QuestionReader};
+use crate::pipeline::control::progress_bar;
 use crate::post::allies::{self, AlliesConfig};
 use crate::post::cache::ResponseCache;
 use crate::post::client::{ChatClient, ClientConfig};
@@ -184,7 +185,7 @@ struct Shared<'a> {
 }
 
 pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
-    super::install_interrupt_handler();
+    crate::pipeline::control::install_interrupt_handler();
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(
         args.depth >= 1 && !args.widths.is_empty() && args.widths.iter().all(|&w| w >= 1),
@@ -297,7 +298,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         let read_done = done_tx.clone();
         let read = scope.spawn(move || -> Result<()> {
             for (row, item) in (0u64..).zip(reader).take(total as usize) {
-                if super::INTERRUPTED.load(Ordering::SeqCst) {
+                if crate::pipeline::control::INTERRUPTED.load(Ordering::SeqCst) {
                     break;
                 }
                 match item? {
@@ -363,7 +364,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
     let output = writer.seal()?;
     let (quarantine, _) = quarantine.seal()?;
     commit_all([output, quarantine])?;
-    summary.interrupted = super::INTERRUPTED.load(Ordering::SeqCst);
+    summary.interrupted = crate::pipeline::control::INTERRUPTED.load(Ordering::SeqCst);
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
 }
@@ -433,7 +434,7 @@ fn client(args: &ReviewArgs, cache_dir: Option<&Path>) -> Result<ChatClient> {
             max_retries: args.max_retries,
             backoff_base: Duration::from_secs_f64(args.backoff),
             backoff_max: Duration::from_secs_f64(args.backoff_max),
-            stop: Some(&super::INTERRUPTED),
+            stop: Some(&crate::pipeline::control::INTERRUPTED),
         },
         cache,
     )
@@ -450,7 +451,10 @@ enum Reviewed {
 /// Runs the strategy on one question.
 fn review(ctx: &Shared, row: u64, q: &Question) -> Reviewed {
     match review_row(ctx, row, q) {
-        Ok(r) if r.answer.is_none() && super::INTERRUPTED.load(Ordering::SeqCst) => {
+        Ok(r)
+            if r.answer.is_none()
+                && crate::pipeline::control::INTERRUPTED.load(Ordering::SeqCst) =>
+        {
             Reviewed::Interrupted
         }
         Ok(r) => Reviewed::Row(r),

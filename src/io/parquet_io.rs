@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
 };
@@ -127,38 +127,49 @@ impl ParquetInput {
     }
 
     /// Fails with a message naming the column when it is absent (and `required`) or
-    /// not of an accepted type.
+    /// not of an accepted type; see [`check_column`].
     pub fn check_column(&self, name: &str, accepted: &[&str], required: bool) -> Result<bool> {
-        match self.schema.field_with_name(name) {
-            Ok(f) => {
-                let ty = f.data_type();
-                let ok = accepted.iter().any(|a| match *a {
-                    "string" => matches!(
-                        ty,
-                        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-                    ),
-                    "integer" => ty.is_integer(),
-                    _ => false,
-                });
-                if !ok {
-                    bail!(
-                        "column `{name}` has type {ty}; expected {}",
-                        accepted.join(" or ")
-                    );
-                }
-                Ok(true)
+        check_column(&self.schema, name, accepted, required)
+    }
+}
+
+/// Whether `schema` has column `name`; fails with a message naming the column when it
+/// is absent (and `required`) or not of an accepted kind (`string`, `integer`).
+pub fn check_column(
+    schema: &Schema,
+    name: &str,
+    accepted: &[&str],
+    required: bool,
+) -> Result<bool> {
+    match schema.field_with_name(name) {
+        Ok(f) => {
+            let ty = f.data_type();
+            let ok = accepted.iter().any(|a| match *a {
+                "string" => matches!(
+                    ty,
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                ),
+                "integer" => ty.is_integer(),
+                _ => false,
+            });
+            if !ok {
+                bail!(
+                    "column `{name}` has type {ty}; expected {}",
+                    accepted.join(" or ")
+                );
             }
-            Err(_) if required => bail!(
-                "the input has no column `{name}` (columns: {})",
-                self.schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Err(_) => Ok(false),
+            Ok(true)
         }
+        Err(_) if required => bail!(
+            "the input has no column `{name}` (columns: {})",
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Err(_) => Ok(false),
     }
 }
 

@@ -8,7 +8,7 @@ use super::atomic::PendingFile;
 use super::parquet_io::{create_writer, ParquetSink};
 use anyhow::Result;
 use arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 /// A bad row.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,19 @@ pub fn schema() -> Arc<Schema> {
     ]))
 }
 
+/// `rows` as a record batch of `schema` (the columns of [`schema()`], with any
+/// metadata).
+pub fn batch(rows: &[BadRow], schema: SchemaRef) -> Result<RecordBatch> {
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.row))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.id.as_deref()))),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.reason.as_str()),
+        )),
+    ];
+    Ok(RecordBatch::try_new(schema, cols)?)
+}
+
 impl QuarantineWriter {
     pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self> {
         let schema = schema();
@@ -49,19 +62,16 @@ impl QuarantineWriter {
     }
 
     pub fn write(&mut self, rows: &[BadRow]) -> Result<()> {
-        if rows.is_empty() {
+        self.write_batch(&batch(rows, self.schema.clone())?)
+    }
+
+    /// Writes a batch of quarantine rows (the columns of [`schema`]).
+    pub fn write_batch(&mut self, rows: &RecordBatch) -> Result<()> {
+        if rows.num_rows() == 0 {
             return Ok(());
         }
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.row))),
-            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.id.as_deref()))),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.reason.as_str()),
-            )),
-        ];
-        self.writer
-            .write(&RecordBatch::try_new(self.schema.clone(), cols)?)?;
-        self.count += rows.len() as u64;
+        self.writer.write(rows)?;
+        self.count += rows.num_rows() as u64;
         Ok(())
     }
 

@@ -414,22 +414,7 @@ impl QuestionReader {
     /// of questions decoded at a time.
     pub fn open(path: &Path, batch_rows: usize) -> Result<Self> {
         let input = ParquetInput::open(path, batch_rows)?;
-        for field in schema().fields() {
-            let present = check_column_type(&input.schema, field.name()).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: {e}; write question files with `hopscore import`",
-                    path.display()
-                )
-            })?;
-            if !present && REQUIRED.contains(&field.name().as_str()) {
-                bail!(
-                    "{} has no column `{}`, so it is not a question file (required: {}); create one with `hopscore import`",
-                    path.display(),
-                    field.name(),
-                    REQUIRED.join(", ")
-                );
-            }
-        }
+        check_schema(&input.schema).map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
         Ok(Self {
             input,
             pending: VecDeque::new(),
@@ -440,6 +425,23 @@ impl QuestionReader {
     pub fn total_rows(&self) -> u64 {
         self.input.total_rows
     }
+}
+
+/// Fails unless `found` has the required question-file columns, each of a type
+/// readable as the one in [`schema`].
+pub fn check_schema(found: &Schema) -> Result<()> {
+    for field in schema().fields() {
+        let present = check_column_type(found, field.name())
+            .map_err(|e| anyhow::anyhow!("{e}; write question files with `hopscore import`"))?;
+        if !present && REQUIRED.contains(&field.name().as_str()) {
+            bail!(
+                "no column `{}`, so it is not a question file (required: {}); create one with `hopscore import`",
+                field.name(),
+                REQUIRED.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Whether `found` has the question-file column `name` (false when absent); fails when
@@ -541,8 +543,9 @@ fn required<T>(col: Option<T>, name: &str) -> Result<T> {
     col.with_context(|| format!("batch has no column `{name}`"))
 }
 
-/// Decodes the rows of `batch`; `rows` are their file row numbers.
-fn decode_batch(batch: &RecordBatch, rows: &[u64]) -> Result<Vec<RowResult>> {
+/// Decodes the rows of `batch` (of a schema [`check_schema`] accepts); `rows` are
+/// their file row numbers.
+pub fn decode_batch(batch: &RecordBatch, rows: &[u64]) -> Result<Vec<RowResult>> {
     let cols = Columns {
         id: required(string_col(batch, "id")?, "id")?,
         dataset: required(string_col(batch, "dataset")?, "dataset")?,

@@ -315,3 +315,37 @@ pub fn gpu(dtype: hopscore::backend::cuda::DType) -> Option<hopscore::backend::c
         }
     }
 }
+
+/// A word-level tokenizer where word `w<i>` is token id `i` (ids 3..1000; `w3` doubles
+/// as the unknown token), with DeBERTa's pair template. It turns the golden token
+/// sequences back into text, so classify can be checked against HF's logits.
+pub fn word_tokenizer(dir: &Path) -> PathBuf {
+    let mut vocab = serde_json::Map::new();
+    for (i, t) in ["[PAD]", "[CLS]", "[SEP]"].iter().enumerate() {
+        vocab.insert(t.to_string(), i.into());
+    }
+    for i in 3..1000 {
+        vocab.insert(format!("w{i}"), i.into());
+    }
+    let special =
+        |t: &str, type_id: u32| serde_json::json!({"SpecialToken": {"id": t, "type_id": type_id}});
+    let seq =
+        |s: &str, type_id: u32| serde_json::json!({"Sequence": {"id": s, "type_id": type_id}});
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "decoder": null,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0)],
+            "pair": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0), seq("B", 1), special("[SEP]", 1)],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [1], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [2], "tokens": ["[SEP]"]}
+            }
+        },
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w3"}
+    });
+    let path = dir.join("tokenizer.json");
+    std::fs::write(&path, tok.to_string()).unwrap();
+    path
+}

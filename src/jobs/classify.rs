@@ -1,0 +1,179 @@
+//! The classify job: cross-encoder scoring of `(id, text_a[, text_b])` rows with a
+//! sequence-level head of a DeBERTa checkpoint.
+//!
+//! Each batch is tokenised in parallel, its rows sorted by length and packed into
+//! token-budget batches, scored, and returned in input order.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+use arrow::array::{ArrayRef, Float32Builder, ListBuilder, RecordBatch};
+use arrow::datatypes::Field;
+use rayon::prelude::*;
+
+use super::rows::{InputColumn, RowJob, RowScorer};
+use crate::backend::Backend;
+use crate::io::metadata::run_metadata;
+use crate::io::parquet_io::{check_text, string_column};
+use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
+use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
+use crate::model::heads::select;
+use crate::text::TextTokenizer;
+
+/// What to load and how to batch.
+#[derive(Debug, Clone)]
+pub struct ClassifyConfig {
+    /// Model directory: config.json, model.safetensors (or a sharded index) and,
+    /// unless `tokenizer` is given, tokenizer.json.
+    pub model: PathBuf,
+    /// tokenizer.json (or a directory holding it), when the model directory has none.
+    pub tokenizer: Option<PathBuf>,
+    /// Head to score with; needed only when the checkpoint has several
+    /// sequence-level heads.
+    pub head: Option<String>,
+    /// Token budget of one forward pass.
+    pub max_batch_tokens: usize,
+    /// Truncation length of a pair, special tokens included (default: the model's
+    /// max_position_embeddings).
+    pub max_length: Option<usize>,
+}
+
+impl ClassifyConfig {
+    /// The CLI's defaults for the model in `model`.
+    pub fn new(model: PathBuf) -> Self {
+        Self {
+            model,
+            tokenizer: None,
+            head: None,
+            max_batch_tokens: 16384,
+            max_length: None,
+        }
+    }
+}
+
+/// A loaded cross-encoder with its tokenizer.
+pub struct Classifier<B: Backend> {
+    be: B,
+    model: CrossEncoder<B>,
+    tok: TextTokenizer,
+    max_batch_tokens: usize,
+    metadata: Vec<(String, String)>,
+}
+
+/// The classify job on backend `B`.
+pub type ClassifyJob<B> = RowJob<Classifier<B>>;
+
+/// Loads the model, head and tokenizer of `config` on `be`.
+pub fn job<B: Backend>(config: ClassifyConfig, be: B) -> Result<ClassifyJob<B>> {
+    let files = ModelFiles::open(&config.model)?;
+    let model_config = files.config.clone();
+    let head = select(&files.heads(), config.head.as_deref())?.clone();
+    anyhow::ensure!(
+        head.per_sequence(),
+        "head `{}` scores tokens, not pairs: classify needs a sequence-level head",
+        head.name
+    );
+    let weights_paths = files.weights_paths();
+    let model = CrossEncoder::load(&be, files, Some(&[head.name]))?;
+    let max_len = config
+        .max_length
+        .unwrap_or(model_config.max_position_embeddings);
+    let tok = TextTokenizer::from_file(
+        &TextTokenizer::locate(&config.model, config.tokenizer.as_deref())?,
+        Some(max_len),
+    )?;
+    let metadata = run_metadata(
+        &be,
+        &config.model,
+        &weights_paths,
+        &[
+            ("head", head.name.to_string()),
+            ("max_length", max_len.to_string()),
+            ("device", be.name()),
+        ],
+    )?;
+    Ok(RowJob::new(Classifier {
+        be,
+        model,
+        tok,
+        max_batch_tokens: config.max_batch_tokens,
+        metadata,
+    }))
+}
+
+impl<B: Backend> RowScorer for Classifier<B> {
+    type Prepared = Sequence;
+    const COLUMNS: &'static [InputColumn] = &[
+        ("id", &["string", "integer"], true),
+        ("text_a", &["string"], true),
+        ("text_b", &["string"], false),
+    ];
+    const BATCH_ROWS: usize = 4096;
+
+    fn fields(&self) -> Vec<Field> {
+        crate::io::schemas::classify_fields()
+    }
+
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+
+    fn prepare(&self, batch: &RecordBatch) -> Result<Vec<Result<Sequence, String>>> {
+        let a = string_column(batch, "text_a")?;
+        let b = match batch.column_by_name("text_b") {
+            Some(_) => Some(string_column(batch, "text_b")?),
+            None => None,
+        };
+        Ok((0..batch.num_rows())
+            .into_par_iter()
+            .map(|r| {
+                let text_a =
+                    check_text(&a, r, "text_a")?.ok_or_else(|| "text_a is null".to_string())?;
+                let text_b = match &b {
+                    Some(b) => check_text(b, r, "text_b")?,
+                    None => None,
+                };
+                self.tok
+                    .encode_pair(text_a, text_b)
+                    .map_err(|e| format!("{e:#}"))
+            })
+            .collect())
+    }
+
+    fn tokens(row: &Sequence) -> usize {
+        row.ids.len()
+    }
+
+    fn score(&mut self, rows: &[Sequence]) -> Result<Vec<ArrayRef>> {
+        let logits = score(&self.be, &self.model, rows, self.max_batch_tokens)?;
+        let mut b = ListBuilder::new(Float32Builder::new());
+        for r in &logits {
+            b.values().append_slice(r);
+            b.append(true);
+        }
+        Ok(vec![Arc::new(b.finish())])
+    }
+}
+
+/// Logits of the first head for every sequence, in the order given. Sequences are
+/// sorted by length and packed into batches of at most `budget` tokens.
+fn score<B: Backend>(
+    be: &B,
+    model: &CrossEncoder<B>,
+    seqs: &[Sequence],
+    budget: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+    let mut out = vec![Vec::new(); seqs.len()];
+    for group in token_budget_groups(&lens, budget) {
+        let batch = PackedBatch::pack(group.iter().map(|&i| &seqs[i]));
+        let res = model.forward(be, &batch, false)?;
+        let logits = &res.logits[0];
+        let labels = logits.shape[1];
+        for (k, &i) in group.iter().enumerate() {
+            out[i] = logits.data[k * labels..(k + 1) * labels].to_vec();
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,91 @@
+//! Where a job runs: the device, the element type and the CPU worker threads, and
+//! the dispatch from that choice to a concrete backend type.
+
+use crate::backend::dtype::DType;
+
+/// The backend a job runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceKind {
+    /// The CPU backend (rayon + gemm, f32).
+    Cpu,
+    /// The CUDA backend (kernels/ + cuBLAS; needs a build with `--features cuda`).
+    Cuda,
+}
+
+/// Device, element type and threads of a job (the CLI's `--device`, `--gpu`,
+/// `--dtype` and `--threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceConfig {
+    pub kind: DeviceKind,
+    /// CUDA device ordinal (with [`DeviceKind::Cuda`]).
+    pub gpu: usize,
+    /// Element type of weights and activations on the GPU (the CPU always runs f32).
+    pub dtype: DType,
+    /// CPU worker threads; `None` leaves the global pool as it is (all cores unless
+    /// set before).
+    pub threads: Option<usize>,
+}
+
+impl DeviceConfig {
+    /// The CPU backend with all cores.
+    pub const CPU: DeviceConfig = DeviceConfig {
+        kind: DeviceKind::Cpu,
+        gpu: 0,
+        dtype: DType::Bf16,
+        threads: None,
+    };
+
+    /// Sizes the global rayon pool to `threads` (once per process; asking again for
+    /// the size it already has is not an error).
+    pub fn init_threads(&self) -> anyhow::Result<()> {
+        let Some(n) = self.threads else {
+            return Ok(());
+        };
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+        {
+            Ok(()) => Ok(()),
+            Err(_) if rayon::current_num_threads() == n => Ok(()),
+            Err(e) => Err(anyhow::anyhow!("cannot start {n} worker threads: {e}")),
+        }
+    }
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self::CPU
+    }
+}
+
+/// Evaluates `$body` with `$be` bound to the backend that `$device` (a
+/// [`DeviceConfig`]) selects, by reference (`with_backend!(d, be => …)`) or by value
+/// (`with_backend!(owned d, be => …)`); `$body` is instantiated once per backend type.
+macro_rules! with_backend {
+    ($device:expr, $be:ident => $body:expr) => {
+        $crate::jobs::device::with_backend!(owned $device, backend => {
+            let $be = &backend;
+            $body
+        })
+    };
+    (owned $device:expr, $be:ident => $body:expr) => {{
+        let device: &$crate::jobs::DeviceConfig = $device;
+        match device.kind {
+            $crate::jobs::DeviceKind::Cpu => {
+                let $be = $crate::backend::cpu::CpuBackend;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            $crate::jobs::DeviceKind::Cuda => {
+                let $be = $crate::backend::cuda::CudaBackend::new(device.gpu, device.dtype)?;
+                $body
+            }
+            #[cfg(not(feature = "cuda"))]
+            $crate::jobs::DeviceKind::Cuda => anyhow::bail!(
+                "this hopscore was built without CUDA support: rebuild with \
+                 `cargo build --release --features cuda`, or use --device cpu"
+            ),
+        }
+    }};
+}
+pub(crate) use with_backend;

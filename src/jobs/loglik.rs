@@ -1,0 +1,236 @@
+//! The loglik job: log-likelihood of `target` given `prompt` under a causal LM
+//! (LEPUS scoring, SPEC §3), for `(id, prompt, target)` rows.
+//!
+//! Each batch is tokenised in parallel (prompt and target separately, trailing prompt
+//! whitespace moved to the target, BOS when the tokenizer asks for it), sorted by
+//! length, packed into token-budget batches and scored; results come back in input
+//! order. Only target tokens count.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{ensure, Result};
+use arrow::array::{Array, ArrayRef, Float64Array, RecordBatch, UInt32Array};
+use arrow::datatypes::Field;
+use rayon::prelude::*;
+
+use super::decoder::{load_decoder, LoadedDecoder};
+use super::rows::{InputColumn, RowJob, RowScorer};
+use crate::backend::Backend;
+use crate::io::metadata::run_metadata;
+use crate::io::parquet_io::{check_text, string_column};
+use crate::model::batch::token_budget_groups;
+use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
+use crate::text::causal_tokenizer::CausalTokenizer;
+
+/// What to load and how to score.
+#[derive(Debug, Clone)]
+pub struct LoglikConfig {
+    /// A GGUF file, a directory holding one, or an HF directory.
+    pub model: PathBuf,
+    /// tokenizer.json (or a directory holding it) instead of the model's own.
+    pub tokenizer: Option<PathBuf>,
+    /// Logits are divided by this before the log-softmax (must be > 0).
+    pub temperature: f32,
+    /// Shared leading tokens from which sequences of a batch reuse one prefix pass
+    /// (0: off).
+    pub min_shared_prefix: usize,
+    /// Token budget of one forward pass.
+    pub max_batch_tokens: usize,
+    /// Longest prompt + target accepted, in tokens (default: the model's context).
+    pub max_length: Option<usize>,
+}
+
+impl LoglikConfig {
+    /// The CLI's defaults for the model in `model`.
+    pub fn new(model: PathBuf) -> Self {
+        Self {
+            model,
+            tokenizer: None,
+            temperature: 1.0,
+            min_shared_prefix: crate::model::decoder::MIN_SHARED_PREFIX,
+            max_batch_tokens: 8192,
+            max_length: None,
+        }
+    }
+}
+
+/// Per-row result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Loglik {
+    pub sum: f64,
+    pub mean: f64,
+    pub count: usize,
+}
+
+impl Loglik {
+    /// Sum (in f64), mean and count of per-token log-probabilities.
+    pub fn from_tokens(logp: &[f32]) -> Self {
+        let sum: f64 = logp.iter().map(|&v| f64::from(v)).sum();
+        Self {
+            sum,
+            mean: sum / logp.len().max(1) as f64,
+            count: logp.len(),
+        }
+    }
+}
+
+/// A loaded decoder with its tokenizer and scoring options.
+pub struct LoglikScorer<B: Backend> {
+    be: B,
+    loaded: LoadedDecoder<B>,
+    temperature: f32,
+    max_len: usize,
+    max_batch_tokens: usize,
+    metadata: Vec<(String, String)>,
+}
+
+/// The loglik job on backend `B`.
+pub type LoglikJob<B> = RowJob<LoglikScorer<B>>;
+
+/// Loads the decoder and tokenizer of `config` on `be`.
+pub fn job<B: Backend>(config: LoglikConfig, be: B) -> Result<LoglikJob<B>> {
+    ensure!(
+        config.temperature > 0.0 && config.temperature.is_finite(),
+        "--temperature must be positive, got {}",
+        config.temperature
+    );
+    let mut loaded = load_decoder(&be, &config.model, config.tokenizer.as_deref())?;
+    loaded.model.min_shared_prefix = config.min_shared_prefix;
+    let max_len = config
+        .max_length
+        .unwrap_or(loaded.model.config.max_position_embeddings);
+    let metadata = run_metadata(
+        &be,
+        &config.model,
+        &loaded.weights_paths,
+        &[
+            ("model_type", loaded.model.config.model_type.clone()),
+            ("temperature", config.temperature.to_string()),
+            ("max_length", max_len.to_string()),
+            ("add_bos", loaded.tokenizer.add_bos.to_string()),
+            ("tokenizer", loaded.tokenizer.source.display().to_string()),
+            ("device", be.name()),
+        ],
+    )?;
+    Ok(RowJob::new(LoglikScorer {
+        be,
+        loaded,
+        temperature: config.temperature,
+        max_len,
+        max_batch_tokens: config.max_batch_tokens,
+        metadata,
+    }))
+}
+
+impl<B: Backend> RowScorer for LoglikScorer<B> {
+    type Prepared = ScoredSequence;
+    const COLUMNS: &'static [InputColumn] = &[
+        ("id", &["string", "integer"], true),
+        ("prompt", &["string"], true),
+        ("target", &["string"], true),
+    ];
+    const BATCH_ROWS: usize = 2048;
+
+    fn fields(&self) -> Vec<Field> {
+        crate::io::schemas::loglik_fields()
+    }
+
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+
+    fn prepare(&self, batch: &RecordBatch) -> Result<Vec<Result<ScoredSequence, String>>> {
+        tokenize(batch, &self.loaded.tokenizer, self.max_len)
+    }
+
+    fn tokens(row: &ScoredSequence) -> usize {
+        row.ids.len()
+    }
+
+    fn score(&mut self, rows: &[ScoredSequence]) -> Result<Vec<ArrayRef>> {
+        let results = score(
+            &self.be,
+            &self.loaded.model,
+            rows,
+            self.temperature,
+            self.max_batch_tokens,
+        )?;
+        Ok(vec![
+            Arc::new(Float64Array::from_iter_values(
+                results.iter().map(|r| r.sum),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                results.iter().map(|r| r.mean),
+            )),
+            Arc::new(UInt32Array::from_iter_values(
+                results.iter().map(|r| r.count as u32),
+            )),
+        ])
+    }
+}
+
+/// Validates and tokenises the rows of one batch: the tokens, or why a row is bad.
+fn tokenize(
+    batch: &RecordBatch,
+    tok: &CausalTokenizer,
+    max_len: usize,
+) -> Result<Vec<Result<ScoredSequence, String>>> {
+    let prompt = string_column(batch, "prompt")?;
+    let target = string_column(batch, "target")?;
+    Ok((0..batch.num_rows())
+        .into_par_iter()
+        .map(|r| {
+            // An empty prompt is allowed (BOS may give the context); a null one is not.
+            if prompt.is_null(r) {
+                return Err("prompt is null".to_string());
+            }
+            let p = prompt.value(r);
+            if p.len() > crate::io::parquet_io::MAX_TEXT_BYTES {
+                return Err(format!("prompt has {} bytes; split the text", p.len()));
+            }
+            let t = check_text(&target, r, "target")?.ok_or_else(|| "target is null".to_string())?;
+            let enc = tok.encode_pair(p, t).map_err(|e| format!("{e:#}"))?;
+            if enc.target_start == 0 {
+                return Err(
+                    "the prompt is empty and the model adds no BOS: the first target token has no context"
+                        .to_string(),
+                );
+            }
+            if enc.ids.len() == enc.target_start {
+                return Err("the target has no tokens".to_string());
+            }
+            if enc.ids.len() > max_len {
+                return Err(format!(
+                    "prompt + target is {} tokens; the limit is {max_len} (--max-length)",
+                    enc.ids.len()
+                ));
+            }
+            Ok(ScoredSequence {
+                ids: enc.ids,
+                target_start: enc.target_start,
+            })
+        })
+        .collect())
+}
+
+/// Scores every sequence (in the order given): sorted by length, packed into batches
+/// of at most `budget` tokens.
+pub fn score<B: Backend>(
+    be: &B,
+    model: &DecoderForCausalLM<B>,
+    seqs: &[ScoredSequence],
+    temperature: f32,
+    budget: usize,
+) -> Result<Vec<Loglik>> {
+    let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+    let mut out = vec![Loglik::from_tokens(&[]); seqs.len()];
+    for group in token_budget_groups(&lens, budget) {
+        let batch: Vec<ScoredSequence> = group.iter().map(|&i| seqs[i].clone()).collect();
+        let logp = model.target_logprobs(be, &batch, temperature)?;
+        for (&i, lp) in group.iter().zip(&logp) {
+            out[i] = Loglik::from_tokens(lp);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,90 @@
+//! The library API: one job per scoring strategy, built once from a plain config
+//! (weights and tokenizers load in the constructor), fed Arrow record batches and
+//! yielding Arrow record batches. The CLI and the Python module both drive jobs; the
+//! file runners of [`crate::pipeline`] stream Parquet files through them.
+
+pub mod classify;
+pub mod decoder;
+pub mod device;
+pub mod loglik;
+
+pub mod rows;
+
+use anyhow::Result;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+
+pub use device::{DeviceConfig, DeviceKind};
+
+/// What one batch of input rows gives.
+#[derive(Debug, Clone)]
+pub struct JobOutput {
+    /// One row per good input row, in input order, with exactly the columns of the
+    /// CLI's output file ([`Job::output_schema`]).
+    pub rows: RecordBatch,
+    /// One row per bad input row (`row`, `id`, `reason`), as the CLI's quarantine
+    /// file holds them ([`Job::quarantine_schema`]).
+    pub quarantine: RecordBatch,
+    /// Tokens run through the model for this batch.
+    pub tokens: u64,
+}
+
+/// A loaded scoring job. A bad row never makes a call fail: it goes to the
+/// quarantine batch with its reason; errors are job-level (bad input schema, device
+/// failures).
+pub trait Job: Send {
+    /// Refuses an input schema that lacks a column the job reads or holds one of the
+    /// wrong type, naming the column.
+    fn check_input(&self, input: &Schema) -> Result<()>;
+    /// The output columns for an input of schema `input`, with the run metadata
+    /// (`hopscore.*` keys, model fingerprint) as schema metadata.
+    fn output_schema(&self, input: &Schema) -> Result<SchemaRef>;
+    /// The quarantine columns, with the same metadata.
+    fn quarantine_schema(&self) -> SchemaRef {
+        with_metadata(&crate::io::quarantine::schema(), self.metadata())
+    }
+    /// The run metadata, as written into the footer of every output file.
+    fn metadata(&self) -> &[(String, String)];
+    /// Input rows per batch that suit the job (what the file runner reads at once).
+    fn batch_rows(&self) -> usize;
+    /// Processes `batch`, whose rows are the input rows numbered `rows` (the numbers
+    /// the quarantine batch reports).
+    fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput>;
+    /// The count of rows given to [`Job::process`] so far.
+    fn rows_seen(&mut self) -> &mut u64;
+    /// Processes the next batch of a stream: rows are numbered from 0 across calls,
+    /// as in one input file.
+    fn process(&mut self, batch: &RecordBatch) -> Result<JobOutput> {
+        let first = *self.rows_seen();
+        let rows: Vec<u64> = (first..first + batch.num_rows() as u64).collect();
+        let out = self.process_rows(batch, &rows)?;
+        *self.rows_seen() += rows.len() as u64;
+        Ok(out)
+    }
+}
+
+/// The config of any job, to build it without naming its type.
+#[derive(Debug, Clone)]
+pub enum JobConfig {
+    Classify(classify::ClassifyConfig),
+    Loglik(loglik::LoglikConfig),
+}
+
+/// Loads the job `config` describes on `device` (sizing the CPU worker pool first
+/// when `device.threads` is set).
+pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
+    device.init_threads()?;
+    device::with_backend!(owned device, be => Ok(match config {
+        JobConfig::Classify(c) => Box::new(classify::job(c, be)?) as Box<dyn Job>,
+        JobConfig::Loglik(c) => Box::new(loglik::job(c, be)?),
+    }))
+}
+
+/// `schema` with `metadata` as its key-value metadata.
+pub fn with_metadata(schema: &Schema, metadata: &[(String, String)]) -> SchemaRef {
+    std::sync::Arc::new(
+        schema
+            .clone()
+            .with_metadata(metadata.iter().cloned().collect()),
+    )
+}

@@ -1,0 +1,88 @@
+//! What every file run shares: the Ctrl-C flag that ends a run cleanly, the progress
+//! bar, and `--shard i/N` row ranges.
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Set by Ctrl-C (SIGINT/SIGTERM): long runs stop reading input, finish the rows in
+/// flight, commit them, and exit so that `--resume` continues.
+pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Installs the Ctrl-C handler that sets [`INTERRUPTED`] (once per process).
+pub fn install_interrupt_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = ctrlc::set_handler(|| {
+            if INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                std::process::exit(130); // a second Ctrl-C stops at once
+            }
+            eprintln!("\ninterrupted: finishing the rows in flight (Ctrl-C again to abort)");
+        });
+    });
+}
+
+/// A `--shard i/N` selection: the `i`-th of `N` contiguous, near-equal row ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Shard {
+    /// Rows `[start, end)` of this shard among `total` input rows.
+    pub fn range(&self, total: u64) -> (u64, u64) {
+        (
+            total * self.index / self.count,
+            total * (self.index + 1) / self.count,
+        )
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// Parses `i/N` with `0 ≤ i < N`.
+pub fn parse_shard(s: &str) -> Result<Shard, String> {
+    let bad = || format!("`{s}`: expected i/N with 0 ≤ i < N, e.g. 0/4");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (index, count) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if count == 0 || index >= count {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
+}
+
+/// A progress bar with rate and ETA on stderr (hidden when stderr is not a terminal).
+pub fn progress_bar(total: u64, unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}}"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_partition_the_rows() {
+        assert_eq!(parse_shard("1/4"), Ok(Shard { index: 1, count: 4 }));
+        assert!(
+            parse_shard("4/4").is_err() && parse_shard("x").is_err() && parse_shard("0/0").is_err()
+        );
+        let ranges: Vec<(u64, u64)> = (0..3)
+            .map(|i| Shard { index: i, count: 3 }.range(10))
+            .collect();
+        assert_eq!(ranges, vec![(0, 3), (3, 6), (6, 10)]);
+    }
+}

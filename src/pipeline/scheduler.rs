@@ -1,0 +1,393 @@
+//! The scheduler of the question runs: a reader thread admits prepared questions, the scheduler
+//! (on the calling thread) mixes the hypotheses of many questions and hops into
+//! token-budget batches and runs the model, and a writer thread receives each finished
+//! question, tagged with its input row, as soon as it finishes. Channels are bounded,
+//! so memory stays flat on any input size.
+//!
+//! Continuous batching: when the last pending hypothesis of a question's hop is
+//! scored, its next hop is queued at once, alongside other questions' hops. Batches
+//! are filled oldest question first (then sorted longest first), so questions finish
+//! roughly in input order and the writer can commit its parts early.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::io::quarantine::BadRow;
+use crate::model::batch::Sequence;
+use crate::strategy::Strategy;
+
+/// One input row after the reader: a ready search or a bad row.
+pub enum Admission<S> {
+    Task(S),
+    Bad(BadRow),
+}
+
+/// One finished input row (sent with its row number, in the order rows finish).
+pub enum Finished<O> {
+    Done(O),
+    Bad(BadRow),
+}
+
+/// Scheduling limits.
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerConfig {
+    /// Tokens per forward pass.
+    pub max_batch_tokens: usize,
+    /// Questions in flight at once (bounds memory).
+    pub max_active: usize,
+}
+
+/// Counters of a run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PipelineStats {
+    pub rows: u64,
+    pub bad_rows: u64,
+    pub hypotheses: u64,
+    pub tokens: u64,
+    pub batches: u64,
+    /// Time in forward passes; the rest of `wall` is I/O and scheduling that compute
+    /// did not hide.
+    pub forward: Duration,
+    pub wall: Duration,
+}
+
+struct Active<S> {
+    row: u64,
+    task: S,
+    /// Logits received for the current step, by request index.
+    logits: Vec<Option<Vec<f32>>>,
+    outstanding: usize,
+}
+
+struct Queued {
+    /// The question's row: older questions are scored first.
+    row: u64,
+    slot: usize,
+    index: usize,
+    seq: Sequence,
+    head: usize,
+}
+
+/// Runs the pipeline. `read` sends `(row, admission)` pairs in input order (on its own
+/// thread); `score` runs one batch (sequences and head indices → logits per sequence);
+/// `write` consumes `(row, finished)` pairs as rows finish (on its own thread);
+/// `progress` is called after each batch. Both limits of `config` must be at least 1.
+pub fn run<S, R, W>(
+    config: SchedulerConfig,
+    read: R,
+    mut score: impl FnMut(&[Sequence], &[usize]) -> Result<Vec<Vec<f32>>>,
+    write: W,
+    mut progress: impl FnMut(&PipelineStats),
+) -> Result<PipelineStats>
+where
+    S: Strategy + 'static,
+    S::Output: 'static,
+    R: FnOnce(Sender<(u64, Admission<S>)>) -> Result<()> + Send + 'static,
+    W: FnOnce(Receiver<(u64, Finished<S::Output>)>) -> Result<()> + Send + 'static,
+{
+    anyhow::ensure!(
+        config.max_active >= 1 && config.max_batch_tokens >= 1,
+        "the scheduler needs --max-active and --max-batch-tokens of at least 1"
+    );
+    let started = Instant::now();
+    let (admit_tx, admit_rx) = bounded::<(u64, Admission<S>)>(config.max_active);
+    let (done_tx, done_rx) = bounded::<(u64, Finished<S::Output>)>(config.max_active);
+    let reader = std::thread::spawn(move || read(admit_tx));
+    let writer = std::thread::spawn(move || write(done_rx));
+
+    let mut stats = PipelineStats::default();
+    let result = schedule(
+        config,
+        &admit_rx,
+        &done_tx,
+        &mut score,
+        &mut stats,
+        &mut progress,
+    );
+    drop(done_tx);
+    drop(admit_rx);
+    let read_result = reader.join().expect("reader thread panicked");
+    let write_result = writer.join().expect("writer thread panicked");
+    // The writer's and reader's own errors explain a scheduler send failure best.
+    write_result?;
+    read_result?;
+    result?;
+    stats.wall = started.elapsed();
+    Ok(stats)
+}
+
+fn schedule<S: Strategy>(
+    config: SchedulerConfig,
+    admit_rx: &Receiver<(u64, Admission<S>)>,
+    done_tx: &Sender<(u64, Finished<S::Output>)>,
+    score: &mut impl FnMut(&[Sequence], &[usize]) -> Result<Vec<Vec<f32>>>,
+    stats: &mut PipelineStats,
+    progress: &mut impl FnMut(&PipelineStats),
+) -> Result<()> {
+    let mut slots: Vec<Option<Active<S>>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut queue: Vec<Queued> = Vec::new();
+    let mut queued_tokens = 0usize;
+    let done = |row: u64, item: Finished<S::Output>| {
+        done_tx
+            .send((row, item))
+            .map_err(|_| anyhow::anyhow!("the writer stopped early"))
+    };
+    let mut reader_done = false;
+    loop {
+        // Admit until two batches' worth are queued or enough questions are in flight.
+        while !reader_done
+            && slots.len() - free.len() < config.max_active
+            && queued_tokens < 2 * config.max_batch_tokens
+        {
+            let Ok((row, admission)) = admit_rx.recv() else {
+                reader_done = true;
+                break;
+            };
+            stats.rows += 1;
+            match admission {
+                Admission::Bad(bad) => {
+                    stats.bad_rows += 1;
+                    done(row, Finished::Bad(bad))?;
+                }
+                Admission::Task(mut task) => {
+                    let requests = task.requests();
+                    if requests.is_empty() {
+                        let out = task
+                            .take_output()
+                            .expect("a search with no requests has finished");
+                        done(row, Finished::Done(out))?;
+                        continue;
+                    }
+                    let slot = free.pop().unwrap_or_else(|| {
+                        slots.push(None);
+                        slots.len() - 1
+                    });
+                    let n = requests.len();
+                    queued_tokens += enqueue(&mut queue, row, slot, requests);
+                    slots[slot] = Some(Active {
+                        row,
+                        task,
+                        logits: vec![None; n],
+                        outstanding: n,
+                    });
+                }
+            }
+        }
+        if queue.is_empty() {
+            // Admission above blocks until the reader sends or finishes, and it always
+            // runs when nothing is queued (limits ≥ 1), so this never spins.
+            if reader_done {
+                return Ok(());
+            }
+            continue;
+        }
+
+        let (batch, used) = take_batch(&mut queue, config.max_batch_tokens);
+        queued_tokens -= used;
+        let seqs: Vec<Sequence> = batch.iter().map(|q| q.seq.clone()).collect();
+        let heads: Vec<usize> = batch.iter().map(|q| q.head).collect();
+        let t = Instant::now();
+        let logits = score(&seqs, &heads)?;
+        stats.forward += t.elapsed();
+        stats.batches += 1;
+        stats.hypotheses += batch.len() as u64;
+        stats.tokens += used as u64;
+
+        for (q, l) in batch.into_iter().zip(logits) {
+            let active = slots[q.slot].as_mut().expect("queued for a live slot");
+            active.logits[q.index] = Some(l);
+            active.outstanding -= 1;
+            if active.outstanding > 0 {
+                continue;
+            }
+            let step: Vec<Vec<f32>> = std::mem::take(&mut active.logits)
+                .into_iter()
+                .map(|l| l.expect("all logits of the step received"))
+                .collect();
+            active.task.feed(step);
+            let requests = active.task.requests();
+            if requests.is_empty() {
+                let mut finished = slots[q.slot].take().expect("live slot");
+                free.push(q.slot);
+                let out = finished
+                    .task
+                    .take_output()
+                    .expect("a finished search has an output");
+                done(finished.row, Finished::Done(out))?;
+            } else {
+                let n = requests.len();
+                queued_tokens += enqueue(&mut queue, active.row, q.slot, requests);
+                active.logits = vec![None; n];
+                active.outstanding = n;
+            }
+        }
+        progress(stats);
+    }
+}
+
+/// Takes the next batch off `queue`: the oldest questions' requests first, each that
+/// fits the token budget (the first one always), sorted longest first. Returns the
+/// batch and its token count.
+fn take_batch(queue: &mut Vec<Queued>, budget: usize) -> (Vec<Queued>, usize) {
+    queue.sort_by_key(|q| (q.row, std::cmp::Reverse(q.seq.ids.len())));
+    let mut used = 0;
+    let mut batch = Vec::new();
+    let mut rest = Vec::with_capacity(queue.len());
+    for q in queue.drain(..) {
+        let len = q.seq.ids.len();
+        if used < budget && (batch.is_empty() || used + len <= budget) {
+            used += len;
+            batch.push(q);
+        } else {
+            rest.push(q);
+        }
+    }
+    *queue = rest;
+    batch.sort_by_key(|q| std::cmp::Reverse(q.seq.ids.len()));
+    (batch, used)
+}
+
+/// Queues the requests of one step of the question in `row`; returns their token
+/// count.
+fn enqueue(
+    queue: &mut Vec<Queued>,
+    row: u64,
+    slot: usize,
+    requests: Vec<(Sequence, usize)>,
+) -> usize {
+    let mut tokens = 0;
+    for (index, (seq, head)) in requests.into_iter().enumerate() {
+        tokens += seq.ids.len();
+        queue.push(Queued {
+            row,
+            slot,
+            index,
+            seq,
+            head,
+        });
+    }
+    tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Needs `steps` steps of `width` requests each; a request's sequence has
+    /// `len + step` tokens; the output is the sum of all logits it received.
+    struct Fake {
+        id: u64,
+        steps: usize,
+        width: usize,
+        len: usize,
+        step: usize,
+        sum: f32,
+    }
+
+    impl Strategy for Fake {
+        type Output = (u64, f32, usize);
+        fn requests(&self) -> Vec<(Sequence, usize)> {
+            if self.step == self.steps {
+                return Vec::new();
+            }
+            (0..self.width)
+                .map(|k| {
+                    let seq = Sequence {
+                        ids: vec![k as u32; self.len + self.step],
+                        ..Default::default()
+                    };
+                    (seq, self.step % 2)
+                })
+                .collect()
+        }
+        fn feed(&mut self, logits: Vec<Vec<f32>>) {
+            assert_eq!(logits.len(), self.width);
+            self.sum += logits.iter().map(|l| l[0]).sum::<f32>();
+            self.step += 1;
+        }
+        fn take_output(&mut self) -> Option<Self::Output> {
+            (self.step == self.steps).then_some((self.id, self.sum, self.steps))
+        }
+    }
+
+    #[test]
+    fn every_row_comes_out_once_within_the_token_budget() {
+        let budget = 100;
+        let mut max_batch = 0;
+        let mut mixed_heads = false;
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = out.clone();
+        let stats = run(
+            SchedulerConfig {
+                max_batch_tokens: budget,
+                max_active: 4,
+            },
+            |tx| {
+                for id in 0..20u64 {
+                    let item = if id % 7 == 3 {
+                        Admission::Bad(BadRow {
+                            row: id,
+                            id: Some(id.to_string()),
+                            reason: "bad".into(),
+                        })
+                    } else {
+                        // Later rows need fewer steps, so they finish first.
+                        Admission::Task(Fake {
+                            id,
+                            steps: (20 - id as usize) % 4,
+                            width: 3,
+                            len: 5 + id as usize,
+                            step: 0,
+                            sum: 0.0,
+                        })
+                    };
+                    tx.send((id, item)).unwrap();
+                }
+                Ok(())
+            },
+            |seqs, heads| {
+                max_batch = max_batch.max(seqs.iter().map(|s| s.ids.len()).sum::<usize>());
+                mixed_heads |= heads.windows(2).any(|w| w[0] != w[1]);
+                Ok(seqs.iter().map(|s| vec![s.ids.len() as f32]).collect())
+            },
+            move |rx| {
+                for (row, item) in rx {
+                    sink.lock().unwrap().push(match item {
+                        Finished::Done((id, sum, _)) => {
+                            assert_eq!(row, id);
+                            (id, sum)
+                        }
+                        Finished::Bad(b) => (b.row, -1.0),
+                    });
+                }
+                Ok(())
+            },
+            |_| {},
+        )
+        .unwrap();
+        let mut out = out.lock().unwrap();
+        // Rows finish out of order, but a row can overtake only the questions in
+        // flight with it (at most max_active).
+        for (k, r) in out.iter().enumerate() {
+            assert!(r.0 as usize <= k + 4, "row {} came out {k}th", r.0);
+        }
+        out.sort_by_key(|r| r.0);
+        let ids: Vec<u64> = out.iter().map(|r| r.0).collect();
+        assert_eq!(ids, (0..20).collect::<Vec<_>>());
+        for &(id, sum) in out.iter() {
+            if id % 7 == 3 {
+                assert_eq!(sum, -1.0);
+            } else {
+                let (steps, len) = ((20 - id as usize) % 4, 5 + id as usize);
+                let want: usize = (0..steps).map(|s| 3 * (len + s)).sum();
+                assert_eq!(sum, want as f32, "row {id}");
+            }
+        }
+        assert!(max_batch <= budget, "a batch used {max_batch} tokens");
+        assert!(mixed_heads, "hops of different questions share batches");
+        assert_eq!((stats.rows, stats.bad_rows), (20, 3));
+    }
+}

@@ -1,0 +1,173 @@
+//! The library API (`hopscore::jobs`): a job fed Arrow batches through `process`
+//! yields the rows and bad rows of the CLI's output and quarantine files, with the
+//! same columns, and the run metadata as schema metadata.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Field, Schema};
+use hopscore::jobs::{build, DeviceConfig, Job, JobConfig};
+
+fn write(path: &Path, batch: &RecordBatch) {
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
+fn strings(n: usize, f: impl Fn(usize) -> Option<String>) -> Arc<StringArray> {
+    Arc::new((0..n).map(f).collect::<StringArray>())
+}
+
+/// Feeds `input` to `job` in batches of `rows` rows and checks the concatenated
+/// outputs against the CLI's `output` file and its quarantine file.
+fn assert_process_matches_files(
+    job: &mut dyn Job,
+    input: &RecordBatch,
+    rows: usize,
+    output: &Path,
+) {
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    while at < input.num_rows() {
+        let n = rows.min(input.num_rows() - at);
+        let out = job.process(&input.slice(at, n)).unwrap();
+        assert_eq!(
+            out.rows.schema(),
+            job.output_schema(&input.schema()).unwrap()
+        );
+        assert_eq!(out.quarantine.schema(), job.quarantine_schema());
+        good.push(out.rows);
+        bad.push(out.quarantine);
+        at += n;
+    }
+    let good = concat_batches(&good[0].schema(), &good).unwrap();
+    let bad = concat_batches(&bad[0].schema(), &bad).unwrap();
+    let file = common::read_parquet(output);
+    let quarantine = common::read_parquet(&output.with_extension("quarantine.parquet"));
+    assert!(good.num_rows() > 0 && bad.num_rows() > 0);
+    assert_eq!(good.columns(), file.columns());
+    assert_eq!(bad.columns(), quarantine.columns());
+    let fields = |s: &Schema| s.fields().clone();
+    assert_eq!(fields(&good.schema()), fields(&file.schema()));
+    let meta: std::collections::HashMap<String, String> = job.metadata().iter().cloned().collect();
+    assert_eq!(good.schema().metadata(), &meta);
+    assert!(meta["hopscore.model_sha256"].len() == 64);
+}
+
+#[test]
+fn classify_job_batches_equal_the_cli_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tokenizer = common::word_tokenizer(tmp.path());
+    let n = 40;
+    let words = |i: usize| {
+        (0..i % 11 + 2)
+            .map(|k| format!("w{}", (i * 7 + k) % 900 + 3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let input = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("text_a", DataType::Utf8, true),
+            Field::new("text_b", DataType::Utf8, true),
+        ])),
+        vec![
+            strings(n, |i| (i != 5).then(|| format!("r{i}"))),
+            strings(n, |i| match i {
+                7 => None,
+                8 => Some("  ".into()),
+                _ => Some(words(i)),
+            }),
+            strings(n, |i| (i % 3 != 0).then(|| words(i + 3))),
+        ],
+    )
+    .unwrap();
+    let path = tmp.path().join("pairs.parquet");
+    write(&path, &input);
+    let output = tmp.path().join("scores.parquet");
+    let args = hopscore::cli::classify::ClassifyArgs {
+        model: common::fixture("deberta/v3_seqcls"),
+        tokenizer: Some(tokenizer),
+        input: path,
+        output: output.clone(),
+        head: None,
+        max_batch_tokens: 100,
+        max_length: None,
+        quarantine: None,
+        device: hopscore::cli::DeviceOpts::CPU,
+    };
+    let summary = hopscore::cli::classify::run(&args).unwrap();
+    assert_eq!((summary.scored, summary.quarantined), (37, 3));
+    let mut job = build(JobConfig::Classify(args.config()), &DeviceConfig::CPU).unwrap();
+    assert_process_matches_files(job.as_mut(), &input, 16, &output);
+    // A batch without the required column is a job-level error naming it.
+    let err = job.process(&input.project(&[0, 2]).unwrap()).unwrap_err();
+    assert!(format!("{err:#}").contains("text_a"), "{err:#}");
+}
+
+#[test]
+fn loglik_job_batches_equal_the_cli_files() {
+    let Some(gguf) = common::SMOLLM2_GGUF.require() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 12;
+    let text = |i: usize| ["river", "city", "film", "born", "year", "who"][i % 6];
+    let input = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("prompt", DataType::Utf8, true),
+            Field::new("target", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(
+                (0..n as i64)
+                    .map(|i| (i != 4).then_some(i))
+                    .collect::<Int64Array>(),
+            ),
+            strings(n, |i| {
+                Some(if i == 9 {
+                    String::new()
+                } else {
+                    format!("Document: the {} of the {}.", text(i), text(i + 1))
+                })
+            }),
+            strings(n, |i| (i != 2).then(|| format!(" which {}?", text(i + 2)))),
+        ],
+    )
+    .unwrap();
+    let path = tmp.path().join("ll.parquet");
+    write(&path, &input);
+    let output = tmp.path().join("ll_out.parquet");
+    let args = hopscore::cli::loglik::LoglikArgs {
+        model: gguf,
+        tokenizer: None,
+        input: path,
+        output: output.clone(),
+        temperature: 1.4,
+        min_shared_prefix: 4,
+        max_batch_tokens: 128,
+        max_length: None,
+        quarantine: None,
+        device: hopscore::cli::DeviceOpts::CPU,
+    };
+    hopscore::cli::loglik::run(&args).unwrap();
+    let mut job = build(JobConfig::Loglik(args.config()), &DeviceConfig::CPU).unwrap();
+    assert_process_matches_files(job.as_mut(), &input, 5, &output);
+    assert!(
+        job.output_schema(&input.schema())
+            .unwrap()
+            .field(0)
+            .data_type()
+            == &DataType::Int64
+    );
+}
