@@ -71,6 +71,10 @@ def test_a_job_is_called_per_record_batch_and_numbers_rows_per_call(pairs, reque
     # The bad row is the third of the table, the first of the second batch.
     assert whole.quarantine.column("row").to_pylist() == [2]
     assert job.process(table.slice(2)).quarantine.column("row").to_pylist() == [0]
+    # Any Arrow stream (__arrow_c_stream__: polars, DuckDB, readers) is taken as well.
+    stream = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1))
+    streamed = job.process(stream)
+    assert streamed.rows.equals(whole.rows) and streamed.quarantine.equals(whole.quarantine)
 
 
 def test_a_bad_input_schema_raises_naming_the_column(request):
