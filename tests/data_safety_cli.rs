@@ -322,7 +322,7 @@ fn broken_gold_labels_are_scored_and_skipped_by_eval() {
     assert_eq!(run(&mut bm25(&q, &out, &[])).0, Some(0));
     assert_eq!(rows(&out), 3, "every row is scored");
     assert_eq!(rows(&tmp.path().join("o.quarantine.parquet")), 0);
-    let report = hopscore::cli::eval::evaluate(&q, &out, &[2]).unwrap();
+    let report = hopscore::metrics::eval::evaluate(&q, &out, &[2]).unwrap();
     assert_eq!(report.gold_questions, 1);
     assert_eq!(report.gold_bad_rows.count, 2);
     assert_eq!(report.unknown.count, 0, "their predictions are not unknown");
@@ -546,81 +546,105 @@ impl hopscore::strategy::Strategy for ThreeSteps {
     }
 }
 
+/// [`ThreeSteps`] searches with a scorer that notes, at its 10th batch, how many parts
+/// the writer has committed.
+struct ThreeStepsScorer {
+    manifest: PathBuf,
+    batches: usize,
+    committed_midway: Option<usize>,
+}
+
+impl ThreeStepsScorer {
+    fn committed(&self) -> usize {
+        std::fs::read_to_string(&self.manifest)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .map_or(0, |m| m["parts"].as_array().map_or(0, Vec::len))
+    }
+}
+
+impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
+    type Task = ThreeSteps;
+    type Row = String;
+    fn metadata(&self) -> &[(String, String)] {
+        &[]
+    }
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        use arrow::datatypes::{DataType, Field, Schema};
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]))
+    }
+    fn prepare(&self) -> hopscore::jobs::questions::Prepare<ThreeSteps> {
+        Arc::new(|q: &Question| {
+            Ok(ThreeSteps {
+                id: q.id.clone(),
+                step: 0,
+            })
+        })
+    }
+    fn finish(id: String) -> Result<String, (String, String)> {
+        Ok(id)
+    }
+    fn to_batch(&self) -> hopscore::jobs::questions::ToBatch<String> {
+        let schema = self.schema();
+        Arc::new(move |chunk: &[String]| {
+            Ok(arrow::array::RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(arrow::array::StringArray::from_iter_values(chunk))],
+            )?)
+        })
+    }
+    fn score(
+        &mut self,
+        seqs: &[hopscore::model::batch::Sequence],
+        _: &[usize],
+    ) -> anyhow::Result<Vec<Vec<f32>>> {
+        self.batches += 1;
+        if self.batches == 10 {
+            // Wait for the writer (a hang guard, not a speed limit).
+            let mut seen = self.committed();
+            for _ in 0..3000 {
+                if seen >= 3 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                seen = self.committed();
+            }
+            self.committed_midway = Some(seen);
+        }
+        Ok(vec![vec![0.0]; seqs.len()])
+    }
+}
+
 #[test]
 fn parts_commit_as_soon_as_their_rows_finish() {
-    use arrow::datatypes::{DataType, Field, Schema};
-    use hopscore::cli::question_run::{self, RunArgs};
+    use hopscore::jobs::questions::QuestionJob;
+    use hopscore::pipeline::questions::{run, FileRun};
     let tmp = tempfile::tempdir().unwrap();
     let q = tmp.path().join("q.parquet");
     write_questions(&q, &questions(6, "red"));
     let out = tmp.path().join("o.parquet");
-    let manifest = tmp.path().join("o.parquet.parts/manifest.json");
-    let committed = move || -> usize {
-        std::fs::read_to_string(&manifest)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .map_or(0, |m| m["parts"].as_array().map_or(0, Vec::len))
-    };
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]));
-    let (mut batches, mut committed_midway) = (0, None);
-    let args = RunArgs {
+    let mut job = QuestionJob::new(
+        ThreeStepsScorer {
+            manifest: tmp.path().join("o.parquet.parts/manifest.json"),
+            batches: 0,
+            committed_midway: None,
+        },
+        hopscore::pipeline::SchedulerConfig {
+            // One request per batch: 6 questions × 3 steps = 18 batches.
+            max_batch_tokens: 10,
+            max_active: 64,
+        },
+    );
+    let opts = FileRun {
         input: q.clone(),
         output: out.clone(),
-        // One request per batch: 6 questions × 3 steps = 18 batches.
-        max_batch_tokens: 10,
-        max_active: 64,
         quarantine: None,
         resume: false,
         shard: None,
         part_rows: 1,
     };
-    let write_schema = schema.clone();
-    question_run::run(
-        &args,
-        question_run::Command {
-            metadata: Vec::new(),
-            prepare: |q: &Question| {
-                Ok(ThreeSteps {
-                    id: q.id.clone(),
-                    step: 0,
-                })
-            },
-            finish: Ok,
-            write_part: move |path: &Path, ids: Vec<String>, meta: &[(String, String)]| {
-                hopscore::io::parquet_io::write_in_batches(
-                    path,
-                    write_schema.clone(),
-                    meta,
-                    &ids,
-                    64,
-                    |chunk| {
-                        Ok(arrow::array::RecordBatch::try_new(
-                            write_schema.clone(),
-                            vec![Arc::new(arrow::array::StringArray::from_iter_values(chunk))],
-                        )?)
-                    },
-                )
-            },
-            schema,
-            score: |seqs: &[hopscore::model::batch::Sequence], _: &[usize]| {
-                batches += 1;
-                if batches == 10 {
-                    // Wait for the writer (a hang guard, not a speed limit).
-                    let mut seen = committed();
-                    for _ in 0..3000 {
-                        if seen >= 3 {
-                            break;
-                        }
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                        seen = committed();
-                    }
-                    committed_midway = Some(seen);
-                }
-                Ok(vec![vec![0.0]; seqs.len()])
-            },
-        },
-    )
-    .unwrap();
+    run(&mut job, &opts).unwrap();
+    let (batches, committed_midway) = (job.scorer.batches, job.scorer.committed_midway);
     assert_eq!(batches, 18);
     let midway = committed_midway.unwrap();
     // Questions 0–2 finished in batches 3, 6 and 9 (oldest first).

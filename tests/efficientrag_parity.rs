@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::cli::label::{Models, TagPooling};
+use hopscore::jobs::label::{Models, TagPooling};
 use hopscore::strategy::efficientrag::{ChunkSource, EfficientRag, LoopConfig, PoolChunks};
 use hopscore::strategy::Strategy;
 use hopscore::text::render::efficientrag_chunk;

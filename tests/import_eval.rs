@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int32Builder, ListBuilder, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use hopscore::cli::eval::{evaluate, EvalReport};
 use hopscore::cli::import::{run as import, ImportArgs, ImportSummary};
 use hopscore::io::parquet_io::{create_writer, string_column, ParquetInput};
 use hopscore::io::questions::{to_batch, Dataset, Question, QuestionReader, SupportingFact};
+use hopscore::metrics::eval::{evaluate, EvalReport};
 
 fn import_files(dataset: Dataset, files: &[PathBuf], out: &Path) -> ImportSummary {
     import(&ImportArgs {

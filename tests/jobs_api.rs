@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::array::{Int64Array, RecordBatch, RecordBatchReader, StringArray};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::jobs::{build, DeviceConfig, Job, JobConfig};
@@ -25,6 +25,35 @@ fn write(path: &Path, batch: &RecordBatch) {
 
 fn strings(n: usize, f: impl Fn(usize) -> Option<String>) -> Arc<StringArray> {
     Arc::new((0..n).map(f).collect::<StringArray>())
+}
+
+/// The key-value metadata of a Parquet file.
+fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(path).unwrap(),
+    )
+    .unwrap();
+    let kv = reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap();
+    kv.iter()
+        .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// Every row of a Parquet file (none or more) as one record batch.
+fn read_all(path: &Path) -> RecordBatch {
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(path).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let schema = reader.schema();
+    let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+    concat_batches(&schema, &batches).unwrap()
 }
 
 /// Feeds `input` to `job` in batches of `rows` rows and checks the concatenated
@@ -51,16 +80,21 @@ fn assert_process_matches_files(
     }
     let good = concat_batches(&good[0].schema(), &good).unwrap();
     let bad = concat_batches(&bad[0].schema(), &bad).unwrap();
-    let file = common::read_parquet(output);
-    let quarantine = common::read_parquet(&output.with_extension("quarantine.parquet"));
-    assert!(good.num_rows() > 0 && bad.num_rows() > 0);
+    let file = read_all(output);
+    let quarantine = read_all(&output.with_extension("quarantine.parquet"));
+    assert_eq!(good.num_rows() + bad.num_rows(), input.num_rows());
     assert_eq!(good.columns(), file.columns());
     assert_eq!(bad.columns(), quarantine.columns());
     let fields = |s: &Schema| s.fields().clone();
     assert_eq!(fields(&good.schema()), fields(&file.schema()));
     let meta: std::collections::HashMap<String, String> = job.metadata().iter().cloned().collect();
     assert_eq!(good.schema().metadata(), &meta);
-    assert!(meta["hopscore.model_sha256"].len() == 64);
+    // The footer holds the job's metadata (question runs add the input's).
+    let footer = key_values(output);
+    assert!(meta.contains_key("hopscore.version"));
+    for (k, v) in &meta {
+        assert_eq!(footer.get(k), Some(v), "{k}");
+    }
 }
 
 #[test]
@@ -170,4 +204,66 @@ fn loglik_job_batches_equal_the_cli_files() {
             .data_type()
             == &DataType::Int64
     );
+}
+
+/// The HotpotQA slice as a question file in `dir`, and its rows as one batch.
+fn question_file(dir: &Path) -> (std::path::PathBuf, RecordBatch) {
+    let path = dir.join("questions.parquet");
+    hopscore::cli::import::run(&hopscore::cli::import::ImportArgs {
+        dataset: hopscore::io::questions::Dataset::HotpotQa,
+        files: vec![common::data_file("hotpotqa")],
+        output: path.clone(),
+        quarantine: None,
+        row_group_rows: 1024,
+    })
+    .unwrap();
+    (path.clone(), common::read_parquet(&path))
+}
+
+fn run_args(input: &Path, output: &Path) -> hopscore::cli::question_run::RunArgs {
+    hopscore::cli::question_run::RunArgs {
+        input: input.to_path_buf(),
+        output: output.to_path_buf(),
+        max_batch_tokens: 4096,
+        max_active: 8,
+        quarantine: None,
+        resume: false,
+        shard: None,
+        part_rows: 5,
+    }
+}
+
+#[test]
+fn question_job_batches_equal_the_cli_files() {
+    let Some(tokenizer) = common::DEBERTA_V3_TOKENIZER.require() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, questions) = question_file(tmp.path());
+    let output = tmp.path().join("chains.parquet");
+    let args = hopscore::cli::beam::BeamArgs {
+        model: common::fixture("beam/model"),
+        tokenizer: Some(tokenizer),
+        beam_size: 2,
+        hops: hopscore::jobs::beam::Hops::FromData,
+        tau: -1.0,
+        max_hops: 4,
+        run: run_args(&input, &output),
+        device: hopscore::cli::DeviceOpts::CPU,
+    };
+    hopscore::cli::beam::run(&args).unwrap();
+    let mut job = build(JobConfig::Beam(args.config()), &DeviceConfig::CPU).unwrap();
+    assert_process_matches_files(job.as_mut(), &questions, 7, &output);
+
+    let bm25 = tmp.path().join("bm25.parquet");
+    let cli = <hopscore::cli::Cli as clap::Parser>::parse_from([
+        "hopscore", "lepus", "--scorer", "bm25", "--input", "i", "--output", "o",
+    ]);
+    let hopscore::cli::Command::Lepus(mut args) = cli.command else {
+        unreachable!("a lepus command line")
+    };
+    args.run = run_args(&input, &bm25);
+    hopscore::cli::lepus::run(&args).unwrap();
+    let mut job = build(JobConfig::Lepus(args.config()), &DeviceConfig::CPU).unwrap();
+    assert_process_matches_files(job.as_mut(), &questions, 11, &bm25);
 }

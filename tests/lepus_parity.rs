@@ -23,9 +23,10 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Float32Type, Int32Type};
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::cli::lepus::{self, LmEncoder, LmSetup};
+use hopscore::cli::lepus;
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
 use hopscore::jobs::decoder::load_decoder;
+use hopscore::jobs::lepus::{score_requests, LmEncoder, LmSetup};
 use hopscore::strategy::lepus::{parse_templates, Ensemble, InstructionPosition, LepusConfig};
 use hopscore::strategy::Strategy;
 use serde_json::Value;
@@ -171,7 +172,7 @@ fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
                 );
             }
             let seqs: Vec<_> = requests.into_iter().map(|(s, _)| s).collect();
-            let logprobs = lepus::score_requests(&be, &loaded.model, &seqs, temperature).unwrap();
+            let logprobs = score_requests(&be, &loaded.model, &seqs, temperature).unwrap();
             let means: Vec<f32> = logprobs
                 .iter()
                 .map(|lp| (lp.iter().map(|&x| f64::from(x)).sum::<f64>() / lp.len() as f64) as f32)

@@ -1,40 +1,18 @@
-//! `hopscore label`: EfficientRAG (SPEC §2) over a question file: the Labeler tags
-//! retrieved chunks and keeps their useful tokens, the Filter writes the next query,
-//! for up to `--max-iter` iterations, through the streaming pipeline.
+//! `hopscore label`: the arguments of the label job ([`crate::jobs::label`]) and its
+//! run over a question file ([`crate::pipeline::questions`]).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
-use arrow::array::{
-    ArrayRef, Float32Builder, Int32Builder, ListArray, ListBuilder, RecordBatch, StringArray,
-    StringBuilder, StructArray,
-};
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Fields, Schema};
-use clap::{Args, ValueEnum};
+use anyhow::Result;
+use clap::Args;
 
-use super::question_run::{self, RunArgs, RunSummary};
+use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
-use crate::backend::Backend;
-use crate::io::columns::list_of;
-use crate::io::fingerprint::{file_sha256, model_sha256};
-use crate::io::metadata::run_metadata;
-use crate::io::parquet_io::write_in_batches;
 use crate::io::paths::Named;
-use crate::io::questions::Question;
 use crate::jobs::device::with_backend;
-use crate::model::batch::{PackedBatch, Sequence};
-use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
-use crate::model::heads::Pooling;
-use crate::retrieve::Corpus;
-use crate::strategy::efficientrag::{
-    ChunkSource, EfficientRag, Iteration, LabelResult, LoopConfig, PoolChunks, FILTER, LABELER,
-    MAX_ITER, TOP_K,
-};
-use crate::strategy::Strategy;
-use crate::text::render::efficientrag_chunk;
-use crate::text::TextTokenizer;
+use crate::jobs::label::{self, LabelConfig, TagPooling};
+use crate::pipeline::questions;
+use crate::strategy::efficientrag::{MAX_ITER, TOP_K};
 
 #[derive(Debug, Clone, Args)]
 pub struct LabelArgs {
@@ -70,175 +48,23 @@ pub struct LabelArgs {
     pub device: DeviceOpts,
 }
 
-/// The `--tag-pooling` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TagPooling {
-    Cls,
-    Mean,
-}
-
-/// A loaded model and where its heads' logits are.
-struct Scorer<B: Backend> {
-    model: CrossEncoder<B>,
-    /// Every weight file (their checksums go into the run metadata).
-    weights: Vec<PathBuf>,
-    /// Index of the tag head (Labeler only) and its class count.
-    tags: Option<(usize, usize)>,
-    tokens: usize,
-}
-
-impl<B: Backend> Scorer<B> {
-    /// Loads `dir` and finds its token head (2 labels) and, when `tags`, its tag head.
-    fn load(be: &B, dir: &Path, role: &str, tags: Option<TagPooling>) -> Result<Self> {
-        let files = ModelFiles::open(dir)?;
-        let mut specs = files.heads();
-        let names = specs.iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
-        let need = if tags.is_some() {
-            "`token_classifier` (2 labels) and `pooler.dense` + `sequence_classifier` (2 or 3 tags)"
-        } else {
-            "a token-classification `classifier` (2 labels)"
-        };
-        let bad = || {
-            anyhow::anyhow!(
-                "{} is not an EfficientRAG {role} checkpoint: it needs {need} (heads found: {})",
-                dir.display(),
-                if names.is_empty() { "none" } else { &names }
-            )
-        };
-        specs.retain(|s| s.name == "token" || (tags.is_some() && s.name == "sequence"));
-        let tokens = specs
-            .iter()
-            .position(|s| s.name == "token" && s.num_labels == 2)
-            .ok_or_else(bad)?;
-        let tags = match tags {
-            None => None,
-            Some(pooling) => {
-                let k = specs
-                    .iter()
-                    .position(|s| s.name == "sequence" && matches!(s.num_labels, 2 | 3))
-                    .ok_or_else(bad)?;
-                if pooling == TagPooling::Mean {
-                    specs[k].pooling = Pooling::MeanPooler;
-                }
-                Some((k, specs[k].num_labels))
-            }
-        };
-        let weights = files.weights_paths();
-        let model = CrossEncoder::from_weights(be, &files.weights, files.config, specs)
-            .with_context(|| format!("loading the {role} in {}", dir.display()))?;
-        Ok(Self {
-            model,
-            weights,
-            tags,
-            tokens,
-        })
-    }
-
-    /// Per sequence: the tag logits (if any), then the token logits `[len, 2]`.
-    fn score(&self, be: &B, seqs: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
-        let batch = PackedBatch::pack(seqs.iter().copied());
-        let out = self.model.forward(be, &batch, false)?;
-        let cu = &batch.layout.cu_seqlens;
-        Ok((0..seqs.len())
-            .map(|j| {
-                let mut v = Vec::new();
-                if let Some((h, n)) = self.tags {
-                    v.extend_from_slice(&out.logits[h].data[j * n..(j + 1) * n]);
-                }
-                v.extend_from_slice(&out.logits[self.tokens].data[2 * cu[j]..2 * cu[j + 1]]);
-                v
-            })
-            .collect())
-    }
-}
-
-/// The Labeler and the Filter, scoring the requests of [`EfficientRag`] searches.
-pub struct Models<B: Backend> {
-    labeler: Scorer<B>,
-    filter: Scorer<B>,
-}
-
-impl<B: Backend> Models<B> {
-    /// Loads both checkpoints (their heads are checked; errors name what is missing).
-    pub fn load(be: &B, labeler: &Path, filter: &Path, pooling: TagPooling) -> Result<Self> {
-        Ok(Self {
-            labeler: Scorer::load(be, labeler, "Labeler", Some(pooling))?,
-            filter: Scorer::load(be, filter, "Filter", None)?,
-        })
-    }
-
-    /// Classes of the Labeler's tag head (2 or 3).
-    pub fn n_tags(&self) -> usize {
-        self.labeler.tags.expect("the Labeler has a tag head").1
-    }
-
-    /// Logits of a mixed batch: [`LABELER`] requests go to the Labeler, [`FILTER`]
-    /// requests to the Filter (the layouts the strategy expects).
-    pub fn score(&self, be: &B, seqs: &[Sequence], heads: &[usize]) -> Result<Vec<Vec<f32>>> {
-        let mut out = vec![Vec::new(); seqs.len()];
-        for (head, scorer) in [(LABELER, &self.labeler), (FILTER, &self.filter)] {
-            let picked: Vec<usize> = (0..seqs.len()).filter(|&k| heads[k] == head).collect();
-            if picked.is_empty() {
-                continue;
-            }
-            let batch: Vec<&Sequence> = picked.iter().map(|&k| &seqs[k]).collect();
-            for (k, l) in picked.into_iter().zip(scorer.score(be, &batch)?) {
-                out[k] = l;
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// A corpus as a chunk source: chunks `"{title}: {text}"` (just the text when the
-/// title is empty); BM25 over `title + " " + text`.
-struct CorpusChunks(Corpus);
-
-impl ChunkSource for CorpusChunks {
-    fn search(&self, query: &str, k: usize) -> Vec<usize> {
-        self.0
-            .index
-            .search(query, k)
-            .iter()
-            .map(|h| h.doc)
-            .collect()
-    }
-    fn chunk(&self, doc: usize) -> String {
-        let (title, text) = (&self.0.titles[doc], &self.0.texts[doc]);
-        if title.is_empty() {
-            text.clone()
-        } else {
-            efficientrag_chunk(title, text, None)
+impl LabelArgs {
+    /// The library's config of the job.
+    pub fn config(&self) -> LabelConfig {
+        LabelConfig {
+            labeler: self.labeler.clone(),
+            filter: self.filter.clone(),
+            tokenizer: self.tokenizer.clone(),
+            corpus: self.corpus.clone(),
+            tag_pooling: self.tag_pooling,
+            max_iter: self.max_iter,
+            top_k: self.top_k,
+            scheduler: self.run.scheduler(),
         }
     }
 }
 
-/// One question's loop plus its id.
-struct Job {
-    id: String,
-    search: EfficientRag,
-}
-
-impl Strategy for Job {
-    type Output = (String, Result<LabelResult, String>);
-    fn requests(&self) -> Vec<(Sequence, usize)> {
-        self.search.requests()
-    }
-    fn feed(&mut self, logits: Vec<Vec<f32>>) {
-        self.search.feed(logits);
-    }
-    fn take_output(&mut self) -> Option<Self::Output> {
-        let outcome = self.search.take_output()?;
-        Some((std::mem::take(&mut self.id), outcome))
-    }
-}
-
-/// A finished question.
-struct Labeled {
-    id: String,
-    result: LabelResult,
-}
-
+/// Runs `hopscore label`.
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
     let corpus: Vec<Named> = args
@@ -247,232 +73,8 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
         .map(|c| Named::new("--corpus", c))
         .collect();
     args.run.check_paths(&corpus)?;
-    anyhow::ensure!(args.max_iter >= 1, "--max-iter must be at least 1");
-    anyhow::ensure!(args.top_k >= 1, "--top-k must be at least 1");
-    with_backend!(&args.device.config(), be => run_on(be, args))
-}
-
-fn run_on<B: Backend>(be: &B, args: &LabelArgs) -> Result<RunSummary> {
-    let models = Models::load(be, &args.labeler, &args.filter, args.tag_pooling)?;
-    let n_tags = models.n_tags();
-    let tok_path = TextTokenizer::locate(&args.labeler, args.tokenizer.as_deref())?;
-    let tok = Arc::new(TextTokenizer::from_file(&tok_path, None)?);
-    let corpus = match &args.corpus {
-        None => None,
-        Some(path) => {
-            let c = Corpus::from_parquet(path)?;
-            if c.is_empty() {
-                bail!("the corpus {} has no usable rows", path.display());
-            }
-            if c.skipped > 0 {
-                eprintln!(
-                    "corpus: {} rows skipped (first: {})",
-                    c.skipped,
-                    c.first_skip_reason.as_deref().unwrap_or("?")
-                );
-            }
-            Some(Arc::new(CorpusChunks(c)))
-        }
-    };
-    let mut options = vec![
-        ("strategy", "efficientrag".to_string()),
-        ("tokenizer_sha256", file_sha256(&tok_path)?),
-        ("filter", args.filter.display().to_string()),
-        (
-            "filter_sha256",
-            model_sha256(&args.filter, &models.filter.weights)?,
-        ),
-        (
-            "tag_pooling",
-            format!("{:?}", args.tag_pooling).to_lowercase(),
-        ),
-        ("n_tags", n_tags.to_string()),
-        ("max_iter", args.max_iter.to_string()),
-        ("top_k", args.top_k.to_string()),
-        ("device", be.name()),
-    ];
-    if let Some(path) = &args.corpus {
-        options.push(("corpus", path.display().to_string()));
-        options.push(("corpus_sha256", file_sha256(path)?));
-    }
-    let metadata = run_metadata(be, &args.labeler, &models.labeler.weights, &options)?;
-    let config = LoopConfig {
-        max_iter: args.max_iter,
-        top_k: args.top_k,
-        n_tags,
-    };
-    let source = corpus.clone();
-    let prepare = move |q: &Question| -> Result<Job, String> {
-        let source: Arc<dyn ChunkSource> = match &source {
-            Some(c) => c.clone(),
-            // The question reader has checked that there are passages.
-            None => Arc::new(PoolChunks::new(
-                q.passages
-                    .iter()
-                    .map(|p| efficientrag_chunk(&p.title, &p.text, p.sentences.as_deref()))
-                    .collect(),
-            )),
-        };
-        Ok(Job {
-            id: q.id.clone(),
-            search: EfficientRag::new(&q.question, source, tok.clone(), config),
-        })
-    };
-    let score = |seqs: &[Sequence], heads: &[usize]| models.score(be, seqs, heads);
-    let doc_ids = corpus.map(DocIds);
-    let schema = label_schema(doc_ids.is_some());
-    question_run::run(
-        &args.run,
-        question_run::Command {
-            metadata,
-            prepare,
-            finish: |(id, outcome): (String, Result<LabelResult, String>)| match outcome {
-                Ok(result) => Ok(Labeled { id, result }),
-                Err(reason) => Err((id, reason)),
-            },
-            write_part: move |path: &Path, rows: Vec<Labeled>, meta: &[(String, String)]| {
-                write_rows(path, &rows, meta, doc_ids.as_ref())
-            },
-            schema,
-            score,
-        },
-    )
-}
-
-/// Corpus ids for the output (in `--corpus` mode).
-struct DocIds(Arc<CorpusChunks>);
-
-/// Fields of one entry of the `iterations` column.
-fn iteration_fields(doc: &DataType) -> Fields {
-    Fields::from(vec![
-        Field::new("query", DataType::Utf8, false),
-        Field::new("retrieved", list_of(doc.clone()), false),
-        Field::new("tags", list_of(DataType::Utf8), false),
-        Field::new("tag_logits", list_of(list_of(DataType::Float32)), false),
-        Field::new("kept_text", list_of(DataType::Utf8), false),
-        Field::new("next_query", DataType::Utf8, true),
-    ])
-}
-
-/// Output columns; passages are pool indices (int32) or corpus ids (utf8).
-fn label_schema(corpus: bool) -> Arc<Schema> {
-    let doc = if corpus {
-        DataType::Utf8
-    } else {
-        DataType::Int32
-    };
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new(
-            "iterations",
-            list_of(DataType::Struct(iteration_fields(&doc))),
-            false,
-        ),
-        Field::new("kept", list_of(doc), false),
-        Field::new("stop", DataType::Utf8, false),
-    ]))
-}
-
-/// A list column of passage references.
-fn doc_lists<'a>(lists: impl Iterator<Item = &'a [usize]>, ids: Option<&DocIds>) -> ArrayRef {
-    match ids {
-        Some(DocIds(c)) => {
-            let mut b = ListBuilder::new(StringBuilder::new());
-            for l in lists {
-                for &d in l {
-                    b.values().append_value(&c.0.ids[d]);
-                }
-                b.append(true);
-            }
-            Arc::new(b.finish())
-        }
-        None => {
-            let mut b = ListBuilder::new(Int32Builder::new());
-            for l in lists {
-                for &d in l {
-                    b.values().append_value(d as i32);
-                }
-                b.append(true);
-            }
-            Arc::new(b.finish())
-        }
-    }
-}
-
-fn string_lists<'a, S: AsRef<str> + 'a>(
-    lists: impl Iterator<Item = impl Iterator<Item = S>>,
-) -> ArrayRef {
-    let mut b = ListBuilder::new(StringBuilder::new());
-    for l in lists {
-        for s in l {
-            b.values().append_value(s.as_ref());
-        }
-        b.append(true);
-    }
-    Arc::new(b.finish())
-}
-
-/// A `list<list<float32>>` column.
-fn nested_f32<'a>(rows: impl Iterator<Item = &'a Vec<Vec<f32>>>) -> ListArray {
-    let mut b = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
-    for row in rows {
-        for l in row {
-            b.values().values().append_slice(l);
-            b.values().append(true);
-        }
-        b.append(true);
-    }
-    b.finish()
-}
-
-/// Writes one part file.
-fn write_rows(
-    path: &Path,
-    rows: &[Labeled],
-    metadata: &[(String, String)],
-    ids: Option<&DocIds>,
-) -> Result<()> {
-    let schema = label_schema(ids.is_some());
-    write_in_batches(path, schema.clone(), metadata, rows, 256, |chunk| {
-        let its: Vec<&Iteration> = chunk.iter().flat_map(|r| &r.result.iterations).collect();
-        let doc = if ids.is_some() {
-            DataType::Utf8
-        } else {
-            DataType::Int32
-        };
-        let fields = iteration_fields(&doc);
-        let iterations = StructArray::new(
-            fields.clone(),
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    its.iter().map(|i| i.query.as_str()),
-                )),
-                doc_lists(its.iter().map(|i| i.retrieved.as_slice()), ids),
-                string_lists(its.iter().map(|i| i.tags.iter().map(|t| t.as_str()))),
-                Arc::new(nested_f32(its.iter().map(|i| &i.tag_logits))),
-                string_lists(its.iter().map(|i| i.kept_text.iter())),
-                Arc::new(StringArray::from_iter(
-                    its.iter().map(|i| i.next_query.as_deref()),
-                )),
-            ],
-            None,
-        );
-        let iterations = ListArray::new(
-            Arc::new(Field::new("item", DataType::Struct(fields), true)),
-            OffsetBuffer::from_lengths(chunk.iter().map(|r| r.result.iterations.len())),
-            Arc::new(iterations),
-            None,
-        );
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(
-                chunk.iter().map(|r| r.id.as_str()),
-            )),
-            Arc::new(iterations),
-            doc_lists(chunk.iter().map(|r| r.result.kept.as_slice()), ids),
-            Arc::new(StringArray::from_iter_values(
-                chunk.iter().map(|r| r.result.stop.as_str()),
-            )),
-        ];
-        RecordBatch::try_new(schema.clone(), columns).context("building the output batch")
+    with_backend!(owned &args.device.config(), be => {
+        let mut job = label::job(args.config(), be)?;
+        questions::run(&mut job, &args.run.file_run())
     })
 }

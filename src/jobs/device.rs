@@ -62,12 +62,6 @@ impl Default for DeviceConfig {
 /// [`DeviceConfig`]) selects, by reference (`with_backend!(d, be => …)`) or by value
 /// (`with_backend!(owned d, be => …)`); `$body` is instantiated once per backend type.
 macro_rules! with_backend {
-    ($device:expr, $be:ident => $body:expr) => {
-        $crate::jobs::device::with_backend!(owned $device, backend => {
-            let $be = &backend;
-            $body
-        })
-    };
     (owned $device:expr, $be:ident => $body:expr) => {{
         let device: &$crate::jobs::DeviceConfig = $device;
         match device.kind {
@@ -87,5 +81,11 @@ macro_rules! with_backend {
             ),
         }
     }};
+    ($device:expr, $be:ident => $body:expr) => {
+        $crate::jobs::device::with_backend!(owned $device, backend => {
+            let $be = &backend;
+            $body
+        })
+    };
 }
 pub(crate) use with_backend;

@@ -3,11 +3,14 @@
 //! yielding Arrow record batches. The CLI and the Python module both drive jobs; the
 //! file runners of [`crate::pipeline`] stream Parquet files through them.
 
+pub mod beam;
 pub mod classify;
 pub mod decoder;
 pub mod device;
+pub mod label;
+pub mod lepus;
 pub mod loglik;
-
+pub mod questions;
 pub mod rows;
 
 use anyhow::Result;
@@ -66,7 +69,10 @@ pub trait Job: Send {
 /// The config of any job, to build it without naming its type.
 #[derive(Debug, Clone)]
 pub enum JobConfig {
+    Beam(beam::BeamConfig),
     Classify(classify::ClassifyConfig),
+    Label(label::LabelConfig),
+    Lepus(lepus::LepusConfig),
     Loglik(loglik::LoglikConfig),
 }
 
@@ -75,7 +81,13 @@ pub enum JobConfig {
 pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
     device.init_threads()?;
     device::with_backend!(owned device, be => Ok(match config {
-        JobConfig::Classify(c) => Box::new(classify::job(c, be)?) as Box<dyn Job>,
+        JobConfig::Beam(c) => Box::new(beam::job(c, be)?) as Box<dyn Job>,
+        JobConfig::Classify(c) => Box::new(classify::job(c, be)?),
+        JobConfig::Label(c) => Box::new(label::job(c, be)?),
+        JobConfig::Lepus(c) => match c.scorer {
+            lepus::LepusScorer::Bm25 => Box::new(lepus::bm25_job(&c)),
+            lepus::LepusScorer::Lm => Box::new(lepus::lm_job(&c, lepus::templates(&c)?, be)?),
+        },
         JobConfig::Loglik(c) => Box::new(loglik::job(c, be)?),
     }))
 }

@@ -2,9 +2,10 @@
 //! (`hotpot_evaluate_v1.py`), retrieval EM/F1 over passage sets (Beam Retrieval), and
 //! Recall@k / answer recall AR@k over ranked passages (PathRetriever, LEPUS).
 //!
-//! Every function scores one question; averaging is the caller's job.
+//! Every function scores one question; [`eval`] averages them over a prediction file.
 
 pub mod answer;
+pub mod eval;
 pub mod retrieval;
 pub mod sets;
 

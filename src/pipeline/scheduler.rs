@@ -39,6 +39,16 @@ pub struct SchedulerConfig {
     pub max_active: usize,
 }
 
+impl Default for SchedulerConfig {
+    /// The CLI's defaults: 16384 tokens per pass, 64 questions in flight.
+    fn default() -> Self {
+        Self {
+            max_batch_tokens: 16384,
+            max_active: 64,
+        }
+    }
+}
+
 /// Counters of a run.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PipelineStats {

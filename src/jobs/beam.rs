@@ -1,0 +1,301 @@
+//! The beam job: Beam Retrieval over question rows (SPEC §1) with every score kept as
+//! a feature. Each question's passages are rendered and tokenised, and a
+//! [`BeamSearch`] asks for the hop scores the scheduler batches across questions.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{
+    ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListBuilder, RecordBatch,
+    StringArray, StringBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use rayon::prelude::*;
+
+use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use crate::backend::Backend;
+use crate::io::columns::{list_of, ScoredChainsBuilder};
+use crate::io::fingerprint::file_sha256;
+use crate::io::metadata::run_metadata;
+use crate::io::questions::Question;
+use crate::model::batch::{PackedBatch, Sequence};
+use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
+use crate::pipeline::SchedulerConfig;
+use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode};
+use crate::strategy::Strategy;
+use crate::text::render::{beam_passage, beam_question, PassageStyle};
+use crate::text::TextTokenizer;
+
+/// How many hops a question's chain has.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Hops {
+    /// This many.
+    Fixed(usize),
+    /// The question file's `hops` (as the official evaluation does).
+    FromData,
+    /// The paper's τ rule, with `tau` and `max_hops`.
+    Auto,
+}
+
+/// What to load and how to search.
+#[derive(Debug, Clone)]
+pub struct BeamConfig {
+    /// Beam Retrieval checkpoint directory (config.json + safetensors with the
+    /// `hop_classifier_layer` and `hop_n_classifier_layer` heads).
+    pub model: PathBuf,
+    /// tokenizer.json (or its directory) when the model directory has none.
+    pub tokenizer: Option<PathBuf>,
+    /// Beams kept per hop.
+    pub beam_size: usize,
+    pub hops: Hops,
+    /// [`Hops::Auto`]: continue while the best score of a hop is at least this.
+    pub tau: f32,
+    /// [`Hops::Auto`]: most hops searched (truncation budgets use this count).
+    pub max_hops: usize,
+    pub scheduler: SchedulerConfig,
+}
+
+impl BeamConfig {
+    /// The CLI's defaults for the model in `model`.
+    pub fn new(model: PathBuf) -> Self {
+        Self {
+            model,
+            tokenizer: None,
+            beam_size: 2,
+            hops: Hops::FromData,
+            tau: -1.0,
+            max_hops: 4,
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+}
+
+/// One question's search plus what the output needs besides the result.
+pub struct BeamTask {
+    id: String,
+    titles: Vec<String>,
+    search: BeamSearch,
+}
+
+/// A finished question.
+pub struct Chain {
+    id: String,
+    titles: Vec<String>,
+    result: BeamResult,
+}
+
+impl Strategy for BeamTask {
+    type Output = Chain;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        self.search.requests()
+    }
+    fn feed(&mut self, logits: Vec<Vec<f32>>) {
+        Strategy::feed(&mut self.search, logits);
+    }
+    fn take_output(&mut self) -> Option<Chain> {
+        let result = self.search.take_output()?;
+        Some(Chain {
+            id: std::mem::take(&mut self.id),
+            titles: std::mem::take(&mut self.titles),
+            result,
+        })
+    }
+}
+
+/// A loaded Beam Retrieval model with its tokenizer and search settings.
+pub struct BeamScorer<B: Backend> {
+    be: B,
+    model: CrossEncoder<B>,
+    tok: Arc<TextTokenizer>,
+    config: BeamConfig,
+    metadata: Vec<(String, String)>,
+}
+
+/// The beam job on backend `B`.
+pub type BeamJob<B> = QuestionJob<BeamScorer<B>>;
+
+/// Loads the checkpoint and tokenizer of `config` on `be`.
+pub fn job<B: Backend>(config: BeamConfig, be: B) -> Result<BeamJob<B>> {
+    anyhow::ensure!(config.beam_size >= 1, "--beam-size must be at least 1");
+    anyhow::ensure!(config.max_hops >= 1, "--max-hops must be at least 1");
+    let files = ModelFiles::open(&config.model)?;
+    let names: Vec<&str> = files.heads().iter().map(|h| h.name).collect();
+    if !(names.contains(&"hop1") && names.contains(&"hop_n")) {
+        bail!(
+            "{} is not a Beam Retrieval checkpoint: it needs the hop_classifier_layer and \
+             hop_n_classifier_layer heads (found: {})",
+            config.model.display(),
+            names.join(", ")
+        );
+    }
+    let weights_paths = files.weights_paths();
+    let model = CrossEncoder::load(&be, files, Some(&["hop1", "hop_n"]))?;
+    debug_assert_eq!(model.heads[0].spec.name, "hop1");
+    let tok_path = TextTokenizer::locate(&config.model, config.tokenizer.as_deref())?;
+    let tok = Arc::new(TextTokenizer::from_file(&tok_path, None)?);
+    let metadata = run_metadata(
+        &be,
+        &config.model,
+        &weights_paths,
+        &[
+            ("strategy", "beam".into()),
+            ("tokenizer_sha256", file_sha256(&tok_path)?),
+            ("beam_size", config.beam_size.to_string()),
+            ("hops", format!("{:?}", config.hops)),
+            ("tau", config.tau.to_string()),
+            ("max_hops", config.max_hops.to_string()),
+            ("device", be.name()),
+        ],
+    )?;
+    let scheduler = config.scheduler;
+    Ok(QuestionJob::new(
+        BeamScorer {
+            be,
+            model,
+            tok,
+            config,
+            metadata,
+        },
+        scheduler,
+    ))
+}
+
+impl<B: Backend> QuestionScorer for BeamScorer<B> {
+    type Task = BeamTask;
+    type Row = Chain;
+
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+
+    fn schema(&self) -> SchemaRef {
+        chain_schema()
+    }
+
+    fn prepare(&self) -> Prepare<BeamTask> {
+        let tok = self.tok.clone();
+        let c = &self.config;
+        let (beam_size, hops, tau, max_hops) = (c.beam_size, c.hops, c.tau, c.max_hops);
+        Arc::new(move |q| prepare(q, &tok, beam_size, hops, tau, max_hops))
+    }
+
+    fn finish(output: Chain) -> Result<Chain, (String, String)> {
+        Ok(output)
+    }
+
+    fn to_batch(&self) -> ToBatch<Chain> {
+        Arc::new(chain_batch)
+    }
+
+    fn score(&mut self, seqs: &[Sequence], heads: &[usize]) -> Result<Vec<Vec<f32>>> {
+        let out = self
+            .model
+            .forward(&self.be, &PackedBatch::pack(seqs), false)?;
+        Ok(heads
+            .iter()
+            .enumerate()
+            .map(|(k, &h)| out.logits[h].data[2 * k..2 * k + 2].to_vec())
+            .collect())
+    }
+}
+
+/// Renders and tokenises one question (SPEC §1), or says why it cannot be searched.
+fn prepare(
+    q: &Question,
+    tok: &TextTokenizer,
+    beam_size: usize,
+    hops: Hops,
+    tau: f32,
+    max_hops: usize,
+) -> Result<BeamTask, String> {
+    let mode =
+        match hops {
+            Hops::Fixed(h) => HopMode::Fixed(h),
+            Hops::Auto => HopMode::Auto { tau, max_hops },
+            Hops::FromData => match q.hop_count() {
+                0 => return Err(
+                    "no hop count in the data (no `hops`, no supporting passages): pass --hops N"
+                        .into(),
+                ),
+                h => HopMode::Fixed(h),
+            },
+        };
+    let style = PassageStyle::for_dataset(q.dataset.as_str());
+    let question = tok
+        .encode_plain(beam_question(&q.question))
+        .map_err(|e| format!("question: {e:#}"))?;
+    let passages = q
+        .passages
+        .par_iter()
+        .map(|p| tok.encode_plain(&beam_passage(style, &p.title, &p.text)))
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| format!("passage: {e:#}"))?;
+    let (question, passages) = truncate_inputs(question, passages);
+    Ok(BeamTask {
+        id: q.id.clone(),
+        titles: q.passages.iter().map(|p| p.title.clone()).collect(),
+        search: BeamSearch::new(question, passages, beam_size, mode),
+    })
+}
+
+/// Output columns, in order.
+pub fn chain_schema() -> Arc<Schema> {
+    let f32_list = || list_of(DataType::Float32);
+    let i32_list = || list_of(DataType::Int32);
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("chain", i32_list(), false),
+        Field::new("chain_titles", list_of(DataType::Utf8), false),
+        Field::new("chain_score", DataType::Float32, true),
+        Field::new("hop_scores", f32_list(), false),
+        Field::new("beams", ScoredChainsBuilder::data_type(), false),
+        Field::new("hop1_logits", list_of(f32_list()), false),
+    ]))
+}
+
+/// One record batch of output rows.
+fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
+    let i32_list = |v: &[usize]| Int32Array::from_iter_values(v.iter().map(|&x| x as i32));
+    let mut chain = ListBuilder::new(Int32Builder::new());
+    let mut titles = ListBuilder::new(StringBuilder::new());
+    let mut hop_scores = ListBuilder::new(Float32Builder::new());
+    let mut hop1 = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+    let mut beams = ScoredChainsBuilder::default();
+    for r in rows {
+        let res = &r.result;
+        chain
+            .values()
+            .append_slice(&i32_list(&res.chain).values()[..]);
+        chain.append(true);
+        for &j in &res.chain {
+            titles.values().append_value(&r.titles[j]);
+        }
+        titles.append(true);
+        hop_scores.values().append_slice(&res.hop_scores);
+        hop_scores.append(true);
+        for l in &res.hop1_logits {
+            hop1.values().values().append_slice(l);
+            hop1.values().append(true);
+        }
+        hop1.append(true);
+        for b in &res.beams {
+            beams.push(&b.chain, b.score());
+        }
+        beams.end_row();
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.id.as_str()),
+        )),
+        Arc::new(chain.finish()),
+        Arc::new(titles.finish()),
+        Arc::new(Float32Array::from_iter(
+            rows.iter().map(|r| r.result.hop_scores.last().copied()),
+        )),
+        Arc::new(hop_scores.finish()),
+        Arc::new(beams.finish()),
+        Arc::new(hop1.finish()),
+    ];
+    RecordBatch::try_new(chain_schema(), columns).context("building the output batch")
+}

@@ -1,0 +1,503 @@
+//! The label job: EfficientRAG (SPEC §2) over question rows: the Labeler tags
+//! retrieved chunks and keeps their useful tokens, the Filter writes the next query,
+//! for up to `max_iter` iterations; one scheduler batch may mix Labeler and Filter
+//! requests of many questions, and [`Models::score`] routes each to its model.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{
+    ArrayRef, Float32Builder, Int32Builder, ListArray, ListBuilder, RecordBatch, StringArray,
+    StringBuilder, StructArray,
+};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+
+use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use crate::backend::Backend;
+use crate::io::columns::list_of;
+use crate::io::fingerprint::{file_sha256, model_sha256};
+use crate::io::metadata::run_metadata;
+use crate::io::questions::Question;
+use crate::model::batch::{PackedBatch, Sequence};
+use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
+use crate::model::heads::Pooling;
+use crate::pipeline::SchedulerConfig;
+use crate::retrieve::Corpus;
+use crate::strategy::efficientrag::{
+    ChunkSource, EfficientRag, Iteration, LabelResult, LoopConfig, PoolChunks, FILTER, LABELER,
+    MAX_ITER, TOP_K,
+};
+use crate::strategy::Strategy;
+use crate::text::render::efficientrag_chunk;
+use crate::text::TextTokenizer;
+
+/// What to load and how to search.
+#[derive(Debug, Clone)]
+pub struct LabelConfig {
+    /// EfficientRAG Labeler checkpoint directory.
+    pub labeler: PathBuf,
+    /// EfficientRAG Filter checkpoint directory.
+    pub filter: PathBuf,
+    /// tokenizer.json (or its directory) when the Labeler directory has none.
+    pub tokenizer: Option<PathBuf>,
+    /// Retrieve from this corpus (Parquet `id`, `text`, optional `title`) instead of
+    /// each question's own passages.
+    pub corpus: Option<PathBuf>,
+    pub tag_pooling: TagPooling,
+    /// Most iterations (retrieve, label, filter) per question.
+    pub max_iter: usize,
+    /// Chunks retrieved per iteration.
+    pub top_k: usize,
+    pub scheduler: SchedulerConfig,
+}
+
+impl LabelConfig {
+    /// The CLI's defaults for these checkpoints.
+    pub fn new(labeler: PathBuf, filter: PathBuf) -> Self {
+        Self {
+            labeler,
+            filter,
+            tokenizer: None,
+            corpus: None,
+            tag_pooling: TagPooling::Cls,
+            max_iter: MAX_ITER,
+            top_k: TOP_K,
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+}
+
+/// Pooling of the Labeler's tag head: `Cls` (the official code: ContextPooler on
+/// [CLS]) or `Mean` (the paper: the pooler on the mean of the token states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TagPooling {
+    Cls,
+    Mean,
+}
+
+/// A loaded model and where its heads' logits are.
+struct Scorer<B: Backend> {
+    model: CrossEncoder<B>,
+    /// Every weight file (their checksums go into the run metadata).
+    weights: Vec<PathBuf>,
+    /// Index of the tag head (Labeler only) and its class count.
+    tags: Option<(usize, usize)>,
+    tokens: usize,
+}
+
+impl<B: Backend> Scorer<B> {
+    /// Loads `dir` and finds its token head (2 labels) and, when `tags`, its tag head.
+    fn load(be: &B, dir: &Path, role: &str, tags: Option<TagPooling>) -> Result<Self> {
+        let files = ModelFiles::open(dir)?;
+        let mut specs = files.heads();
+        let names = specs.iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
+        let need = if tags.is_some() {
+            "`token_classifier` (2 labels) and `pooler.dense` + `sequence_classifier` (2 or 3 tags)"
+        } else {
+            "a token-classification `classifier` (2 labels)"
+        };
+        let bad = || {
+            anyhow::anyhow!(
+                "{} is not an EfficientRAG {role} checkpoint: it needs {need} (heads found: {})",
+                dir.display(),
+                if names.is_empty() { "none" } else { &names }
+            )
+        };
+        specs.retain(|s| s.name == "token" || (tags.is_some() && s.name == "sequence"));
+        let tokens = specs
+            .iter()
+            .position(|s| s.name == "token" && s.num_labels == 2)
+            .ok_or_else(bad)?;
+        let tags = match tags {
+            None => None,
+            Some(pooling) => {
+                let k = specs
+                    .iter()
+                    .position(|s| s.name == "sequence" && matches!(s.num_labels, 2 | 3))
+                    .ok_or_else(bad)?;
+                if pooling == TagPooling::Mean {
+                    specs[k].pooling = Pooling::MeanPooler;
+                }
+                Some((k, specs[k].num_labels))
+            }
+        };
+        let weights = files.weights_paths();
+        let model = CrossEncoder::from_weights(be, &files.weights, files.config, specs)
+            .with_context(|| format!("loading the {role} in {}", dir.display()))?;
+        Ok(Self {
+            model,
+            weights,
+            tags,
+            tokens,
+        })
+    }
+
+    /// Per sequence: the tag logits (if any), then the token logits `[len, 2]`.
+    fn score(&self, be: &B, seqs: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
+        let batch = PackedBatch::pack(seqs.iter().copied());
+        let out = self.model.forward(be, &batch, false)?;
+        let cu = &batch.layout.cu_seqlens;
+        Ok((0..seqs.len())
+            .map(|j| {
+                let mut v = Vec::new();
+                if let Some((h, n)) = self.tags {
+                    v.extend_from_slice(&out.logits[h].data[j * n..(j + 1) * n]);
+                }
+                v.extend_from_slice(&out.logits[self.tokens].data[2 * cu[j]..2 * cu[j + 1]]);
+                v
+            })
+            .collect())
+    }
+}
+
+/// The Labeler and the Filter, scoring the requests of [`EfficientRag`] searches.
+pub struct Models<B: Backend> {
+    labeler: Scorer<B>,
+    filter: Scorer<B>,
+}
+
+impl<B: Backend> Models<B> {
+    /// Loads both checkpoints (their heads are checked; errors name what is missing).
+    pub fn load(be: &B, labeler: &Path, filter: &Path, pooling: TagPooling) -> Result<Self> {
+        Ok(Self {
+            labeler: Scorer::load(be, labeler, "Labeler", Some(pooling))?,
+            filter: Scorer::load(be, filter, "Filter", None)?,
+        })
+    }
+
+    /// Classes of the Labeler's tag head (2 or 3).
+    pub fn n_tags(&self) -> usize {
+        self.labeler.tags.expect("the Labeler has a tag head").1
+    }
+
+    /// Logits of a mixed batch: [`LABELER`] requests go to the Labeler, [`FILTER`]
+    /// requests to the Filter (the layouts the strategy expects).
+    pub fn score(&self, be: &B, seqs: &[Sequence], heads: &[usize]) -> Result<Vec<Vec<f32>>> {
+        let mut out = vec![Vec::new(); seqs.len()];
+        for (head, scorer) in [(LABELER, &self.labeler), (FILTER, &self.filter)] {
+            let picked: Vec<usize> = (0..seqs.len()).filter(|&k| heads[k] == head).collect();
+            if picked.is_empty() {
+                continue;
+            }
+            let batch: Vec<&Sequence> = picked.iter().map(|&k| &seqs[k]).collect();
+            for (k, l) in picked.into_iter().zip(scorer.score(be, &batch)?) {
+                out[k] = l;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A corpus as a chunk source: chunks `"{title}: {text}"` (just the text when the
+/// title is empty); BM25 over `title + " " + text`.
+struct CorpusChunks(Corpus);
+
+impl ChunkSource for CorpusChunks {
+    fn search(&self, query: &str, k: usize) -> Vec<usize> {
+        self.0
+            .index
+            .search(query, k)
+            .iter()
+            .map(|h| h.doc)
+            .collect()
+    }
+    fn chunk(&self, doc: usize) -> String {
+        let (title, text) = (&self.0.titles[doc], &self.0.texts[doc]);
+        if title.is_empty() {
+            text.clone()
+        } else {
+            efficientrag_chunk(title, text, None)
+        }
+    }
+}
+
+/// One question's loop plus its id.
+pub struct LabelTask {
+    id: String,
+    search: EfficientRag,
+}
+
+impl Strategy for LabelTask {
+    type Output = (String, Result<LabelResult, String>);
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        self.search.requests()
+    }
+    fn feed(&mut self, logits: Vec<Vec<f32>>) {
+        self.search.feed(logits);
+    }
+    fn take_output(&mut self) -> Option<Self::Output> {
+        let outcome = self.search.take_output()?;
+        Some((std::mem::take(&mut self.id), outcome))
+    }
+}
+
+/// A finished question.
+pub struct Labeled {
+    id: String,
+    result: LabelResult,
+}
+
+/// The loaded Labeler and Filter with the tokenizer, the corpus and the loop settings.
+pub struct LabelScorer<B: Backend> {
+    be: B,
+    models: Models<B>,
+    tok: Arc<TextTokenizer>,
+    corpus: Option<Arc<CorpusChunks>>,
+    loop_config: LoopConfig,
+    metadata: Vec<(String, String)>,
+}
+
+/// The label job on backend `B`.
+pub type LabelJob<B> = QuestionJob<LabelScorer<B>>;
+
+/// Loads both checkpoints, the tokenizer and the corpus of `config` on `be`.
+pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
+    anyhow::ensure!(config.max_iter >= 1, "--max-iter must be at least 1");
+    anyhow::ensure!(config.top_k >= 1, "--top-k must be at least 1");
+
+    let models = Models::load(&be, &config.labeler, &config.filter, config.tag_pooling)?;
+    let n_tags = models.n_tags();
+    let tok_path = TextTokenizer::locate(&config.labeler, config.tokenizer.as_deref())?;
+    let tok = Arc::new(TextTokenizer::from_file(&tok_path, None)?);
+    let corpus = match &config.corpus {
+        None => None,
+        Some(path) => {
+            let c = Corpus::from_parquet(path)?;
+            if c.is_empty() {
+                bail!("the corpus {} has no usable rows", path.display());
+            }
+            if c.skipped > 0 {
+                eprintln!(
+                    "corpus: {} rows skipped (first: {})",
+                    c.skipped,
+                    c.first_skip_reason.as_deref().unwrap_or("?")
+                );
+            }
+            Some(Arc::new(CorpusChunks(c)))
+        }
+    };
+    let mut options = vec![
+        ("strategy", "efficientrag".to_string()),
+        ("tokenizer_sha256", file_sha256(&tok_path)?),
+        ("filter", config.filter.display().to_string()),
+        (
+            "filter_sha256",
+            model_sha256(&config.filter, &models.filter.weights)?,
+        ),
+        (
+            "tag_pooling",
+            format!("{:?}", config.tag_pooling).to_lowercase(),
+        ),
+        ("n_tags", n_tags.to_string()),
+        ("max_iter", config.max_iter.to_string()),
+        ("top_k", config.top_k.to_string()),
+        ("device", be.name()),
+    ];
+    if let Some(path) = &config.corpus {
+        options.push(("corpus", path.display().to_string()));
+        options.push(("corpus_sha256", file_sha256(path)?));
+    }
+    let metadata = run_metadata(&be, &config.labeler, &models.labeler.weights, &options)?;
+    let loop_config = LoopConfig {
+        max_iter: config.max_iter,
+        top_k: config.top_k,
+        n_tags,
+    };
+    Ok(QuestionJob::new(
+        LabelScorer {
+            be,
+            models,
+            tok,
+            corpus,
+            loop_config,
+            metadata,
+        },
+        config.scheduler,
+    ))
+}
+
+impl<B: Backend> QuestionScorer for LabelScorer<B> {
+    type Task = LabelTask;
+    type Row = Labeled;
+
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+
+    fn schema(&self) -> SchemaRef {
+        label_schema(self.corpus.is_some())
+    }
+
+    fn prepare(&self) -> Prepare<LabelTask> {
+        let (source, tok, config) = (self.corpus.clone(), self.tok.clone(), self.loop_config);
+        Arc::new(move |q: &Question| {
+            let source: Arc<dyn ChunkSource> = match &source {
+                Some(c) => c.clone(),
+                // The question reader has checked that there are passages.
+                None => Arc::new(PoolChunks::new(
+                    q.passages
+                        .iter()
+                        .map(|p| efficientrag_chunk(&p.title, &p.text, p.sentences.as_deref()))
+                        .collect(),
+                )),
+            };
+            Ok(LabelTask {
+                id: q.id.clone(),
+                search: EfficientRag::new(&q.question, source, tok.clone(), config),
+            })
+        })
+    }
+
+    fn finish(
+        (id, outcome): (String, Result<LabelResult, String>),
+    ) -> Result<Labeled, (String, String)> {
+        match outcome {
+            Ok(result) => Ok(Labeled { id, result }),
+            Err(reason) => Err((id, reason)),
+        }
+    }
+
+    fn to_batch(&self) -> ToBatch<Labeled> {
+        let ids = self.corpus.clone().map(DocIds);
+        Arc::new(move |rows: &[Labeled]| label_batch(rows, ids.as_ref()))
+    }
+
+    fn score(&mut self, seqs: &[Sequence], heads: &[usize]) -> Result<Vec<Vec<f32>>> {
+        self.models.score(&self.be, seqs, heads)
+    }
+}
+
+/// Corpus ids for the output (in `--corpus` mode).
+struct DocIds(Arc<CorpusChunks>);
+
+/// Fields of one entry of the `iterations` column.
+fn iteration_fields(doc: &DataType) -> Fields {
+    Fields::from(vec![
+        Field::new("query", DataType::Utf8, false),
+        Field::new("retrieved", list_of(doc.clone()), false),
+        Field::new("tags", list_of(DataType::Utf8), false),
+        Field::new("tag_logits", list_of(list_of(DataType::Float32)), false),
+        Field::new("kept_text", list_of(DataType::Utf8), false),
+        Field::new("next_query", DataType::Utf8, true),
+    ])
+}
+
+/// Output columns; passages are pool indices (int32) or corpus ids (utf8).
+fn label_schema(corpus: bool) -> Arc<Schema> {
+    let doc = if corpus {
+        DataType::Utf8
+    } else {
+        DataType::Int32
+    };
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new(
+            "iterations",
+            list_of(DataType::Struct(iteration_fields(&doc))),
+            false,
+        ),
+        Field::new("kept", list_of(doc), false),
+        Field::new("stop", DataType::Utf8, false),
+    ]))
+}
+
+/// A list column of passage references.
+fn doc_lists<'a>(lists: impl Iterator<Item = &'a [usize]>, ids: Option<&DocIds>) -> ArrayRef {
+    match ids {
+        Some(DocIds(c)) => {
+            let mut b = ListBuilder::new(StringBuilder::new());
+            for l in lists {
+                for &d in l {
+                    b.values().append_value(&c.0.ids[d]);
+                }
+                b.append(true);
+            }
+            Arc::new(b.finish())
+        }
+        None => {
+            let mut b = ListBuilder::new(Int32Builder::new());
+            for l in lists {
+                for &d in l {
+                    b.values().append_value(d as i32);
+                }
+                b.append(true);
+            }
+            Arc::new(b.finish())
+        }
+    }
+}
+
+fn string_lists<'a, S: AsRef<str> + 'a>(
+    lists: impl Iterator<Item = impl Iterator<Item = S>>,
+) -> ArrayRef {
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for l in lists {
+        for s in l {
+            b.values().append_value(s.as_ref());
+        }
+        b.append(true);
+    }
+    Arc::new(b.finish())
+}
+
+/// A `list<list<float32>>` column.
+fn nested_f32<'a>(rows: impl Iterator<Item = &'a Vec<Vec<f32>>>) -> ListArray {
+    let mut b = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+    for row in rows {
+        for l in row {
+            b.values().values().append_slice(l);
+            b.values().append(true);
+        }
+        b.append(true);
+    }
+    b.finish()
+}
+
+/// One record batch of output rows.
+fn label_batch(chunk: &[Labeled], ids: Option<&DocIds>) -> Result<RecordBatch> {
+    let schema = label_schema(ids.is_some());
+    {
+        let its: Vec<&Iteration> = chunk.iter().flat_map(|r| &r.result.iterations).collect();
+        let doc = if ids.is_some() {
+            DataType::Utf8
+        } else {
+            DataType::Int32
+        };
+        let fields = iteration_fields(&doc);
+        let iterations = StructArray::new(
+            fields.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    its.iter().map(|i| i.query.as_str()),
+                )),
+                doc_lists(its.iter().map(|i| i.retrieved.as_slice()), ids),
+                string_lists(its.iter().map(|i| i.tags.iter().map(|t| t.as_str()))),
+                Arc::new(nested_f32(its.iter().map(|i| &i.tag_logits))),
+                string_lists(its.iter().map(|i| i.kept_text.iter())),
+                Arc::new(StringArray::from_iter(
+                    its.iter().map(|i| i.next_query.as_deref()),
+                )),
+            ],
+            None,
+        );
+        let iterations = ListArray::new(
+            Arc::new(Field::new("item", DataType::Struct(fields), true)),
+            OffsetBuffer::from_lengths(chunk.iter().map(|r| r.result.iterations.len())),
+            Arc::new(iterations),
+            None,
+        );
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(
+                chunk.iter().map(|r| r.id.as_str()),
+            )),
+            Arc::new(iterations),
+            doc_lists(chunk.iter().map(|r| r.result.kept.as_slice()), ids),
+            Arc::new(StringArray::from_iter_values(
+                chunk.iter().map(|r| r.result.stop.as_str()),
+            )),
+        ];
+        RecordBatch::try_new(schema.clone(), columns).context("building the output batch")
+    }
+}

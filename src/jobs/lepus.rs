@@ -1,0 +1,651 @@
+//! The lepus job: LEPUS / PromptRank reranking of each question's passage pool with a
+//! causal LM (SPEC §3); or, with [`LepusScorer::Bm25`], the BM25 ranking of the same
+//! pools as a baseline.
+//!
+//! Per question (on the reader thread): the question gets `?`; each passage is cut
+//! to `--max-doc-tokens` tokens as the official `shorten_paragraph_if_necessary`
+//! does (decode the first tokens, clean up spaces before punctuation as
+//! transformers 4.x did, append `". "` unless it ends with `.`), optionally titled
+//! `Title: {t}. `; each passage's second-hop candidates are the other passages of
+//! the pool ranked by TF-IDF cosine to the question (the vectorizer fitted on those
+//! candidates' texts, `strip_accents="unicode"`, `stop_words="english"`, as the
+//! official `TopTfIdf`), the best `--second-hops` kept. The search itself is
+//! [`crate::strategy::lepus`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, ensure, Context, Result};
+use arrow::array::{
+    ArrayRef, Float32Array, Float32Builder, Int32Builder, ListBuilder, RecordBatch, StringArray,
+    StringBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use rayon::prelude::*;
+
+use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use crate::backend::Backend;
+use crate::io::columns::{list_of, ScoredChainsBuilder};
+use crate::io::metadata::{run_metadata, tool_metadata};
+use crate::io::questions::Question;
+use crate::model::batch::Sequence;
+use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
+use crate::pipeline::SchedulerConfig;
+use crate::retrieve::tfidf::TfIdfOptions;
+use crate::retrieve::{Bm25Index, TfIdf};
+use crate::strategy::lepus::{
+    parse_templates, question_text, Ensemble, InstructionPosition, LepusConfig as SearchConfig,
+    LepusResult, LepusSearch, PromptEncoder, ScoredPath, Template, DEFAULT_INSTRUCTIONS,
+};
+use crate::strategy::Strategy;
+use crate::text::causal_tokenizer::CausalTokenizer;
+use crate::text::words::clean_up_tokenization;
+
+/// Which scorer ranks the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LepusScorer {
+    Lm,
+    Bm25,
+}
+
+/// What to load and how to rank.
+#[derive(Debug, Clone)]
+pub struct LepusConfig {
+    /// A GGUF file, a directory holding one, or an HF directory (not needed with
+    /// [`LepusScorer::Bm25`]).
+    pub model: Option<PathBuf>,
+    /// tokenizer.json (or a directory holding it) instead of the model's own.
+    pub tokenizer: Option<PathBuf>,
+    pub scorer: LepusScorer,
+    /// Instruction file (default: hopscore's own set, src/strategy/lepus_instructions.txt).
+    pub templates: Option<PathBuf>,
+    /// Templates used (the first N of the set).
+    pub num_templates: usize,
+    pub instruction_position: InstructionPosition,
+    /// Ensemble over templates of single-document scores.
+    pub ensemble: Ensemble,
+    /// Ensemble over templates of path scores.
+    pub path_ensemble: Ensemble,
+    /// K1: the best single documents expanded into two-document paths.
+    pub first_hops: usize,
+    /// K2: second documents per expanded document.
+    pub second_hops: usize,
+    /// Prepend `Title: {title}. ` to every document.
+    pub title: bool,
+    /// Documents are cut to this many tokens.
+    pub max_doc_tokens: usize,
+    /// Prompt + question are cut to this many tokens.
+    pub max_prompt_tokens: usize,
+    /// Logits are divided by this before the log-softmax (must be > 0).
+    pub temperature: f32,
+    /// Shared leading tokens from which sequences of a batch reuse one prefix pass
+    /// (0: off).
+    pub min_shared_prefix: usize,
+    pub scheduler: SchedulerConfig,
+}
+
+impl LepusConfig {
+    /// The CLI's defaults for the LM in `model`.
+    pub fn new(model: PathBuf) -> Self {
+        Self {
+            model: Some(model),
+            tokenizer: None,
+            scorer: LepusScorer::Lm,
+            templates: None,
+            num_templates: 1,
+            instruction_position: InstructionPosition::After,
+            ensemble: Ensemble::Mean,
+            path_ensemble: Ensemble::Mean,
+            first_hops: 5,
+            second_hops: 3,
+            title: false,
+            max_doc_tokens: 230,
+            max_prompt_tokens: 600,
+            temperature: 1.0,
+            min_shared_prefix: crate::model::decoder::MIN_SHARED_PREFIX,
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+}
+
+/// One output row.
+pub struct Ranked {
+    id: String,
+    titles: Vec<String>,
+    result: LepusResult,
+    /// The best path (LEPUS) or the two best documents (BM25).
+    best_path: Vec<usize>,
+    best_path_score: Option<f32>,
+}
+
+/// A LEPUS search with what the output needs besides its result.
+pub struct LmTask {
+    id: String,
+    titles: Vec<String>,
+    search: LepusSearch,
+}
+
+impl Strategy for LmTask {
+    type Output = Result<Ranked, (String, String)>;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        self.search.requests()
+    }
+    fn feed(&mut self, logprobs: Vec<Vec<f32>>) {
+        Strategy::feed(&mut self.search, logprobs);
+    }
+    fn take_output(&mut self) -> Option<Self::Output> {
+        let result = self.search.take_output()?;
+        let id = self.id.clone();
+        Some(result.map_err(|reason| (id, reason)).map(|result| {
+            let best = result.best_path();
+            Ranked {
+                id: std::mem::take(&mut self.id),
+                titles: std::mem::take(&mut self.titles),
+                best_path: best.as_ref().map_or_else(Vec::new, |p| p.chain.clone()),
+                best_path_score: best.map(|p| p.score),
+                result,
+            }
+        }))
+    }
+}
+
+/// The BM25 baseline: ranked at admission, no model requests.
+pub struct Bm25Task(Option<Ranked>);
+
+impl Strategy for Bm25Task {
+    type Output = Result<Ranked, (String, String)>;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        Vec::new()
+    }
+    fn feed(&mut self, _: Vec<Vec<f32>>) {
+        unreachable!("BM25 makes no model requests")
+    }
+    fn take_output(&mut self) -> Option<Self::Output> {
+        self.0.take().map(Ok)
+    }
+}
+
+/// Encodes `prompt.trim() + " " + question` with the model's tokenizer (prompt and
+/// question tokenised separately, BOS when the tokenizer asks for it), cut to
+/// `max_tokens`.
+pub struct LmEncoder {
+    pub tok: Arc<CausalTokenizer>,
+    pub max_tokens: usize,
+}
+
+impl PromptEncoder for LmEncoder {
+    fn encode(&self, prompt: &str, question: &str) -> Result<Sequence, String> {
+        let enc = self
+            .tok
+            .encode_pair(&format!("{} ", prompt.trim()), question)
+            .map_err(|e| format!("{e:#}"))?;
+        if enc.target_start == 0 {
+            return Err("the prompt is empty and the model adds no BOS".into());
+        }
+        if enc.target_start >= self.max_tokens {
+            return Err(format!(
+                "the prompt is {} tokens: no question token fits in --max-prompt-tokens {}",
+                enc.target_start, self.max_tokens
+            ));
+        }
+        let mut ids = enc.ids;
+        ids.truncate(self.max_tokens);
+        let mut type_ids = vec![0u32; ids.len()];
+        type_ids[enc.target_start..].fill(1);
+        Ok(Sequence {
+            ids,
+            type_ids,
+            mask: Vec::new(),
+        })
+    }
+}
+
+/// The official `shorten_paragraph_if_necessary`: a text over `max_tokens` tokens is
+/// decoded from its first `max_tokens`, with `". "` appended unless it ends with `.`.
+pub fn shorten(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<String> {
+    let ids = leading_ids(tok, text, max_tokens)?;
+    if ids.len() <= max_tokens {
+        return Ok(text.to_string());
+    }
+    let cut = clean_up_tokenization(&tok.decode(&ids[..max_tokens])?);
+    Ok(if cut.trim().ends_with('.') {
+        cut
+    } else {
+        format!("{cut}. ")
+    })
+}
+
+/// The ids of `text`, or, for a long text, at least its first `max_tokens + 1` ids
+/// without tokenising all of it (a tokenizer holds several copies of its input per
+/// byte: a 2 MB passage took hundreds of MB). Prefixes of growing length are encoded
+/// until two of them agree on the first `max_tokens + 1` ids (cutting a text changes
+/// only the tokens near the cut).
+fn leading_ids(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<Vec<u32>> {
+    let prefix = |bytes: usize| {
+        let mut end = bytes.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        &text[..end]
+    };
+    let want = max_tokens + 1;
+    let mut len = (64 * want).max(4096);
+    let mut shorter: Option<Vec<u32>> = None;
+    while len < text.len() {
+        let ids = tok.encode(prefix(len))?;
+        if ids.len() > want {
+            if let Some(s) = shorter.as_ref().filter(|s| s.len() > want) {
+                if s[..want] == ids[..want] {
+                    return Ok(ids);
+                }
+            }
+        }
+        shorter = Some(ids);
+        len *= 2;
+    }
+    tok.encode(text)
+}
+
+/// Per passage, the other non-blank passages ranked by TF-IDF cosine to the question
+/// (fitted on those candidates), the best `k` (none when their vocabulary is empty).
+pub fn tfidf_expansions(question: &str, texts: &[&str], k: usize) -> Vec<Vec<usize>> {
+    (0..texts.len())
+        .map(|d| {
+            let cands: Vec<usize> = (0..texts.len())
+                .filter(|&j| j != d && !texts[j].trim().is_empty())
+                .collect();
+            let docs: Vec<&str> = cands.iter().map(|&j| texts[j]).collect();
+            let model = TfIdf::with_options(&docs, TfIdfOptions::LEPUS);
+            if model.is_empty() {
+                return Vec::new();
+            }
+            let all: Vec<usize> = (0..docs.len()).collect();
+            model
+                .rank(question, &all, k)
+                .into_iter()
+                .map(|h| cands[h.doc])
+                .collect()
+        })
+        .collect()
+}
+
+/// How every question's search is set up.
+pub struct LmSetup {
+    pub tok: Arc<CausalTokenizer>,
+    pub encoder: Arc<dyn PromptEncoder>,
+    pub templates: Arc<[Template]>,
+    pub config: SearchConfig,
+    /// K2.
+    pub second_hops: usize,
+    /// `Title: {t}. ` before each document.
+    pub title: bool,
+    pub max_doc_tokens: usize,
+}
+
+impl LmSetup {
+    fn prepare(&self, q: &Question) -> Result<LmTask, String> {
+        Ok(LmTask {
+            id: q.id.clone(),
+            titles: q.passages.iter().map(|p| p.title.clone()).collect(),
+            search: self.search(q)?,
+        })
+    }
+
+    /// The search of one question: documents shortened (and titled), second hops
+    /// ranked by TF-IDF.
+    pub fn search(&self, q: &Question) -> Result<LepusSearch, String> {
+        let question = question_text(&q.question);
+        let docs = q
+            .passages
+            .par_iter()
+            .map(|p| {
+                if p.text.trim().is_empty() {
+                    return Ok(None);
+                }
+                let body = shorten(&self.tok, &p.text, self.max_doc_tokens)?;
+                Ok(Some(if self.title {
+                    format!("Title: {}. {body}", p.title)
+                } else {
+                    body
+                }))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| format!("passage: {e:#}"))?;
+        let texts: Vec<&str> = q.passages.iter().map(|p| p.text.as_str()).collect();
+        let expansions = tfidf_expansions(&question, &texts, self.second_hops);
+        Ok(LepusSearch::new(
+            &question,
+            docs,
+            expansions,
+            self.templates.clone(),
+            self.config,
+            self.encoder.clone(),
+        ))
+    }
+}
+
+/// BM25 of the question against each passage's `title text`, ranked (ties: passage
+/// order).
+fn bm25_ranking(q: &Question) -> Ranked {
+    let index = Bm25Index::over_passages(&q.passages);
+    let scores = index.scores(&q.question);
+    let single: Vec<f32> = (0..index.len())
+        .map(|d| scores.get(&d).copied().unwrap_or(0.0) as f32)
+        .collect();
+    let mut ranking: Vec<usize> = (0..index.len()).collect();
+    ranking.sort_by(|&a, &b| single[b].total_cmp(&single[a]));
+    Ranked {
+        id: q.id.clone(),
+        titles: q.passages.iter().map(|p| p.title.clone()).collect(),
+        best_path: ranking.iter().take(2).copied().collect(),
+        best_path_score: None,
+        result: LepusResult {
+            doc_scores: ranking.iter().map(|&d| single[d]).collect(),
+            ranking,
+            top_paths: Vec::new(),
+            single_scores: single.into_iter().map(Some).collect(),
+        },
+    }
+}
+
+/// The BM25 baseline (no model).
+pub struct Bm25Scorer {
+    metadata: Vec<(String, String)>,
+}
+
+/// The lepus job with [`LepusScorer::Bm25`].
+pub type Bm25Job = QuestionJob<Bm25Scorer>;
+
+/// The BM25 baseline job.
+pub fn bm25_job(config: &LepusConfig) -> Bm25Job {
+    let metadata = tool_metadata(&[("strategy", "lepus".to_string()), ("scorer", "bm25".into())]);
+    QuestionJob::new(Bm25Scorer { metadata }, config.scheduler)
+}
+
+impl QuestionScorer for Bm25Scorer {
+    type Task = Bm25Task;
+    type Row = Ranked;
+
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+
+    fn schema(&self) -> SchemaRef {
+        ranked_schema()
+    }
+
+    fn prepare(&self) -> Prepare<Bm25Task> {
+        Arc::new(|q: &Question| Ok(Bm25Task(Some(bm25_ranking(q)))))
+    }
+
+    fn finish(outcome: Result<Ranked, (String, String)>) -> Result<Ranked, (String, String)> {
+        outcome
+    }
+
+    fn to_batch(&self) -> ToBatch<Ranked> {
+        Arc::new(batch)
+    }
+
+    fn score(&mut self, _: &[Sequence], _: &[usize]) -> Result<Vec<Vec<f32>>> {
+        bail!("BM25 makes no model requests")
+    }
+}
+
+/// A loaded causal LM with the search setup.
+pub struct LmScorer<B: Backend> {
+    be: B,
+    model: DecoderForCausalLM<B>,
+    setup: Arc<LmSetup>,
+    temperature: f32,
+    metadata: Vec<(String, String)>,
+}
+
+/// The lepus job with [`LepusScorer::Lm`] on backend `B`.
+pub type LmJob<B> = QuestionJob<LmScorer<B>>;
+
+/// Checks the settings of `config` and reads its instruction templates (before any
+/// model loads).
+pub fn templates(config: &LepusConfig) -> Result<Vec<Template>> {
+    ensure!(
+        config.temperature > 0.0 && config.temperature.is_finite(),
+        "--temperature must be positive, got {}",
+        config.temperature
+    );
+    ensure!(config.first_hops >= 1, "--first-hops must be at least 1");
+    ensure!(
+        config.max_doc_tokens >= 1,
+        "--max-doc-tokens must be at least 1"
+    );
+    model_path(config)?;
+    let instructions = match &config.templates {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read --templates {}", p.display()))?,
+        None => DEFAULT_INSTRUCTIONS.to_string(),
+    };
+    parse_templates(
+        &instructions,
+        config.instruction_position,
+        config.num_templates,
+    )
+    .map_err(anyhow::Error::msg)
+}
+
+fn model_path(config: &LepusConfig) -> Result<&std::path::Path> {
+    config
+        .model
+        .as_deref()
+        .context("--model is required with --scorer lm (a GGUF file or HF directory)")
+}
+
+/// Loads the LM and tokenizer of `config` on `be`; `templates` from [`templates`].
+pub fn lm_job<B: Backend>(
+    config: &LepusConfig,
+    templates: Vec<Template>,
+    be: B,
+) -> Result<LmJob<B>> {
+    let model_path = model_path(config)?;
+    let mut loaded = super::decoder::load_decoder(&be, model_path, config.tokenizer.as_deref())?;
+    loaded.model.min_shared_prefix = config.min_shared_prefix;
+    let context = loaded.model.config.max_position_embeddings;
+    ensure!(
+        config.max_prompt_tokens <= context,
+        "--max-prompt-tokens {} is over the model's context of {context} tokens",
+        config.max_prompt_tokens
+    );
+    let search = SearchConfig {
+        first_hops: config.first_hops,
+        ensemble: config.ensemble,
+        path_ensemble: config.path_ensemble,
+    };
+    let options = [
+        ("strategy", "lepus".to_string()),
+        ("scorer", "lm".to_string()),
+        ("model_type", loaded.model.config.model_type.clone()),
+        (
+            "templates",
+            serde_json::to_string(&templates.iter().map(|t| &t.0).collect::<Vec<_>>())?,
+        ),
+        ("ensemble", format!("{:?}", config.ensemble).to_lowercase()),
+        (
+            "path_ensemble",
+            format!("{:?}", config.path_ensemble).to_lowercase(),
+        ),
+        ("first_hops", config.first_hops.to_string()),
+        ("second_hops", config.second_hops.to_string()),
+        ("title", config.title.to_string()),
+        ("max_doc_tokens", config.max_doc_tokens.to_string()),
+        ("max_prompt_tokens", config.max_prompt_tokens.to_string()),
+        ("temperature", config.temperature.to_string()),
+        ("add_bos", loaded.tokenizer.add_bos.to_string()),
+        ("device", be.name()),
+    ];
+    let metadata = run_metadata(&be, model_path, &loaded.weights_paths, &options)?;
+    let tok = Arc::new(loaded.tokenizer);
+    let setup = LmSetup {
+        encoder: Arc::new(LmEncoder {
+            tok: tok.clone(),
+            max_tokens: config.max_prompt_tokens,
+        }),
+        tok,
+        templates: templates.into(),
+        config: search,
+        second_hops: config.second_hops,
+        title: config.title,
+        max_doc_tokens: config.max_doc_tokens,
+    };
+    Ok(QuestionJob::new(
+        LmScorer {
+            be,
+            model: loaded.model,
+            setup: Arc::new(setup),
+            temperature: config.temperature,
+            metadata,
+        },
+        config.scheduler,
+    ))
+}
+
+impl<B: Backend> LmScorer<B> {
+    /// Prompt tokens of the scored sequences, and those run through the model after
+    /// shared-prefix reuse.
+    pub fn prefix_token_counts(&self) -> (usize, usize) {
+        self.model.token_counts()
+    }
+}
+
+impl<B: Backend> QuestionScorer for LmScorer<B> {
+    type Task = LmTask;
+    type Row = Ranked;
+
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+
+    fn schema(&self) -> SchemaRef {
+        ranked_schema()
+    }
+
+    fn prepare(&self) -> Prepare<LmTask> {
+        let setup = self.setup.clone();
+        Arc::new(move |q: &Question| setup.prepare(q))
+    }
+
+    fn finish(outcome: Result<Ranked, (String, String)>) -> Result<Ranked, (String, String)> {
+        outcome
+    }
+
+    fn to_batch(&self) -> ToBatch<Ranked> {
+        Arc::new(batch)
+    }
+
+    fn score(&mut self, seqs: &[Sequence], _: &[usize]) -> Result<Vec<Vec<f32>>> {
+        score_requests(&self.be, &self.model, seqs, self.temperature)
+    }
+}
+
+/// Log-probabilities of the question tokens (`type_ids` 1) of each request.
+pub fn score_requests<B: Backend>(
+    be: &B,
+    model: &DecoderForCausalLM<B>,
+    seqs: &[Sequence],
+    temperature: f32,
+) -> Result<Vec<Vec<f32>>> {
+    let scored: Vec<ScoredSequence> = seqs
+        .iter()
+        .map(|s| ScoredSequence {
+            ids: s.ids.clone(),
+            target_start: s
+                .type_ids
+                .iter()
+                .position(|&t| t == 1)
+                .expect("every prompt marks its question tokens"),
+        })
+        .collect();
+    model.target_logprobs(be, &scored, temperature)
+}
+
+/// Output columns, in order.
+fn ranked_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("chain", list_of(DataType::Int32), false),
+        Field::new("chain_titles", list_of(DataType::Utf8), false),
+        Field::new("doc_scores", list_of(DataType::Float32), false),
+        Field::new("best_path", list_of(DataType::Int32), false),
+        Field::new("best_path_score", DataType::Float32, true),
+        Field::new("top_paths", ScoredChainsBuilder::data_type(), false),
+        Field::new("single_scores", list_of(DataType::Float32), false),
+    ]))
+}
+
+fn indices(v: &[usize]) -> impl Iterator<Item = i32> + '_ {
+    v.iter().map(|&x| x as i32)
+}
+
+/// One record batch of output rows.
+fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
+    let mut chain = ListBuilder::new(Int32Builder::new());
+    let mut titles = ListBuilder::new(StringBuilder::new());
+    let mut doc_scores = ListBuilder::new(Float32Builder::new());
+    let mut best = ListBuilder::new(Int32Builder::new());
+    let mut single = ListBuilder::new(Float32Builder::new());
+    let mut top_paths = ScoredChainsBuilder::default();
+    for r in rows {
+        let res = &r.result;
+        chain.values().extend(indices(&res.ranking).map(Some));
+        chain.append(true);
+        for &j in &res.ranking {
+            titles.values().append_value(&r.titles[j]);
+        }
+        titles.append(true);
+        doc_scores.values().append_slice(&res.doc_scores);
+        doc_scores.append(true);
+        best.values().extend(indices(&r.best_path).map(Some));
+        best.append(true);
+        single.values().extend(res.single_scores.iter().copied());
+        single.append(true);
+        for ScoredPath { chain, score } in &res.top_paths {
+            top_paths.push(chain, *score);
+        }
+        top_paths.end_row();
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.id.as_str()),
+        )),
+        Arc::new(chain.finish()),
+        Arc::new(titles.finish()),
+        Arc::new(doc_scores.finish()),
+        Arc::new(best.finish()),
+        Arc::new(Float32Array::from_iter(
+            rows.iter().map(|r| r.best_path_score),
+        )),
+        Arc::new(top_paths.finish()),
+        Arc::new(single.finish()),
+    ];
+    RecordBatch::try_new(ranked_schema(), columns).context("building the output batch")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansions_rank_the_other_passages_by_tfidf() {
+        let texts = [
+            "The river flows north.",
+            "Apricots grow on the terraces.",
+            "",
+            "The terraces face the river.",
+        ];
+        let e = tfidf_expansions("Which terraces grow apricots?", &texts, 2);
+        assert_eq!(e[0], vec![1, 3]);
+        assert_eq!(e[1], vec![3, 0]);
+        assert_eq!(e[3], vec![1, 0]);
+        assert_eq!(
+            e[2].len(),
+            2,
+            "a blank passage is no candidate but can be expanded"
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! Jobs over question files (`beam`, `label`, `lepus`): a [`QuestionScorer`] turns a
+//! question into a search ([`Strategy`]), scores batches of its model requests and
+//! turns finished searches into output rows; [`QuestionJob`] drives it as a [`Job`]
+//! through the continuous-batching scheduler, which mixes the requests of the
+//! questions of a batch into token-budget forward passes. The file runner
+//! ([`crate::pipeline::questions`]) drives the same parts across a whole file.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Result;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+
+use super::{with_metadata, Job, JobOutput};
+use crate::io::quarantine::{self, BadRow};
+use crate::io::questions::{check_schema, decode_batch, Question};
+use crate::model::batch::Sequence;
+use crate::pipeline::{self, Admission, Finished, SchedulerConfig};
+use crate::strategy::Strategy;
+
+/// Builds a question's search, or says why the question cannot be searched.
+pub type Prepare<T> = Arc<dyn Fn(&Question) -> Result<T, String> + Send + Sync>;
+/// Builds one record batch of output rows.
+pub type ToBatch<R> = Arc<dyn Fn(&[R]) -> Result<RecordBatch> + Send + Sync>;
+
+/// The output of a finished search of `S`.
+pub type Output<S> = <<S as QuestionScorer>::Task as Strategy>::Output;
+
+/// The model-specific part of a question job.
+pub trait QuestionScorer: Send {
+    /// One question's search.
+    type Task: Strategy + 'static;
+    /// One output row.
+    type Row: Send + 'static;
+    /// Run metadata of the output files (the file runner adds the input's).
+    fn metadata(&self) -> &[(String, String)];
+    /// The output columns.
+    fn schema(&self) -> SchemaRef;
+    /// The question → search step (run on the reader thread).
+    fn prepare(&self) -> Prepare<Self::Task>;
+    /// A finished search as an output row, or `(id, reason)` to quarantine it.
+    fn finish(output: Output<Self>) -> Result<Self::Row, (String, String)>;
+    /// Output rows → record batch (run on the writer thread).
+    fn to_batch(&self) -> ToBatch<Self::Row>;
+    /// Scores one batch: sequences and head indices → logits per sequence.
+    fn score(&mut self, seqs: &[Sequence], heads: &[usize]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// A [`QuestionScorer`] with its scheduling limits, as a [`Job`].
+pub struct QuestionJob<S> {
+    pub scorer: S,
+    pub scheduler: SchedulerConfig,
+    /// Rows given to [`Job::process`] so far.
+    next_row: u64,
+}
+
+impl<S: QuestionScorer> QuestionJob<S> {
+    pub fn new(scorer: S, scheduler: SchedulerConfig) -> Self {
+        Self {
+            scorer,
+            scheduler,
+            next_row: 0,
+        }
+    }
+}
+
+/// Each admitted row of a batch, or the bad ones with their reason.
+pub fn admit<T>(prepare: &Prepare<T>, row: u64, item: Result<Question, BadRow>) -> Admission<T> {
+    match item {
+        Ok(q) => match prepare(&q) {
+            Ok(task) => Admission::Task(task),
+            Err(reason) => Admission::Bad(BadRow {
+                row,
+                id: Some(q.id.clone()),
+                reason,
+            }),
+        },
+        Err(bad) => Admission::Bad(bad),
+    }
+}
+
+/// A finished row as an output row or a bad row.
+pub fn settle<S: QuestionScorer>(row: u64, item: Finished<Output<S>>) -> Result<S::Row, BadRow> {
+    match item {
+        Finished::Done(out) => S::finish(out).map_err(|(id, reason)| BadRow {
+            row,
+            id: Some(id),
+            reason,
+        }),
+        Finished::Bad(bad) => Err(bad),
+    }
+}
+
+impl<S: QuestionScorer> Job for QuestionJob<S> {
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        check_schema(input)
+    }
+
+    fn output_schema(&self, _input: &Schema) -> Result<SchemaRef> {
+        Ok(with_metadata(&self.scorer.schema(), self.scorer.metadata()))
+    }
+
+    fn metadata(&self) -> &[(String, String)] {
+        self.scorer.metadata()
+    }
+
+    fn batch_rows(&self) -> usize {
+        256
+    }
+
+    fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
+        self.check_input(&batch.schema())?;
+        let decoded = decode_batch(batch, rows)?;
+        let prepare = self.scorer.prepare();
+        let items: Vec<(u64, Result<Question, BadRow>)> =
+            rows.iter().copied().zip(decoded).collect();
+        let finished = Arc::new(Mutex::new(Vec::new()));
+        let sink = finished.clone();
+        let stats = pipeline::run(
+            self.scheduler,
+            move |tx| {
+                for (row, item) in items {
+                    if tx.send((row, admit(&prepare, row, item))).is_err() {
+                        break; // the scheduler stopped; its error is reported
+                    }
+                }
+                Ok(())
+            },
+            |seqs, heads| self.scorer.score(seqs, heads),
+            move |rx| {
+                sink.lock().expect("results lock").extend(rx);
+                Ok(())
+            },
+            |_| {},
+        )?;
+        let mut finished = std::mem::take(&mut *finished.lock().expect("results lock"));
+        finished.sort_by_key(|(row, _)| *row);
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
+        for (row, item) in finished {
+            match settle::<S>(row, item) {
+                Ok(r) => good.push(r),
+                Err(b) => bad.push(b),
+            }
+        }
+        let schema = self.output_schema(&batch.schema())?;
+        let out = (self.scorer.to_batch())(&good)?;
+        Ok(JobOutput {
+            rows: RecordBatch::try_new(schema, out.columns().to_vec())?,
+            quarantine: quarantine::batch(&bad, self.quarantine_schema())?,
+            tokens: stats.tokens,
+        })
+    }
+
+    fn rows_seen(&mut self) -> &mut u64 {
+        &mut self.next_row
+    }
+}

@@ -1,0 +1,461 @@
+//! Evaluation of a prediction file against a question file (`hopscore eval`).
+//!
+//! Per gold question: retrieval EM/F1 of the first `hops` distinct passages of the chain
+//! (order-free), Recall@k, AR@k, answer EM/F1 when the predictions have an `answer`
+//! column, and the official supporting-fact and joint scores when they have a
+//! `supporting_facts` column; averaged over all questions and per hop count. A gold question without a
+//! prediction (or with an unusable one) scores 0 everywhere and is reported.
+//!
+//! Denominators: retrieval EM/F1 and Recall@k count questions with at least one gold
+//! passage; AR@k counts questions whose gold answer is a span (not yes/no/noanswer) and,
+//! for HotpotQA, not of type `comparison` (as LEPUS does); answer EM/F1 count questions
+//! with a gold answer; SP and joint count questions with gold supporting facts
+//! (HotpotQA, 2Wiki).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Field, Int64Type};
+use serde::Serialize;
+
+use super::{
+    answer_in_passage, answer_recall_at_k, best_answer_scores, is_closed_answer, joint,
+    normalize_answer, recall_at_k, retrieval_scores, supporting_fact_scores,
+};
+use crate::io::parquet_io::{string_column, ParquetInput};
+use crate::io::questions::{self, Dataset, Question, QuestionReader, SupportingFact};
+
+/// Rows decoded at a time from either file.
+const BATCH_ROWS: usize = 4096;
+/// How many example ids the report lists for each kind of problem.
+const EXAMPLES: usize = 5;
+
+/// Averages over one group of questions (all, or one hop count).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Scores {
+    pub questions: u64,
+    /// Questions with at least one gold passage (denominator of the next four).
+    pub retrieval_questions: u64,
+    pub retrieval_em: f64,
+    pub retrieval_f1: f64,
+    /// k → Recall@k.
+    pub recall_at_k: BTreeMap<usize, f64>,
+    /// Questions with a span answer (denominator of AR@k).
+    pub answer_recall_questions: u64,
+    /// k → AR@k.
+    pub answer_recall_at_k: BTreeMap<usize, f64>,
+    /// Questions with a gold answer (denominator of answer EM/F1).
+    pub answer_questions: u64,
+    /// Present when the predictions have an `answer` column.
+    pub answer_em: Option<f64>,
+    pub answer_f1: Option<f64>,
+    /// Questions with gold supporting facts (denominator of SP and joint).
+    pub sp_questions: u64,
+    /// Present when the predictions have a `supporting_facts` column.
+    pub sp_em: Option<f64>,
+    pub sp_f1: Option<f64>,
+    /// Present when the predictions have both `answer` and `supporting_facts`.
+    pub joint_em: Option<f64>,
+    pub joint_f1: Option<f64>,
+}
+
+/// Problems with the inputs, counted (with a few example ids) rather than fatal.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Problem {
+    pub count: u64,
+    pub examples: Vec<String>,
+}
+
+impl Problem {
+    fn add(&mut self, what: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(what());
+        }
+    }
+}
+
+/// The full `eval` result.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct EvalReport {
+    pub gold_questions: u64,
+    /// Gold rows that break a question-file invariant (skipped).
+    pub gold_bad_rows: Problem,
+    pub prediction_rows: u64,
+    /// Gold questions with no prediction: scored 0.
+    pub missing: Problem,
+    /// Predictions whose chain is null or names a passage the question lacks: scored 0.
+    pub invalid: Problem,
+    /// Prediction ids not in the gold file (ignored).
+    pub unknown: Problem,
+    /// Prediction ids given more than once (the first is used).
+    pub repeated: Problem,
+    pub k: Vec<usize>,
+    pub overall: Scores,
+    /// Hop count → scores of the questions with that many hops.
+    pub by_hops: BTreeMap<usize, Scores>,
+}
+
+/// What scoring needs from a gold question.
+struct Gold {
+    id: String,
+    hops: usize,
+    supporting: Vec<usize>,
+    passages: usize,
+    answers: Vec<String>,
+    /// Per passage, whether it holds the answer; `None` when AR does not apply.
+    contains_answer: Option<Vec<bool>>,
+    facts: Option<Vec<SupportingFact>>,
+}
+
+impl Gold {
+    fn new(q: Question) -> Self {
+        let answers: Vec<String> = q.answer.iter().chain(&q.answer_aliases).cloned().collect();
+        let span = q
+            .answer
+            .as_deref()
+            .map(normalize_answer)
+            .is_some_and(|a| !a.is_empty() && !is_closed_answer(&a));
+        let comparison =
+            q.dataset == Dataset::HotpotQa && q.question_type.as_deref() == Some("comparison");
+        let contains_answer = (span && !comparison).then(|| {
+            q.passages
+                .iter()
+                .map(|p| answer_in_passage(&p.title, &p.text, answers.iter().map(String::as_str)))
+                .collect()
+        });
+        Gold {
+            hops: q.hop_count(),
+            passages: q.passages.len(),
+            supporting: q.supporting,
+            id: q.id,
+            answers,
+            contains_answer,
+            facts: q.supporting_facts,
+        }
+    }
+}
+
+/// A prediction row as read: the chain (`None` when it is null or holds a null), answer
+/// and supporting facts.
+struct Pred {
+    chain: Option<Vec<i64>>,
+    answer: Option<String>,
+    facts: Option<Vec<SupportingFact>>,
+}
+
+/// The optional columns the prediction file has.
+#[derive(Clone, Copy)]
+struct PredColumns {
+    answer: bool,
+    facts: bool,
+}
+
+/// What one question is scored on: the valid chain (`None` when missing or invalid),
+/// the answer and the supporting facts.
+#[derive(Clone, Copy)]
+struct Scored<'a> {
+    chain: Option<&'a [usize]>,
+    answer: Option<&'a str>,
+    facts: Option<&'a [SupportingFact]>,
+}
+
+/// Sums for one group; turned into [`Scores`] at the end.
+#[derive(Default)]
+struct Sums {
+    questions: u64,
+    retrieval: u64,
+    em: f64,
+    f1: f64,
+    recall: Vec<f64>,
+    ar_questions: u64,
+    ar: Vec<f64>,
+    answers: u64,
+    answer_em: f64,
+    answer_f1: f64,
+    sp_questions: u64,
+    sp_em: f64,
+    sp_f1: f64,
+    joint_em: f64,
+    joint_f1: f64,
+}
+
+impl Sums {
+    /// Adds one question.
+    fn add(&mut self, g: &Gold, p: Scored, ks: &[usize]) {
+        let chain = p.chain.unwrap_or(&[]);
+        self.questions += 1;
+        self.recall.resize(ks.len(), 0.0);
+        self.ar.resize(ks.len(), 0.0);
+        if !g.supporting.is_empty() {
+            self.retrieval += 1;
+            let s = retrieval_scores(chain, &g.supporting, g.hops);
+            self.em += s.em;
+            self.f1 += s.f1;
+            for (sum, &k) in self.recall.iter_mut().zip(ks) {
+                *sum += recall_at_k(chain, &g.supporting, k);
+            }
+        }
+        if let Some(contains) = &g.contains_answer {
+            self.ar_questions += 1;
+            for (sum, &k) in self.ar.iter_mut().zip(ks) {
+                *sum += answer_recall_at_k(chain, contains, k);
+            }
+        }
+        let answer =
+            best_answer_scores(p.answer.unwrap_or(""), g.answers.iter().map(String::as_str));
+        if let Some(a) = &answer {
+            self.answers += 1;
+            self.answer_em += a.em;
+            self.answer_f1 += a.f1;
+        }
+        if let Some(gold_facts) = &g.facts {
+            self.sp_questions += 1;
+            let sp = supporting_fact_scores(pairs(p.facts.unwrap_or(&[])), pairs(gold_facts));
+            self.sp_em += sp.em;
+            self.sp_f1 += sp.f1;
+            if let Some(a) = &answer {
+                let j = joint(a, &sp);
+                self.joint_em += j.em;
+                self.joint_f1 += j.f1;
+            }
+        }
+    }
+
+    fn scores(&self, ks: &[usize], cols: PredColumns) -> Scores {
+        let mean = |sum: f64, n: u64| if n > 0 { sum / n as f64 } else { 0.0 };
+        let per_k = |sums: &[f64], n: u64| {
+            ks.iter()
+                .zip(sums.iter().chain(std::iter::repeat(&0.0)))
+                .map(|(&k, &s)| (k, mean(s, n)))
+                .collect()
+        };
+        Scores {
+            questions: self.questions,
+            retrieval_questions: self.retrieval,
+            retrieval_em: mean(self.em, self.retrieval),
+            retrieval_f1: mean(self.f1, self.retrieval),
+            recall_at_k: per_k(&self.recall, self.retrieval),
+            answer_recall_questions: self.ar_questions,
+            answer_recall_at_k: per_k(&self.ar, self.ar_questions),
+            answer_questions: self.answers,
+            answer_em: cols.answer.then(|| mean(self.answer_em, self.answers)),
+            answer_f1: cols.answer.then(|| mean(self.answer_f1, self.answers)),
+            sp_questions: self.sp_questions,
+            sp_em: cols.facts.then(|| mean(self.sp_em, self.sp_questions)),
+            sp_f1: cols.facts.then(|| mean(self.sp_f1, self.sp_questions)),
+            joint_em: (cols.facts && cols.answer).then(|| mean(self.joint_em, self.sp_questions)),
+            joint_f1: (cols.facts && cols.answer).then(|| mean(self.joint_f1, self.sp_questions)),
+        }
+    }
+}
+
+/// `(title, sentence index)` pairs of supporting facts, as the SP metric takes them.
+fn pairs(facts: &[SupportingFact]) -> impl Iterator<Item = (&str, i32)> {
+    facts.iter().map(|f| (f.title.as_str(), f.sent_idx))
+}
+
+/// Scores the predictions in `pred` against the question file `gold` at cut-offs `ks`.
+pub fn evaluate(gold: &Path, pred: &Path, ks: &[usize]) -> Result<EvalReport> {
+    evaluate_column(gold, pred, ks, "chain")
+}
+
+/// [`evaluate`] with the chains read from the prediction column `chain_column`.
+pub fn evaluate_column(
+    gold: &Path,
+    pred: &Path,
+    ks: &[usize],
+    chain_column: &str,
+) -> Result<EvalReport> {
+    if ks.is_empty() || ks.contains(&0) {
+        bail!("--k needs positive cut-offs, e.g. --k 2,5,10");
+    }
+    let mut ks = ks.to_vec();
+    ks.sort_unstable();
+    ks.dedup();
+    let ks = ks.as_slice();
+    let mut report = EvalReport {
+        k: ks.to_vec(),
+        ..EvalReport::default()
+    };
+    let mut golds = Vec::new();
+    // Questions kept for scoring whose gold labels are unusable: skipped, reported.
+    let mut skipped = HashSet::new();
+    for (row, item) in (0u64..).zip(QuestionReader::open(gold, BATCH_ROWS)?) {
+        match item? {
+            Ok(q) if !q.gold_usable() => {
+                let why = q
+                    .issues
+                    .iter()
+                    .find(|i| i.starts_with(questions::UNUSABLE_GOLD))
+                    .cloned()
+                    .or_else(|| q.gold_problems().into_iter().next())
+                    .unwrap_or_default();
+                report
+                    .gold_bad_rows
+                    .add(|| format!("row {row} ({}): {why}; skipped", q.id));
+                skipped.insert(q.id);
+            }
+            Ok(q) => golds.push(Gold::new(q)),
+            Err(bad) => report
+                .gold_bad_rows
+                .add(|| format!("row {}: {}", bad.row, bad.reason)),
+        }
+    }
+    report.gold_questions = golds.len() as u64;
+    let gold_ids: HashMap<&str, usize> = golds
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.id.as_str(), i))
+        .collect();
+    let (preds, cols) = read_predictions(pred, chain_column, &gold_ids, &skipped, &mut report)?;
+
+    let mut overall = Sums::default();
+    let mut by_hops: BTreeMap<usize, Sums> = BTreeMap::new();
+    for (g, p) in golds.iter().zip(&preds) {
+        let chain = match p {
+            None => {
+                report.missing.add(|| g.id.clone());
+                None
+            }
+            Some(Pred { chain: None, .. }) => {
+                report
+                    .invalid
+                    .add(|| format!("{}: chain is null or holds a null index", g.id));
+                None
+            }
+            Some(Pred { chain: Some(c), .. }) => {
+                match c.iter().find(|&&i| i < 0 || i as usize >= g.passages) {
+                    Some(bad) => {
+                        report.invalid.add(|| {
+                            format!("{}: passage {bad} (the question has {})", g.id, g.passages)
+                        });
+                        None
+                    }
+                    None => Some(c.iter().map(|&i| i as usize).collect::<Vec<_>>()),
+                }
+            }
+        };
+        let scored = Scored {
+            chain: chain.as_deref(),
+            answer: p.as_ref().and_then(|p| p.answer.as_deref()),
+            facts: p.as_ref().and_then(|p| p.facts.as_deref()),
+        };
+        overall.add(g, scored, ks);
+        by_hops.entry(g.hops).or_default().add(g, scored, ks);
+    }
+    report.overall = overall.scores(ks, cols);
+    report.by_hops = by_hops
+        .into_iter()
+        .map(|(h, s)| (h, s.scores(ks, cols)))
+        .collect();
+    Ok(report)
+}
+
+/// Reads the prediction file into a vector aligned with the gold questions; returns
+/// which optional columns it has.
+fn read_predictions(
+    path: &Path,
+    chain_column: &str,
+    gold_ids: &HashMap<&str, usize>,
+    skipped: &HashSet<String>,
+    report: &mut EvalReport,
+) -> Result<(Vec<Option<Pred>>, PredColumns)> {
+    let mut input = ParquetInput::open(path, BATCH_ROWS)?;
+    input.check_column("id", &["string"], true)?;
+    let chain_type = input
+        .schema
+        .field_with_name(chain_column)
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{} has no column `{chain_column}` (list of passage indices, best first)",
+                path.display()
+            )
+        })?
+        .data_type()
+        .clone();
+    let int_list = matches!(&chain_type, DataType::List(f) | DataType::LargeList(f) if f.data_type().is_integer());
+    if !int_list {
+        bail!(
+            "column `{chain_column}` of {} has type {chain_type}; expected a list of integers (passage indices)",
+            path.display()
+        );
+    }
+    let cols = PredColumns {
+        answer: input.check_column("answer", &["string"], false)?,
+        facts: questions::check_column_type(&input.schema, "supporting_facts")
+            .with_context(|| format!("reading predictions from {}", path.display()))?,
+    };
+    let chain_as = DataType::List(std::sync::Arc::new(Field::new(
+        "item",
+        DataType::Int64,
+        true,
+    )));
+    let mut preds: Vec<Option<Pred>> = (0..gold_ids.len()).map(|_| None).collect();
+    for batch in input.by_ref() {
+        let batch = batch.with_context(|| format!("reading {}", path.display()))?;
+        for bad in &batch.bad {
+            report.prediction_rows += 1;
+            report
+                .invalid
+                .add(|| format!("prediction row {}: {}", bad.row, bad.reason));
+        }
+        let batch = batch.batch;
+        let ids = string_column(&batch, "id")?;
+        let chains = arrow::compute::cast(
+            batch.column_by_name(chain_column).expect("checked"),
+            &chain_as,
+        )?;
+        let chains = chains.as_list::<i32>();
+        let answers = cols
+            .answer
+            .then(|| string_column(&batch, "answer"))
+            .transpose()?;
+        let facts = questions::supporting_facts_column(&batch)?;
+        for r in 0..batch.num_rows() {
+            report.prediction_rows += 1;
+            if ids.is_null(r) {
+                report.unknown.add(|| "(null id)".to_string());
+                continue;
+            }
+            let id = ids.value(r);
+            let Some(&g) = gold_ids.get(id) else {
+                if !skipped.contains(id) {
+                    report.unknown.add(|| id.to_string());
+                }
+                continue;
+            };
+            if preds[g].is_some() {
+                report.repeated.add(|| id.to_string());
+                continue;
+            }
+            let chain = (!chains.is_null(r))
+                .then(|| {
+                    let values = chains.value(r);
+                    let values = values.as_primitive::<Int64Type>();
+                    (values.null_count() == 0).then(|| values.values().to_vec())
+                })
+                .flatten();
+            let answer = answers
+                .as_ref()
+                .filter(|a| !a.is_null(r))
+                .map(|a| a.value(r).to_string());
+            let facts = match facts.as_ref().map(|f| questions::supporting_facts_at(f, r)) {
+                Some(Err(why)) => {
+                    report.invalid.add(|| format!("{id}: {why}"));
+                    None
+                }
+                Some(Ok(f)) => f,
+                None => None,
+            };
+            preds[g] = Some(Pred {
+                chain,
+                answer,
+                facts,
+            });
+        }
+    }
+    Ok((preds, cols))
+}

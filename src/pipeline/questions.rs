@@ -1,0 +1,349 @@
+//! The file runner of the question jobs (`beam`, `label`, `lepus`): the reader thread
+//! prepares each row's search (or quarantines the row), the scheduler scores the
+//! searches of many questions together, and the writer commits each part of
+//! `part_rows` input rows as soon as all its rows are finished (`resume` computes only
+//! the rows no part covers), then merges the parts into the output and its quarantine
+//! file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Result;
+
+use super::control::{progress_bar, Shard, INTERRUPTED};
+use super::{Admission, Finished};
+use crate::io::fingerprint;
+use crate::io::parquet_io::{sibling, write_in_batches};
+use crate::io::parts::{parts_dir, Opened, Parts};
+use crate::io::paths::{check_outputs, Kind, Named};
+use crate::io::quarantine::{BadRow, QuarantineWriter};
+use crate::io::questions::QuestionReader;
+use crate::jobs::questions::{admit, settle, Output, QuestionJob, QuestionScorer, ToBatch};
+
+/// Output rows per record batch of a part file.
+const WRITE_ROWS: usize = 256;
+
+/// Where a run reads and writes, and how it is split and committed.
+#[derive(Debug, Clone)]
+pub struct FileRun {
+    /// Question file written by `hopscore import`.
+    pub input: PathBuf,
+    /// Output Parquet.
+    pub output: PathBuf,
+    /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
+    pub quarantine: Option<PathBuf>,
+    /// Continue an interrupted run (its `<output>.parts` directory).
+    pub resume: bool,
+    /// Process only this shard of the rows.
+    pub shard: Option<Shard>,
+    /// Input rows per committed part.
+    pub part_rows: u64,
+}
+
+impl FileRun {
+    /// The quarantine file: `quarantine` or `<output stem>.quarantine.parquet`.
+    pub fn quarantine_path(&self) -> PathBuf {
+        self.quarantine
+            .clone()
+            .unwrap_or_else(|| sibling(&self.output, "quarantine"))
+    }
+
+    /// Refuses outputs that would overwrite an input (`extra_inputs`: the job's other
+    /// input files, e.g. a corpus).
+    pub fn check_paths(&self, extra_inputs: &[Named]) -> Result<()> {
+        let mut inputs = vec![Named::new("--input", &self.input)];
+        inputs.extend_from_slice(extra_inputs);
+        check_outputs(
+            &inputs,
+            &[
+                (Named::new("--output", &self.output), Kind::File),
+                (
+                    Named::new("the quarantine file", &self.quarantine_path()),
+                    Kind::File,
+                ),
+                (
+                    Named::new("the parts directory of --output", &parts_dir(&self.output)),
+                    Kind::Dir,
+                ),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// Counts of a run.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub stats: super::PipelineStats,
+    pub quarantine_path: PathBuf,
+    /// Rows already committed by an earlier run (`--resume`).
+    pub resumed_from: u64,
+    /// Stopped by Ctrl-C: parts are committed and `--resume` continues.
+    pub interrupted: bool,
+}
+
+/// Runs `job` over the question file of `opts`. The caller installs the Ctrl-C handler
+/// ([`super::control::install_interrupt_handler`]) before loading its models, so that
+/// a Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
+pub fn run<S: QuestionScorer>(job: &mut QuestionJob<S>, opts: &FileRun) -> Result<RunSummary> {
+    opts.check_paths(&[])?;
+    let quarantine_path = opts.quarantine_path();
+    let reader = QuestionReader::open(&opts.input, 256)?;
+    let total = reader.total_rows();
+    let (start, end) = opts.shard.map_or((0, total), |s| s.range(total));
+    let mut metadata = job.scorer.metadata().to_vec();
+    metadata.extend(
+        crate::io::metadata::tool_metadata(&[
+            ("input_rows", total.to_string()),
+            ("input_sha256", fingerprint::file_sha256(&opts.input)?),
+            ("shard", opts.shard.map_or("all".into(), |s| s.to_string())),
+        ])
+        .into_iter()
+        .skip(1),
+    );
+    let summary = |stats, resumed_from, interrupted| RunSummary {
+        stats,
+        quarantine_path: quarantine_path.clone(),
+        resumed_from,
+        interrupted,
+    };
+    let parts = match Parts::open(&opts.output, &fingerprint::of(&metadata), opts.resume)? {
+        Opened::Ready(p) => p,
+        Opened::AlreadyFinished => {
+            eprintln!(
+                "{} is already complete (the interrupted clean-up of its parts is now done)",
+                opts.output.display()
+            );
+            return Ok(summary(super::PipelineStats::default(), end - start, false));
+        }
+    };
+    let committed = parts.committed();
+    let done_rows: u64 = committed.iter().map(|(a, b)| b - a).sum();
+    if done_rows > 0 {
+        eprintln!("resuming: {done_rows} rows already committed");
+    }
+    let plan = Arc::new(plan_parts(&committed, end - start, opts.part_rows));
+    let bar = progress_bar(end - start, "questions");
+    bar.set_position(done_rows);
+    let complete = Arc::new(AtomicBool::new(false));
+    let read_complete = complete.clone();
+    let (prepare, read_plan) = (job.scorer.prepare(), plan.clone());
+    let read = move |tx: crossbeam_channel::Sender<(u64, Admission<S::Task>)>| -> Result<()> {
+        let mut todo = read_plan.iter().peekable();
+        for (row, item) in (0u64..).zip(reader) {
+            if row < start {
+                continue;
+            }
+            while todo.next_if(|&&(_, b)| row - start >= b).is_some() {}
+            let Some(&&(a, _)) = todo.peek() else {
+                break; // every remaining row is committed, or past the shard
+            };
+            if row - start < a {
+                continue;
+            }
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            if tx.send((row, admit(&prepare, row, item?))).is_err() {
+                return Ok(()); // the scheduler stopped; its error is reported
+            }
+        }
+        read_complete.store(true, Ordering::SeqCst);
+        Ok(())
+    };
+    let parts = Arc::new(Mutex::new(parts));
+    let (write_parts, write_bar) = (parts.clone(), bar.clone());
+    let write_meta = metadata.clone();
+    let writer = PartWriter {
+        schema: job.scorer.schema(),
+        to_batch: job.scorer.to_batch(),
+    };
+    let write = move |rx: crossbeam_channel::Receiver<(u64, Finished<Output<S>>)>| -> Result<()> {
+        let mut parts = write_parts.lock().expect("parts lock");
+        let mut open: BTreeMap<usize, PendingPart<S::Row>> = BTreeMap::new();
+        for (row, item) in rx {
+            let rel = row - start;
+            let index = plan.partition_point(|&(_, b)| b <= rel);
+            let part = open.entry(index).or_default();
+            match settle::<S>(row, item) {
+                Ok(r) => part.rows.push((rel, r)),
+                Err(bad) => part.bad.push(bad),
+            }
+            write_bar.inc(1);
+            let (a, b) = plan[index];
+            if part.len() as u64 == b - a {
+                let part = open.remove(&index).expect("open part");
+                part.commit(&mut parts, (a, b), start, &write_meta, &writer)?;
+            }
+        }
+        // Stopped early (Ctrl-C): every row read has finished, so each open part holds
+        // a run of rows from its start; commit those.
+        for (index, part) in open {
+            part.commit_prefix(&mut parts, plan[index].0, start, &write_meta, &writer)?;
+        }
+        Ok(())
+    };
+    let progress = bar.clone();
+    let stats = super::run(
+        job.scheduler,
+        read,
+        |seqs, heads| job.scorer.score(seqs, heads),
+        write,
+        move |s| {
+            let secs = progress.elapsed().as_secs_f64().max(1e-9);
+            progress.set_message(format!(
+                "{:.0} hyp/s {:.0} tok/s",
+                s.hypotheses as f64 / secs,
+                s.tokens as f64 / secs
+            ));
+        },
+    )?;
+    bar.finish_and_clear();
+    let parts = Arc::into_inner(parts)
+        .expect("the writer has finished")
+        .into_inner()
+        .expect("parts lock");
+    let interrupted = !complete.load(Ordering::SeqCst);
+    if !interrupted {
+        parts.finish(
+            &opts.output,
+            &quarantine_path,
+            end - start,
+            (job.scorer.schema(), crate::io::quarantine::schema()),
+            &metadata,
+        )?;
+    }
+    Ok(summary(stats, done_rows, interrupted))
+}
+
+/// Writes the part files of output rows.
+struct PartWriter<R> {
+    schema: arrow::datatypes::SchemaRef,
+    to_batch: ToBatch<R>,
+}
+
+impl<R> PartWriter<R> {
+    fn write(&self, path: &Path, rows: Vec<R>, metadata: &[(String, String)]) -> Result<()> {
+        write_in_batches(
+            path,
+            self.schema.clone(),
+            metadata,
+            &rows,
+            WRITE_ROWS,
+            |chunk| (self.to_batch)(chunk),
+        )
+    }
+}
+
+/// The parts still to compute among rows `[0, rows)` (relative to the run's range):
+/// every gap between the `committed` ranges, cut into pieces of at most `part_rows`.
+pub fn plan_parts(committed: &[(u64, u64)], rows: u64, part_rows: u64) -> Vec<(u64, u64)> {
+    let mut plan = Vec::new();
+    let mut cut = |a: u64, b: u64| {
+        let mut s = a;
+        while s < b {
+            let e = (s + part_rows).min(b);
+            plan.push((s, e));
+            s = e;
+        }
+    };
+    let mut next = 0;
+    for &(a, b) in committed {
+        cut(next, a.min(rows));
+        next = next.max(b);
+    }
+    cut(next, rows);
+    plan
+}
+
+/// The finished rows of one part not yet committed.
+struct PendingPart<R> {
+    /// (row relative to the run's range, result)
+    rows: Vec<(u64, R)>,
+    bad: Vec<BadRow>,
+}
+
+impl<R> Default for PendingPart<R> {
+    fn default() -> Self {
+        Self {
+            rows: Vec::new(),
+            bad: Vec::new(),
+        }
+    }
+}
+
+impl<R> PendingPart<R> {
+    fn len(&self) -> usize {
+        self.rows.len() + self.bad.len()
+    }
+
+    /// Commits the rows `[a, b)` (relative to `start`, the run's first input row), in
+    /// row order.
+    fn commit(
+        mut self,
+        parts: &mut Parts,
+        (a, b): (u64, u64),
+        start: u64,
+        metadata: &[(String, String)],
+        writer: &PartWriter<R>,
+    ) -> Result<()> {
+        self.rows.sort_by_key(|(rel, _)| *rel);
+        self.bad.sort_by_key(|b| b.row);
+        debug_assert!(self.bad.iter().all(|x| (a..b).contains(&(x.row - start))));
+        parts.commit(a, b, |results, quarantine| {
+            writer.write(
+                results,
+                self.rows.into_iter().map(|(_, r)| r).collect(),
+                metadata,
+            )?;
+            let mut q = QuarantineWriter::create(quarantine, metadata)?;
+            q.write(&self.bad)?;
+            q.finish()?;
+            Ok(())
+        })
+    }
+
+    /// Commits the run of consecutive rows from `a` (what an interrupted run finished
+    /// of this part); rows after a gap are dropped.
+    fn commit_prefix(
+        mut self,
+        parts: &mut Parts,
+        a: u64,
+        start: u64,
+        metadata: &[(String, String)],
+        writer: &PartWriter<R>,
+    ) -> Result<()> {
+        let mut present: Vec<u64> = self.rows.iter().map(|(r, _)| *r).collect();
+        present.extend(self.bad.iter().map(|b| b.row - start));
+        present.sort_unstable();
+        let end = present
+            .iter()
+            .zip(a..)
+            .take_while(|(r, want)| **r == *want)
+            .count() as u64
+            + a;
+        if end == a {
+            return Ok(());
+        }
+        self.rows.retain(|(r, _)| *r < end);
+        self.bad.retain(|b| b.row - start < end);
+        self.commit(parts, (a, end), start, metadata, writer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_to_compute_fill_the_gaps_of_the_committed_rows() {
+        assert_eq!(plan_parts(&[], 7, 3), vec![(0, 3), (3, 6), (6, 7)]);
+        assert_eq!(
+            plan_parts(&[(0, 3), (6, 9)], 12, 2),
+            vec![(3, 5), (5, 6), (9, 11), (11, 12)]
+        );
+        assert_eq!(plan_parts(&[(0, 4)], 4, 2), vec![]);
+    }
+}
