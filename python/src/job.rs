@@ -26,6 +26,9 @@ fn parse(command: &str, flags: &[String]) -> Result<(JobConfig, DeviceConfig)> {
         .chain(["--input", NO_FILE, "--output", NO_FILE].map(String::from));
     let cli = Cli::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.render()))?;
     let (config, device) = match &cli.command {
+        Command::Beam(a) => (JobConfig::Beam(a.config()), a.device.config()),
+        Command::Label(a) => (JobConfig::Label(a.config()), a.device.config()),
+        Command::Lepus(a) => (JobConfig::Lepus(a.config()), a.device.config()),
         Command::Classify(a) => (JobConfig::Classify(a.config()), a.device.config()),
         Command::Loglik(a) => (JobConfig::Loglik(a.config()), a.device.config()),
         _ => bail!("`{command}` is not a scoring job: use beam, label, lepus, classify or loglik"),
