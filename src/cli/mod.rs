@@ -1,10 +1,12 @@
-//! The `hopscore` command line: argument definitions (clap derive) and one `run`
-//! function per subcommand. `main.rs` only parses and dispatches.
+//! The `hopscore` command line: argument definitions (clap derive), one `run`
+//! function per subcommand, and the entry point ([`main_with_args`]) that `main.rs`
+//! and the Python console script call.
 
 pub mod beam;
 pub mod bench;
 pub mod bench_loglik;
 pub mod classify;
+pub mod entry;
 pub mod eval;
 pub mod flags;
 pub mod import;
@@ -16,6 +18,8 @@ pub mod merge;
 pub mod question_run;
 pub mod review;
 pub mod show;
+
+pub use entry::main_with_args;
 
 use crate::backend::dtype::DType;
 use crate::jobs::{DeviceConfig, DeviceKind};

@@ -70,6 +70,14 @@ impl Device {
         unsafe { ctx.disable_event_tracking() };
         // Non-blocking: no implicit synchronisation with the legacy NULL stream.
         let stream = ctx.new_stream().context("cannot create a CUDA stream")?;
+        // SAFETY: `is_culib_present` only tries to dlopen libcublasLt; it calls nothing in it.
+        if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+            bail!(
+                "cuBLASLt (libcublasLt.so.13) not found: install the CUDA 13 toolkit libraries \
+                 (`pip install hopscore[cuda]` for the Python package) or add their directory \
+                 to LD_LIBRARY_PATH, or use --device cpu"
+            );
+        }
         let pool = Pool::new(stream.clone(), poison);
         let lt = Lt::new(&pool)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());

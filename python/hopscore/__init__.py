@@ -1,0 +1,183 @@
+"""hopscore: batch scoring of multi-hop passage chains for question answering.
+
+Each job is built once per process (weights loaded once) and called per Arrow table or
+record batch; its output and quarantine tables have exactly the schemas of the CLI's
+Parquet files (``docs/cli.md``)::
+
+    import pyarrow.parquet as pq, hopscore
+    beam = hopscore.BeamRetriever("weights/beam-hotpot", device="cuda", beam_size=2)
+    result = beam.process(pq.read_table("questions.parquet"))
+    pq.write_table(result.rows, "chains.parquet")
+    print(result.quarantine.to_pylist())   # bad rows with their reasons
+
+Options are the CLI's flags with ``_`` for ``-`` (``beam_size=2`` is ``--beam-size 2``);
+``None`` leaves a flag at the CLI's default. ``device`` is ``"cpu"`` or ``"cuda"``,
+``gpu`` the CUDA ordinal, ``dtype`` ``"bf16"``, ``"f16"`` or ``"f32"``.
+"""
+
+import os
+from typing import Any, NamedTuple, Optional, Union
+
+import pyarrow as pa
+
+from hopscore import _cuda
+
+_cuda.preload()  # before the native module first opens a CUDA library
+
+from hopscore import _native  # noqa: E402
+
+__version__ = _native.__version__
+__all__ = [
+    "Result",
+    "Job",
+    "BeamRetriever",
+    "EfficientRAG",
+    "Lepus",
+    "CrossEncoder",
+    "CausalLM",
+    "set_threads",
+    "main",
+]
+
+set_threads = _native.set_threads
+main = _native.main
+
+#: What a job accepts: a table, a record batch, or any Arrow stream
+#: (``__arrow_c_stream__``: polars, DuckDB, ``pyarrow.RecordBatchReader``).
+Tabular = Union[pa.Table, pa.RecordBatch, Any]
+
+
+class Result(NamedTuple):
+    """A job's answer for one input: the output rows and the quarantined (bad) rows
+    (``row``: 0-based position in the input, ``id``, ``reason``)."""
+
+    rows: pa.Table
+    quarantine: pa.Table
+
+
+def _flags(options: "dict[str, Any]") -> "list[str]":
+    """``{"beam_size": 2, "title": True}`` → ``["--beam-size", "2", "--title"]``
+    (``None`` and ``False`` leave the flag out)."""
+    out = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out.extend([flag, str(value)])
+    return out
+
+
+def _options(call_locals: "dict[str, Any]") -> "dict[str, Any]":
+    """A constructor's arguments as options (``self`` and ``__class__`` left out)."""
+    return {k: v for k, v in call_locals.items() if k not in ("self", "__class__")}
+
+
+class Job:
+    """A scoring job: the CLI subcommand :attr:`command` with the given options,
+    loaded once. Subclasses name the options each job takes."""
+
+    command = ""
+
+    def __init__(self, **options: Any) -> None:
+        self._job = _native.Job(self.command, _flags(options))
+
+    def process(self, data: Tabular) -> Result:
+        """Scores every row of ``data`` (rows numbered from 0 in ``Result.quarantine``).
+        A bad row never raises: it lands in the quarantine table with its reason. An
+        input without a column the job reads raises ``ValueError``; a device failure
+        ``RuntimeError``."""
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        rows, quarantine = self._job.process(data)
+        return Result(rows, quarantine)
+
+    __call__ = process
+
+
+Path = Union[str, "os.PathLike[str]"]
+
+
+class BeamRetriever(Job):
+    """Beam Retrieval over question tables (``hopscore beam``): chains, scores and
+    features. Defaults: ``beam_size=2``, ``hops="from-data"``, ``tau=-1.0``,
+    ``max_hops=4``, ``max_batch_tokens=16384``, ``max_active=64``."""
+
+    command = "beam"
+
+    def __init__(self, model: Path, *, tokenizer: Optional[Path] = None, beam_size: Optional[int] = None,
+                 hops: Optional[str] = None, tau: Optional[float] = None, max_hops: Optional[int] = None,
+                 max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
+                 device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 threads: Optional[int] = None) -> None:
+        super().__init__(**_options(locals()))
+
+
+class EfficientRAG(Job):
+    """EfficientRAG over question tables (``hopscore label``): Labeler tags and kept
+    text, Filter queries. Defaults: ``tag_pooling="cls"``, BM25 over each question's
+    passages unless ``corpus`` names a corpus file."""
+
+    command = "label"
+
+    def __init__(self, labeler: Path, filter: Path, *, tokenizer: Optional[Path] = None,
+                 corpus: Optional[Path] = None, tag_pooling: Optional[str] = None,
+                 max_iter: Optional[int] = None, top_k: Optional[int] = None,
+                 max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
+                 device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 threads: Optional[int] = None) -> None:
+        super().__init__(**_options(locals()))
+
+
+class Lepus(Job):
+    """LEPUS reranking of each question's passages with a causal LM, or BM25 with
+    ``scorer="bm25"`` (``hopscore lepus``). Defaults: ``first_hops=5``,
+    ``second_hops=3``, ``max_doc_tokens=230``, ``max_prompt_tokens=600``,
+    ``temperature=1.0``, ``ensemble="mean"``, ``path_ensemble="mean"``."""
+
+    command = "lepus"
+
+    def __init__(self, model: Optional[Path] = None, *, tokenizer: Optional[Path] = None,
+                 scorer: Optional[str] = None, templates: Optional[Path] = None,
+                 num_templates: Optional[int] = None, instruction_position: Optional[str] = None,
+                 ensemble: Optional[str] = None, path_ensemble: Optional[str] = None,
+                 first_hops: Optional[int] = None, second_hops: Optional[int] = None,
+                 title: bool = False, max_doc_tokens: Optional[int] = None,
+                 max_prompt_tokens: Optional[int] = None, temperature: Optional[float] = None,
+                 min_shared_prefix: Optional[int] = None, max_batch_tokens: Optional[int] = None,
+                 max_active: Optional[int] = None, device: str = "cpu", gpu: Optional[int] = None,
+                 dtype: Optional[str] = None, threads: Optional[int] = None) -> None:
+        super().__init__(**_options(locals()))
+
+
+class CrossEncoder(Job):
+    """A DeBERTa cross-encoder scoring (id, text_a, text_b) rows (``hopscore
+    classify``); :meth:`classify` is :meth:`process`. Default
+    ``max_batch_tokens=16384``; ``max_length`` defaults to the model's."""
+
+    command = "classify"
+
+    def __init__(self, model: Path, *, tokenizer: Optional[Path] = None, head: Optional[str] = None,
+                 max_batch_tokens: Optional[int] = None, max_length: Optional[int] = None,
+                 device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 threads: Optional[int] = None) -> None:
+        super().__init__(**_options(locals()))
+
+    classify = Job.process
+
+
+class CausalLM(Job):
+    """Log-likelihoods of (id, prompt, target) rows' targets under a causal LM
+    (``hopscore loglik``); :meth:`loglik` is :meth:`process`. Defaults:
+    ``temperature=1.0``, ``max_batch_tokens=8192``."""
+
+    command = "loglik"
+
+    def __init__(self, model: Path, *, tokenizer: Optional[Path] = None,
+                 temperature: Optional[float] = None, min_shared_prefix: Optional[int] = None,
+                 max_batch_tokens: Optional[int] = None, max_length: Optional[int] = None,
+                 device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 threads: Optional[int] = None) -> None:
+        super().__init__(**_options(locals()))
+
+    loglik = Job.process

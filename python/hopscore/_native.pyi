@@ -1,0 +1,22 @@
+"""Type stubs of ``hopscore._native``, the compiled engine under the ``hopscore``
+package (use the classes of ``hopscore`` instead of this module)."""
+
+from typing import List, Tuple
+
+import pyarrow as pa
+
+__version__: str
+
+def main(argv: List[str]) -> int:
+    """Runs the ``hopscore`` command line ``argv`` (``argv[0]`` is the program name)
+    and returns its exit code."""
+
+def set_threads(threads: int) -> None:
+    """Sets the CPU worker threads of this process (once, before the first job runs)."""
+
+class Job:
+    """A loaded job of the CLI subcommand ``command`` with ``flags``."""
+
+    def __init__(self, command: str, flags: List[str]) -> None: ...
+    def process(self, table: pa.Table) -> Tuple[pa.Table, pa.Table]:
+        """(rows, quarantine) tables with the CLI's schemas."""

@@ -1,0 +1,31 @@
+//! `hopscore._native`: the pyo3 module under the `hopscore` Python package. It exposes
+//! the command-line entry point (for the console script) and the worker-thread setting;
+//! the jobs over Arrow tables are in [`job`].
+
+mod job;
+
+use pyo3::prelude::*;
+
+/// Runs the `hopscore` command line `argv` (`argv[0]` is the program name) and returns
+/// its exit code. The GIL is released while the command runs.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(|| hopscore::cli::main_with_args(argv))
+}
+
+/// Sets the number of CPU worker threads of this process (once, before the first job
+/// runs; later calls fail).
+#[pyfunction]
+fn set_threads(threads: usize) -> PyResult<()> {
+    hopscore::cli::init_threads(Some(threads))
+        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("{e:#}")))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(set_threads, m)?)?;
+    m.add_class::<job::PyJob>()?;
+    Ok(())
+}

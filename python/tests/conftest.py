@@ -1,0 +1,131 @@
+"""Shared fixtures of the Python tests: the repository's test models and data, the
+``hopscore`` console script of the installed wheel, and the CLI runs the API is
+compared with."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+TOKENIZER = REPO / "weights" / "deberta-v3-tokenizer" / "tokenizer.json"
+#: The console script installed beside this interpreter by the wheel.
+HOPSCORE = Path(sys.executable).parent / "hopscore"
+
+
+def fixture(rel: str) -> str:
+    return str(FIXTURES / rel)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """Runs the console script on 2 worker threads; fails the test on a non-zero exit."""
+    env = dict(os.environ, HOPSCORE_THREADS="2")
+    done = subprocess.run([str(HOPSCORE), *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"hopscore {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
+    return done
+
+
+def read_output(path: Path) -> pa.Table:
+    """A Parquet file of the CLI with its footer's key-value metadata (the run
+    metadata, ``hopscore.*``) as schema metadata, as the API returns it."""
+    footer = {k: v for k, v in pq.read_metadata(path).metadata.items() if k != b"ARROW:schema"}
+    return pq.read_table(path).replace_schema_metadata(footer)
+
+
+def cli_run(command: str, flags: "list[str]", input_path: Path, out_dir: Path):
+    """``hopscore <command> <flags> --input … --output …``: (rows, quarantine) tables."""
+    out = out_dir / f"{command}.parquet"
+    cli(command, *flags, "--input", str(input_path), "--output", str(out))
+    return read_output(out), read_output(out_dir / f"{command}.quarantine.parquet")
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> str:
+    if not TOKENIZER.is_file():
+        pytest.fail(f"{TOKENIZER} is missing: run tools/fetch_tokenizer.sh first")
+    return str(TOKENIZER)
+
+
+@pytest.fixture(scope="session")
+def word_tokenizer(tmp_path_factory) -> str:
+    """A word-level tokenizer.json for the 1000-entry vocabulary of the small random
+    DeBERTa fixtures: ``[PAD] [CLS] [SEP]`` then ``w3`` … ``w999`` (``w3`` for unknown
+    words), pairs as ``[CLS] a [SEP] b [SEP]``."""
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[CLS]", "[SEP]"])}
+    vocab.update({f"w{i}": i for i in range(3, 1000)})
+
+    def special(t, type_id):
+        return {"SpecialToken": {"id": t, "type_id": type_id}}
+
+    def seq(s, type_id):
+        return {"Sequence": {"id": s, "type_id": type_id}}
+
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "decoder": None,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0)],
+            "pair": [special("[CLS]", 0), seq("A", 0), special("[SEP]", 0), seq("B", 1), special("[SEP]", 1)],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [1], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [2], "tokens": ["[SEP]"]},
+            },
+        },
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w3"},
+    }
+    path = tmp_path_factory.mktemp("word_tokenizer") / "tokenizer.json"
+    path.write_text(json.dumps(tok))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def questions(tmp_path_factory, tokenizer) -> Path:
+    """The HotpotQA slice imported by the CLI, with one bad row (no passages) as the
+    fourth: a question file every question command quarantines one row of."""
+    d = tmp_path_factory.mktemp("questions")
+    imported = d / "imported.parquet"
+    cli("import", "hotpotqa", fixture("data/hotpot_dev_distractor_slice.json.gz"), "-o", str(imported))
+    table = pq.read_table(imported)
+    bad = table.slice(0, 1).to_pylist()
+    bad[0].update(id="bad-no-passages", passages=[])
+    bad = pa.Table.from_pylist(bad, schema=table.schema)
+    out = d / "questions.parquet"
+    pq.write_table(pa.concat_tables([table.slice(0, 3), bad, table.slice(3)]), out)
+    return out
+
+
+def rows_file(factory, name: str, columns: "tuple[str, ...]", rows: list) -> Path:
+    """``rows`` (tuples in ``columns`` order) written as a Parquet file of string columns."""
+    out = factory.mktemp(name) / f"{name}.parquet"
+    pq.write_table(pa.table({c: list(values) for c, values in zip(columns, zip(*rows))}), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def pairs(tmp_path_factory) -> Path:
+    """(id, text_a, text_b) rows for ``classify`` in the words of
+    :func:`word_tokenizer`; the third has no text_a."""
+    return rows_file(tmp_path_factory, "pairs", ("id", "text_a", "text_b"), [
+        ("p0", "w10 w11 w12 w13", "w20 w21 w22 w23 w24 w25"),
+        ("p1", "w30 w31 w32", "w40 w41 w42 w43 w44 w45 w46 w47"),
+        ("bad-null", None, "w50 w51"),
+        ("p3", "w60 w61 w62 w63 w64", "w70 w71 w72 unknown w73"),
+    ])
+
+
+@pytest.fixture(scope="session")
+def loglik_rows(tmp_path_factory) -> Path:
+    """(id, prompt, target) rows for ``loglik``; the third has a null target."""
+    return rows_file(tmp_path_factory, "loglik", ("id", "prompt", "target"), [
+        ("l0", "Document: Paris is the capital of France.", " What is the capital of France?"),
+        ("l1", "Document: The Nile flows north. ", "Which way does the Nile flow?"),
+        ("bad-null", "Document: x.", None),
+        ("l3", "Document: Bees make honey.", " What do bees make?"),
+    ])

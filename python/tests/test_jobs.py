@@ -1,0 +1,94 @@
+"""Each job of the API, fed the table the CLI reads, gives the rows of the CLI's output
+file (same columns, types, values and run metadata) and the rows of its quarantine
+file."""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import hopscore
+from conftest import cli_run, fixture
+
+#: name → (CLI command, API class, options, input fixture, id of the bad row)
+CASES = {
+    "beam": ("beam", hopscore.BeamRetriever, {"model": fixture("beam/model"), "beam_size": 2}, "questions"),
+    "label": (
+        "label",
+        hopscore.EfficientRAG,
+        {"labeler": fixture("efficientrag/labeler"), "filter": fixture("efficientrag/filter")},
+        "questions",
+    ),
+    "lepus-bm25": ("lepus", hopscore.Lepus, {"scorer": "bm25"}, "questions"),
+    "lepus-lm": ("lepus", hopscore.Lepus, {"model": fixture("lepus/gpt2_bytes"), "first_hops": 3}, "questions"),
+    "classify": ("classify", hopscore.CrossEncoder, {"model": fixture("deberta/v3_seqcls")}, "pairs"),
+    "loglik": ("loglik", hopscore.CausalLM, {"model": fixture("lepus/gpt2_bytes")}, "loglik_rows"),
+}
+BAD_ID = {"questions": "bad-no-passages", "pairs": "bad-null", "loglik_rows": "bad-null"}
+#: The tokenizer fixture of jobs whose model directory has no tokenizer.json.
+TOKENIZER = {"beam": "tokenizer", "label": "tokenizer", "classify": "word_tokenizer"}
+
+
+def options(name: str, request) -> dict:
+    command, _, opts, _ = CASES[name]
+    if command not in TOKENIZER:
+        return dict(opts)
+    return dict(opts, tokenizer=request.getfixturevalue(TOKENIZER[command]))
+
+
+#: Run metadata of a question file run that describes the input file, which a call
+#: of the API does not have.
+FILE_KEYS = {b"hopscore.input_rows", b"hopscore.input_sha256", b"hopscore.shard"}
+
+
+def assert_same_table(api: pa.Table, cli: pa.Table) -> None:
+    assert api.schema.equals(cli.schema, check_metadata=False), f"{api.schema}\n!=\n{cli.schema}"
+    assert any(k.startswith(b"hopscore.") for k in cli.schema.metadata), "no run metadata"
+    assert api.schema.metadata == {k: v for k, v in cli.schema.metadata.items() if k not in FILE_KEYS}
+    assert api.num_rows == cli.num_rows
+    assert api.to_pylist() == cli.to_pylist()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_api_rows_equal_the_cli_output(name, request, tmp_path):
+    command, job_class, _, input_name = CASES[name]
+    opts = options(name, request)
+    input_path = request.getfixturevalue(input_name)
+    cli_rows, cli_bad = cli_run(command, hopscore._flags(opts), input_path, tmp_path)
+
+    job = job_class(**opts)
+    result = job.process(pq.read_table(input_path))
+
+    assert_same_table(result.rows, cli_rows)
+    assert_same_table(result.quarantine, cli_bad)
+    assert result.quarantine.column("id").to_pylist() == [BAD_ID[input_name]]
+    assert result.quarantine.column("reason")[0].as_py()
+    assert result.rows.num_rows == pq.read_metadata(input_path).num_rows - 1
+
+
+def test_a_job_is_called_per_record_batch_and_numbers_rows_per_call(pairs, request):
+    job = hopscore.CrossEncoder(**options("classify", request))
+    table = pq.read_table(pairs)
+    whole = job.process(table)
+    for batch in table.to_batches(max_chunksize=2):
+        part = job.process(batch)
+        want = [r for r in whole.rows.to_pylist() if r["id"] in batch.column("id").to_pylist()]
+        assert part.rows.to_pylist() == want
+    # The bad row is the third of the table, the first of the second batch.
+    assert whole.quarantine.column("row").to_pylist() == [2]
+    assert job.process(table.slice(2)).quarantine.column("row").to_pylist() == [0]
+    # Any Arrow stream (__arrow_c_stream__: polars, DuckDB, readers) is taken as well.
+    stream = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1))
+    streamed = job.process(stream)
+    assert streamed.rows.equals(whole.rows) and streamed.quarantine.equals(whole.quarantine)
+
+
+def test_a_bad_input_schema_raises_naming_the_column(request):
+    job = hopscore.CrossEncoder(**options("classify", request))
+    with pytest.raises(ValueError, match="text_a"):
+        job.process(pa.table({"id": ["x"], "text_b": ["y"]}))
+
+
+def test_an_unknown_option_value_raises_naming_the_flag():
+    with pytest.raises(ValueError, match="beam-size"):
+        hopscore.BeamRetriever(fixture("beam/model"), beam_size=0)
+

@@ -1,0 +1,60 @@
+"""A Ray Data pipeline on a local Ray (2 CPUs) with two CPU actors of
+``hopscore.ray.Beam`` gives the rows of the CLI's output file; the bad row of the
+question file is written to the quarantine folder."""
+
+import glob
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import hopscore
+import hopscore.ray
+from conftest import cli_run, fixture
+
+ray = pytest.importorskip("ray", reason="ray is installed by .ci/run; pip install 'hopscore[ray]'")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def by_id(rows):
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def test_two_cpu_actors_give_the_clis_rows(local_ray, questions, tmp_path, tokenizer):
+    job = {"model": fixture("beam/model"), "tokenizer": tokenizer, "beam_size": 2}
+    cli_rows, cli_bad = cli_run("beam", hopscore._flags(job), questions, tmp_path)
+
+    quarantine = tmp_path / "quarantine"
+    # Blocks in memory: the 2 CPUs go to the 2 actors, none is left for read tasks.
+    table = pq.read_table(questions)
+    ds = ray.data.from_arrow([table.slice(i, 6) for i in range(0, table.num_rows, 6)])
+    out = ds.map_batches(
+        hopscore.ray.Beam,
+        batch_size=8,
+        fn_constructor_kwargs=dict(job, threads=1, quarantine_dir=str(quarantine)),
+        **hopscore.ray.actor_options(actors=2, device="cpu", threads=1),
+    )
+    rows = pa.concat_tables(ray.get(out.to_arrow_refs()))
+
+    assert rows.schema.equals(cli_rows.schema, check_metadata=False)
+    assert by_id(rows.to_pylist()) == by_id(cli_rows.to_pylist())
+    bad = pa.concat_tables([pq.read_table(f) for f in glob.glob(f"{quarantine}/*.parquet")])
+    assert bad.column("id").to_pylist() == cli_bad.column("id").to_pylist() == ["bad-no-passages"]
+    assert bad.column("reason").to_pylist() == cli_bad.column("reason").to_pylist()
+
+
+def test_actor_options_give_one_gpu_per_actor_or_cpu_actors():
+    assert hopscore.ray.actor_options(4, device="cuda") == {
+        "batch_format": "pyarrow",
+        "concurrency": 4,
+        "num_gpus": 1,
+    }
+    assert hopscore.ray.actor_options(2, threads=3) == {"batch_format": "pyarrow", "concurrency": 2, "num_cpus": 3}
+    with pytest.raises(ValueError, match="device"):
+        hopscore.ray.actor_options(1, device="tpu")
