@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 def actor_options(actors: int, device: str = "cpu", threads: int = 1) -> Dict[str, Any]:
     """``map_batches`` keyword arguments for a pool of ``actors`` actors: one GPU each
     with ``device="cuda"`` (make ``actors`` the number of GPUs), else ``threads`` CPUs
-    each (pass the same ``threads`` to the class)."""
+    each (pass the same ``threads`` to the class). Leave CPUs free for Ray's read and
+    write tasks: with every CPU held by an actor, ``read_parquet`` never runs."""
     if actors < 1:
         raise ValueError(f"actors must be at least 1, got {actors}")
     opts: Dict[str, Any] = {"batch_format": "pyarrow", "concurrency": actors}
