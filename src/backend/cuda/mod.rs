@@ -151,6 +151,21 @@ impl CudaBackend {
         blas::gemm(&self.dev, x, w, y, parts, epilogue, beta)
     }
 
+    /// `x · wᵀ` into a new tensor, the bias (and, with `gelu_new`, GPT-2's tanh GELU)
+    /// in the GEMM's epilogue.
+    fn linear_epilogue(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+        gelu_new: bool,
+    ) -> OpResult<CudaTensor> {
+        check::linear(x, w, bias)?;
+        let y = self.tensor(x.rows, w.rows)?;
+        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, gelu_new), 0.0)?;
+        Ok(y)
+    }
+
     /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
     fn rowwise_inplace(
         &self,
@@ -291,10 +306,7 @@ impl Backend for CudaBackend {
         w: &CudaTensor,
         bias: Option<&CudaTensor>,
     ) -> OpResult<CudaTensor> {
-        check::linear(x, w, bias)?;
-        let y = self.tensor(x.rows, w.rows)?;
-        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, false), 0.0)?;
-        Ok(y)
+        self.linear_epilogue(x, w, bias, false)
     }
 
     /// One strided-batched GEMM (bias in the epilogue) writing the parts back to back.
@@ -342,10 +354,7 @@ impl Backend for CudaBackend {
         w: &CudaTensor,
         bias: Option<&CudaTensor>,
     ) -> OpResult<CudaTensor> {
-        check::linear(x, w, bias)?;
-        let y = self.tensor(x.rows, w.rows)?;
-        self.gemm(x, w, y.ptr(), 1, blas::Epilogue::of(bias, true), 0.0)?;
-        Ok(y)
+        self.linear_epilogue(x, w, bias, true)
     }
 
     fn gelu(&self, x: &mut CudaTensor) -> OpResult<()> {
