@@ -23,6 +23,18 @@ HOTPOT_FILE = "hotpot_dev_distractor_sample600.json.gz"
 MUSIQUE_FILE = "musique_ans_v1.0_dev_sample100.jsonl.gz"
 TWOWIKI_FILE = "2wikimultihopqa_dev_sample330.json.gz"
 
+# The attention settings that make a DebertaV2Config a DeBERTa-v3 (microsoft/deberta-v3-*):
+# log-bucketed relative positions shared between content and position keys.
+DEBERTA_V3_ATTENTION = dict(
+    relative_attention=True,
+    position_buckets=256,
+    max_relative_positions=-1,
+    pos_att_type=["p2c", "c2p"],
+    share_att_key=True,
+    norm_rel_ebd="layer_norm",
+    position_biased_input=False,
+)
+
 # Downloads of tools/fetch_tokenizer.sh and tools/fetch_smollm2.sh.
 DEBERTA_TOKENIZER_DIR = REPO_ROOT / "weights" / "deberta-v3-tokenizer"
 DEBERTA_TOKENIZER = DEBERTA_TOKENIZER_DIR / "tokenizer.json"

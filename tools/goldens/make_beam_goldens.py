@@ -42,7 +42,7 @@ import os
 import sys
 from pathlib import Path
 
-from common import DATA_DIR, DEBERTA_TOKENIZER, FIXTURES, HOTPOT_FILE, MUSIQUE_FILE, file_sha256, offline, read_records
+from common import DEBERTA_V3_ATTENTION, DATA_DIR, DEBERTA_TOKENIZER, FIXTURES, HOTPOT_FILE, MUSIQUE_FILE, file_sha256, offline, read_records
 
 offline()
 
@@ -80,13 +80,7 @@ MODEL_CONFIG = dict(
     type_vocab_size=0,
     initializer_range=0.02,
     layer_norm_eps=1e-7,
-    relative_attention=True,
-    max_relative_positions=-1,
-    position_buckets=256,
-    pos_att_type=["p2c", "c2p"],
-    share_att_key=True,
-    norm_rel_ebd="layer_norm",
-    position_biased_input=False,
+    **DEBERTA_V3_ATTENTION,
     pad_token_id=PAD_ID,
     pooler_hidden_size=8,
     pooler_hidden_act="gelu",

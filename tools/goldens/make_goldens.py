@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import FIXTURES, offline
+from common import DEBERTA_V3_ATTENTION, FIXTURES, offline
 
 offline()
 
@@ -76,17 +76,7 @@ SMALL = dict(
     pad_token_id=PAD_ID,
 )
 
-V3 = dict(
-    SMALL,
-    relative_attention=True,
-    position_buckets=256,
-    max_relative_positions=-1,
-    pos_att_type=["p2c", "c2p"],
-    share_att_key=True,
-    norm_rel_ebd="layer_norm",
-    position_biased_input=False,
-    type_vocab_size=0,
-)
+V3 = dict(SMALL, **DEBERTA_V3_ATTENTION, type_vocab_size=0)
 
 V2 = dict(
     SMALL,
