@@ -5,7 +5,10 @@
 // with float accumulation (double for CUBLAS_COMPUTE_64F), column- or row-major
 // layouts, strided batches, bias (one value per row of D, in D's type unless
 // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE says otherwise) and the RELU / GELU (tanh
-// approximation, as cuBLASLt) epilogues. Device pointers are host addresses.
+// approximation, as cuBLASLt) epilogues. Device pointers are host addresses. On a
+// stream that the fake driver is capturing, a matmul is recorded into the graph (its
+// descriptors and scalars copied) and runs at each replay instead.
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -233,9 +236,70 @@ API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(void* h, void* d, void*, void*
   return OK;
 }
 
+namespace {
+
+// One matmul with its descriptors and scalars copied: what a graph node replays.
+struct Call {
+  Desc d;
+  Layout la, lb, lc, ld;
+  unsigned char alpha[8], beta[8];
+  const void *A, *B, *C;
+  void* D;
+};
+
+cublasStatus_t run(const Call& c) {
+  const Desc& d = c.d;
+  const Layout *la = &c.la, *lb = &c.lb, *lc = &c.lc, *ld = &c.ld;
+  const uint64_t m = ld->rows, n = ld->cols;
+  const uint64_t k = d.transa ? la->rows : la->cols;
+  const bool has_bias = d.epilogue == EPI_BIAS || d.epilogue == EPI_RELU_BIAS || d.epilogue == EPI_GELU_BIAS;
+  const int batch = ld->batch;
+  const int bias_type = d.bias_type >= 0 ? d.bias_type : ld->type;
+  for (int bi = 0; bi < batch; ++bi) {
+    auto off = [&](const Layout* l) { return (l->batch > 1 ? bi * l->batch_stride : 0) * int64_t(esize(l->type)); };
+    const char* a = static_cast<const char*>(c.A) + off(la);
+    const char* b = static_cast<const char*>(c.B) + off(lb);
+    const char* cc = c.C ? static_cast<const char*>(c.C) + off(lc) : nullptr;
+    char* dd = static_cast<char*>(c.D) + off(ld);
+    const char* bias =
+        has_bias ? static_cast<const char*>(d.bias) + bi * d.bias_batch_stride * int64_t(esize(bias_type)) : nullptr;
+    if (d.compute == 70 || d.compute == 71) {
+      double alpha, beta;
+      memcpy(&alpha, c.alpha, 8);
+      memcpy(&beta, c.beta, 8);
+      matmul<double>(d, alpha, beta, a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k);
+    } else if (d.scale_type == R_16F) {
+      uint16_t alpha, beta;
+      memcpy(&alpha, c.alpha, 2);
+      memcpy(&beta, c.beta, 2);
+      matmul<float>(d, f16_to_f32(alpha), f16_to_f32(beta), a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k);
+    } else {
+      float alpha, beta;
+      memcpy(&alpha, c.alpha, 4);
+      memcpy(&beta, c.beta, 4);
+      matmul<float>(d, alpha, beta, a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k);
+    }
+  }
+  return OK;
+}
+
+// The fake driver's `hopscore_emu_capture(stream, run, ctx, drop)`: records `run(ctx)` into
+// the graph `stream` is capturing and returns 1, or returns 0 when it is not capturing.
+typedef int (*CaptureHook)(void*, int (*)(void*), void*, void (*)(void*));
+CaptureHook capture_hook() {
+  static const CaptureHook hook = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    if (!lib) lib = dlopen("libcuda.so", RTLD_NOLOAD | RTLD_LAZY);
+    return lib ? reinterpret_cast<CaptureHook>(dlsym(lib, "hopscore_emu_capture")) : nullptr;
+  }();
+  return hook;
+}
+
+}  // namespace
+
 API cublasStatus_t cublasLtMatmul(void* h, void* dp, const void* alpha, const void* A, void* Adesc, const void* B,
                                   void* Bdesc, const void* beta, const void* C, void* Cdesc, void* D, void* Ddesc,
-                                  const void* /*algo*/, void* /*workspace*/, size_t /*ws*/, void* /*stream*/) {
+                                  const void* /*algo*/, void* /*workspace*/, size_t /*ws*/, void* stream) {
   auto* d = static_cast<Desc*>(dp);
   auto *la = static_cast<Layout*>(Adesc), *lb = static_cast<Layout*>(Bdesc), *lc = static_cast<Layout*>(Cdesc),
        *ld = static_cast<Layout*>(Ddesc);
@@ -255,26 +319,14 @@ API cublasStatus_t cublasLtMatmul(void* h, void* dp, const void* alpha, const vo
   }
   const bool has_bias = d->epilogue == EPI_BIAS || d->epilogue == EPI_RELU_BIAS || d->epilogue == EPI_GELU_BIAS;
   if (has_bias && !d->bias) return INVALID_VALUE;
-  const int batch = ld->batch;
-  const int bias_type = d->bias_type >= 0 ? d->bias_type : ld->type;
-  for (int bi = 0; bi < batch; ++bi) {
-    auto off = [&](const Layout* l) { return (l->batch > 1 ? bi * l->batch_stride : 0) * int64_t(esize(l->type)); };
-    const char* a = static_cast<const char*>(A) + off(la);
-    const char* b = static_cast<const char*>(B) + off(lb);
-    const char* c = C ? static_cast<const char*>(C) + off(lc) : nullptr;
-    char* dd = static_cast<char*>(D) + off(ld);
-    const char* bias =
-        has_bias ? static_cast<const char*>(d->bias) + bi * d->bias_batch_stride * int64_t(esize(bias_type)) : nullptr;
-    if (d->compute == 70 || d->compute == 71) {
-      matmul<double>(*d, *static_cast<const double*>(alpha), *static_cast<const double*>(beta), a, *la, b, *lb, c, *lc,
-                     dd, *ld, bias, m, n, k);
-    } else if (d->scale_type == R_16F) {
-      matmul<float>(*d, f16_to_f32(*static_cast<const uint16_t*>(alpha)), f16_to_f32(*static_cast<const uint16_t*>(beta)),
-                    a, *la, b, *lb, c, *lc, dd, *ld, bias, m, n, k);
-    } else {
-      matmul<float>(*d, *static_cast<const float*>(alpha), *static_cast<const float*>(beta), a, *la, b, *lb, c, *lc, dd,
-                    *ld, bias, m, n, k);
-    }
-  }
-  return OK;
+  const size_t scalar = (d->compute == 70 || d->compute == 71) ? 8 : (d->scale_type == R_16F ? 2 : 4);
+  auto* call = new Call{*d, *la, *lb, *lc, *ld, {}, {}, A, B, C, D};
+  memcpy(call->alpha, alpha, scalar);
+  memcpy(call->beta, beta, scalar);
+  auto run_node = [](void* c) { return int(run(*static_cast<Call*>(c))); };
+  auto drop = [](void* c) { delete static_cast<Call*>(c); };
+  if (CaptureHook hook = capture_hook(); hook && hook(stream, run_node, call, drop)) return OK;
+  const cublasStatus_t status = run(*call);
+  delete call;
+  return status;
 }

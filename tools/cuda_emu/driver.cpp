@@ -3,9 +3,15 @@
 // kernels/*.cu as C++ (see emu.h and README.md).
 //
 // Everything is synchronous: a launch runs all its blocks before cuLaunchKernel
-// returns, copies are memcpy, streams and events are bookkeeping. Device pointers are
+// returns, copies are memcpy, streams and events are bookkeeping, except on a stream
+// being captured: there launches, copies, memsets (and cuBLASLt matmuls, through
+// `hopscore_emu_capture`) are recorded as graph nodes, run by cuGraphLaunch. Device pointers are
 // host addresses. Blocks run one at a time; inside a block every CUDA thread is a
 // cooperative fiber (own 256 KB stack) that runs until a sync point or its end.
+// Before emu.h, whose `__noinline__` macro breaks libstdc++'s use of that attribute.
+#include <functional>
+#include <memory>
+
 #include "emu.h"
 
 #include <signal.h>
@@ -34,6 +40,8 @@ typedef void* CUstream;
 typedef void* CUevent;
 typedef void* CUmodule;
 typedef void* CUfunction;
+typedef void* CUgraph;
+typedef void* CUgraphExec;
 typedef void (*CUhostFn)(void*);
 typedef size_t (*CUoccupancyB2DSize)(int);
 
@@ -47,11 +55,14 @@ enum : int {
   CUDA_ERROR_INVALID_CONTEXT = 201,
   CUDA_ERROR_FILE_NOT_FOUND = 301,
   CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_ILLEGAL_STATE = 401,
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701,
   CUDA_ERROR_LAUNCH_FAILED = 719,
   CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
   CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -106,8 +117,14 @@ unsigned char* g_smem = nullptr;
 size_t g_smem_alloc = 0;  // capacity of g_smem
 size_t g_smem_cap = 0;    // dynamic shared memory bytes of the current launch
 
-std::map<std::string, Trampoline>& registry() {
-  static std::map<std::string, Trampoline> r;
+// A compiled kernel: its trampoline and the byte size of each parameter.
+struct Kernel {
+  Trampoline tramp;
+  std::vector<size_t> sizes;
+};
+
+std::map<std::string, Kernel>& registry() {
+  static std::map<std::string, Kernel> r;
   return r;
 }
 
@@ -382,13 +399,13 @@ void fatal(const char* what) {
   abort();
 }
 
-void register_kernel(const char* name, Trampoline t) {
+void register_kernel(const char* name, Trampoline t, const size_t* sizes, size_t count) {
   auto& r = registry();
-  if (r.count(name) && r[name] != t) {
+  if (r.count(name) && r[name].tramp != t) {
     fprintf(stderr, "cuda_emu: kernel `%s` registered twice\n", name);
     abort();
   }
-  r[name] = t;
+  r[name] = Kernel{t, std::vector<size_t>(sizes, sizes + count)};
 }
 
 }  // namespace hopscore_emu
@@ -399,7 +416,7 @@ using namespace hopscore_emu;
 
 struct Function {
   std::string name;
-  Trampoline tramp;
+  Kernel kernel;
   int max_dynamic_smem = int(kDefaultSmem);
 };
 struct Module {
@@ -410,8 +427,13 @@ struct Event {
   std::chrono::steady_clock::time_point t{};
   bool recorded = false;
 };
+// A graph: its nodes in stream order (a capture records one stream).
+struct Graph {
+  std::vector<std::function<CUresult()>> nodes;
+};
 struct Stream {
-  int dummy = 0;
+  Graph* capture = nullptr;  // set between cuStreamBeginCapture and cuStreamEndCapture
+  bool invalidated = false;  // an unsupported call broke the capture
 };
 
 std::mutex g_mutex;  // allocations, modules
@@ -428,6 +450,44 @@ size_t g_allocated = 0;
 bool trace() {
   static const bool t = getenv("HOPSCORE_CUDA_EMU_TRACE") != nullptr;
   return t;
+}
+
+// ------------------------------------------------------------ stream capture
+std::map<uintptr_t, size_t> g_pinned;  // page-locked host allocations (base → bytes), under g_mutex
+
+bool is_pinned(const void* p, size_t n) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  auto it = g_pinned.upper_bound(uintptr_t(p));
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return uintptr_t(p) + n <= it->first + it->second;
+}
+
+bool is_created(CUstream s) {
+  return s && s != reinterpret_cast<CUstream>(0x1) && s != reinterpret_cast<CUstream>(0x2);
+}
+
+// The stream if it is being captured.
+Stream* capturing(CUstream s) {
+  if (!is_created(s)) return nullptr;
+  auto* st = static_cast<Stream*>(s);
+  return st->capture ? st : nullptr;
+}
+
+// A call a GPU refuses on a capturing stream: it fails and invalidates the capture.
+CUresult refuse(Stream* st, const char* what) {
+  fprintf(stderr, "cuda_emu: %s during stream capture is not allowed (as on a GPU)\n", what);
+  st->invalidated = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+// Runs `op` now, or records it when `s` is capturing.
+CUresult run_or_record(CUstream s, std::function<CUresult()> op) {
+  if (Stream* st = capturing(s)) {
+    st->capture->nodes.push_back(std::move(op));
+    return CUDA_SUCCESS;
+  }
+  return op();
 }
 
 CUresult alloc(CUdeviceptr* dptr, size_t bytes) {
@@ -552,7 +612,7 @@ CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned b
     g_smem = static_cast<unsigned char*>(aligned_alloc(256, g_smem_alloc));
   }
   g_smem_cap = smem;
-  g_tramp = f->tramp;
+  g_tramp = f->kernel.tramp;
   g_params = params;
   g_kernel = f->name.c_str();
   blockDim = dim3(bx, by, bz);
@@ -588,11 +648,14 @@ const char* error_name(CUresult e) {
     case 201: return "CUDA_ERROR_INVALID_CONTEXT";
     case 301: return "CUDA_ERROR_FILE_NOT_FOUND";
     case 400: return "CUDA_ERROR_INVALID_HANDLE";
+    case 401: return "CUDA_ERROR_ILLEGAL_STATE";
     case 500: return "CUDA_ERROR_NOT_FOUND";
     case 600: return "CUDA_ERROR_NOT_READY";
     case 701: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
     case 719: return "CUDA_ERROR_LAUNCH_FAILED";
     case 801: return "CUDA_ERROR_NOT_SUPPORTED";
+    case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
     default: return nullptr;
   }
 }
@@ -607,6 +670,9 @@ const char* error_string(CUresult e) {
     case 201: return "invalid device context";
     case 301: return "file not found";
     case 400: return "invalid resource handle";
+    case 401: return "the operation is not permitted in the current state";
+    case 900: return "operation not permitted when stream is capturing";
+    case 901: return "operation failed due to a previous error during capture";
     case 500: return "named symbol not found";
     case 600: return "device not ready";
     case 701: return "too many resources requested for launch";
@@ -745,13 +811,73 @@ API CUresult cuStreamDestroy_v2(CUstream s) {
   if (s && s != reinterpret_cast<CUstream>(0x1) && s != reinterpret_cast<CUstream>(0x2)) delete static_cast<Stream*>(s);
   return CUDA_SUCCESS;
 }
-API CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+API CUresult cuStreamSynchronize(CUstream s) {
+  if (Stream* st = capturing(s)) return refuse(st, "cuStreamSynchronize");
+  return CUDA_SUCCESS;
+}
 API CUresult cuStreamQuery(CUstream) { return CUDA_SUCCESS; }
 API CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
-API CUresult cuStreamIsCapturing(CUstream, int* status) {
+API CUresult cuStreamIsCapturing(CUstream s, int* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  *status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  const Stream* st = capturing(s);
+  *status = !st ? 0 : (st->invalidated ? 2 : 1);  // NONE, ACTIVE, INVALIDATED
   return CUDA_SUCCESS;
+}
+API CUresult cuStreamBeginCapture_v2(CUstream s, int /*mode*/) {
+  if (!is_created(s)) {
+    fprintf(stderr, "cuda_emu: cuStreamBeginCapture on the legacy or per-thread stream\n");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  auto* st = static_cast<Stream*>(s);
+  if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  st->capture = new Graph;
+  st->invalidated = false;
+  return CUDA_SUCCESS;
+}
+API CUresult cuStreamEndCapture(CUstream s, CUgraph* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Stream* st = capturing(s);
+  if (!st) return CUDA_ERROR_ILLEGAL_STATE;
+  Graph* g = st->capture;
+  st->capture = nullptr;
+  if (st->invalidated) {
+    delete g;
+    *out = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  *out = g;
+  return CUDA_SUCCESS;
+}
+API CUresult cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph g, unsigned long long /*flags*/) {
+  if (!out || !g) return CUDA_ERROR_INVALID_VALUE;
+  *out = new Graph(*static_cast<Graph*>(g));
+  return CUDA_SUCCESS;
+}
+API CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+  if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (Stream* st = capturing(s)) return refuse(st, "cuGraphLaunch (a graph in a graph)");
+  for (auto& node : static_cast<Graph*>(e)->nodes)
+    if (CUresult r = node()) return r;
+  return CUDA_SUCCESS;
+}
+API CUresult cuGraphUpload(CUgraphExec e, CUstream) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+API CUresult cuGraphExecDestroy(CUgraphExec e) {
+  delete static_cast<Graph*>(e);
+  return CUDA_SUCCESS;
+}
+API CUresult cuGraphDestroy(CUgraph g) {
+  delete static_cast<Graph*>(g);
+  return CUDA_SUCCESS;
+}
+// For the fake cuBLASLt: records `run(ctx)` (a failure is a launch failure at replay;
+// `drop(ctx)` when the last graph holding it is destroyed) into the graph `s` is
+// capturing and returns 1, or returns 0 when `s` is not capturing.
+API int hopscore_emu_capture(CUstream s, int (*run)(void*), void* ctx, void (*drop)(void*)) {
+  Stream* st = capturing(s);
+  if (!st) return 0;
+  std::shared_ptr<void> held(ctx, drop);
+  st->capture->nodes.push_back([run, held] { return run(held.get()) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS; });
+  return 1;
 }
 
 API CUresult cuEventCreate(CUevent* e, unsigned) {
@@ -759,12 +885,14 @@ API CUresult cuEventCreate(CUevent* e, unsigned) {
   *e = new Event;
   return CUDA_SUCCESS;
 }
-API CUresult cuEventRecord(CUevent e, CUstream) {
+API CUresult cuEventRecord(CUevent e, CUstream s) {
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   auto* ev = static_cast<Event*>(e);
-  ev->t = std::chrono::steady_clock::now();
-  ev->recorded = true;
-  return CUDA_SUCCESS;
+  return run_or_record(s, [ev] {
+    ev->t = std::chrono::steady_clock::now();
+    ev->recorded = true;
+    return CUDA_SUCCESS;
+  });
 }
 API CUresult cuEventSynchronize(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 API CUresult cuEventQuery(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
@@ -782,9 +910,16 @@ API CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
 API CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
 
 API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return alloc(p, n); }
-API CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream) { return alloc(p, n); }
+API CUresult cuMemAllocAsync(CUdeviceptr* p, size_t n, CUstream s) {
+  // A GPU records an allocation node; the emulator does not model them.
+  if (Stream* st = capturing(s)) return refuse(st, "cuMemAllocAsync (not modelled: allocate before capturing)");
+  return alloc(p, n);
+}
 API CUresult cuMemFree_v2(CUdeviceptr p) { return release(p); }
-API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return release(p); }
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+  if (Stream* st = capturing(s)) return refuse(st, "cuMemFreeAsync (not modelled)");
+  return release(p);
+}
 API CUresult cuMemGetInfo_v2(size_t* free_, size_t* total) {
   std::lock_guard<std::mutex> g(g_mutex);
   if (free_) *free_ = kTotalMem - std::min(g_allocated, kTotalMem);
@@ -794,10 +929,17 @@ API CUresult cuMemGetInfo_v2(size_t* free_, size_t* total) {
 API CUresult cuMemAllocHost_v2(void** pp, size_t n) {
   if (!pp) return CUDA_ERROR_INVALID_VALUE;
   *pp = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
-  return *pp ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  if (!*pp) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> g(g_mutex);
+  g_pinned[uintptr_t(*pp)] = n;
+  return CUDA_SUCCESS;
 }
 API CUresult cuMemHostAlloc(void** pp, size_t n, unsigned) { return cuMemAllocHost_v2(pp, n); }
 API CUresult cuMemFreeHost(void* p) {
+  {
+    std::lock_guard<std::mutex> g(g_mutex);
+    g_pinned.erase(uintptr_t(p));
+  }
   free(p);
   return CUDA_SUCCESS;
 }
@@ -809,12 +951,20 @@ static CUresult copy(void* dst, const void* src, size_t n) {
 }
 #define DPTR(p) reinterpret_cast<void*>(uintptr_t(p))
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* h, size_t n) { return copy(DPTR(d), h, n); }
-API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* h, size_t n, CUstream) { return copy(DPTR(d), h, n); }
+// Copies between the host and a capturing stream are graph nodes only from page-locked
+// memory (the node reads or writes it at each replay); pageable memory fails, as on a GPU.
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* h, size_t n, CUstream s) {
+  if (Stream* st = capturing(s); st && !is_pinned(h, n)) return refuse(st, "cuMemcpyHtoDAsync from pageable memory");
+  return run_or_record(s, [=] { return copy(DPTR(d), h, n); });
+}
 API CUresult cuMemcpyDtoH_v2(void* h, CUdeviceptr d, size_t n) { return copy(h, DPTR(d), n); }
-API CUresult cuMemcpyDtoHAsync_v2(void* h, CUdeviceptr d, size_t n, CUstream) { return copy(h, DPTR(d), n); }
+API CUresult cuMemcpyDtoHAsync_v2(void* h, CUdeviceptr d, size_t n, CUstream s) {
+  if (Stream* st = capturing(s); st && !is_pinned(h, n)) return refuse(st, "cuMemcpyDtoHAsync to pageable memory");
+  return run_or_record(s, [=] { return copy(h, DPTR(d), n); });
+}
 API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(DPTR(d), DPTR(s), n); }
-API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream) {
-  return copy(DPTR(d), DPTR(s), n);
+API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+  return run_or_record(st, [=] { return copy(DPTR(d), DPTR(s), n); });
 }
 API CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext, CUdeviceptr s, CUcontext, size_t n, CUstream) {
   return copy(DPTR(d), DPTR(s), n);
@@ -824,21 +974,27 @@ API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
   if (n) memset(DPTR(d), v, n);
   return CUDA_SUCCESS;
 }
-API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream) { return cuMemsetD8_v2(d, v, n); }
+API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
+  return run_or_record(s, [=] { return cuMemsetD8_v2(d, v, n); });
+}
 API CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) {
   if (n && !d) return CUDA_ERROR_INVALID_VALUE;
   auto* p = static_cast<unsigned short*>(DPTR(d));
   for (size_t i = 0; i < n; ++i) p[i] = v;
   return CUDA_SUCCESS;
 }
-API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream) { return cuMemsetD16_v2(d, v, n); }
+API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) {
+  return run_or_record(s, [=] { return cuMemsetD16_v2(d, v, n); });
+}
 API CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) {
   if (n && !d) return CUDA_ERROR_INVALID_VALUE;
   auto* p = static_cast<unsigned*>(DPTR(d));
   for (size_t i = 0; i < n; ++i) p[i] = v;
   return CUDA_SUCCESS;
 }
-API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream) { return cuMemsetD32_v2(d, v, n); }
+API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream s) {
+  return run_or_record(s, [=] { return cuMemsetD32_v2(d, v, n); });
+}
 
 API CUresult cuModuleLoadData(CUmodule* m, const void* image) { return load_module(m, static_cast<const char*>(image)); }
 API CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned, void*, void**) {
@@ -915,17 +1071,35 @@ API CUresult cuFuncGetAttribute(int* pi, int attrib, CUfunction fh) {
 API CUresult cuFuncSetCacheConfig(CUfunction, int) { return CUDA_SUCCESS; }
 
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                            unsigned bz, unsigned smem, CUstream, void** params, void** extra) {
-  return launch(f, gx, gy, gz, bx, by, bz, smem, params, extra);
+                            unsigned bz, unsigned smem, CUstream s, void** params, void** extra) {
+  Stream* st = capturing(s);
+  if (!st) return launch(f, gx, gy, gz, bx, by, bz, smem, params, extra);
+  auto* fn = static_cast<Function*>(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  if (extra || (!params && !fn->kernel.sizes.empty())) return refuse(st, "cuLaunchKernel without kernelParams");
+  // As CUDA: the argument values are copied when the launch is recorded.
+  auto values = std::make_shared<std::vector<std::vector<char>>>();
+  for (size_t i = 0; i < fn->kernel.sizes.size(); ++i) {
+    const char* p = static_cast<const char*>(params[i]);
+    values->emplace_back(p, p + fn->kernel.sizes[i]);
+  }
+  st->capture->nodes.push_back([=] {
+    std::vector<void*> args;
+    for (auto& v : *values) args.push_back(v.data());
+    return launch(f, gx, gy, gz, bx, by, bz, smem, args.data(), nullptr);
+  });
+  return CUDA_SUCCESS;
 }
 API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                        unsigned bz, unsigned smem, CUstream, void** params) {
   return launch(f, gx, gy, gz, bx, by, bz, smem, params, nullptr);
 }
-API CUresult cuLaunchHostFunc(CUstream, CUhostFn fn, void* user) {
+API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* user) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  fn(user);
-  return CUDA_SUCCESS;
+  return run_or_record(s, [=] {
+    fn(user);
+    return CUDA_SUCCESS;
+  });
 }
 
 API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int block, size_t) {

@@ -90,9 +90,12 @@ void* dynamic_smem();
 [[noreturn]] void fatal(const char* what);
 
 typedef void (*Trampoline)(void** params);
-void register_kernel(const char* name, Trampoline t);
+// `sizes[i]` is the byte size of parameter i (a graph node copies the values at capture).
+void register_kernel(const char* name, Trampoline t, const size_t* sizes, size_t count);
 struct Registrar {
-  Registrar(const char* name, Trampoline t) { register_kernel(name, t); }
+  Registrar(const char* name, Trampoline t, const size_t* sizes, size_t count) {
+    register_kernel(name, t, sizes, count);
+  }
 };
 
 template <auto F> struct Entry;
@@ -101,6 +104,8 @@ template <typename... A, void (*F)(A...)> struct Entry<F> {
     F(*static_cast<std::decay_t<A>*>(p[I])...);
   }
   static void call(void** params) { call_impl(params, std::index_sequence_for<A...>{}); }
+  static constexpr size_t count = sizeof...(A);
+  static constexpr size_t sizes[sizeof...(A) + 1] = {sizeof(std::decay_t<A>)..., 0};
 };
 
 // The compiler must not keep shared (static) memory in registers across a sync point.
@@ -138,7 +143,9 @@ template <typename T, typename Src> inline T exchange(T v, Src src) {
 }  // namespace hopscore_emu
 
 #define HOPSCORE_ENTRY(name) \
-  static ::hopscore_emu::Registrar hopscore_emu_entry_##name(#name, &::hopscore_emu::Entry<&name>::call)
+  static ::hopscore_emu::Registrar hopscore_emu_entry_##name(#name, &::hopscore_emu::Entry<&name>::call, \
+                                                              ::hopscore_emu::Entry<&name>::sizes,       \
+                                                              ::hopscore_emu::Entry<&name>::count)
 #define HOPSCORE_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::hopscore_emu::dynamic_smem())
 
 // ---------------------------------------------------------------- synchronisation
