@@ -25,7 +25,9 @@ use std::path::{Path, PathBuf};
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::tensor_core_check::TensorCorePath;
 use hopscore::backend::cuda::{CudaBackend, DType};
-use hopscore::backend::{AttentionShape, Backend, CausalShape, RelAttention, SeqLayout};
+use hopscore::backend::{
+    AttentionShape, Backend, CausalShape, DeviceCounts, Input, RelAttention, SeqLayout,
+};
 use hopscore::model::batch::PackedBatch;
 use hopscore::model::config::RelativeConfig;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
@@ -400,17 +402,17 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .iter()
                 .map(|&v| inp.ids(tokens, v))
                 .collect();
-            let lookups: Vec<(&B::Tensor, &[u32])> = ts
+            let lookups: Vec<(&B::Tensor, Input<'_, [u32]>)> = ts
                 .iter()
                 .zip(&ids)
-                .map(|(t, i)| (t, i.as_slice()))
+                .map(|(t, i)| (t, i.as_slice().into()))
                 .collect();
             down(&be.embedding(&lookups).unwrap()).data
         }
         Op::ScaleRows { rows, cols } => {
             let mut x = up(&inp.matrix(rows, cols, 1.0));
             let s: Vec<f32> = (0..rows).map(|r| (r % 3) as f32 * 0.5).collect();
-            be.scale_rows(&mut x, &s).unwrap();
+            be.scale_rows(&mut x, s.as_slice().into()).unwrap();
             down(&x).data
         }
         Op::GatherRows { rows, cols } => {
@@ -420,12 +422,12 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .iter()
                 .map(|&r| r as usize)
                 .collect();
-            down(&be.gather_rows(&x, &pick).unwrap()).data
+            down(&be.gather_rows(&x, pick.as_slice().into()).unwrap()).data
         }
         Op::MeanPool { lens, cols } => {
             let l = encoder_layout(lens);
             let x = up(&inp.matrix(l.num_tokens(), cols, 1.0));
-            down(&be.mean_pool(&x, &l).unwrap()).data
+            down(&be.mean_pool(&x, (&l).into()).unwrap()).data
         }
         Op::Add { rows, cols } => {
             let (a, b) = (inp.matrix(rows, cols, 1.0), inp.matrix(rows, cols, 1.0));
@@ -466,7 +468,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             let rel_terms = RelAttention {
                 pos_key: pos_key.as_ref(),
                 pos_query: pos_query.as_ref(),
-                index: &index,
+                index: index.as_slice().into(),
             };
             let shape = AttentionShape {
                 heads,
@@ -474,7 +476,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 score_scale: 1.0 / ((d * 3) as f32).sqrt(),
             };
             let out = be
-                .disentangled_attention(&q, &k, &v, rel.map(|_| &rel_terms), shape, &lay)
+                .disentangled_attention(&q, &k, &v, rel.map(|_| &rel_terms), shape, (&lay).into())
                 .unwrap();
             let out = down(&out);
             assert_eq!(out.shape, vec![tokens, width]);
@@ -514,7 +516,14 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .flat_map(|&l| (0..l as u32).map(move |p| p + offset))
                 .collect();
             let mut x = up(&inp.matrix(tokens, cols, 2.0));
-            be.rope(&mut x, 6, head_dim, &pos, &inv_freq).unwrap();
+            be.rope(
+                &mut x,
+                6,
+                head_dim,
+                pos.as_slice().into(),
+                inv_freq.as_slice().into(),
+            )
+            .unwrap();
             down(&x).data
         }
         Op::CausalAttention {
@@ -534,7 +543,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 head_dim: d,
                 scale: 1.0 / (d as f32).sqrt(),
             };
-            let out = down(&be.causal_attention(&qkv, shape, &lay).unwrap());
+            let out = down(&be.causal_attention(&qkv, shape, (&lay).into()).unwrap());
             assert_eq!(out.shape, vec![tokens, heads * d]);
             out.data
         }
@@ -551,11 +560,23 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             let mut targets = inp.ids(rows.len(), vocab as u32);
             targets[..6].copy_from_slice(&[0, vocab as u32 - 1, 2047, 2048, 4095, 4096]);
             let out = be
-                .question_loglik(&hidden, &rows, &head, &targets, temperature)
+                .question_loglik(
+                    &hidden,
+                    rows.as_slice().into(),
+                    &head,
+                    targets.as_slice().into(),
+                    temperature,
+                )
                 .unwrap();
             assert_eq!(out.len(), rows.len());
             assert!(be
-                .question_loglik(&hidden, &[], &head, &[], temperature)
+                .question_loglik(
+                    &hidden,
+                    [].as_slice().into(),
+                    &head,
+                    [].as_slice().into(),
+                    temperature
+                )
                 .unwrap()
                 .is_empty());
             out
@@ -935,7 +956,7 @@ fn disentangled_attention_rejects_head_size_12() {
         score_scale: 1.0 / 6.0,
     };
     let err = gpu
-        .disentangled_attention(&q, &k, &v, None, shape, &lay)
+        .disentangled_attention(&q, &k, &v, None, shape, (&lay).into())
         .err()
         .expect("head size 12 must be rejected");
     assert!(err.to_string().contains("head size 12"), "{err}");
@@ -955,7 +976,7 @@ fn causal_attention_rejects_head_dim_over_128() {
         scale: 0.0625,
     };
     let err = gpu
-        .causal_attention(&gpu.upload(&qkv).unwrap(), shape, &lay)
+        .causal_attention(&gpu.upload(&qkv).unwrap(), shape, (&lay).into())
         .err()
         .expect("head_dim 256 is refused");
     assert!(err.to_string().contains("head_dim 256"), "{err}");
@@ -1012,6 +1033,8 @@ fn check_model(what: &str, dtype: DType, err: f32, tol: f32) {
 /// every head's logits; returns the largest relative error.
 fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
     let gpu = common::gpu(dtype)?;
+    // The path without graphs (graph replay equals it: `deberta_graphs_*`).
+    gpu.set_cuda_graphs(false);
     let fixture_dir = common::fixture(&format!("deberta/{fixture}"));
     let case = common::golden_sequences(&common::read_golden(
         &fixture_dir.join("golden.safetensors"),
@@ -1134,6 +1157,7 @@ fn check_decoders(dtype: DType) {
     let Some(gpu) = common::gpu(dtype) else {
         return;
     };
+    gpu.set_cuda_graphs(false);
     for name in DECODER_MODELS {
         let fixture = common::fixture(&format!("decoder/{name}"));
         let tmp = tempfile::tempdir().unwrap();
@@ -1184,4 +1208,174 @@ fn decoder_models_bf16() {
 #[test]
 fn decoder_models_f16() {
     check_decoders(DType::F16);
+}
+
+/// CUDA graphs: the backend with graphs and one without (same dtype, same model).
+fn graph_pair(dtype: DType) -> Option<(CudaBackend, CudaBackend)> {
+    let on = common::gpu(dtype)?;
+    on.set_cuda_graphs(true);
+    let off = common::gpu(dtype)?;
+    off.set_cuda_graphs(false);
+    Some((on, off))
+}
+
+/// Asserts one forward's counts with graphs: nothing but the staged inputs' one upload
+/// and the copy of the real rows outside the graph, `captures` captures, one replay
+/// of at most `max_launches` launches and GEMMs.
+fn check_graph_counts(what: &str, c: &DeviceCounts, captures: u64, max_launches: u64) {
+    eprintln!("  {what}: {c:?}");
+    assert_eq!((c.captures, c.replays), (captures, 1), "{what}: {c:?}");
+    assert_eq!((c.launches, c.gemms, c.uploads), (0, 0, 1), "{what}: {c:?}");
+    assert_eq!((c.downloads, c.device_copies), (0, 1), "{what}: {c:?}");
+    assert!(
+        c.graph_launches + c.graph_gemms <= max_launches,
+        "{what}: {c:?}"
+    );
+}
+
+/// The golden batch of a DeBERTa fixture, and another of the same bucket: other token
+/// ids, the longest sequence one token shorter.
+fn two_batches(case: &common::GoldenCase, vocab: usize) -> [PackedBatch; 2] {
+    let mut rng = fastrand::Rng::with_seed(5);
+    let mut seqs = case.seqs.clone();
+    let longest = (0..seqs.len()).max_by_key(|&i| seqs[i].ids.len()).unwrap();
+    let s = &mut seqs[longest];
+    s.ids.pop();
+    s.type_ids.truncate(s.ids.len());
+    s.mask.truncate(s.ids.len());
+    for s in &mut seqs {
+        for id in s.ids.iter_mut().skip(1) {
+            *id = rng.u32(3..vocab as u32);
+        }
+    }
+    [PackedBatch::pack(&case.seqs), PackedBatch::pack(&seqs)]
+}
+
+/// Every DeBERTa fixture with graphs equals it without, bit for bit (hidden states
+/// and every head), over two batches of one bucket (a stale input of the first batch
+/// would show in the second), and the graph is captured once and replayed.
+fn deberta_graphs(dtype: DType) {
+    let Some((on, off)) = graph_pair(dtype) else {
+        return;
+    };
+    for fixture in DEBERTA_MODELS {
+        let fixture_dir = common::fixture(&format!("deberta/{fixture}"));
+        let case = common::golden_sequences(&common::read_golden(
+            &fixture_dir.join("golden.safetensors"),
+        ));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
+        let model_on = CrossEncoder::load(&on, ModelFiles::open(&dir).unwrap(), None).unwrap();
+        let model_off = CrossEncoder::load(&off, ModelFiles::open(&dir).unwrap(), None).unwrap();
+        let c = &model_on.encoder.config;
+        let (layers, vocab) = (c.num_layers as u64, c.vocab_size);
+        let batches = two_batches(&case, vocab);
+        let limit = c.max_position_embeddings;
+        let buckets = batches
+            .each_ref()
+            .map(|b| on.graph_bucket(b.shape(), limit));
+        assert_eq!(buckets[0], buckets[1], "{fixture}: one bucket");
+        let start = on.counts().unwrap();
+        for (i, batch) in batches.iter().enumerate() {
+            let before = on.counts().unwrap();
+            model_on.encoder.forward(&on, batch).unwrap();
+            let counts = on.counts().unwrap().since(&before);
+            let what = format!("{fixture} {dtype:?} batch {i}");
+            check_graph_counts(&what, &counts, u64::from(i == 0), 8 * layers + 4);
+            let got = model_on.forward(&on, batch, true).unwrap();
+            let want = model_off.forward(&off, batch, true).unwrap();
+            assert_eq!(
+                got.hidden.unwrap().data,
+                want.hidden.unwrap().data,
+                "{what}"
+            );
+            assert_eq!(got.logits.len(), want.logits.len());
+            for (g, w) in got.logits.iter().zip(&want.logits) {
+                assert_eq!((&g.shape, &g.data), (&w.shape, &w.data), "{what} logits");
+            }
+            eprintln!("ok    {what}: graph replay = no graph, bit for bit");
+        }
+        let c = on.counts().unwrap().since(&start);
+        assert_eq!(c.captures, 1, "{fixture}: one capture for the bucket");
+    }
+}
+
+#[test]
+fn deberta_graphs_f32() {
+    deberta_graphs(DType::F32);
+}
+
+#[test]
+fn deberta_graphs_bf16() {
+    deberta_graphs(DType::Bf16);
+}
+
+/// Every decoder's scoring with graphs (no shared prefixes: the graph path) equals
+/// it without, bit for bit, over two batches of one bucket; per call one upload and
+/// one download, the layers as one replay.
+fn decoder_graphs(dtype: DType) {
+    let Some((on, off)) = graph_pair(dtype) else {
+        return;
+    };
+    for name in DECODER_MODELS {
+        let fixture = common::fixture(&format!("decoder/{name}"));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = rounded_checkpoint(&fixture, tmp.path(), dtype);
+        let mut model_on =
+            DecoderForCausalLM::load(&on, DecoderSource::open(&dir).unwrap()).unwrap();
+        let mut model_off =
+            DecoderForCausalLM::load(&off, DecoderSource::open(&dir).unwrap()).unwrap();
+        model_on.min_shared_prefix = 0;
+        model_off.min_shared_prefix = 0;
+        let vocab = model_on.config.vocab_size;
+        let first = scored_sequences(vocab);
+        let mut rng = fastrand::Rng::with_seed(23);
+        let mut second = first.clone();
+        for s in &mut second {
+            s.ids
+                .iter_mut()
+                .for_each(|id| *id = rng.u32(0..vocab as u32));
+        }
+        let layers = model_on.config.num_layers as u64;
+        let captures = on.counts().unwrap().captures;
+        for (i, seqs) in [first, second].iter().enumerate() {
+            let before = on.counts().unwrap();
+            let got = model_on.target_logprobs(&on, seqs, 1.4).unwrap();
+            let c = on.counts().unwrap().since(&before);
+            let what = format!("{name} {dtype:?} batch {i}");
+            eprintln!("  {what}: {c:?}");
+            assert_eq!(
+                (c.captures, c.replays),
+                (u64::from(i == 0), 1),
+                "{what}: {c:?}"
+            );
+            assert_eq!((c.uploads, c.downloads), (1, 1), "{what}: {c:?}");
+            // After the graph: the copy of the real rows, the gather, the final norm
+            // (GPT-2's LayerNorm on a copy) and the two log-likelihood kernels.
+            assert!(c.launches <= 4 && c.device_copies <= 2, "{what}: {c:?}");
+            assert!(
+                c.graph_launches + c.graph_gemms <= 12 * layers + 2,
+                "{what}: {c:?}"
+            );
+            let want = model_off.target_logprobs(&off, seqs, 1.4).unwrap();
+            assert_eq!(got, want, "{what}");
+            eprintln!("ok    {what}: graph replay = no graph, bit for bit");
+        }
+        let c = on.counts().unwrap();
+        assert_eq!(
+            c.captures - captures,
+            1,
+            "{name}: one capture for the bucket"
+        );
+    }
+}
+
+#[test]
+fn decoder_graphs_f32() {
+    decoder_graphs(DType::F32);
+}
+
+#[test]
+fn decoder_graphs_bf16() {
+    decoder_graphs(DType::Bf16);
 }

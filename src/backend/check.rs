@@ -1,7 +1,7 @@
 //! Argument checks shared by every backend: an op validates shapes here before it
 //! touches data, so the CPU and CUDA backends fail alike with the same message.
 
-use super::{AttentionShape, CausalShape, OpError, OpResult, SeqLayout};
+use super::{AttentionShape, CausalShape, Input, OpError, OpResult, SeqLayout};
 
 /// A matrix shape `[rows, cols]`.
 pub trait Dims {
@@ -91,7 +91,7 @@ pub fn layer_norm(
 }
 
 /// Returns `(cols, tokens)` of the summed embedding.
-pub fn embedding<T: Dims>(lookups: &[(&T, &[u32])]) -> OpResult<(usize, usize)> {
+pub fn embedding<T: Dims>(lookups: &[(&T, Input<'_, [u32]>)]) -> OpResult<(usize, usize)> {
     let Some((first, ids)) = lookups.first() else {
         return fail("embedding", "no tables".into());
     };

@@ -69,6 +69,101 @@ pub struct BatchInputs<'a> {
     pub rel_index: Option<&'a [u32]>,
 }
 
+/// Where [`Backend::prepare_batch`] put one host input on the device: input `index`
+/// of staged batch `batch` (or of the constants, see [`Backend::keep_constant`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub batch: u64,
+    pub index: u32,
+}
+
+/// An op's host input and, where the backend staged it, its [`Slot`]: the op reads
+/// the staged copy instead of uploading `host` (direct op calls pass `host.into()`).
+#[derive(Debug)]
+pub struct Input<'a, T: ?Sized> {
+    pub host: &'a T,
+    pub slot: Option<Slot>,
+}
+
+impl<T: ?Sized> Clone for Input<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: ?Sized> Copy for Input<'_, T> {}
+
+impl<'a, T: ?Sized> From<&'a T> for Input<'a, T> {
+    fn from(host: &'a T) -> Self {
+        Self { host, slot: None }
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for Input<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.host
+    }
+}
+
+/// The slots of the inputs one [`Backend::prepare_batch`] call staged, in the order of
+/// its [`BatchInputs`]; a model forward carries it to the ops (empty on the CPU).
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    /// `cu_seqlens` of each layout; its mask is the next slot.
+    pub layouts: Vec<Slot>,
+    pub ids: Vec<Slot>,
+    pub rel_index: Option<Slot>,
+}
+
+impl Prepared {
+    /// Layout `i` of the batch, `layout` on the host.
+    pub fn layout<'a>(&self, i: usize, layout: &'a SeqLayout) -> Input<'a, SeqLayout> {
+        Input {
+            host: layout,
+            slot: self.layouts.get(i).copied(),
+        }
+    }
+
+    /// The mask of layout `i`.
+    pub fn mask<'a>(&self, i: usize, layout: &'a SeqLayout) -> Input<'a, [f32]> {
+        Input {
+            host: &layout.mask,
+            slot: self.layouts.get(i).map(|s| Slot {
+                index: s.index + 1,
+                ..*s
+            }),
+        }
+    }
+
+    /// Id list `i` of the batch (`[u32]`, or `[usize]` row indices staged as u32).
+    pub fn ids<'a, T: ?Sized>(&self, i: usize, host: &'a T) -> Input<'a, T> {
+        Input {
+            host,
+            slot: self.ids.get(i).copied(),
+        }
+    }
+
+    /// The relative-position index.
+    pub fn rel_index<'a>(&self, index: &'a [u32]) -> Input<'a, [u32]> {
+        Input {
+            host: index,
+            slot: self.rel_index,
+        }
+    }
+}
+
+/// The size of a packed batch: tokens, sequences and the longest sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BatchShape {
+    pub tokens: usize,
+    pub seqs: usize,
+    pub max_len: usize,
+}
+
+/// A model forward for [`Backend::run_forward`]: the ops after staging, given the slots.
+pub type Forward<'f, T> = dyn FnMut(&Prepared) -> anyhow::Result<T> + 'f;
+
 /// Relative-position inputs of the disentangled attention for one layer.
 pub struct RelAttention<'a, T> {
     /// `PK = key_proj(rel)` (or `pos_key_proj`), `[2·span, heads·d]`; `None` without c2p.
@@ -77,7 +172,7 @@ pub struct RelAttention<'a, T> {
     pub pos_query: Option<&'a T>,
     /// `index[r + max_len − 1] = clamp(bucket(r) + span, 0, 2·span − 1)` for
     /// `r = i − j ∈ [−(max_len−1), max_len−1]`; non-decreasing in `r`.
-    pub index: &'a [u32],
+    pub index: Input<'a, [u32]>,
 }
 
 /// Attention geometry shared by all layers.
@@ -125,6 +220,12 @@ pub struct DeviceCounts {
     pub download_bytes: u64,
     /// Device-to-device copies.
     pub device_copies: u64,
+    /// CUDA graphs captured, and graph launches (the first run of a capture included).
+    pub captures: u64,
+    pub replays: u64,
+    /// Kernel launches and GEMMs that ran inside graph launches (not in `launches`).
+    pub graph_launches: u64,
+    pub graph_gemms: u64,
 }
 
 impl DeviceCounts {
@@ -138,6 +239,10 @@ impl DeviceCounts {
             downloads: self.downloads - earlier.downloads,
             download_bytes: self.download_bytes - earlier.download_bytes,
             device_copies: self.device_copies - earlier.device_copies,
+            captures: self.captures - earlier.captures,
+            replays: self.replays - earlier.replays,
+            graph_launches: self.graph_launches - earlier.graph_launches,
+            graph_gemms: self.graph_gemms - earlier.graph_gemms,
         }
     }
 }
@@ -163,15 +268,40 @@ pub trait Backend: Send + Sync {
         Ok(Vec::new())
     }
     /// Uploads `inputs` for the ops of the forward pass that follows, in one copy
-    /// (devices; the ops still accept inputs that were not prepared, uploading them
-    /// then). A no-op on the CPU.
-    fn prepare_batch(&self, _inputs: &BatchInputs<'_>) -> OpResult<()> {
-        Ok(())
+    /// (devices), and returns their slots, valid until the next call (ops given an
+    /// [`Input`] without a slot upload it then). Empty on the CPU.
+    fn prepare_batch(&self, _inputs: &BatchInputs<'_>) -> OpResult<Prepared> {
+        Ok(Prepared::default())
+    }
+    /// The shape to pad a batch of `shape` to, so that one captured CUDA graph serves
+    /// every batch of its bucket (sequences up to `max_len_limit` tokens); `None`: run
+    /// the batch as it is (the CPU, graphs off).
+    fn graph_bucket(&self, _shape: BatchShape, _max_len_limit: usize) -> Option<BatchShape> {
+        None
+    }
+    /// Stages `inputs` ([`Backend::prepare_batch`]) and runs `forward` with their
+    /// slots; returns the first `rows` rows of its output (the real tokens of a padded
+    /// batch) and the slots. With CUDA graphs and a model `key`
+    /// ([`crate::model::batch::graph_key`]), `forward` is captured once per key and
+    /// input shape and replayed afterwards: the shape must then fix every launch (a
+    /// batch padded to its [`Backend::graph_bucket`]), and `forward` may read only the
+    /// layouts, the relative index and the first `graph_ids` id lists (the rest are
+    /// for the ops after it).
+    fn run_forward(
+        &self,
+        _key: Option<u64>,
+        inputs: &BatchInputs<'_>,
+        _graph_ids: usize,
+        _rows: usize,
+        forward: &mut Forward<'_, Self::Tensor>,
+    ) -> anyhow::Result<(Self::Tensor, Prepared)> {
+        let prepared = self.prepare_batch(inputs)?;
+        Ok((forward(&prepared)?, prepared))
     }
     /// Uploads `values` now (at load) and keeps them on the device for the ops that
-    /// read them (RoPE's `inv_freq`). A no-op on the CPU.
-    fn keep_constant(&self, _values: &[f32]) -> OpResult<()> {
-        Ok(())
+    /// read them (RoPE's `inv_freq`); `None` on the CPU.
+    fn keep_constant(&self, _values: &[f32]) -> OpResult<Option<Slot>> {
+        Ok(None)
     }
     /// Device work queued so far (`None` where nothing is queued: the CPU).
     fn counts(&self) -> Option<DeviceCounts> {
@@ -239,9 +369,9 @@ pub trait Backend: Send + Sync {
         eps: f32,
     ) -> OpResult<()>;
     /// `Σ_k table_k[ids_k[t]]` per token `t` (word + position + type embeddings).
-    fn embedding(&self, lookups: &[(&Self::Tensor, &[u32])]) -> OpResult<Self::Tensor>;
+    fn embedding(&self, lookups: &[(&Self::Tensor, Input<'_, [u32]>)]) -> OpResult<Self::Tensor>;
     /// Multiplies row `t` by `scale[t]` (the embedding mask).
-    fn scale_rows(&self, x: &mut Self::Tensor, scale: &[f32]) -> OpResult<()>;
+    fn scale_rows(&self, x: &mut Self::Tensor, scale: Input<'_, [f32]>) -> OpResult<()>;
     /// DeBERTa disentangled attention (c2c + c2p + p2c) over packed sequences;
     /// `q, k, v: [tokens, heads·d]` → context `[tokens, heads·d]`. Rows with mask 0
     /// produce zeros. Without `rel` it is plain scaled dot-product attention.
@@ -252,13 +382,13 @@ pub trait Backend: Send + Sync {
         v: &Self::Tensor,
         rel: Option<&RelAttention<'_, Self::Tensor>>,
         shape: AttentionShape,
-        layout: &SeqLayout,
+        layout: Input<'_, SeqLayout>,
     ) -> OpResult<Self::Tensor>;
     /// Rows `rows` of `x` (the [CLS] gather of classification heads).
-    fn gather_rows(&self, x: &Self::Tensor, rows: &[usize]) -> OpResult<Self::Tensor>;
+    fn gather_rows(&self, x: &Self::Tensor, rows: Input<'_, [usize]>) -> OpResult<Self::Tensor>;
     /// Per sequence, the mean of its rows whose mask is 1 (`Σ m_t x_t / max(Σ m_t, 1)`)
     /// → `[sequences, cols]` (mean pooling heads).
-    fn mean_pool(&self, x: &Self::Tensor, layout: &SeqLayout) -> OpResult<Self::Tensor>;
+    fn mean_pool(&self, x: &Self::Tensor, layout: Input<'_, SeqLayout>) -> OpResult<Self::Tensor>;
     /// A copy of `x` (the residual stream before a pre-norm block).
     fn copy(&self, x: &Self::Tensor) -> OpResult<Self::Tensor>;
     /// `x ← x + y` (residual add).
@@ -278,8 +408,8 @@ pub trait Backend: Send + Sync {
         x: &mut Self::Tensor,
         heads: usize,
         head_dim: usize,
-        positions: &[u32],
-        inv_freq: &[f32],
+        positions: Input<'_, [u32]>,
+        inv_freq: Input<'_, [f32]>,
     ) -> OpResult<()>;
     /// Causal self-attention over packed sequences; `qkv: [tokens, (heads + 2·kv_heads)·d]`
     /// → context `[tokens, heads·d]`. Rows with mask 0 produce zeros.
@@ -287,16 +417,16 @@ pub trait Backend: Send + Sync {
         &self,
         qkv: &Self::Tensor,
         shape: CausalShape,
-        layout: &SeqLayout,
+        layout: Input<'_, SeqLayout>,
     ) -> OpResult<Self::Tensor>;
     /// Log-probability of `targets[i]` under `softmax(hidden[rows[i]] · lm_headᵀ /
     /// temperature)`, without materialising the `[rows, vocab]` logits.
     fn question_loglik(
         &self,
         hidden: &Self::Tensor,
-        rows: &[usize],
+        rows: Input<'_, [usize]>,
         lm_head: &Self::Tensor,
-        targets: &[u32],
+        targets: Input<'_, [u32]>,
         temperature: f32,
     ) -> OpResult<Vec<f32>>;
 }

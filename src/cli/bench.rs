@@ -31,7 +31,8 @@ pub struct BenchArgs {
     pub iters: usize,
     #[command(flatten)]
     pub device: DeviceOpts,
-    /// Also count the kernel launches, GEMMs and host copies of one forward (GPU).
+    /// Also count the kernel launches, GEMMs and host copies of one forward (GPU),
+    /// outside and inside its CUDA graph replay.
     #[arg(long)]
     pub profile: bool,
     /// Print one JSON line instead of a table (for tools/bench_reference.py).
@@ -90,6 +91,19 @@ pub fn table(r: &BenchResult) -> String {
             c.downloads,
             c.device_copies
         );
+        if c.replays > 0 {
+            let (launches, replays) = (c.graph_launches + c.graph_gemms, c.replays);
+            out += &format!(
+                "\nCUDA graphs: {} captured, {replays} replayed; per replay {} launches \
+                 ({} kernels and copies + {} GEMMs; {:.1} per layer), 0 host copies \
+                 (the launches above are those outside the replay)",
+                c.captures,
+                launches / replays,
+                c.graph_launches / replays,
+                c.graph_gemms / replays,
+                per_layer(launches / replays),
+            );
+        }
     }
     let total: f64 = r.kernels.iter().map(|k| k.ms).sum();
     for k in &r.kernels {

@@ -18,6 +18,15 @@ fn positive<T: FromStr + PartialOrd + From<u8>>(s: &str) -> Result<T, String> {
     Ok(v)
 }
 
+/// `on` or `off` (also `true`/`false`, `1`/`0`).
+pub fn on_off(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("`{s}`: expected on or off")),
+    }
+}
+
 /// A count or budget that must be at least 1.
 pub fn positive_usize(s: &str) -> Result<usize, String> {
     positive(s)

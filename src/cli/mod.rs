@@ -79,6 +79,12 @@ pub struct DeviceOpts {
     /// CPU backend always runs f32).
     #[arg(long, value_enum, default_value_t = DType::Bf16)]
     pub dtype: DType,
+    /// Run each forward as a CUDA graph, captured once per batch bucket (batches are
+    /// padded to token/sequence/length buckets) and replayed: far fewer launches for
+    /// small models; `off` runs every op on its own (debugging, per-kernel profiles).
+    #[arg(long, value_name = "on|off", env = "HOPSCORE_CUDA_GRAPHS", default_value = "on",
+          value_parser = flags::on_off)]
+    pub cuda_graphs: bool,
 }
 
 impl DeviceOpts {
@@ -87,6 +93,7 @@ impl DeviceOpts {
         device: DeviceKind::Cpu,
         gpu: 0,
         dtype: DType::Bf16,
+        cuda_graphs: true,
     };
 
     /// The library's device config (threads are set once by [`init_threads`]).
@@ -96,6 +103,7 @@ impl DeviceOpts {
             gpu: self.gpu,
             dtype: self.dtype,
             threads: None,
+            cuda_graphs: self.cuda_graphs,
         }
     }
 }

@@ -24,6 +24,8 @@ pub struct DeviceConfig {
     /// CPU worker threads; `None` leaves the global pool as it is (all cores unless
     /// set before).
     pub threads: Option<usize>,
+    /// CUDA graphs of whole forwards (see `backend::cuda::graphs`).
+    pub cuda_graphs: bool,
 }
 
 impl DeviceConfig {
@@ -33,6 +35,7 @@ impl DeviceConfig {
         gpu: 0,
         dtype: DType::Bf16,
         threads: None,
+        cuda_graphs: true,
     };
 
     /// Sizes the global rayon pool to `threads` (once per process; asking again for
@@ -72,6 +75,7 @@ macro_rules! with_backend {
             #[cfg(feature = "cuda")]
             $crate::jobs::DeviceKind::Cuda => {
                 let $be = $crate::backend::cuda::CudaBackend::new(device.gpu, device.dtype)?;
+                $be.set_cuda_graphs(device.cuda_graphs);
                 $body
             }
             #[cfg(not(feature = "cuda"))]

@@ -1,7 +1,9 @@
 //! Model inputs: tokenised sequences packed back to back without padding, and the
 //! grouping of sequences into token-budget batches.
 
-use crate::backend::{BatchInputs, SeqLayout};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::backend::{BatchInputs, BatchShape, Input, Prepared, SeqLayout};
 
 /// One tokenised sequence (special tokens included).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -67,6 +69,85 @@ impl PackedBatch {
     pub fn num_tokens(&self) -> usize {
         self.ids.len()
     }
+
+    pub fn shape(&self) -> BatchShape {
+        BatchShape {
+            tokens: self.num_tokens(),
+            seqs: self.layout.num_seqs(),
+            max_len: self.layout.max_len(),
+        }
+    }
+
+    /// This batch followed by padding sequences (token 0, mask 0, positions from 0)
+    /// up to exactly `to` (a [`crate::backend::Backend::graph_bucket`] of its shape):
+    /// first one of `to.max_len` tokens if no sequence is that long, then the other
+    /// padding tokens in sequences of at most that length, then empty sequences. The
+    /// real rows keep their places; a row with mask 0 changes no other row.
+    pub fn padded(&self, to: BatchShape) -> PackedBatch {
+        let mut b = self.clone();
+        let push = |b: &mut PackedBatch, n: usize| {
+            b.ids.extend(std::iter::repeat_n(0, n));
+            b.type_ids.extend(std::iter::repeat_n(0, n));
+            b.positions.extend(0..n as u32);
+            b.layout.mask.extend(std::iter::repeat_n(0.0, n));
+            b.layout.cu_seqlens.push(b.ids.len());
+        };
+        if self.layout.max_len() < to.max_len {
+            push(&mut b, to.max_len);
+        }
+        while b.num_tokens() < to.tokens {
+            let n = (to.tokens - b.num_tokens()).min(to.max_len);
+            push(&mut b, n);
+        }
+        while b.layout.num_seqs() < to.seqs {
+            push(&mut b, 0);
+        }
+        debug_assert_eq!(b.shape(), to, "padding {:?}", self.shape());
+        b
+    }
+}
+
+/// A key no other model instance has: what a backend caches a model's CUDA graphs
+/// under ([`crate::backend::Backend::run_forward`]).
+pub fn graph_key() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Index in [`BatchInputs::ids`] of the first id list a model adds after
+/// [`PackedBatch::inputs`]' ids, type ids and positions.
+pub const EXTRA_IDS: usize = 3;
+
+/// A packed batch and the slots its inputs were staged under
+/// ([`crate::backend::Backend::prepare_batch`]): what the ops of a forward read.
+pub struct StagedBatch<'a> {
+    pub batch: &'a PackedBatch,
+    pub prepared: Prepared,
+}
+
+impl std::ops::Deref for StagedBatch<'_> {
+    type Target = PackedBatch;
+    fn deref(&self) -> &PackedBatch {
+        self.batch
+    }
+}
+
+impl<'a> StagedBatch<'a> {
+    pub fn layout_input(&self) -> Input<'a, SeqLayout> {
+        self.prepared.layout(0, &self.batch.layout)
+    }
+    pub fn mask_input(&self) -> Input<'a, [f32]> {
+        self.prepared.mask(0, &self.batch.layout)
+    }
+    pub fn ids_input(&self) -> Input<'a, [u32]> {
+        self.prepared.ids(0, &self.batch.ids)
+    }
+    pub fn type_ids_input(&self) -> Input<'a, [u32]> {
+        self.prepared.ids(1, &self.batch.type_ids)
+    }
+    pub fn positions_input(&self) -> Input<'a, [u32]> {
+        self.prepared.ids(2, &self.batch.positions)
+    }
 }
 
 /// Orders items longest first and splits them into consecutive groups whose summed
@@ -95,6 +176,29 @@ pub fn token_budget_groups(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::token_budget_groups;
+
+    #[test]
+    fn padding_reaches_the_bucket_and_keeps_the_rows() {
+        use super::{PackedBatch, Sequence};
+        use crate::backend::BatchShape;
+        let seq = |n: usize| Sequence {
+            ids: (1..=n as u32).collect(),
+            ..Default::default()
+        };
+        let b = PackedBatch::pack(&[seq(5), seq(3)]);
+        let to = BatchShape {
+            tokens: 64,
+            seqs: 8,
+            max_len: 16,
+        };
+        let p = b.padded(to);
+        assert_eq!(p.shape(), to);
+        assert_eq!(p.layout.cu_seqlens, vec![0, 5, 8, 24, 40, 56, 64, 64, 64]);
+        assert_eq!(&p.ids[..8], &b.ids[..]);
+        assert_eq!(&p.layout.mask[..8], &b.layout.mask[..]);
+        assert!(p.layout.mask[8..].iter().all(|&m| m == 0.0));
+        assert_eq!(&p.positions[8..11], &[0, 1, 2]);
+    }
 
     #[test]
     fn groups_respect_budget_and_order() {

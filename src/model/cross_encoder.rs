@@ -99,11 +99,11 @@ impl<B: Backend> CrossEncoder<B> {
     }
 
     pub fn forward(&self, be: &B, batch: &PackedBatch, keep_hidden: bool) -> Result<EncoderOutput> {
-        let hidden = self.encoder.forward(be, batch)?;
+        let (hidden, staged) = self.encoder.forward_staged(be, batch)?;
         let logits = self
             .heads
             .iter()
-            .map(|h| h.forward(be, &hidden, batch))
+            .map(|h| h.forward(be, &hidden, &staged))
             .collect::<Result<_>>()?;
         Ok(EncoderOutput {
             hidden: if keep_hidden {

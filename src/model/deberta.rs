@@ -9,11 +9,11 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::batch::PackedBatch;
+use super::batch::{graph_key, PackedBatch, StagedBatch, EXTRA_IDS};
 use super::config::{DebertaConfig, RelativeConfig};
 use super::layers::{LayerNorm, Linear};
 use super::weights::Weights;
-use crate::backend::{AttentionShape, Backend, RelAttention};
+use crate::backend::{AttentionShape, Backend, Input, RelAttention};
 use crate::tensor::HostTensor;
 
 /// Word (+ absolute position) (+ token type) embeddings → [embed_proj] → LN → × mask.
@@ -59,14 +59,14 @@ impl<B: Backend> DebertaV2Embeddings<B> {
         })
     }
 
-    pub fn forward(&self, be: &B, batch: &PackedBatch) -> Result<B::Tensor> {
+    pub fn forward(&self, be: &B, batch: &StagedBatch<'_>) -> Result<B::Tensor> {
         if let Some(&bad) = batch.ids.iter().find(|&&i| i as usize >= self.vocab_size) {
             bail!(
                 "token id {bad} is outside the vocabulary ({} entries): tokenizer and model differ",
                 self.vocab_size
             );
         }
-        let mut lookups = vec![(&self.word, batch.ids.as_slice())];
+        let mut lookups = vec![(&self.word, batch.ids_input())];
         if let Some(p) = &self.position {
             if batch.layout.max_len() > self.max_positions {
                 bail!(
@@ -75,7 +75,7 @@ impl<B: Backend> DebertaV2Embeddings<B> {
                     self.max_positions
                 );
             }
-            lookups.push((p, batch.positions.as_slice()));
+            lookups.push((p, batch.positions_input()));
         }
         if let Some(t) = &self.token_type {
             if let Some(&bad) = batch
@@ -88,14 +88,14 @@ impl<B: Backend> DebertaV2Embeddings<B> {
                     self.type_vocab_size
                 );
             }
-            lookups.push((t, batch.type_ids.as_slice()));
+            lookups.push((t, batch.type_ids_input()));
         }
         let mut x = be.embedding(&lookups)?;
         if let Some(p) = &self.embed_proj {
             x = p.forward(be, &x)?;
         }
         self.norm.forward(be, &mut x, None)?;
-        be.scale_rows(&mut x, &batch.layout.mask)?;
+        be.scale_rows(&mut x, batch.mask_input())?;
         Ok(x)
     }
 }
@@ -146,9 +146,9 @@ impl<B: Backend> DisentangledSelfAttention<B> {
         &self,
         be: &B,
         x: &B::Tensor,
-        index: Option<&[u32]>,
+        index: Option<Input<'_, [u32]>>,
         shape: AttentionShape,
-        batch: &PackedBatch,
+        batch: &StagedBatch<'_>,
     ) -> Result<B::Tensor> {
         let [q, k, v]: [B::Tensor; 3] = self
             .qkv
@@ -160,7 +160,7 @@ impl<B: Backend> DisentangledSelfAttention<B> {
             pos_query: self.pos_query.as_ref(),
             index,
         });
-        Ok(be.disentangled_attention(&q, &k, &v, rel.as_ref(), shape, &batch.layout)?)
+        Ok(be.disentangled_attention(&q, &k, &v, rel.as_ref(), shape, batch.layout_input())?)
     }
 }
 
@@ -196,9 +196,9 @@ impl<B: Backend> DebertaV2Layer<B> {
         &self,
         be: &B,
         x: &B::Tensor,
-        index: Option<&[u32]>,
+        index: Option<Input<'_, [u32]>>,
         shape: AttentionShape,
-        batch: &PackedBatch,
+        batch: &StagedBatch<'_>,
     ) -> Result<B::Tensor> {
         let ctx = self.attention.forward(be, x, index, shape, batch)?;
         let mut h = self.attention_output.forward(be, &ctx)?;
@@ -217,6 +217,8 @@ pub struct DebertaV2Model<B: Backend> {
     embeddings: DebertaV2Embeddings<B>,
     layers: Vec<DebertaV2Layer<B>>,
     shape: AttentionShape,
+    /// What the backend caches this model's CUDA graphs under.
+    graph_key: u64,
 }
 
 impl<B: Backend> DebertaV2Model<B> {
@@ -244,34 +246,62 @@ impl<B: Backend> DebertaV2Model<B> {
                 head_size: c.head_size,
                 score_scale: 1.0 / ((c.head_size as f32) * c.scale_factor as f32).sqrt(),
             },
+            graph_key: graph_key(),
         })
     }
 
     /// Last hidden state `[tokens, H]` of a packed batch.
     pub fn forward(&self, be: &B, batch: &PackedBatch) -> Result<B::Tensor> {
+        Ok(self.forward_staged(be, batch)?.0)
+    }
+
+    /// [`DebertaV2Model::forward`], and the batch as staged: the heads read its
+    /// layout and, as id list [`CLS_ROWS`], the [CLS] rows. On a backend with CUDA
+    /// graphs the layers run on the batch padded to its bucket, as a graph.
+    pub fn forward_staged<'a>(
+        &self,
+        be: &B,
+        batch: &'a PackedBatch,
+    ) -> Result<(B::Tensor, StagedBatch<'a>)> {
+        let padded = be
+            .graph_bucket(batch.shape(), self.config.max_position_embeddings)
+            .map(|to| batch.padded(to));
+        let run = padded.as_ref().unwrap_or(batch);
         let index = self
             .config
             .relative
             .as_ref()
-            .map(|rc| relative_index(rc, batch.layout.max_len()));
+            .map(|rc| relative_index(rc, run.layout.max_len()));
         // Everything the layers and the heads read from the host, in one upload.
-        let cls_rows: Vec<u32> = batch
-            .layout
-            .first_rows()
-            .iter()
-            .map(|&r| r as u32)
-            .collect();
-        let mut inputs = batch.inputs();
+        let cls_rows: Vec<u32> = run.layout.first_rows().iter().map(|&r| r as u32).collect();
+        let mut inputs = run.inputs();
         inputs.ids.push(&cls_rows);
         inputs.rel_index = index.as_deref();
-        be.prepare_batch(&inputs)?;
-        let mut x = self.embeddings.forward(be, batch)?;
-        for layer in &self.layers {
-            x = layer.forward(be, &x, index.as_deref(), self.shape, batch)?;
-        }
-        Ok(x)
+        let graph_ids = inputs.ids.len();
+        let (x, prepared) = be.run_forward(
+            Some(self.graph_key),
+            &inputs,
+            graph_ids,
+            batch.num_tokens(),
+            &mut |prepared| {
+                let staged = StagedBatch {
+                    batch: run,
+                    prepared: prepared.clone(),
+                };
+                let index = index.as_deref().map(|i| prepared.rel_index(i));
+                let mut x = self.embeddings.forward(be, &staged)?;
+                for layer in &self.layers {
+                    x = layer.forward(be, &x, index, self.shape, &staged)?;
+                }
+                Ok(x)
+            },
+        )?;
+        Ok((x, StagedBatch { batch, prepared }))
     }
 }
+
+/// The id list of [`DebertaV2Model::forward_staged`]'s batch that holds the [CLS] rows.
+pub const CLS_ROWS: usize = EXTRA_IDS;
 
 /// `LN(rel_embeddings.weight)` (or the raw table without `norm_rel_ebd`), `[2·span, H]`.
 fn relative_table(w: &Weights, c: &DebertaConfig, rc: &RelativeConfig) -> Result<HostTensor> {

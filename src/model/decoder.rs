@@ -16,13 +16,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::batch::{PackedBatch, Sequence};
+use super::batch::{graph_key, PackedBatch, Sequence, StagedBatch, EXTRA_IDS};
 use super::decoder_config::{DecoderConfig, Family};
 use super::gguf::GgufFile;
 use super::layers::Linear;
 use super::prefix::PrefixPlan;
 use super::weights::{GgufSource, WeightStore, Weights};
-use crate::backend::{Backend, CausalShape};
+use crate::backend::{Backend, CausalShape, Input, Prepared};
 
 /// LayerNorm (GPT-2) or RMSNorm (Llama).
 enum Norm<B: Backend> {
@@ -144,17 +144,19 @@ impl<B: Backend> DecoderLayer<B> {
                 &mut qkv,
                 ctx.shape.heads + ctx.shape.kv_heads,
                 ctx.shape.head_dim,
-                &ctx.batch.positions,
+                ctx.batch.positions_input(),
                 inv_freq,
             )?;
         }
         let attn = match ctx.prefix {
-            None => be.causal_attention(&qkv, ctx.shape, &ctx.batch.layout)?,
+            None => be.causal_attention(&qkv, ctx.shape, ctx.batch.layout_input())?,
             Some(plan) => {
                 // Each member attends over its whole [prefix ; suffix] sequence.
-                let whole = be.gather_rows(&qkv, &plan.attn_rows)?;
-                let attn = be.causal_attention(&whole, ctx.shape, &plan.attn_layout)?;
-                be.gather_rows(&attn, &plan.back_rows)?
+                let p = &ctx.batch.prepared;
+                let whole = be.gather_rows(&qkv, p.ids(PREFIX_ROWS, &plan.attn_rows[..]))?;
+                let attn =
+                    be.causal_attention(&whole, ctx.shape, p.layout(1, &plan.attn_layout))?;
+                be.gather_rows(&attn, p.ids(PREFIX_ROWS + 1, &plan.back_rows[..]))?
             }
         };
         drop(qkv);
@@ -172,12 +174,16 @@ impl<B: Backend> DecoderLayer<B> {
 
 /// What every layer of one forward pass shares.
 struct ForwardContext<'a> {
-    batch: &'a PackedBatch,
+    batch: &'a StagedBatch<'a>,
     /// Set when `batch` packs shared prefixes once (`batch` is then `plan.batch`).
     prefix: Option<&'a PrefixPlan>,
     shape: CausalShape,
-    inv_freq: Option<&'a [f32]>,
+    inv_freq: Option<Input<'a, [f32]>>,
 }
+
+/// The id lists of a forward with shared prefixes: each member's rows of its whole
+/// sequence, then the rows back (its [`PrefixPlan::attn_layout`] is layout 1).
+const PREFIX_ROWS: usize = EXTRA_IDS;
 
 /// Where a decoder's weights and tokenizer come from.
 pub enum DecoderSource {
@@ -242,12 +248,15 @@ pub struct DecoderForCausalLM<B: Backend> {
     final_norm: Norm<B>,
     /// `None` when tied to `embed_tokens`.
     lm_head: Option<B::Tensor>,
-    inv_freq: Option<Vec<f32>>,
+    /// RoPE's frequencies, kept on the device (`Backend::keep_constant`).
+    inv_freq: Option<(Vec<f32>, Option<crate::backend::Slot>)>,
     /// Sequences of a batch sharing at least this many leading tokens run them once
     /// (see [`PrefixPlan`]); 0 turns the reuse off.
     pub min_shared_prefix: usize,
     /// Tokens scored so far, and how many of them ran through the layers.
     token_counts: [AtomicUsize; 2],
+    /// What the backend caches this model's CUDA graphs under.
+    graph_key: u64,
 }
 
 /// Default of [`DecoderForCausalLM::min_shared_prefix`]: below this the two gathers
@@ -305,10 +314,14 @@ impl<B: Backend> DecoderForCausalLM<B> {
         } else {
             Some(be.upload(&w.get("lm_head.weight", &[v, h])?)?)
         };
-        let inv_freq = c.rope.map(|r| r.inv_freq(c.head_dim));
-        if let Some(f) = &inv_freq {
-            be.keep_constant(f)?;
-        }
+        let inv_freq = match c.rope {
+            Some(r) => {
+                let f = r.inv_freq(c.head_dim);
+                let slot = be.keep_constant(&f)?;
+                Some((f, slot))
+            }
+            None => None,
+        };
         Ok(Self {
             embed_tokens: be.upload(&embed)?,
             embed_positions,
@@ -318,39 +331,77 @@ impl<B: Backend> DecoderForCausalLM<B> {
             inv_freq,
             min_shared_prefix: MIN_SHARED_PREFIX,
             token_counts: Default::default(),
+            graph_key: graph_key(),
             config: c,
         })
     }
 
     /// Final hidden states (before the final norm) of every packed token; `extra` are
-    /// the row indices the caller reads afterwards (staged with the batch).
+    /// the row indices the caller reads afterwards, staged with the batch as the id
+    /// lists from the returned index on. Without shared prefixes, on a backend with
+    /// CUDA graphs the layers run on the batch padded to its bucket, as a graph (a
+    /// prefix plan's gathers depend on more than the staged shapes: no graph).
     fn body(
         &self,
         be: &B,
         batch: &PackedBatch,
         prefix: Option<&PrefixPlan>,
         extra: &[&[u32]],
-    ) -> Result<B::Tensor> {
+    ) -> Result<(B::Tensor, Prepared, usize)> {
         let c = &self.config;
-        let as_u32 = |rows: &[usize]| rows.iter().map(|&r| r as u32).collect::<Vec<_>>();
-        let prefix_rows = prefix.map(|p| (as_u32(&p.attn_rows), as_u32(&p.back_rows)));
-        let mut inputs = batch.inputs();
-        if let (Some(p), Some((attn, back))) = (prefix, &prefix_rows) {
-            inputs.layouts.push(&p.attn_layout);
-            inputs.ids.extend([attn.as_slice(), back.as_slice()]);
-        }
-        inputs.ids.extend(extra);
-        be.prepare_batch(&inputs)?;
-        let mut lookups = vec![(&self.embed_tokens, batch.ids.as_slice())];
-        if let Some(p) = &self.embed_positions {
-            let len = batch.positions.iter().max().map_or(0, |&p| p as usize + 1);
+        let padded = match prefix {
+            None => be
+                .graph_bucket(batch.shape(), c.max_position_embeddings)
+                .map(|to| batch.padded(to)),
+            Some(_) => None,
+        };
+        let run = padded.as_ref().unwrap_or(batch);
+        if self.embed_positions.is_some() {
+            let len = run.positions.iter().max().map_or(0, |&p| p as usize + 1);
             ensure!(
                 len <= c.max_position_embeddings,
                 "a sequence has {len} tokens; this model has learned positions up to {} \
                  (n_positions)",
                 c.max_position_embeddings
             );
-            lookups.push((p, batch.positions.as_slice()));
+        }
+        let as_u32 = |rows: &[usize]| rows.iter().map(|&r| r as u32).collect::<Vec<_>>();
+        let prefix_rows = prefix.map(|p| (as_u32(&p.attn_rows), as_u32(&p.back_rows)));
+        let mut inputs = run.inputs();
+        if let (Some(p), Some((attn, back))) = (prefix, &prefix_rows) {
+            inputs.layouts.push(&p.attn_layout);
+            inputs.ids.extend([attn.as_slice(), back.as_slice()]);
+        }
+        let extra_at = inputs.ids.len();
+        inputs.ids.extend(extra);
+        let key = prefix.is_none().then_some(self.graph_key);
+        let (x, prepared) = be.run_forward(
+            key,
+            &inputs,
+            extra_at,
+            batch.num_tokens(),
+            &mut |prepared| {
+                let staged = StagedBatch {
+                    batch: run,
+                    prepared: prepared.clone(),
+                };
+                self.layers_forward(be, &staged, prefix)
+            },
+        )?;
+        Ok((x, prepared, extra_at))
+    }
+
+    /// The embeddings and the layers over a staged batch.
+    fn layers_forward(
+        &self,
+        be: &B,
+        batch: &StagedBatch<'_>,
+        prefix: Option<&PrefixPlan>,
+    ) -> Result<B::Tensor> {
+        let c = &self.config;
+        let mut lookups = vec![(&self.embed_tokens, batch.ids_input())];
+        if let Some(p) = &self.embed_positions {
+            lookups.push((p, batch.positions_input()));
         }
         let mut x = be.embedding(&lookups).context(
             "token ids must be below the model's vocab_size (tokenizer and model differ?)",
@@ -364,7 +415,10 @@ impl<B: Backend> DecoderForCausalLM<B> {
                 head_dim: c.head_dim,
                 scale: 1.0 / (c.head_dim as f32).sqrt(),
             },
-            inv_freq: self.inv_freq.as_deref(),
+            inv_freq: self.inv_freq.as_ref().map(|(f, slot)| Input {
+                host: &f[..],
+                slot: *slot,
+            }),
         };
         for layer in &self.layers {
             layer.forward(be, &mut x, &ctx)?;
@@ -430,7 +484,7 @@ impl<B: Backend> DecoderForCausalLM<B> {
         let rows32: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
         let all32: Vec<u32> = (0..rows.len() as u32).collect();
         let extra = [rows32.as_slice(), &all32, &targets];
-        let hidden = match &plan {
+        let (hidden, prepared, extra_at) = match &plan {
             Some(p) => self.body(be, &p.batch, Some(p), &extra)?,
             None => {
                 let packed: Vec<Sequence> = seqs
@@ -444,12 +498,18 @@ impl<B: Backend> DecoderForCausalLM<B> {
             }
         };
         // The final norm is row-wise, so it runs on the gathered rows only.
-        let picked = be.gather_rows(&hidden, &rows)?;
+        let picked = be.gather_rows(&hidden, prepared.ids(extra_at, &rows[..]))?;
         drop(hidden);
         let normed = self.final_norm.forward(be, &picked)?;
         let all: Vec<usize> = (0..rows.len()).collect();
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let logp = be.question_loglik(&normed, &all, head, &targets, temperature)?;
+        let logp = be.question_loglik(
+            &normed,
+            prepared.ids(extra_at + 1, &all[..]),
+            head,
+            prepared.ids(extra_at + 2, &targets[..]),
+            temperature,
+        )?;
         let mut out = Vec::with_capacity(seqs.len());
         let mut k = 0;
         for s in seqs {

@@ -9,8 +9,9 @@
 
 use anyhow::{bail, Result};
 
-use super::batch::PackedBatch;
+use super::batch::StagedBatch;
 use super::config::DebertaConfig;
+use super::deberta::CLS_ROWS;
 use super::layers::Linear;
 use super::weights::Weights;
 use crate::backend::Backend;
@@ -123,14 +124,20 @@ impl<B: Backend> Head<B> {
     }
 
     /// Logits `[sequences, labels]` (or `[tokens, labels]` for token heads).
-    pub fn forward(&self, be: &B, hidden: &B::Tensor, batch: &PackedBatch) -> Result<HostTensor> {
+    pub fn forward(
+        &self,
+        be: &B,
+        hidden: &B::Tensor,
+        batch: &StagedBatch<'_>,
+    ) -> Result<HostTensor> {
         let logits = match self.spec.pooling {
             Pooling::Tokens => self.classifier.forward(be, hidden)?,
             Pooling::Cls | Pooling::Pooler | Pooling::MeanPooler => {
                 let mut x = if self.spec.pooling == Pooling::MeanPooler {
-                    be.mean_pool(hidden, &batch.layout)?
+                    be.mean_pool(hidden, batch.layout_input())?
                 } else {
-                    be.gather_rows(hidden, &batch.layout.first_rows())?
+                    let rows = batch.layout.first_rows();
+                    be.gather_rows(hidden, batch.prepared.ids(CLS_ROWS, &rows[..]))?
                 };
                 if let Some(p) = &self.pooler {
                     x = p.forward(be, &x)?;

@@ -18,7 +18,7 @@ pub mod swiglu;
 use rayon::prelude::*;
 
 use super::check::{self, Dims};
-use super::{AttentionShape, Backend, CausalShape, OpResult, RelAttention, SeqLayout};
+use super::{AttentionShape, Backend, CausalShape, Input, OpResult, RelAttention, SeqLayout};
 use crate::tensor::HostTensor;
 
 /// A row-major f32 matrix in host memory.
@@ -130,22 +130,22 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn embedding(&self, lookups: &[(&CpuTensor, &[u32])]) -> OpResult<CpuTensor> {
+    fn embedding(&self, lookups: &[(&CpuTensor, Input<'_, [u32]>)]) -> OpResult<CpuTensor> {
         let (cols, tokens) = check::embedding(lookups)?;
         let ls: Vec<embedding::Lookup<'_>> = lookups
             .iter()
             .map(|(t, ids)| embedding::Lookup {
                 table: &t.data,
-                ids,
+                ids: ids.host,
             })
             .collect();
         let data = embedding::embedding_sum(&ls, cols, tokens);
         Ok(CpuTensor::like(tokens, cols, data))
     }
 
-    fn scale_rows(&self, x: &mut CpuTensor, scale: &[f32]) -> OpResult<()> {
-        check::scale_rows(x, scale)?;
-        embedding::scale_rows(&mut x.data, x.cols, scale);
+    fn scale_rows(&self, x: &mut CpuTensor, scale: Input<'_, [f32]>) -> OpResult<()> {
+        check::scale_rows(x, scale.host)?;
+        embedding::scale_rows(&mut x.data, x.cols, scale.host);
         Ok(())
     }
 
@@ -156,8 +156,9 @@ impl Backend for CpuBackend {
         v: &CpuTensor,
         rel: Option<&RelAttention<'_, CpuTensor>>,
         shape: AttentionShape,
-        layout: &SeqLayout,
+        layout: Input<'_, SeqLayout>,
     ) -> OpResult<CpuTensor> {
+        let layout = layout.host;
         check::disentangled_attention([q, k, v], shape, layout)?;
         let data = disentangled_attention::disentangled_attention(
             &disentangled_attention::AttentionArgs {
@@ -166,7 +167,7 @@ impl Backend for CpuBackend {
                 v: &v.data,
                 pos_key: rel.and_then(|r| r.pos_key).map(|t| t.data.as_slice()),
                 pos_query: rel.and_then(|r| r.pos_query).map(|t| t.data.as_slice()),
-                index: rel.map(|r| r.index),
+                index: rel.map(|r| r.index.host),
                 shape,
                 layout,
             },
@@ -178,7 +179,8 @@ impl Backend for CpuBackend {
         ))
     }
 
-    fn gather_rows(&self, x: &CpuTensor, rows: &[usize]) -> OpResult<CpuTensor> {
+    fn gather_rows(&self, x: &CpuTensor, rows: Input<'_, [usize]>) -> OpResult<CpuTensor> {
+        let rows = rows.host;
         check::gather_rows(x, rows)?;
         let data = rows
             .iter()
@@ -187,7 +189,8 @@ impl Backend for CpuBackend {
         Ok(CpuTensor::like(rows.len(), x.cols, data))
     }
 
-    fn mean_pool(&self, x: &CpuTensor, layout: &SeqLayout) -> OpResult<CpuTensor> {
+    fn mean_pool(&self, x: &CpuTensor, layout: Input<'_, SeqLayout>) -> OpResult<CpuTensor> {
+        let layout = layout.host;
         check::mean_pool(x, layout)?;
         let data = mean_pool::mean_pool(&x.data, x.cols, layout);
         Ok(CpuTensor::like(layout.num_seqs(), x.cols, data))
@@ -230,9 +233,10 @@ impl Backend for CpuBackend {
         x: &mut CpuTensor,
         heads: usize,
         head_dim: usize,
-        positions: &[u32],
-        inv_freq: &[f32],
+        positions: Input<'_, [u32]>,
+        inv_freq: Input<'_, [f32]>,
     ) -> OpResult<()> {
+        let (positions, inv_freq) = (positions.host, inv_freq.host);
         check::rope(x, heads, head_dim, positions, inv_freq)?;
         rope::rope(&mut x.data, x.cols, heads, head_dim, positions, inv_freq);
         Ok(())
@@ -242,8 +246,9 @@ impl Backend for CpuBackend {
         &self,
         qkv: &CpuTensor,
         shape: CausalShape,
-        layout: &SeqLayout,
+        layout: Input<'_, SeqLayout>,
     ) -> OpResult<CpuTensor> {
+        let layout = layout.host;
         check::causal_attention(qkv, shape, layout)?;
         let data = causal_attention::causal_attention(&qkv.data, shape, layout);
         Ok(CpuTensor::like(
@@ -256,13 +261,14 @@ impl Backend for CpuBackend {
     fn question_loglik(
         &self,
         hidden: &CpuTensor,
-        rows: &[usize],
+        rows: Input<'_, [usize]>,
         lm_head: &CpuTensor,
-        targets: &[u32],
+        targets: Input<'_, [u32]>,
         temperature: f32,
     ) -> OpResult<Vec<f32>> {
+        let (rows, targets) = (rows.host, targets.host);
         check::question_loglik(hidden, rows, lm_head, targets, temperature)?;
-        let x = self.gather_rows(hidden, rows)?;
+        let x = self.gather_rows(hidden, rows.into())?;
         Ok(question_loglik::question_loglik(
             &x.data,
             x.cols,

@@ -8,7 +8,7 @@ use cudarc::driver::LaunchConfig;
 use super::params::CausalAttentionParams;
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
-use crate::backend::{CausalShape, OpError, OpResult, SeqLayout};
+use crate::backend::{CausalShape, Input, OpError, OpResult, SeqLayout};
 
 /// v1: query rows per block (`BQ` in the kernel).
 const BQ: usize = 32;
@@ -54,7 +54,7 @@ pub(super) fn launch(
     be: &CudaBackend,
     qkv: &CudaTensor,
     shape: CausalShape,
-    layout: &SeqLayout,
+    layout: Input<'_, SeqLayout>,
 ) -> OpResult<CudaTensor> {
     let CausalShape {
         heads,
@@ -73,8 +73,7 @@ pub(super) fn launch(
         });
     }
     let seqs = layout.num_seqs();
-    let cu = be.dev.input_u32(OP, &layout.cu_seqlens_u32())?;
-    let mask = be.dev.input_f32(OP, &layout.mask)?;
+    let (cu, mask) = be.dev.input_layout(OP, layout)?;
     let (rows, kernel, smem) = version(be.dev.dtype, d);
     let cfg = LaunchConfig {
         grid_dim: (

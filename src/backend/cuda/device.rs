@@ -12,9 +12,9 @@ use cudarc::nvrtc::Ptx;
 use super::blas::Lt;
 use super::memory::{device_err, DeviceBuf, Pool};
 use super::profile::Counters;
-use super::staging::{Input, Segment, Staging};
+use super::staging::{DeviceInput, Staging};
 use crate::backend::dtype::DType;
-use crate::backend::{kernels, OpError, OpResult};
+use crate::backend::{kernels, Input, OpError, OpResult, SeqLayout, Slot};
 
 /// An opened device with its stream, allocator and loaded kernels.
 pub struct Device {
@@ -189,43 +189,83 @@ impl Device {
         Ok(buf)
     }
 
-    /// Uploads the inputs of one forward pass in one copy (see [`Staging`]).
-    pub fn stage(&self, segments: Vec<Segment>) -> OpResult<()> {
-        self.staging
-            .stage(&self.ctx, &self.stream, &self.pool, &self.counts, segments)
+    /// Uploads the inputs of one forward pass in one copy (see [`Staging`]), into
+    /// `into` when given; returns the batch id of their slots.
+    pub fn stage(&self, segments: &[Vec<u8>], into: Option<Arc<DeviceBuf>>) -> OpResult<u64> {
+        self.staging.stage(
+            &self.ctx,
+            &self.stream,
+            &self.pool,
+            &self.counts,
+            segments,
+            into,
+        )
     }
 
-    /// The device copy of input `kind` with `key`: the staged one, else `make()`'s
-    /// bytes uploaded now.
+    /// The device copy of an input of `bytes` bytes: the staged one of `slot`, else
+    /// `make()`'s bytes uploaded now.
     pub fn input(
         &self,
         op: &'static str,
-        kind: &'static str,
-        key: &[u8],
+        slot: Option<Slot>,
+        bytes: usize,
         make: impl FnOnce() -> Vec<u8>,
-    ) -> OpResult<Input> {
-        match self.staging.find(kind, key) {
-            Some(staged) => Ok(staged),
-            None => Ok(Input::Owned(self.upload_bytes(op, &make())?)),
+    ) -> OpResult<DeviceInput> {
+        match slot {
+            Some(slot) => self.staging.resolve(op, slot, bytes),
+            None => Ok(DeviceInput::Owned(self.upload_bytes(op, &make())?)),
         }
     }
 
     /// `u32` values (ids, offsets, index tables) on the device.
-    pub fn input_u32(&self, op: &'static str, values: &[u32]) -> OpResult<Input> {
-        let bytes = u32_bytes(values);
-        self.input(op, "", &bytes, || bytes.clone())
+    pub fn input_u32(&self, op: &'static str, values: Input<'_, [u32]>) -> OpResult<DeviceInput> {
+        self.input(op, values.slot, values.len() * 4, || u32_bytes(&values))
     }
 
-    /// `f32` values (masks, scales) on the device.
-    pub fn input_f32(&self, op: &'static str, values: &[f32]) -> OpResult<Input> {
-        let bytes = DType::F32.encode(values);
-        self.input(op, "", &bytes, || bytes.clone())
+    /// Row indices on the device (as `u32`).
+    pub fn input_rows(&self, op: &'static str, rows: Input<'_, [usize]>) -> OpResult<DeviceInput> {
+        self.input(op, rows.slot, rows.len() * 4, || {
+            rows.iter()
+                .flat_map(|&r| (r as u32).to_le_bytes())
+                .collect()
+        })
     }
 
-    /// `f32` constants (RoPE frequencies), uploaded the first time only.
-    pub fn constant_f32(&self, op: &'static str, values: &[f32]) -> OpResult<Input> {
-        self.staging
-            .constant(&DType::F32.encode(values), |b| self.upload_bytes(op, b))
+    /// `f32` values (masks, scales, RoPE frequencies) on the device.
+    pub fn input_f32(&self, op: &'static str, values: Input<'_, [f32]>) -> OpResult<DeviceInput> {
+        self.input(op, values.slot, values.len() * 4, || {
+            DType::F32.encode(&values)
+        })
+    }
+
+    /// A layout's `cu_seqlens` and mask on the device.
+    pub fn input_layout(
+        &self,
+        op: &'static str,
+        layout: Input<'_, SeqLayout>,
+    ) -> OpResult<(DeviceInput, DeviceInput)> {
+        let l = layout.host;
+        let cu = self.input(op, layout.slot, l.cu_seqlens.len() * 4, || {
+            u32_bytes(&l.cu_seqlens_u32())
+        })?;
+        let mask_slot = layout.slot.map(|s| Slot {
+            index: s.index + 1,
+            ..s
+        });
+        let mask = self.input_f32(
+            op,
+            Input {
+                host: &l.mask,
+                slot: mask_slot,
+            },
+        )?;
+        Ok((cu, mask))
+    }
+
+    /// Uploads `f32` constants (RoPE frequencies) now and keeps them; their slot.
+    pub fn keep_f32(&self, op: &'static str, values: &[f32]) -> OpResult<Slot> {
+        let buf = self.upload_bytes(op, &DType::F32.encode(values))?;
+        Ok(self.staging.keep(buf))
     }
 
     /// `bytes` bytes at device address `src`, after the stream has finished.

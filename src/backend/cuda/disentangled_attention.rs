@@ -10,11 +10,10 @@ use cudarc::driver::LaunchConfig;
 use super::device::u32_bytes;
 use super::memory::CudaTensor;
 use super::params::DisentangledAttentionParams;
-use super::staging::Segment;
 use super::DType;
 use super::{ptr_or_null, CudaBackend};
 use crate::backend::check::Dims;
-use crate::backend::{AttentionShape, OpError, OpResult, RelAttention, SeqLayout};
+use crate::backend::{AttentionShape, Input, OpError, OpResult, RelAttention, SeqLayout};
 
 const OP: &str = "disentangled_attention";
 /// Query rows per block (and key rows per step of its loop) of v1.
@@ -102,30 +101,16 @@ pub fn band_table(index: &[u32], base: usize, tiles: usize) -> Vec<u32> {
     table
 }
 
-/// Staged-input kind of the band table.
-const BAND: &str = "band_table";
-
-/// What a band table is looked up by: its index and tile count.
-fn band_key(index: &[u32], tiles: usize) -> Vec<u8> {
-    let mut key = u32_bytes(index);
-    key.extend((tiles as u32).to_le_bytes());
-    key
-}
-
 /// The input of every layer's disentangled attention over sequences up to `max_len`
 /// tokens with relative index `index`, staged once per forward pass: v3's band table
 /// (bf16/f16), or the index itself (v1, f32).
-pub(super) fn rel_segment(dtype: DType, index: &[u32], max_len: usize) -> Segment {
+pub(super) fn rel_segment(dtype: DType, index: &[u32], max_len: usize) -> Vec<u8> {
     if dtype == DType::F32 || index.is_empty() {
-        return Segment::plain(u32_bytes(index));
+        return u32_bytes(index);
     }
     let tiles = max_len.div_ceil(V3_TILE);
     let base = index.len().div_ceil(2) - 1;
-    Segment {
-        kind: BAND,
-        key: band_key(index, tiles),
-        data: u32_bytes(&band_table(index, base, tiles)),
-    }
+    u32_bytes(&band_table(index, base, tiles))
 }
 
 fn shape_err(msg: String) -> OpError {
@@ -138,7 +123,7 @@ pub fn disentangled_attention(
     [q, k, v]: [&CudaTensor; 3],
     rel: Option<&RelAttention<'_, CudaTensor>>,
     shape: AttentionShape,
-    layout: &SeqLayout,
+    layout: Input<'_, SeqLayout>,
 ) -> OpResult<CudaTensor> {
     let AttentionShape {
         heads,
@@ -194,16 +179,18 @@ pub fn disentangled_attention(
     let band = index.is_some() && (pos_key.is_some() || pos_query.is_some());
 
     let dev = &be.dev;
-    let cu = dev.input_u32(OP, &layout.cu_seqlens_u32())?;
-    let mask = dev.input_f32(OP, &layout.mask)?;
+    let (cu, mask) = dev.input_layout(OP, layout)?;
     let v3 = dev.dtype != DType::F32;
     let tile = if v3 { V3_TILE } else { TILE };
     let tiles = layout.max_len().div_ceil(tile);
     // v1 reads the index itself; v3 the band table of every tile diagonal.
     let index_buf = match index {
-        Some(i) if v3 && band => Some(dev.input(OP, BAND, &band_key(i, tiles), || {
-            u32_bytes(&band_table(i, base, tiles))
-        })?),
+        Some(i) if v3 && band => {
+            let bytes = (2 * tiles - 1) * 2 * V3_BAND * 4;
+            Some(dev.input(OP, i.slot, bytes, || {
+                u32_bytes(&band_table(&i, base, tiles))
+            })?)
+        }
         Some(i) if !v3 => Some(dev.input_u32(OP, i)?),
         _ => None,
     };

@@ -1,5 +1,5 @@
-//! Device memory: element types, a caching allocator for activations, and the
-//! device matrix type of the CUDA backend.
+//! Device memory: element types, a caching allocator for activations (with the
+//! arenas CUDA graphs own), and the device matrix type of the CUDA backend.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,8 @@ fn size_class(bytes: usize) -> usize {
 pub struct Pool {
     stream: Arc<CudaStream>,
     free: Mutex<HashMap<usize, Vec<CudaSlice<u8>>>>,
+    /// The arena of the graph being captured: every allocation comes from it.
+    arena: Mutex<Option<Arc<Arena>>>,
     /// Fill every buffer handed out with 0xFF bytes (NaN in f32/bf16/f16), so that a
     /// kernel that leaves an output element unwritten fails its parity test.
     poison: bool,
@@ -35,6 +37,7 @@ impl Pool {
         Arc::new(Self {
             stream,
             free: Mutex::new(HashMap::new()),
+            arena: Mutex::new(None),
             poison,
         })
     }
@@ -52,13 +55,19 @@ impl Pool {
     /// A buffer of at least `bytes` bytes (contents undefined unless poisoning).
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> OpResult<DeviceBuf> {
         let class = size_class(bytes);
-        let reused = self.free.lock().unwrap().get_mut(&class).and_then(Vec::pop);
-        let slice = match reused {
-            Some(s) => s,
-            None => self.fresh(class)?,
+        let arena = self.arena.lock().unwrap().clone();
+        let storage = match arena {
+            Some(arena) => Storage::Arena(arena.alloc(class)?, class, arena),
+            None => {
+                let reused = self.free.lock().unwrap().get_mut(&class).and_then(Vec::pop);
+                match reused {
+                    Some(s) => Storage::Pooled(s),
+                    None => Storage::Pooled(self.fresh(class)?),
+                }
+            }
         };
         let buf = DeviceBuf {
-            slice: Some(slice),
+            storage: Some(storage),
             bytes,
             pool: self.clone(),
         };
@@ -97,6 +106,15 @@ impl Pool {
         }
     }
 
+    /// Allocates from `arena` until [`Pool::end_arena`] (a graph capture).
+    pub fn begin_arena(&self, arena: Arc<Arena>) {
+        *self.arena.lock().unwrap() = Some(arena);
+    }
+
+    pub fn end_arena(&self) {
+        *self.arena.lock().unwrap() = None;
+    }
+
     fn give_back(&self, slice: CudaSlice<u8>) {
         let class = slice.len();
         self.free
@@ -116,9 +134,52 @@ pub fn device_err(op: &'static str, e: impl std::fmt::Display) -> OpError {
     }
 }
 
-/// Pooled device bytes; returned to the pool's free list on drop.
+/// Device memory owned by one CUDA graph: the buffers allocated while it was
+/// captured (their addresses are baked into it). They are reused only by that
+/// capture and freed with the arena, after the graph. Allocated with `cuMemAlloc`,
+/// not stream-ordered, so that the capture records no allocation nodes.
+#[derive(Default)]
+pub struct Arena {
+    free: Mutex<HashMap<usize, Vec<u64>>>,
+    owned: Mutex<Vec<u64>>,
+}
+
+impl Arena {
+    fn alloc(&self, class: usize) -> OpResult<u64> {
+        if let Some(p) = self.free.lock().unwrap().get_mut(&class).and_then(Vec::pop) {
+            return Ok(p);
+        }
+        // SAFETY: a plain device allocation, freed in `Drop`.
+        let p = unsafe { drv::malloc_sync(class) }.map_err(|e| {
+            device_err(
+                "alloc",
+                format!("{e} allocating {} KiB for a CUDA graph", class >> 10),
+            )
+        })?;
+        self.owned.lock().unwrap().push(p);
+        Ok(p)
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        for &p in self.owned.get_mut().unwrap().iter() {
+            // SAFETY: allocated by `malloc_sync`; the graph using it is gone and its
+            // last replay has completed (the graph cache synchronises first).
+            let _ = unsafe { drv::free_sync(p) };
+        }
+    }
+}
+
+/// Where a buffer's memory comes from: the pool, or an arena (address, size class).
+enum Storage {
+    Pooled(CudaSlice<u8>),
+    Arena(u64, usize, Arc<Arena>),
+}
+
+/// Pooled device bytes; returned to the pool's free list (or its arena's) on drop.
 pub struct DeviceBuf {
-    slice: Option<CudaSlice<u8>>,
+    storage: Option<Storage>,
     bytes: usize,
     pool: Arc<Pool>,
 }
@@ -126,10 +187,14 @@ pub struct DeviceBuf {
 impl DeviceBuf {
     /// The device address (kernel argument).
     pub fn ptr(&self) -> u64 {
-        let s = self.slice.as_ref().expect("live buffer");
-        // Event tracking is off (one stream), so the guard records nothing.
-        let (ptr, _guard) = s.device_ptr(&self.pool.stream);
-        ptr
+        match self.storage.as_ref().expect("live buffer") {
+            Storage::Pooled(s) => {
+                // Event tracking is off (one stream), so the guard records nothing.
+                let (ptr, _guard) = s.device_ptr(&self.pool.stream);
+                ptr
+            }
+            Storage::Arena(p, _, _) => *p,
+        }
     }
 
     pub fn bytes(&self) -> usize {
@@ -139,8 +204,12 @@ impl DeviceBuf {
 
 impl Drop for DeviceBuf {
     fn drop(&mut self) {
-        if let Some(s) = self.slice.take() {
-            self.pool.give_back(s);
+        match self.storage.take() {
+            Some(Storage::Pooled(s)) => self.pool.give_back(s),
+            Some(Storage::Arena(p, class, arena)) => {
+                arena.free.lock().unwrap().entry(class).or_default().push(p);
+            }
+            None => {}
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod blas;
 mod causal_attention;
 pub mod device;
 pub mod disentangled_attention;
+pub mod graphs;
 pub mod memory;
 pub mod params;
 pub mod profile;
@@ -22,11 +23,10 @@ use self::device::{grid_1d, per_row, u32_bytes, Device};
 use self::memory::device_err;
 pub use self::memory::CudaTensor;
 use self::profile::Profiler;
-use self::staging::Segment;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, BatchInputs, CausalShape, DeviceCounts, KernelTime, OpError, OpResult,
-    RelAttention, SeqLayout,
+    AttentionShape, Backend, BatchInputs, BatchShape, CausalShape, DeviceCounts, Forward, Input,
+    KernelTime, OpError, OpResult, Prepared, RelAttention, SeqLayout, Slot,
 };
 pub use crate::backend::dtype::DType;
 use crate::tensor::HostTensor;
@@ -40,6 +40,8 @@ pub use self::device::device_count;
 
 /// The CUDA backend on one device.
 pub struct CudaBackend {
+    /// Dropped first: a graph before the buffers it uses.
+    graphs: graphs::Graphs,
     dev: Device,
     profiler: Profiler,
 }
@@ -47,19 +49,28 @@ pub struct CudaBackend {
 impl CudaBackend {
     /// Opens device `ordinal` with activations and weights in `dtype`.
     pub fn new(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
-        Ok(Self {
-            dev: Device::open(ordinal, dtype, false)?,
-            profiler: Profiler::default(),
-        })
+        Self::open(ordinal, dtype, false)
     }
 
     /// As [`CudaBackend::new`], but every fresh buffer is filled with NaN bytes so
     /// that an output element a kernel leaves unwritten fails a parity test.
     pub fn poisoned(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
+        Self::open(ordinal, dtype, true)
+    }
+
+    fn open(ordinal: usize, dtype: DType, poison: bool) -> anyhow::Result<Self> {
+        let dev = Device::open(ordinal, dtype, poison)?;
         Ok(Self {
-            dev: Device::open(ordinal, dtype, true)?,
+            graphs: graphs::Graphs::new(dev.stream.clone()),
+            dev,
             profiler: Profiler::default(),
         })
+    }
+
+    /// Turns CUDA graphs of whole forwards on or off (on by default, unless
+    /// `HOPSCORE_CUDA_GRAPHS=off`; see [`graphs`]).
+    pub fn set_cuda_graphs(&self, on: bool) {
+        self.graphs.set_enabled(on);
     }
 
     pub fn device(&self) -> &Device {
@@ -166,6 +177,37 @@ impl CudaBackend {
         Ok(y)
     }
 
+    /// The segments [`Backend::prepare_batch`] stages for `inputs`, in the slot order
+    /// of [`prepared`]: each layout's `cu_seqlens` and mask, the relative index (v1)
+    /// or band table (v3) of the first layout, and the id lists (last: a graph reads
+    /// the inputs before the ones for the ops after it).
+    fn segments(&self, inputs: &BatchInputs<'_>) -> Vec<Vec<u8>> {
+        let mut segments = Vec::new();
+        for l in &inputs.layouts {
+            segments.push(u32_bytes(&l.cu_seqlens_u32()));
+            segments.push(DType::F32.encode(&l.mask));
+        }
+        if let (Some(index), Some(l)) = (inputs.rel_index, inputs.layouts.first()) {
+            segments.push(disentangled_attention::rel_segment(
+                self.dev.dtype,
+                index,
+                l.max_len(),
+            ));
+        }
+        for ids in &inputs.ids {
+            segments.push(u32_bytes(ids));
+        }
+        segments
+    }
+
+    /// A copy of the first `rows` rows of `t` (the real tokens of a padded batch).
+    fn first_rows(&self, t: &CudaTensor, rows: usize) -> OpResult<CudaTensor> {
+        let out = self.tensor(rows, t.cols)?;
+        self.dev
+            .copy_bytes("first_rows", out.ptr(), t.ptr(), out.bytes())?;
+        Ok(out)
+    }
+
     /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
     fn rowwise_inplace(
         &self,
@@ -193,6 +235,22 @@ pub enum Arg {
     U64(u64),
     U32(u32),
     F32(f32),
+}
+
+/// The slots of the segments of [`CudaBackend::segments`] in staged batch `batch`.
+fn prepared(inputs: &BatchInputs<'_>, batch: u64) -> Prepared {
+    let slot = |index: usize| Slot {
+        batch,
+        index: index as u32,
+    };
+    let rel_at = 2 * inputs.layouts.len();
+    let rel = inputs.rel_index.is_some() && !inputs.layouts.is_empty();
+    let ids_at = rel_at + usize::from(rel);
+    Prepared {
+        layouts: (0..inputs.layouts.len()).map(|i| slot(2 * i)).collect(),
+        rel_index: rel.then(|| slot(rel_at)),
+        ids: (ids_at..ids_at + inputs.ids.len()).map(slot).collect(),
+    }
 }
 
 fn ptr_or_null(t: Option<&CudaTensor>) -> u64 {
@@ -231,27 +289,43 @@ impl Backend for CudaBackend {
 
     /// Stages every input in one pinned copy: the layouts' `cu_seqlens` and masks, the
     /// ids, and the relative index (v1) or band table (v3) of the first layout.
-    fn prepare_batch(&self, inputs: &BatchInputs<'_>) -> OpResult<()> {
-        let mut segments = Vec::new();
-        for l in &inputs.layouts {
-            segments.push(Segment::plain(u32_bytes(&l.cu_seqlens_u32())));
-            segments.push(Segment::plain(DType::F32.encode(&l.mask)));
-        }
-        for ids in &inputs.ids {
-            segments.push(Segment::plain(u32_bytes(ids)));
-        }
-        if let (Some(index), Some(l)) = (inputs.rel_index, inputs.layouts.first()) {
-            segments.push(disentangled_attention::rel_segment(
-                self.dev.dtype,
-                index,
-                l.max_len(),
-            ));
-        }
-        self.dev.stage(segments)
+    fn prepare_batch(&self, inputs: &BatchInputs<'_>) -> OpResult<Prepared> {
+        let segments = self.segments(inputs);
+        let batch = self.dev.stage(&segments, None)?;
+        Ok(prepared(inputs, batch))
     }
 
-    fn keep_constant(&self, values: &[f32]) -> OpResult<()> {
-        self.dev.constant_f32("keep_constant", values).map(drop)
+    fn graph_bucket(&self, shape: BatchShape, max_len_limit: usize) -> Option<BatchShape> {
+        self.graphs
+            .enabled()
+            .then(|| graphs::bucket(shape, max_len_limit))
+    }
+
+    fn run_forward(
+        &self,
+        key: Option<u64>,
+        inputs: &BatchInputs<'_>,
+        graph_ids: usize,
+        rows: usize,
+        forward: &mut Forward<'_, CudaTensor>,
+    ) -> anyhow::Result<(CudaTensor, Prepared)> {
+        let segments = self.segments(inputs);
+        let graph_inputs = segments.len() - (inputs.ids.len() - graph_ids);
+        let slots = |batch| prepared(inputs, batch);
+        let graphs = self.graphs.enabled() && !self.profiler.active();
+        graphs::run(
+            self,
+            key.filter(|_| graphs),
+            &segments,
+            graph_inputs,
+            slots,
+            rows,
+            forward,
+        )
+    }
+
+    fn keep_constant(&self, values: &[f32]) -> OpResult<Option<Slot>> {
+        self.dev.keep_f32("keep_constant", values).map(Some)
     }
 
     fn counts(&self) -> Option<DeviceCounts> {
@@ -396,7 +470,7 @@ impl Backend for CudaBackend {
         self.launch("layer_norm", cfg, &args)
     }
 
-    fn embedding(&self, lookups: &[(&CudaTensor, &[u32])]) -> OpResult<CudaTensor> {
+    fn embedding(&self, lookups: &[(&CudaTensor, Input<'_, [u32]>)]) -> OpResult<CudaTensor> {
         let (cols, tokens) = check::embedding(lookups)?;
         if lookups.len() > 3 {
             return Err(OpError::Shape {
@@ -410,7 +484,7 @@ impl Backend for CudaBackend {
         }
         let ids = lookups
             .iter()
-            .map(|(_, ids)| self.dev.input_u32("embedding", ids))
+            .map(|(_, ids)| self.dev.input_u32("embedding", *ids))
             .collect::<OpResult<Vec<_>>>()?;
         let mut args = vec![Arg::Ptr(out.ptr())];
         for k in 0..3 {
@@ -426,8 +500,8 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
-    fn scale_rows(&self, x: &mut CudaTensor, scale: &[f32]) -> OpResult<()> {
-        check::scale_rows(x, scale)?;
+    fn scale_rows(&self, x: &mut CudaTensor, scale: Input<'_, [f32]>) -> OpResult<()> {
+        check::scale_rows(x, &scale)?;
         if x.numel() == 0 {
             return Ok(());
         }
@@ -442,20 +516,19 @@ impl Backend for CudaBackend {
         v: &CudaTensor,
         rel: Option<&RelAttention<'_, CudaTensor>>,
         shape: AttentionShape,
-        layout: &SeqLayout,
+        layout: Input<'_, SeqLayout>,
     ) -> OpResult<CudaTensor> {
-        check::disentangled_attention([q, k, v], shape, layout)?;
+        check::disentangled_attention([q, k, v], shape, &layout)?;
         disentangled_attention::disentangled_attention(self, [q, k, v], rel, shape, layout)
     }
 
-    fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> OpResult<CudaTensor> {
-        check::gather_rows(x, rows)?;
+    fn gather_rows(&self, x: &CudaTensor, rows: Input<'_, [usize]>) -> OpResult<CudaTensor> {
+        check::gather_rows(x, &rows)?;
         let out = self.tensor(rows.len(), x.cols)?;
         if out.numel() == 0 {
             return Ok(out);
         }
-        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let idx = self.dev.input_u32("gather_rows", &idx)?;
+        let idx = self.dev.input_rows("gather_rows", rows)?;
         let args = [
             Arg::Ptr(out.ptr()),
             Arg::Ptr(x.ptr()),
@@ -467,15 +540,14 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
-    fn mean_pool(&self, x: &CudaTensor, layout: &SeqLayout) -> OpResult<CudaTensor> {
-        check::mean_pool(x, layout)?;
+    fn mean_pool(&self, x: &CudaTensor, layout: Input<'_, SeqLayout>) -> OpResult<CudaTensor> {
+        check::mean_pool(x, &layout)?;
         let seqs = layout.num_seqs();
         let out = self.tensor(seqs, x.cols)?;
         if out.numel() == 0 {
             return Ok(out);
         }
-        let cu = self.dev.input_u32("mean_pool", &layout.cu_seqlens_u32())?;
-        let mask = self.dev.input_f32("mean_pool", &layout.mask)?;
+        let (cu, mask) = self.dev.input_layout("mean_pool", layout)?;
         let cfg = LaunchConfig {
             grid_dim: (seqs as u32, (x.cols as u32).div_ceil(THREADS), 1),
             block_dim: (THREADS, 1, 1),
@@ -557,15 +629,15 @@ impl Backend for CudaBackend {
         x: &mut CudaTensor,
         heads: usize,
         head_dim: usize,
-        positions: &[u32],
-        inv_freq: &[f32],
+        positions: Input<'_, [u32]>,
+        inv_freq: Input<'_, [f32]>,
     ) -> OpResult<()> {
-        check::rope(x, heads, head_dim, positions, inv_freq)?;
+        check::rope(x, heads, head_dim, &positions, &inv_freq)?;
         if x.rows == 0 || heads == 0 || head_dim < 2 {
             return Ok(());
         }
         let pos = self.dev.input_u32("rope", positions)?;
-        let freq = self.dev.constant_f32("rope", inv_freq)?;
+        let freq = self.dev.input_f32("rope", inv_freq)?;
         // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
         let cfg = LaunchConfig {
             shared_mem_bytes: (inv_freq.len() * 2 * 4) as u32,
@@ -593,21 +665,21 @@ impl Backend for CudaBackend {
         &self,
         qkv: &CudaTensor,
         shape: CausalShape,
-        layout: &SeqLayout,
+        layout: Input<'_, SeqLayout>,
     ) -> OpResult<CudaTensor> {
-        check::causal_attention(qkv, shape, layout)?;
+        check::causal_attention(qkv, shape, &layout)?;
         causal_attention::launch(self, qkv, shape, layout)
     }
 
     fn question_loglik(
         &self,
         hidden: &CudaTensor,
-        rows: &[usize],
+        rows: Input<'_, [usize]>,
         lm_head: &CudaTensor,
-        targets: &[u32],
+        targets: Input<'_, [u32]>,
         temperature: f32,
     ) -> OpResult<Vec<f32>> {
-        check::question_loglik(hidden, rows, lm_head, targets, temperature)?;
+        check::question_loglik(hidden, &rows, lm_head, &targets, temperature)?;
         question_loglik::launch(self, hidden, rows, lm_head, targets, temperature)
     }
 }

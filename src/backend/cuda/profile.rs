@@ -2,7 +2,7 @@
 //! counts of launches and copies (`hopscore bench --profile`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use cudarc::driver::CudaEvent;
@@ -12,6 +12,8 @@ use super::memory::device_err;
 use crate::backend::{DeviceCounts, KernelTime, OpResult};
 
 /// Running totals of the work a device has queued (always on: a few atomic adds).
+/// While a CUDA graph is captured, launches, GEMMs and copies are counted as the
+/// graph's ([`Counters::begin_recording`]); each replay adds them to the graph totals.
 #[derive(Default)]
 pub struct Counters {
     launches: AtomicU64,
@@ -21,30 +23,88 @@ pub struct Counters {
     downloads: AtomicU64,
     download_bytes: AtomicU64,
     device_copies: AtomicU64,
+    captures: AtomicU64,
+    replays: AtomicU64,
+    graph_launches: AtomicU64,
+    graph_gemms: AtomicU64,
+    recording: AtomicBool,
+    /// Launches, GEMMs and host copies recorded into the graph being captured.
+    recorded: [AtomicU64; 3],
+}
+
+/// What one captured graph runs per replay.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recorded {
+    pub launches: u64,
+    pub gemms: u64,
+    /// Host copies recorded (a capture with any fails: a replay makes none).
+    pub host_copies: u64,
 }
 
 impl Counters {
+    /// Adds 1 to `live`, or to recorded counter `i` while recording.
+    fn count(&self, live: &AtomicU64, i: usize) -> bool {
+        let recording = self.recording.load(Ordering::Relaxed);
+        let c = if recording { &self.recorded[i] } else { live };
+        c.fetch_add(1, Ordering::Relaxed);
+        !recording
+    }
+
     pub fn launch(&self) {
-        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.count(&self.launches, 0);
     }
 
     pub fn gemm(&self) {
-        self.gemms.fetch_add(1, Ordering::Relaxed);
+        self.count(&self.gemms, 1);
     }
 
     pub fn upload(&self, bytes: usize) {
-        self.uploads.fetch_add(1, Ordering::Relaxed);
-        self.upload_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        if self.count(&self.uploads, 2) {
+            self.upload_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts what follows as the captured graph's, until [`Counters::end_recording`].
+    pub fn begin_recording(&self) {
+        for r in &self.recorded {
+            r.store(0, Ordering::Relaxed);
+        }
+        self.recording.store(true, Ordering::Relaxed);
+    }
+
+    pub fn end_recording(&self) -> Recorded {
+        self.recording.store(false, Ordering::Relaxed);
+        let [launches, gemms, host_copies] =
+            self.recorded.each_ref().map(|r| r.load(Ordering::Relaxed));
+        Recorded {
+            launches,
+            gemms,
+            host_copies,
+        }
+    }
+
+    /// A graph was captured.
+    pub fn captured(&self) {
+        self.captures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One launch of a graph that runs `r`.
+    pub fn replay(&self, r: &Recorded) {
+        self.replays.fetch_add(1, Ordering::Relaxed);
+        self.graph_launches.fetch_add(r.launches, Ordering::Relaxed);
+        self.graph_gemms.fetch_add(r.gemms, Ordering::Relaxed);
     }
 
     pub fn download(&self, bytes: usize) {
-        self.downloads.fetch_add(1, Ordering::Relaxed);
-        self.download_bytes
-            .fetch_add(bytes as u64, Ordering::Relaxed);
+        if self.count(&self.downloads, 2) {
+            self.download_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+        }
     }
 
+    /// A device-to-device copy (inside a graph: counted with its launches).
     pub fn device_copy(&self) {
-        self.device_copies.fetch_add(1, Ordering::Relaxed);
+        self.count(&self.device_copies, 0);
     }
 
     pub fn snapshot(&self) -> DeviceCounts {
@@ -57,6 +117,10 @@ impl Counters {
             downloads: get(&self.downloads),
             download_bytes: get(&self.download_bytes),
             device_copies: get(&self.device_copies),
+            captures: get(&self.captures),
+            replays: get(&self.replays),
+            graph_launches: get(&self.graph_launches),
+            graph_gemms: get(&self.graph_gemms),
         }
     }
 }
@@ -77,7 +141,8 @@ impl Profiler {
         *self.spans.lock().unwrap() = Some(Vec::new());
     }
 
-    fn active(&self) -> bool {
+    /// Whether kernels are being timed.
+    pub fn active(&self) -> bool {
         self.spans.lock().unwrap().is_some()
     }
 

@@ -6,7 +6,7 @@ use cudarc::driver::LaunchConfig;
 
 use super::params::QuestionLoglikParams;
 use super::{Arg, CudaBackend, CudaTensor, DType};
-use crate::backend::OpResult;
+use crate::backend::{Input, OpResult};
 
 /// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 mma.sync one.
 fn rows_per_block(dtype: DType) -> usize {
@@ -36,9 +36,9 @@ const SPLIT: usize = 2048;
 pub(super) fn launch(
     be: &CudaBackend,
     hidden: &CudaTensor,
-    rows: &[usize],
+    rows: Input<'_, [usize]>,
     lm_head: &CudaTensor,
-    targets: &[u32],
+    targets: Input<'_, [u32]>,
     temperature: f32,
 ) -> OpResult<Vec<f32>> {
     let n = rows.len();
@@ -47,8 +47,7 @@ pub(super) fn launch(
     }
     let (vocab, cols) = (lm_head.rows, lm_head.cols);
     let splits = vocab.div_ceil(SPLIT);
-    let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-    let idx = be.dev.input_u32("question_loglik", &idx)?;
+    let idx = be.dev.input_rows("question_loglik", rows)?;
     let tgt = be.dev.input_u32("question_loglik", targets)?;
     let part = be.dev.pool.alloc(3 * splits * n * 4)?;
     let out = be.dev.pool.alloc(n * 4)?;

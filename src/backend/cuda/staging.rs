@@ -2,67 +2,62 @@
 //! band tables, RoPE frequencies), uploaded once instead of once per layer.
 //!
 //! [`Staging::stage`] packs the inputs of one forward pass into a pinned host buffer
-//! and copies them to one device buffer in a single transfer; an op then asks for its
-//! input by content ([`Staging::input`]) and gets a view into that buffer, or, for an
-//! input that was not staged (a direct op call, a test), its own upload. Constants
-//! (`inv_freq`) stay on the device for the life of the backend.
+//! and copies them to one device buffer in a single transfer; it returns the batch's
+//! id, and input `i` of that batch is [`Slot`] `{ batch: id, index: i }`. An op given
+//! a slot reads a view into that buffer ([`Staging::resolve`]); an op given no slot
+//! (a direct op call, a test) uploads its input itself. Constants (`inv_freq`) stay on
+//! the device for the life of the backend, under slots of batch [`CONSTANTS`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
 use super::memory::{device_err, DeviceBuf, Pool};
 use super::profile::Counters;
-use crate::backend::OpResult;
+use crate::backend::{OpError, OpResult, Slot};
 
 /// Byte alignment of each staged input in the device buffer (16-byte vector loads
 /// and `cp.async` need 16; 256 keeps every input on its own cache lines).
 const ALIGN: usize = 256;
-/// Most distinct constants kept on the device (RoPE tables of a few models).
-const MAX_CONSTANTS: usize = 32;
+/// The batch id of the constants' slots.
+pub const CONSTANTS: u64 = u64::MAX;
 
-/// One input of a forward pass: `data` is what the kernels read; `key` is what an op
-/// asks for (the data itself, or for derived tables such as the band table, the
-/// inputs they are derived from), under `kind`.
-pub struct Segment {
-    pub kind: &'static str,
-    pub key: Vec<u8>,
-    pub data: Vec<u8>,
+/// Byte offsets of inputs of `lens` bytes packed at [`ALIGN`], and the total.
+pub fn offsets(lens: impl IntoIterator<Item = usize>) -> (Vec<usize>, usize) {
+    let mut total = 0usize;
+    let offsets = lens
+        .into_iter()
+        .map(|len| {
+            let at = total;
+            total += len.next_multiple_of(ALIGN);
+            at
+        })
+        .collect();
+    (offsets, total)
 }
 
-impl Segment {
-    /// An input that is looked up by its own bytes.
-    pub fn plain(data: Vec<u8>) -> Self {
-        Self {
-            kind: "",
-            key: data.clone(),
-            data,
-        }
-    }
+/// The staged inputs of one forward pass: the device buffer, and (offset, bytes) of
+/// each input.
+struct Batch {
+    id: u64,
+    buf: Arc<DeviceBuf>,
+    inputs: Vec<(usize, usize)>,
 }
 
-/// The staged inputs of the current forward pass.
-pub struct Batch {
-    buf: DeviceBuf,
-    /// (kind, key, byte offset in `buf`).
-    entries: Vec<(&'static str, Vec<u8>, usize)>,
-}
-
-/// The device copy of an op's input: a view into the staged batch or a constant, or
-/// a fresh upload. Keeps its storage alive while the op holds it.
-pub enum Input {
-    Staged(Arc<Batch>, usize),
-    Constant(Arc<DeviceBuf>),
+/// The device copy of an op's input: a view into a staged batch or a constant, or a
+/// fresh upload. Keeps its storage alive while the op holds it.
+pub enum DeviceInput {
+    Staged(Arc<DeviceBuf>, usize),
     Owned(DeviceBuf),
 }
 
-impl Input {
+impl DeviceInput {
     /// The device address (kernel argument).
     pub fn ptr(&self) -> u64 {
         match self {
-            Input::Staged(batch, offset) => batch.buf.ptr() + *offset as u64,
-            Input::Constant(buf) => buf.ptr(),
-            Input::Owned(buf) => buf.ptr(),
+            DeviceInput::Staged(buf, offset) => buf.ptr() + *offset as u64,
+            DeviceInput::Owned(buf) => buf.ptr(),
         }
     }
 }
@@ -72,28 +67,35 @@ impl Input {
 pub struct Staging {
     /// Pinned host buffer and the event recorded after its last copy was queued.
     pinned: Mutex<Option<(PinnedHostSlice<u8>, Option<CudaEvent>)>>,
-    batch: Mutex<Option<Arc<Batch>>>,
-    constants: Mutex<Vec<(Vec<u8>, Arc<DeviceBuf>)>>,
+    batch: Mutex<Option<Batch>>,
+    batches: AtomicU64,
+    constants: Mutex<Vec<Arc<DeviceBuf>>>,
 }
 
 impl Staging {
-    /// Uploads `segments` in one copy through the pinned buffer; they replace the
-    /// previously staged batch.
+    /// Uploads `segments` in one copy through the pinned buffer, into `into` when it
+    /// is given (a CUDA graph's fixed input buffer, large enough) or a fresh buffer;
+    /// they replace the previously staged batch. Returns the batch id.
     pub fn stage(
         &self,
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
         pool: &Arc<Pool>,
         counts: &Counters,
-        segments: Vec<Segment>,
-    ) -> OpResult<()> {
-        let mut offsets = Vec::with_capacity(segments.len());
-        let mut total = 0usize;
-        for s in &segments {
-            offsets.push(total);
-            total += s.data.len().next_multiple_of(ALIGN);
-        }
-        let buf = pool.alloc(total.max(1))?;
+        segments: &[Vec<u8>],
+        into: Option<Arc<DeviceBuf>>,
+    ) -> OpResult<u64> {
+        let (offsets, total) = offsets(segments.iter().map(Vec::len));
+        let buf = match into {
+            Some(buf) if buf.bytes() >= total => buf,
+            Some(buf) => {
+                return Err(device_err(
+                    "stage",
+                    format!("{total} bytes of inputs for a {}-byte buffer", buf.bytes()),
+                ))
+            }
+            None => Arc::new(pool.alloc(total.max(1))?),
+        };
         if total > 0 {
             let mut pinned = self.pinned.lock().unwrap();
             if pinned.as_ref().is_none_or(|(p, _)| p.len() < total) {
@@ -111,11 +113,12 @@ impl Staging {
             }
             let bytes = host.as_mut_slice().map_err(|e| device_err("stage", e))?;
             for (s, &off) in segments.iter().zip(&offsets) {
-                bytes[off..off + s.data.len()].copy_from_slice(&s.data);
+                bytes[off..off + s.len()].copy_from_slice(s);
             }
             counts.upload(total);
-            // SAFETY: `buf` holds `total` bytes; the pinned bytes stay untouched until
-            // the event recorded after this copy has completed (checked above).
+            // SAFETY: `buf` holds at least `total` bytes; the pinned bytes stay
+            // untouched until the event recorded after this copy has completed
+            // (checked above).
             unsafe {
                 cudarc::driver::result::memcpy_htod_async(
                     buf.ptr(),
@@ -128,40 +131,68 @@ impl Staging {
             ev.record(stream).map_err(|e| device_err("stage", e))?;
             *last_copy = Some(ev);
         }
-        let entries = segments
+        let id = self.batches.fetch_add(1, Ordering::Relaxed);
+        let inputs = offsets
             .into_iter()
-            .zip(offsets)
-            .map(|(s, off)| (s.kind, s.key, off))
+            .zip(segments.iter().map(Vec::len))
             .collect();
-        *self.batch.lock().unwrap() = Some(Arc::new(Batch { buf, entries }));
-        Ok(())
+        *self.batch.lock().unwrap() = Some(Batch { id, buf, inputs });
+        Ok(id)
     }
 
-    /// The staged input of `kind` with `key`, if the current batch has it.
-    pub fn find(&self, kind: &str, key: &[u8]) -> Option<Input> {
-        let batch = self.batch.lock().unwrap().clone()?;
-        let offset = batch
-            .entries
-            .iter()
-            .find(|(k, bytes, _)| *k == kind && bytes == key)
-            .map(|e| e.2)?;
-        Some(Input::Staged(batch, offset))
+    /// The device copy of `slot`, which `op` reads `bytes` bytes of.
+    pub fn resolve(&self, op: &'static str, slot: Slot, bytes: usize) -> OpResult<DeviceInput> {
+        let stale = || OpError::Device {
+            op,
+            msg: format!(
+                "input {} of batch {} is not staged (prepare_batch ran again since, or the \
+                 slot is of another backend): pass the slots of the current Prepared",
+                slot.index, slot.batch
+            ),
+        };
+        let i = slot.index as usize;
+        let (buf, offset, len) = if slot.batch == CONSTANTS {
+            let constants = self.constants.lock().unwrap();
+            let buf = constants.get(i).ok_or_else(stale)?.clone();
+            let len = buf.bytes();
+            (buf, 0, len)
+        } else {
+            let batch = self.batch.lock().unwrap();
+            let batch = batch
+                .as_ref()
+                .filter(|b| b.id == slot.batch)
+                .ok_or_else(stale)?;
+            let &(offset, len) = batch.inputs.get(i).ok_or_else(stale)?;
+            (batch.buf.clone(), offset, len)
+        };
+        if bytes > len {
+            return Err(OpError::Device {
+                op,
+                msg: format!("reads {bytes} bytes of a staged input of {len}"),
+            });
+        }
+        Ok(DeviceInput::Staged(buf, offset))
     }
 
-    /// The constant with bytes `data`, uploaded by `upload` the first time.
-    pub fn constant(
-        &self,
-        data: &[u8],
-        upload: impl FnOnce(&[u8]) -> OpResult<DeviceBuf>,
-    ) -> OpResult<Input> {
+    /// Keeps `buf` as a constant; its slot.
+    pub fn keep(&self, buf: DeviceBuf) -> Slot {
         let mut constants = self.constants.lock().unwrap();
-        if let Some((_, buf)) = constants.iter().find(|(d, _)| d == data) {
-            return Ok(Input::Constant(buf.clone()));
+        constants.push(Arc::new(buf));
+        Slot {
+            batch: CONSTANTS,
+            index: (constants.len() - 1) as u32,
         }
-        let buf = Arc::new(upload(data)?);
-        if constants.len() < MAX_CONSTANTS {
-            constants.push((data.to_vec(), buf.clone()));
-        }
-        Ok(Input::Constant(buf))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_packed_at_the_alignment() {
+        let (at, total) = offsets([4, 0, 256, 257]);
+        assert_eq!(at, vec![0, 256, 256, 512]);
+        assert_eq!(total, 1024);
     }
 }
