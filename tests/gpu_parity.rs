@@ -26,9 +26,9 @@ use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::tensor_core_check::TensorCorePath;
 use hopscore::backend::cuda::{CudaBackend, DType};
 use hopscore::backend::{
-    AttentionShape, Backend, CausalShape, DeviceCounts, Input, RelAttention, SeqLayout,
+    AttentionShape, Backend, BatchInputs, CausalShape, DeviceCounts, Input, RelAttention, SeqLayout,
 };
-use hopscore::model::batch::PackedBatch;
+use hopscore::model::batch::{graph_key, PackedBatch};
 use hopscore::model::config::RelativeConfig;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
 use hopscore::model::deberta::relative_index;
@@ -1378,4 +1378,50 @@ fn decoder_graphs_f32() {
 #[test]
 fn decoder_graphs_bf16() {
     decoder_graphs(DType::Bf16);
+}
+
+/// An op that uploads its own input while a forward is captured (here: a mask given
+/// without its slot) makes the capture fail as on a GPU (a pageable copy on a
+/// capturing stream); that shape then runs without a graph, with the same result.
+/// Given its slot, the same forward is captured once and replayed.
+#[test]
+fn graph_capture_refuses_host_uploads() {
+    let Some((on, off)) = graph_pair(DType::F32) else {
+        return;
+    };
+    let mut inp = Inputs::new(3, DType::F32);
+    let x = inp.matrix(6, 5, 1.0);
+    let layout = layout(&[4, 2], |t| t == 3);
+    let inputs = BatchInputs {
+        layouts: vec![&layout],
+        ..Default::default()
+    };
+    let run = |be: &CudaBackend, key: u64, slotted: bool| {
+        let x = be.upload(&x).unwrap();
+        let (out, _) = be
+            .run_forward(Some(key), &inputs, 0, 6, &mut |p| {
+                let mut y = be.copy(&x)?;
+                let mask = match slotted {
+                    true => p.mask(0, &layout),
+                    false => layout.mask.as_slice().into(),
+                };
+                be.scale_rows(&mut y, mask)?;
+                Ok(y)
+            })
+            .unwrap();
+        be.download(&out).unwrap().data
+    };
+    let want = run(&off, graph_key(), false);
+    let (unslotted, slotted) = (graph_key(), graph_key());
+    for (key, is_slotted, captures, replays) in [
+        (unslotted, false, 0, 0),
+        (unslotted, false, 0, 0),
+        (slotted, true, 1, 1),
+        (slotted, true, 0, 1),
+    ] {
+        let before = on.counts().unwrap();
+        assert_eq!(run(&on, key, is_slotted), want);
+        let c = on.counts().unwrap().since(&before);
+        assert_eq!((c.captures, c.replays), (captures, replays), "{c:?}");
+    }
 }

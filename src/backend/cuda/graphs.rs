@@ -23,7 +23,7 @@ use super::memory::{device_err, Arena, CudaTensor, DeviceBuf};
 use super::profile::Recorded;
 use super::staging::offsets;
 use super::CudaBackend;
-use crate::backend::{BatchShape, Forward, Prepared};
+use crate::backend::{BatchInputs, BatchShape, Forward, Prepared};
 
 /// Most graphs a backend keeps (each holds the activations of one forward); batches
 /// of further shapes run without graphs.
@@ -58,10 +58,13 @@ pub fn bucket(shape: BatchShape, max_len_limit: usize) -> BatchShape {
     }
 }
 
-/// A forward's graph: model key and the byte sizes of the inputs it reads.
+/// A forward's graph: model key, the longest sequence of each layout (the attention
+/// grids; the lengths do not say it without a relative index), and the byte sizes
+/// of the inputs it reads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct GraphKey {
     model: u64,
+    max_lens: Vec<usize>,
     lens: Vec<usize>,
 }
 
@@ -123,24 +126,26 @@ impl Drop for Graphs {
     }
 }
 
-/// `Backend::run_forward`: `segments` are the staged inputs, the first
-/// `graph_inputs` read by `forward`; `prepared(batch)` gives their slots. Without a
-/// `model` key (graphs off, profiling) `forward` runs as it is.
+/// `Backend::run_forward` (`model`: `None` with graphs off or while profiling).
 pub fn run(
     be: &CudaBackend,
     model: Option<u64>,
-    segments: &[Vec<u8>],
-    graph_inputs: usize,
-    prepared: impl Fn(u64) -> Prepared,
+    inputs: &BatchInputs<'_>,
+    graph_ids: usize,
     rows: usize,
     forward: &mut Forward<'_, CudaTensor>,
 ) -> anyhow::Result<(CudaTensor, Prepared)> {
     let dev = &be.dev;
+    let segments = &be.segments(inputs);
+    // The id lists come last; those from `graph_ids` on are read after the graph.
+    let graph_inputs = segments.len() - (inputs.ids.len() - graph_ids);
+    let prepared = |batch| super::prepared(inputs, batch);
     let Some(model) = model else {
         return eager(be, prepared(dev.stage(segments, None)?), rows, forward);
     };
     let key = GraphKey {
         model,
+        max_lens: inputs.layouts.iter().map(|l| l.max_len()).collect(),
         lens: segments[..graph_inputs].iter().map(Vec::len).collect(),
     };
     let (_, graph_bytes) = offsets(key.lens.iter().copied());

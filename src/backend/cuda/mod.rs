@@ -309,16 +309,12 @@ impl Backend for CudaBackend {
         rows: usize,
         forward: &mut Forward<'_, CudaTensor>,
     ) -> anyhow::Result<(CudaTensor, Prepared)> {
-        let segments = self.segments(inputs);
-        let graph_inputs = segments.len() - (inputs.ids.len() - graph_ids);
-        let slots = |batch| prepared(inputs, batch);
         let graphs = self.graphs.enabled() && !self.profiler.active();
         graphs::run(
             self,
             key.filter(|_| graphs),
-            &segments,
-            graph_inputs,
-            slots,
+            inputs,
+            graph_ids,
             rows,
             forward,
         )
