@@ -83,7 +83,7 @@ pub struct DeviceOpts {
     /// padded to token/sequence/length buckets) and replayed: far fewer launches for
     /// small models; `off` runs every op on its own (debugging, per-kernel profiles).
     #[arg(long, value_name = "on|off", env = "HOPSCORE_CUDA_GRAPHS", default_value = "on",
-          value_parser = flags::on_off)]
+          value_parser = flags::on_off, action = clap::ArgAction::Set)]
     pub cuda_graphs: bool,
 }
 
