@@ -26,7 +26,8 @@ use super::CudaBackend;
 use crate::backend::{BatchInputs, BatchShape, Forward, Prepared};
 
 /// Most graphs a backend keeps (each holds the activations of one forward); batches
-/// of further shapes run without graphs.
+/// of further shapes, or of any new shape once under a quarter of the device memory
+/// is free, run without graphs.
 const MAX_GRAPHS: usize = 32;
 /// Smallest token bucket.
 const MIN_TOKENS: usize = 64;
@@ -152,7 +153,7 @@ pub fn run(
     let (_, total) = offsets(segments.iter().map(Vec::len));
     let mut cache = be.graphs.cache.lock().unwrap();
     let mut staged = None;
-    if !cache.contains_key(&key) && cache.len() < MAX_GRAPHS {
+    if !cache.contains_key(&key) && cache.len() < MAX_GRAPHS && room_for_a_graph() {
         // Room for the inputs read after the graph: as many bytes again as the graph's.
         let inputs = Arc::new(dev.pool.alloc(total.max(2 * graph_bytes))?);
         let p = prepared(dev.stage(segments, Some(inputs.clone()))?);
@@ -200,6 +201,12 @@ pub fn run(
             eager(be, p, rows, forward)
         }
     }
+}
+
+/// Whether a quarter of the device memory is still free: a graph keeps the
+/// activations of its forward, so more of them could starve the forwards without one.
+fn room_for_a_graph() -> bool {
+    cudarc::driver::result::mem_get_info().is_ok_and(|(free, total)| free * 4 >= total)
 }
 
 /// Runs `forward` with staged slots `p` without a graph.
