@@ -953,7 +953,7 @@ fn head_ops() -> Vec<Op> {
 }
 
 /// The 16-byte vector paths of the elementwise kernels in every dtype (sizes that are
-/// multiples of 8; the earlier rows at 300, 129, 90 and 33 columns take the
+/// multiples of 8; the earlier rows at 300, 129, 90, 70 and 33 columns take the
 /// element-by-element paths in bf16/f16).
 fn vector_ops() -> Vec<Op> {
     vec![
@@ -965,6 +965,7 @@ fn vector_ops() -> Vec<Op> {
         Op::Swiglu { rows: 9, inter: 64 },
         Op::GatherRows { rows: 12, cols: 64 },
         Op::RmsNorm { rows: 5, cols: 576 },
+        Op::GeluNew { rows: 8, cols: 64 },
     ]
 }
 

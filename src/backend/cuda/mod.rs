@@ -90,7 +90,7 @@ impl CudaBackend {
         let mut b = self.dev.stream.launch_builder(f);
         for a in args {
             match a {
-                Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
+                Arg::Ptr(v) => b.arg(v),
                 Arg::U32(v) => b.arg(v),
                 Arg::F32(v) => b.arg(v),
             };
@@ -190,32 +190,12 @@ impl CudaBackend {
         let cfg = grid_1d(n.div_ceil(self.vec_width()), THREADS, MAX_BLOCKS);
         self.launch(op, cfg, &args)
     }
-
-    /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
-    fn rowwise_inplace(
-        &self,
-        op: &'static str,
-        x: &CudaTensor,
-        extra: Option<u64>,
-    ) -> OpResult<()> {
-        if x.numel() == 0 {
-            return Ok(());
-        }
-        let args = [
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(extra.unwrap_or(0)),
-            Arg::U32(x.rows as u32),
-            Arg::U32(x.cols as u32),
-        ];
-        self.launch(op, grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
-    }
 }
 
 /// A kernel argument (device pointers are `u64` addresses; null is 0).
 #[derive(Debug, Clone, Copy)]
 pub enum Arg {
     Ptr(u64),
-    U64(u64),
     U32(u32),
     F32(f32),
 }
@@ -469,7 +449,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let s = self.dev.input_f32("scale_rows", scale)?;
-        self.rowwise_inplace("scale_rows", x, Some(s.ptr()))
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(s.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+        ];
+        self.launch("scale_rows", grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
     }
 
     fn disentangled_attention(
@@ -553,12 +539,7 @@ impl Backend for CudaBackend {
     }
 
     fn gelu_new(&self, x: &mut CudaTensor) -> OpResult<()> {
-        let n = x.numel();
-        if n == 0 {
-            return Ok(());
-        }
-        let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64)];
-        self.launch("gelu_new", grid_1d(n, THREADS, MAX_BLOCKS), &args)
+        self.map_inplace("gelu_new", x, None)
     }
 
     fn swiglu(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
