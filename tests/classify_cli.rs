@@ -145,6 +145,59 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The key-value metadata of a Parquet file.
+/// Issue 15: a GPU run records the dtype it computed in (`bf16`, not the CPU's `f32`),
+/// and its logits (the fused `cls_head`) stay near HF's. Skipped without a CUDA device
+/// (the emulator of tools/cuda_emu is one).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_run_records_its_dtype() {
+    use hopscore::backend::dtype::DType;
+    use hopscore::jobs::DeviceKind;
+    if common::gpu(DType::Bf16).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (pairs, gold) = golden_pairs();
+    let rows: Vec<_> = pairs
+        .iter()
+        .map(|(a, b)| (Some("x"), Some(a.clone()), Some(b.clone())))
+        .collect();
+    let input = tmp.path().join("pairs.parquet");
+    write_input(&input, &rows);
+    let output = tmp.path().join("scores.parquet");
+    let summary = run(&ClassifyArgs {
+        model: common::fixture("deberta/v3_seqcls"),
+        tokenizer: Some(common::word_tokenizer(tmp.path())),
+        input,
+        output: output.clone(),
+        head: None,
+        max_batch_tokens: 4096,
+        max_length: None,
+        quarantine: None,
+        device: DeviceOpts {
+            device: DeviceKind::Cuda,
+            gpu: 0,
+            dtype: DType::Bf16,
+        },
+    })
+    .unwrap();
+    assert_eq!(summary.scored, gold.len() as u64);
+    let meta = key_values(&output);
+    assert_eq!(meta["hopscore.dtype"], "bf16");
+    assert!(meta["hopscore.device"].starts_with("cuda:0"), "{meta:?}");
+    let out = common::read_parquet(&output);
+    let logits = out.column(1).as_any().downcast_ref::<ListArray>().unwrap();
+    let scale = gold.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+    for (r, want) in gold.iter().enumerate() {
+        let v = logits.value(r);
+        let got = v.as_any().downcast_ref::<Float32Array>().unwrap();
+        for (a, b) in got.values().iter().zip(want) {
+            // The whole-model bf16 bound of tests/gpu_parity.rs, against HF's f32.
+            assert!((a - b).abs() <= 5e-2 * scale, "row {r}: {a} vs HF {b}");
+        }
+    }
+}
+
 fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();

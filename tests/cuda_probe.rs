@@ -30,8 +30,8 @@ fn probe_reports_device_or_clear_error() {
 #[test]
 fn kernels_are_embedded_when_built_with_nvcc() {
     if std::env::var("HOPSCORE_REQUIRE_NVCC").is_ok_and(|v| v == "1") {
-        let ptx = hopscore::backend::kernels::ptx("bias_gelu").expect("bias_gelu PTX embedded");
-        assert!(ptx.contains(".entry bias_gelu_f32") && ptx.contains(".entry bias_gelu_bf16"));
+        let ptx = hopscore::backend::kernels::ptx("gelu").expect("gelu PTX embedded");
+        assert!(ptx.contains(".entry gelu_f32") && ptx.contains(".entry gelu_bf16"));
     } else {
         eprintln!("built without HOPSCORE_REQUIRE_NVCC=1: kernel embedding not checked");
     }

@@ -9,6 +9,7 @@ pub mod blas;
 mod causal_attention;
 pub mod device;
 pub mod disentangled_attention;
+mod heads;
 pub mod memory;
 pub mod params;
 pub mod profile;
@@ -25,8 +26,8 @@ use self::profile::Profiler;
 use self::staging::Segment;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, BatchInputs, CausalShape, DeviceCounts, KernelTime, OpError, OpResult,
-    RelAttention, SeqLayout,
+    AttentionShape, Backend, BatchInputs, CausalShape, ClsHead, Dense, DeviceCounts, KernelTime,
+    OpError, OpResult, RelAttention, SeqLayout, TokenLogits,
 };
 pub use crate::backend::dtype::DType;
 use crate::tensor::HostTensor;
@@ -89,7 +90,7 @@ impl CudaBackend {
         let mut b = self.dev.stream.launch_builder(f);
         for a in args {
             match a {
-                Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
+                Arg::Ptr(v) => b.arg(v),
                 Arg::U32(v) => b.arg(v),
                 Arg::F32(v) => b.arg(v),
             };
@@ -166,23 +167,28 @@ impl CudaBackend {
         Ok(y)
     }
 
-    /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
-    fn rowwise_inplace(
+    /// Elements of the device dtype in 16 bytes (the vector kernels' step).
+    fn vec_width(&self) -> usize {
+        16 / self.dev.dtype.size()
+    }
+
+    /// The kernel `op(x, [y,] n)` mapping `x` (and `y`) into `x`, 16-byte vectors per
+    /// thread where the kernel can (`map_inplace` of kernels/common.cuh).
+    fn map_inplace(
         &self,
         op: &'static str,
         x: &CudaTensor,
-        extra: Option<u64>,
+        y: Option<&CudaTensor>,
     ) -> OpResult<()> {
-        if x.numel() == 0 {
+        let n = x.numel();
+        if n == 0 {
             return Ok(());
         }
-        let args = [
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(extra.unwrap_or(0)),
-            Arg::U32(x.rows as u32),
-            Arg::U32(x.cols as u32),
-        ];
-        self.launch(op, grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
+        let mut args = vec![Arg::Ptr(x.ptr())];
+        args.extend(y.map(|y| Arg::Ptr(y.ptr())));
+        args.push(Arg::U32(index_u32(op, n)?));
+        let cfg = grid_1d(n.div_ceil(self.vec_width()), THREADS, MAX_BLOCKS);
+        self.launch(op, cfg, &args)
     }
 }
 
@@ -190,9 +196,20 @@ impl CudaBackend {
 #[derive(Debug, Clone, Copy)]
 pub enum Arg {
     Ptr(u64),
-    U64(u64),
     U32(u32),
     F32(f32),
+}
+
+/// `n` elements as the 32-bit index of the elementwise kernels (below 2^31, so that a
+/// grid-stride step cannot wrap).
+fn index_u32(op: &'static str, n: usize) -> OpResult<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n <= i32::MAX as u32)
+        .ok_or_else(|| OpError::Shape {
+            op,
+            msg: format!("{n} elements exceed the kernel's 32-bit indexing (2^31 − 1); use smaller batches (--max-batch-tokens)"),
+        })
 }
 
 fn ptr_or_null(t: Option<&CudaTensor>) -> u64 {
@@ -358,7 +375,7 @@ impl Backend for CudaBackend {
     }
 
     fn gelu(&self, x: &mut CudaTensor) -> OpResult<()> {
-        self.rowwise_inplace("bias_gelu", x, None)
+        self.map_inplace("gelu", x, None)
     }
 
     fn layer_norm(
@@ -432,7 +449,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let s = self.dev.input_f32("scale_rows", scale)?;
-        self.rowwise_inplace("scale_rows", x, Some(s.ptr()))
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(s.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+        ];
+        self.launch("scale_rows", grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
     }
 
     fn disentangled_attention(
@@ -467,30 +490,23 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
-    fn mean_pool(&self, x: &CudaTensor, layout: &SeqLayout) -> OpResult<CudaTensor> {
-        check::mean_pool(x, layout)?;
-        let seqs = layout.num_seqs();
-        let out = self.tensor(seqs, x.cols)?;
-        if out.numel() == 0 {
-            return Ok(out);
-        }
-        let cu = self.dev.input_u32("mean_pool", &layout.cu_seqlens_u32())?;
-        let mask = self.dev.input_f32("mean_pool", &layout.mask)?;
-        let cfg = LaunchConfig {
-            grid_dim: (seqs as u32, (x.cols as u32).div_ceil(THREADS), 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let args = [
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(cu.ptr()),
-            Arg::Ptr(mask.ptr()),
-            Arg::U32(seqs as u32),
-            Arg::U32(x.cols as u32),
-        ];
-        self.launch("mean_pool", cfg, &args)?;
-        Ok(out)
+    fn cls_head(
+        &self,
+        hidden: &CudaTensor,
+        layout: &SeqLayout,
+        head: &ClsHead<'_, CudaTensor>,
+    ) -> OpResult<HostTensor> {
+        let dims = check::cls_head(hidden, layout, head)?;
+        heads::cls_head(self, hidden, layout, head, dims)
+    }
+
+    fn token_head(
+        &self,
+        hidden: &CudaTensor,
+        classifier: Dense<'_, CudaTensor>,
+    ) -> OpResult<TokenLogits> {
+        let labels = check::token_head(hidden, classifier)?;
+        heads::token_head(self, hidden, classifier, labels)
     }
 
     fn copy(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
@@ -501,12 +517,7 @@ impl Backend for CudaBackend {
 
     fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> OpResult<()> {
         check::add(x, y)?;
-        let n = x.numel() as u64;
-        if n == 0 {
-            return Ok(());
-        }
-        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n)];
-        self.launch("add", grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
+        self.map_inplace("add", x, Some(y))
     }
 
     fn rms_norm(&self, x: &CudaTensor, weight: &CudaTensor, eps: f32) -> OpResult<CudaTensor> {
@@ -528,12 +539,7 @@ impl Backend for CudaBackend {
     }
 
     fn gelu_new(&self, x: &mut CudaTensor) -> OpResult<()> {
-        let n = x.numel();
-        if n == 0 {
-            return Ok(());
-        }
-        let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64)];
-        self.launch("gelu_new", grid_1d(n, THREADS, MAX_BLOCKS), &args)
+        self.map_inplace("gelu_new", x, None)
     }
 
     fn swiglu(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
@@ -542,13 +548,15 @@ impl Backend for CudaBackend {
         if out.numel() == 0 {
             return Ok(out);
         }
+        index_u32("swiglu", x.numel())?;
         let args = [
             Arg::Ptr(out.ptr()),
             Arg::Ptr(x.ptr()),
             Arg::U32(x.rows as u32),
             Arg::U32(inter as u32),
         ];
-        self.launch("swiglu", grid_1d(out.numel(), THREADS, MAX_BLOCKS), &args)?;
+        let cfg = grid_1d(out.numel().div_ceil(self.vec_width()), THREADS, MAX_BLOCKS);
+        self.launch("swiglu", cfg, &args)?;
         Ok(out)
     }
 
@@ -632,17 +640,18 @@ mod tests {
         }
         const PLAIN: &[&str] = &[
             "add",
-            "bias_gelu",
+            "cls_head",
             "embedding",
             "gather_rows",
+            "gelu",
             "gelu_new",
             "layer_norm",
-            "mean_pool",
             "question_loglik",
             "rms_norm",
             "rope",
             "scale_rows",
             "swiglu",
+            "token_head",
         ];
         let mut missing = Vec::new();
         for dtype in [DType::F32, DType::Bf16, DType::F16] {
