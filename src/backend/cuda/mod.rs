@@ -1,5 +1,5 @@
 //! CUDA backend (feature `cuda`): the ops of [`Backend`] as kernels from `kernels/`
-//! (PTX embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
+//! (fatbins embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
 //!
 //! Activations and weights live on the device as `--dtype` elements (bf16 by
 //! default); every kernel accumulates in f32. Each launcher below mirrors the CPU
@@ -10,6 +10,7 @@ mod causal_attention;
 pub mod device;
 pub mod disentangled_attention;
 pub mod memory;
+pub mod module_load;
 pub mod params;
 pub mod profile;
 mod question_loglik;
@@ -615,14 +616,14 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::kernels::{module_of, PTX_MODULES};
+    use crate::backend::kernels::{module_of, MODULES};
 
     /// Every entry a launcher can ask for, in every dtype and head size, is in the
     /// PTX built into this binary (a renamed kernel or launcher typo fails here
     /// instead of at the first launch on a GPU).
     #[test]
     fn every_launched_entry_is_built() {
-        if PTX_MODULES.is_empty() {
+        if MODULES.is_empty() {
             assert_ne!(
                 option_env!("HOPSCORE_REQUIRE_NVCC"),
                 Some("1"),
