@@ -30,12 +30,13 @@ use super::{
     RelAttention, SeqLayout,
 };
 pub use crate::backend::dtype::DType;
+use crate::backend::kernels::geometry;
 use crate::tensor::HostTensor;
 
 /// Most blocks a grid-stride elementwise kernel is launched with.
 const MAX_BLOCKS: u32 = 65_535;
 /// Threads per block of the row-wise and elementwise kernels.
-const THREADS: u32 = 256;
+const THREADS: u32 = geometry::ROW_THREADS;
 
 pub use self::device::device_count;
 
@@ -374,15 +375,15 @@ impl Backend for CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let smem = x.cols * 4;
-        if smem > 48 * 1024 {
+        let smem = geometry::layer_norm_smem(x.cols as u32);
+        if smem > device::DEFAULT_SMEM {
             return Err(OpError::Shape {
                 op: "layer_norm",
                 msg: format!("{} columns exceed the kernel's 12,288", x.cols),
             });
         }
         let cfg = LaunchConfig {
-            shared_mem_bytes: smem as u32,
+            shared_mem_bytes: smem,
             ..per_row(x.rows, THREADS)
         };
         let args = [
@@ -569,10 +570,10 @@ impl Backend for CudaBackend {
         let freq = self.dev.constant_f32("rope", inv_freq)?;
         // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
         let cfg = LaunchConfig {
-            shared_mem_bytes: (inv_freq.len() * 2 * 4) as u32,
-            ..per_row(x.rows, 128)
+            shared_mem_bytes: geometry::rope_smem(inv_freq.len() as u32),
+            ..per_row(x.rows, geometry::ROPE_THREADS)
         };
-        if cfg.shared_mem_bytes > 48 * 1024 {
+        if cfg.shared_mem_bytes > device::DEFAULT_SMEM {
             return Err(OpError::Shape {
                 op: "rope",
                 msg: format!("head_dim {head_dim} exceeds the kernel's 12,288"),
