@@ -8,7 +8,7 @@
 namespace hopscore {
 
 // Threads per block of the head kernels (8 warps).
-constexpr unsigned kHeadThreads = 256;
+constexpr unsigned kHeadThreads = geometry::HEAD_THREADS;
 
 // y[r][j] = act(w[j] · x[r] + b[j]) for r < rows, j < out; w has rows of ld elements
 // (the first `in` read), x is [kHeadRows][in] f32 in shared memory, y has rows of

@@ -4,6 +4,7 @@
 // sides. T is the element type (float, __nv_bfloat16 or __half): the layout is the
 // same for every T.
 #pragma once
+#include "geometry.cuh"
 
 namespace hopscore {
 
@@ -66,9 +67,8 @@ template <typename T> struct TensorCoreCheckParams {
 };
 static_assert(sizeof(TensorCoreCheckParams<float>) == 40, "mirror of src/backend/cuda/params.rs");
 
-// Rows (sequences or tokens) per block of cls_head and token_head (HEAD_ROWS in
-// src/backend/cuda/heads.rs).
-constexpr unsigned kHeadRows = 8;
+// Rows (sequences or tokens) per block of cls_head and token_head.
+constexpr unsigned kHeadRows = geometry::HEAD_ROWS;
 
 // cls_head_<T> and token_head_<T>.
 template <typename T> struct HeadParams {

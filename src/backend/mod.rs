@@ -10,6 +10,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
+pub mod fatbin;
 pub mod kernels;
 
 use crate::tensor::HostTensor;

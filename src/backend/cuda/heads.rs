@@ -7,17 +7,16 @@
 use cudarc::driver::LaunchConfig;
 
 use super::params::HeadParams;
+use crate::backend::kernels::geometry;
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::{ClsHead, Dense, OpError, OpResult, SeqLayout, SeqPooling, TokenLogits};
 use crate::tensor::HostTensor;
 
-/// Rows per block (`kHeadRows` of kernels/params.cuh).
-pub const HEAD_ROWS: usize = 8;
+/// Rows per block (kernels/geometry.cuh).
+pub const HEAD_ROWS: usize = geometry::HEAD_ROWS as usize;
 /// Pooler outputs per block of `cls_head` (8 per warp): at DeBERTa-large's 1,024 the
 /// pooler of 8 sequences is spread over 16 blocks instead of one.
-const POOLER_CHUNK: usize = 64;
-/// Threads per block (`kHeadThreads` of kernels/heads.cuh).
-const THREADS: u32 = 256;
+const POOLER_CHUNK: usize = geometry::HEAD_POOLER_CHUNK as usize;
 /// Most dynamic shared memory a head kernel asks for (H100 and A100 give a block up
 /// to 227 and 163 KiB): the staged rows and pooled features of a block, in f32.
 const MAX_SMEM: usize = 160 * 1024;
@@ -25,7 +24,7 @@ const MAX_SMEM: usize = 160 * 1024;
 /// One block per [`HEAD_ROWS`] rows and chunk, with `floats` f32 of shared memory per
 /// row.
 fn config(op: &'static str, rows: usize, chunks: usize, floats: usize) -> OpResult<LaunchConfig> {
-    let smem = HEAD_ROWS * floats * 4;
+    let smem = geometry::head_smem(floats as u32) as usize;
     if smem > MAX_SMEM {
         return Err(OpError::Shape {
             op,
@@ -37,7 +36,7 @@ fn config(op: &'static str, rows: usize, chunks: usize, floats: usize) -> OpResu
     }
     Ok(LaunchConfig {
         grid_dim: (rows.div_ceil(HEAD_ROWS) as u32, chunks as u32, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (geometry::HEAD_THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     })
 }

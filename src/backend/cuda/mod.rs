@@ -1,5 +1,5 @@
 //! CUDA backend (feature `cuda`): the ops of [`Backend`] as kernels from `kernels/`
-//! (PTX embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
+//! (fatbins embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
 //!
 //! Activations and weights live on the device as `--dtype` elements (bf16 by
 //! default); every kernel accumulates in f32. Each launcher below mirrors the CPU
@@ -11,6 +11,7 @@ pub mod device;
 pub mod disentangled_attention;
 mod heads;
 pub mod memory;
+pub mod module_load;
 pub mod params;
 pub mod profile;
 mod question_loglik;
@@ -30,12 +31,13 @@ use super::{
     OpError, OpResult, RelAttention, SeqLayout, TokenLogits,
 };
 pub use crate::backend::dtype::DType;
+use crate::backend::kernels::geometry;
 use crate::tensor::HostTensor;
 
 /// Most blocks a grid-stride elementwise kernel is launched with.
 const MAX_BLOCKS: u32 = 65_535;
 /// Threads per block of the row-wise and elementwise kernels.
-const THREADS: u32 = 256;
+const THREADS: u32 = geometry::ROW_THREADS;
 
 pub use self::device::device_count;
 
@@ -390,15 +392,15 @@ impl Backend for CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let smem = x.cols * 4;
-        if smem > 48 * 1024 {
+        let smem = geometry::layer_norm_smem(x.cols as u32);
+        if smem > device::DEFAULT_SMEM {
             return Err(OpError::Shape {
                 op: "layer_norm",
                 msg: format!("{} columns exceed the kernel's 12,288", x.cols),
             });
         }
         let cfg = LaunchConfig {
-            shared_mem_bytes: smem as u32,
+            shared_mem_bytes: smem,
             ..per_row(x.rows, THREADS)
         };
         let args = [
@@ -576,10 +578,10 @@ impl Backend for CudaBackend {
         let freq = self.dev.constant_f32("rope", inv_freq)?;
         // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
         let cfg = LaunchConfig {
-            shared_mem_bytes: (inv_freq.len() * 2 * 4) as u32,
-            ..per_row(x.rows, 128)
+            shared_mem_bytes: geometry::rope_smem(inv_freq.len() as u32),
+            ..per_row(x.rows, geometry::ROPE_THREADS)
         };
-        if cfg.shared_mem_bytes > 48 * 1024 {
+        if cfg.shared_mem_bytes > device::DEFAULT_SMEM {
             return Err(OpError::Shape {
                 op: "rope",
                 msg: format!("head_dim {head_dim} exceeds the kernel's 12,288"),
@@ -623,14 +625,14 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::kernels::{module_of, PTX_MODULES};
+    use crate::backend::kernels::{module_of, MODULES};
 
     /// Every entry a launcher can ask for, in every dtype and head size, is in the
     /// PTX built into this binary (a renamed kernel or launcher typo fails here
     /// instead of at the first launch on a GPU).
     #[test]
     fn every_launched_entry_is_built() {
-        if PTX_MODULES.is_empty() {
+        if MODULES.is_empty() {
             assert_ne!(
                 option_env!("HOPSCORE_REQUIRE_NVCC"),
                 Some("1"),
