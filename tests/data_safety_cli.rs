@@ -642,6 +642,7 @@ fn parts_commit_as_soon_as_their_rows_finish() {
         resume: false,
         shard: None,
         part_rows: 1,
+        limit: None,
     };
     run(&mut job, &opts).unwrap();
     let (batches, committed_midway) = (job.scorer.batches, job.scorer.committed_midway);

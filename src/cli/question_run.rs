@@ -57,6 +57,7 @@ impl RunArgs {
             resume: self.resume,
             shard: self.shard,
             part_rows: self.part_rows,
+            limit: None,
         }
     }
 
@@ -69,8 +70,8 @@ impl RunArgs {
     }
 
     /// Refuses outputs that would overwrite an input (`extra_inputs`: the command's
-    /// other input files, e.g. a corpus).
+    /// other input files, e.g. a model or a corpus).
     pub fn check_paths(&self, extra_inputs: &[Named]) -> Result<()> {
-        self.file_run().check_paths(extra_inputs)
+        self.file_run().check_paths(extra_inputs, &[])
     }
 }

@@ -204,12 +204,38 @@ impl Parts {
                 self.dir.display()
             );
         }
+        self.merge_parts(&self.manifest.parts, output, quarantine, schemas, metadata)?;
+        self.manifest.finished = true;
+        self.write_manifest()?;
+        self.remove()
+    }
+
+    /// Merges the committed parts, in row order, into `output` and its quarantine file
+    /// (what an interrupted run has finished, gaps left out); the parts stay for a
+    /// resumed run.
+    pub fn write_committed(
+        &self,
+        output: &Path,
+        quarantine: &Path,
+        schemas: (SchemaRef, SchemaRef),
+        metadata: &[(String, String)],
+    ) -> Result<()> {
+        let mut parts = self.manifest.parts.clone();
+        parts.sort_by_key(|p| p.first_row);
+        self.merge_parts(&parts, output, quarantine, schemas, metadata)
+    }
+
+    /// Merges `parts`, in the order given, into `output` and `quarantine`.
+    fn merge_parts(
+        &self,
+        parts: &[PartEntry],
+        output: &Path,
+        quarantine: &Path,
+        schemas: (SchemaRef, SchemaRef),
+        metadata: &[(String, String)],
+    ) -> Result<()> {
         let files = |f: fn(&PartEntry) -> &String| -> Vec<PathBuf> {
-            self.manifest
-                .parts
-                .iter()
-                .map(|p| self.dir.join(f(p)))
-                .collect()
+            parts.iter().map(|p| self.dir.join(f(p))).collect()
         };
         let merged = concat_parquet(&files(|p| &p.file), output, schemas.0, metadata)?;
         let merged_quarantine = concat_parquet(
@@ -218,10 +244,7 @@ impl Parts {
             schemas.1,
             metadata,
         )?;
-        commit_all([merged, merged_quarantine])?;
-        self.manifest.finished = true;
-        self.write_manifest()?;
-        self.remove()
+        commit_all([merged, merged_quarantine])
     }
 
     /// Deletes the part files, then the manifest, then the directory.

@@ -11,6 +11,8 @@ pub mod label;
 pub mod lepus;
 pub mod loglik;
 pub mod questions;
+pub mod review;
+pub mod review_io;
 pub mod rows;
 
 use anyhow::Result;
@@ -74,10 +76,11 @@ pub enum JobConfig {
     Label(label::LabelConfig),
     Lepus(lepus::LepusConfig),
     Loglik(loglik::LoglikConfig),
+    Review(review::ReviewConfig),
 }
 
 /// Loads the job `config` describes on `device` (sizing the CPU worker pool first
-/// when `device.threads` is set).
+/// when `device.threads` is set; `review` runs no model: give it [`DeviceConfig::CPU`]).
 pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
     device.init_threads()?;
     device::with_backend!(owned device, be => Ok(match config {
@@ -89,6 +92,7 @@ pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
             lepus::LepusScorer::Lm => Box::new(lepus::lm_job(&c, lepus::templates(&c)?, be)?),
         },
         JobConfig::Loglik(c) => Box::new(loglik::job(c, be)?),
+        JobConfig::Review(c) => Box::new(review::job(c)?), // calls an endpoint, no model
     }))
 }
 
