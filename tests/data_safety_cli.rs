@@ -618,7 +618,7 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
 #[test]
 fn parts_commit_as_soon_as_their_rows_finish() {
     use hopscore::jobs::questions::QuestionJob;
-    use hopscore::pipeline::questions::{run, FileRun};
+    use hopscore::pipeline::files::{run, FileRun};
     let tmp = tempfile::tempdir().unwrap();
     let q = tmp.path().join("q.parquet");
     write_questions(&q, &questions(6, "red"));

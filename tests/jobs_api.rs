@@ -126,6 +126,7 @@ fn classify_job_batches_equal_the_cli_files() {
         max_batch_tokens: 100,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: hopscore::cli::DeviceOpts::CPU,
     };
     let summary = hopscore::cli::classify::run(&args).unwrap();
@@ -181,6 +182,7 @@ fn loglik_job_batches_equal_the_cli_files() {
         max_batch_tokens: 128,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: hopscore::cli::DeviceOpts::CPU,
     };
     hopscore::cli::loglik::run(&args).unwrap();

@@ -1,5 +1,5 @@
 //! `hopscore beam`: the arguments of the beam job ([`crate::jobs::beam`]) and its run
-//! over a question file ([`crate::pipeline::questions`]).
+//! over a question file ([`crate::pipeline::files`]).
 
 use std::path::PathBuf;
 
@@ -10,7 +10,7 @@ use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
 use crate::jobs::beam::{self, BeamConfig, Hops};
 use crate::jobs::device::with_backend;
-use crate::pipeline::questions;
+use crate::pipeline::files;
 
 #[derive(Debug, Clone, Args)]
 pub struct BeamArgs {
@@ -74,7 +74,7 @@ pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     args.run.check_paths(&[])?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = beam::job(args.config(), be)?;
-        questions::run(&mut job, &args.run.file_run())
+        files::run(&mut job, &args.run.file_run())
     })
 }
 

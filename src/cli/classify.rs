@@ -1,15 +1,16 @@
 //! `hopscore classify`: the arguments of the classify job ([`crate::jobs::classify`])
-//! and its run over a file ([`crate::pipeline::rows`]).
+//! and its run over a file ([`crate::pipeline::files`]: parts, `--resume`, `--shard`).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
+use super::row_run::{PartArgs, RowFiles, RowSummary};
 use super::DeviceOpts;
+use crate::jobs::classify;
 use crate::jobs::classify::ClassifyConfig;
-use crate::jobs::{build, JobConfig};
-use crate::pipeline::rows::{self, RowFiles, RowSummary};
+use crate::jobs::device::with_backend;
 
 #[derive(Debug, Clone, Args)]
 pub struct ClassifyArgs {
@@ -43,6 +44,8 @@ pub struct ClassifyArgs {
     #[arg(long)]
     pub quarantine: Option<PathBuf>,
     #[command(flatten)]
+    pub parts: PartArgs,
+    #[command(flatten)]
     pub device: DeviceOpts,
 }
 
@@ -61,13 +64,18 @@ impl ClassifyArgs {
 
 /// Runs `hopscore classify`.
 pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
-    let mut job = build(JobConfig::Classify(args.config()), &args.device.config())?;
-    rows::run(
-        job.as_mut(),
-        RowFiles {
-            input: &args.input,
-            output: &args.output,
-            quarantine: args.quarantine.as_deref(),
-        },
-    )
+    crate::pipeline::control::install_interrupt_handler();
+    let started = std::time::Instant::now();
+    let files = RowFiles {
+        input: &args.input,
+        output: &args.output,
+        quarantine: args.quarantine.as_deref(),
+        model: &args.model,
+        parts: &args.parts,
+    };
+    files.check_paths()?;
+    with_backend!(owned &args.device.config(), be => {
+        let mut job = classify::job(args.config(), be)?;
+        files.run(&mut job, started)
+    })
 }

@@ -65,6 +65,17 @@ fn report_run(s: &cli::question_run::RunSummary) -> i32 {
     0
 }
 
+/// Prints the summary of a row run (`classify`, `loglik`); 130 when it was
+/// interrupted, else 0.
+fn report_rows(s: &cli::row_run::RowSummary) -> i32 {
+    eprintln!("{s}");
+    if s.interrupted {
+        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
+        return EXIT_INTERRUPTED;
+    }
+    0
+}
+
 /// Prints the summary of a review run; 130 when it was interrupted, 3 when no question
 /// was answered, else 0.
 fn report_review(s: &cli::review::ReviewSummary) -> i32 {
@@ -89,12 +100,6 @@ fn report_review(s: &cli::review::ReviewSummary) -> i32 {
         t.parse_failures,
         s.seconds
     );
-    if s.resumed_from > 0 {
-        eprintln!(
-            "(resumed: {} rows were committed by an earlier run)",
-            s.resumed_from
-        );
-    }
     if s.interrupted {
         eprintln!(
             "interrupted: the rows finished so far are written ({} interrupted questions \
@@ -137,8 +142,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             let n = cli::merge::run(&args)?;
             eprintln!("merged {n} shards into {}", args.output.display());
         }
-        Command::Classify(args) => eprintln!("{}", cli::classify::run(&args)?),
-        Command::Loglik(args) => eprintln!("{}", cli::loglik::run(&args)?),
+        Command::Classify(args) => return Ok(report_rows(&cli::classify::run(&args)?)),
+        Command::Loglik(args) => return Ok(report_rows(&cli::loglik::run(&args)?)),
         Command::BenchLoglik(args) => {
             let r = cli::bench_loglik::run(&args)?;
             if args.json {

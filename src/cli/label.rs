@@ -1,5 +1,5 @@
 //! `hopscore label`: the arguments of the label job ([`crate::jobs::label`]) and its
-//! run over a question file ([`crate::pipeline::questions`]).
+//! run over a question file ([`crate::pipeline::files`]).
 
 use std::path::PathBuf;
 
@@ -11,7 +11,7 @@ use super::DeviceOpts;
 use crate::io::paths::Named;
 use crate::jobs::device::with_backend;
 use crate::jobs::label::{self, LabelConfig, TagPooling};
-use crate::pipeline::questions;
+use crate::pipeline::files;
 use crate::strategy::efficientrag::{MAX_ITER, TOP_K};
 
 #[derive(Debug, Clone, Args)]
@@ -75,6 +75,6 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     args.run.check_paths(&corpus)?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = label::job(args.config(), be)?;
-        questions::run(&mut job, &args.run.file_run())
+        files::run(&mut job, &args.run.file_run())
     })
 }

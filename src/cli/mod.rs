@@ -17,6 +17,7 @@ pub mod loglik;
 pub mod merge;
 pub mod question_run;
 pub mod review;
+pub mod row_run;
 pub mod show;
 
 pub use entry::main_with_args;

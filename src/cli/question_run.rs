@@ -1,5 +1,5 @@
 //! The flags every question-file command shares (`beam`, `label`, `lepus`), and their
-//! conversion into the file runner's options ([`crate::pipeline::questions`]).
+//! conversion into the file runner's options ([`crate::pipeline::files`]).
 
 use std::path::PathBuf;
 
@@ -9,8 +9,8 @@ use clap::Args;
 use super::flags;
 use crate::io::paths::Named;
 use crate::pipeline::control::Shard;
-use crate::pipeline::questions::FileRun;
-pub use crate::pipeline::questions::RunSummary;
+use crate::pipeline::files::FileRun;
+pub use crate::pipeline::files::RunSummary;
 use crate::pipeline::SchedulerConfig;
 
 /// Where a run reads and writes, and how it is batched, split and committed (flattened

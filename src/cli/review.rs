@@ -1,5 +1,5 @@
 //! `hopscore review`: the arguments of the review job ([`crate::jobs::review`]) and
-//! its run over a question file ([`crate::pipeline::questions`]: parts, `--resume`).
+//! its run over a question file ([`crate::pipeline::files`]: parts, `--resume`).
 //! Ctrl-C ends the waits between retries at once; the questions it interrupts are
 //! left out of the output, and `--resume` answers them (the cache serving the calls
 //! already made).
@@ -14,7 +14,7 @@ use crate::io::parquet_io::sibling;
 use crate::io::paths::{Kind, Named};
 use crate::jobs::review::{self, ReviewConfig, ReviewStrategy, ReviewTally};
 use crate::pipeline::control::{install_interrupt_handler, INTERRUPTED};
-use crate::pipeline::questions::{self, FileRun};
+use crate::pipeline::files::{self, FileRun};
 use crate::post::allies::AlliesConfig;
 use crate::post::client::ClientConfig;
 use crate::post::tor::{Expansion, TorConfig};
@@ -126,8 +126,6 @@ pub struct ReviewSummary {
     pub seconds: f64,
     pub quarantine_path: PathBuf,
     pub cache_dir: Option<PathBuf>,
-    /// Rows already committed by an earlier run (`--resume`).
-    pub resumed_from: u64,
     /// Stopped by Ctrl-C: the rows finished so far are written, `--resume` continues.
     pub interrupted: bool,
 }
@@ -213,7 +211,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         "--timeout must be positive, --backoff and --backoff-max non-negative"
     );
     let started = Instant::now();
-    let files = args.file_run();
+    let file_run = args.file_run();
     let mut inputs = Vec::new();
     inputs.extend(args.chains.as_deref().map(|p| Named::new("--chains", p)));
     inputs.extend(args.corpus.as_deref().map(|p| Named::new("--corpus", p)));
@@ -224,16 +222,15 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         .map(|d| (Named::new("the response cache directory", d), Kind::Dir))
         .into_iter()
         .collect();
-    files.check_paths(&inputs, &cache)?;
+    file_run.check_paths(&inputs, &cache)?;
     let mut job = review::job(config)?;
-    let run = questions::run(&mut job, &files)?;
+    let run = files::run(&mut job, &file_run)?;
     Ok(ReviewSummary {
         tally: job.tally(),
         quarantined: run.stats.bad_rows,
         seconds: started.elapsed().as_secs_f64(),
         quarantine_path: run.quarantine_path,
         cache_dir: args.cache_dir(),
-        resumed_from: run.resumed_from,
         interrupted: run.interrupted,
     })
 }

@@ -1,10 +1,11 @@
 //! Jobs over question files (`beam`, `label`, `lepus`): a [`QuestionScorer`] turns a
 //! question into a search ([`Strategy`]), scores batches of its model requests and
 //! turns finished searches into output rows; [`QuestionJob`] drives it as a [`Job`]
-//! and as a [`QuestionFileJob`] through the continuous-batching scheduler, which mixes
+//! and as a [`FileJob`] through the continuous-batching scheduler, which mixes
 //! the requests of the questions of a batch (or, in the file runner
-//! [`crate::pipeline::questions`], of the whole file) into token-budget forward passes.
+//! [`crate::pipeline::files`], of the whole file) into token-budget forward passes.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
@@ -15,7 +16,7 @@ use super::{with_metadata, Job, JobOutput};
 use crate::io::quarantine::{self, BadRow};
 use crate::io::questions::{check_schema, decode_batch, Question};
 use crate::model::batch::Sequence;
-use crate::pipeline::questions::{QuestionFileJob, Reader, Writer};
+use crate::pipeline::files::{question_source, FileJob, Reader, Source, Writer};
 use crate::pipeline::{self, Admission, Finished, PipelineStats, SchedulerConfig};
 use crate::strategy::Strategy;
 
@@ -82,14 +83,14 @@ pub fn admit<T>(prepare: &Prepare<T>, row: u64, item: Result<Question, BadRow>) 
 
 /// Processes the rows `rows` of `batch` with `job`'s engine (the whole batch in
 /// flight at once) and returns them in row order; rows left unfinished are left out.
-pub fn process_batch<J: QuestionFileJob>(
+pub fn process_batch<J: FileJob>(
     job: &mut J,
+    prepare: Prepare<J::Task>,
     batch: &RecordBatch,
     rows: &[u64],
     schemas: (SchemaRef, SchemaRef),
 ) -> Result<JobOutput> {
     let decoded = decode_batch(batch, rows)?;
-    let prepare = job.prepare();
     let items: Vec<(u64, Result<Question, BadRow>)> = rows.iter().copied().zip(decoded).collect();
     let finished = Arc::new(Mutex::new(Vec::new()));
     let sink = finished.clone();
@@ -118,7 +119,7 @@ pub fn process_batch<J: QuestionFileJob>(
             None => {}
         }
     }
-    let out = (job.to_batch())(&good)?;
+    let out = (job.to_batch(schemas.0.clone()))(&good)?;
     Ok(JobOutput {
         rows: RecordBatch::try_new(schemas.0, out.columns().to_vec())?,
         quarantine: quarantine::batch(&bad, schemas.1)?,
@@ -126,7 +127,7 @@ pub fn process_batch<J: QuestionFileJob>(
     })
 }
 
-impl<S: QuestionScorer> QuestionFileJob for QuestionJob<S> {
+impl<S: QuestionScorer> FileJob for QuestionJob<S> {
     type Task = S::Task;
     type Out = Output<S>;
     type Row = S::Row;
@@ -135,12 +136,8 @@ impl<S: QuestionScorer> QuestionFileJob for QuestionJob<S> {
         self.scorer.metadata()
     }
 
-    fn schema(&self) -> SchemaRef {
-        self.scorer.schema()
-    }
-
-    fn prepare(&self) -> Prepare<S::Task> {
-        self.scorer.prepare()
+    fn open(&self, input: &Path) -> Result<Source<S::Task>> {
+        question_source(input, self.scorer.schema(), self.scorer.prepare())
     }
 
     fn settle(row: u64, item: Finished<Output<S>>) -> Option<Result<S::Row, BadRow>> {
@@ -154,7 +151,7 @@ impl<S: QuestionScorer> QuestionFileJob for QuestionJob<S> {
         })
     }
 
-    fn to_batch(&self) -> ToBatch<S::Row> {
+    fn to_batch(&self, _schema: SchemaRef) -> ToBatch<S::Row> {
         self.scorer.to_batch()
     }
 
@@ -205,7 +202,8 @@ impl<S: QuestionScorer> Job for QuestionJob<S> {
             self.output_schema(&batch.schema())?,
             self.quarantine_schema(),
         );
-        process_batch(self, batch, rows, schemas)
+        let prepare = self.scorer.prepare();
+        process_batch(self, prepare, batch, rows, schemas)
     }
 
     fn rows_seen(&mut self) -> &mut u64 {

@@ -11,7 +11,7 @@
 //! is left unfinished, for a later run (the cache serving the calls already made).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -29,7 +29,7 @@ use crate::io::metadata::tool_metadata;
 use crate::io::quarantine::BadRow;
 use crate::io::questions::{check_schema, Question};
 use crate::io::schemas::review_schema;
-use crate::pipeline::questions::{QuestionFileJob, Reader, Writer};
+use crate::pipeline::files::{question_source, FileJob, Reader, Source, Writer};
 use crate::pipeline::{Admission, Finished, PipelineStats};
 use crate::post::allies::{self, AlliesConfig};
 use crate::post::cache::ResponseCache;
@@ -317,7 +317,12 @@ impl ReviewJob {
     }
 }
 
-impl QuestionFileJob for ReviewJob {
+/// A question is its own task.
+fn as_task() -> Prepare<Question> {
+    Arc::new(|q: &Question| Ok(q.clone()))
+}
+
+impl FileJob for ReviewJob {
     type Task = Question;
     type Out = Option<ReviewRow>;
     type Row = ReviewRow;
@@ -338,12 +343,8 @@ impl QuestionFileJob for ReviewJob {
         true
     }
 
-    fn schema(&self) -> SchemaRef {
-        review_schema()
-    }
-
-    fn prepare(&self) -> Prepare<Question> {
-        Arc::new(|q: &Question| Ok(q.clone()))
+    fn open(&self, input: &Path) -> Result<Source<Question>> {
+        question_source(input, review_schema(), as_task())
     }
 
     fn settle(_row: u64, item: Finished<Option<ReviewRow>>) -> Option<Result<ReviewRow, BadRow>> {
@@ -353,7 +354,7 @@ impl QuestionFileJob for ReviewJob {
         }
     }
 
-    fn to_batch(&self) -> ToBatch<ReviewRow> {
+    fn to_batch(&self, _schema: SchemaRef) -> ToBatch<ReviewRow> {
         Arc::new(review_batch)
     }
 
@@ -434,7 +435,7 @@ impl Job for ReviewJob {
             self.output_schema(&batch.schema())?,
             self.quarantine_schema(),
         );
-        process_batch(self, batch, rows, schemas)
+        process_batch(self, as_task(), batch, rows, schemas)
     }
 
     fn rows_seen(&mut self) -> &mut u64 {

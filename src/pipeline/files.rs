@@ -1,10 +1,11 @@
-//! The file runner of the question jobs (`beam`, `label`, `lepus`, `review`): the
-//! reader thread prepares each row's task (or quarantines the row), the job's engine
-//! ([`QuestionFileJob::drive`]: the scheduler of the model jobs, the worker threads of
-//! `review`) finishes the tasks of many questions at once, and the writer commits each
-//! part of `part_rows` input rows as soon as all its rows are finished (`resume`
-//! computes only the rows no part covers), then merges the parts into the output and
-//! its quarantine file.
+//! The one file runner of every job that reads a file (`beam`, `label`, `lepus`,
+//! `review`, `classify`, `loglik`): the reader thread turns each input row into a task
+//! (or quarantines the row), the job's engine ([`FileJob::drive`]: the
+//! continuous-batching scheduler of the question jobs, batches of rows for the row
+//! jobs, the worker threads of `review`) finishes the tasks, and the writer commits
+//! each part of `part_rows` input rows as soon as all its rows are finished
+//! (`resume` computes only the rows no part covers), then merges the parts into the
+//! output and its quarantine file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,10 +31,43 @@ use crate::jobs::questions::{admit, Prepare, ToBatch};
 pub type Reader<T> = Box<dyn FnOnce(Sender<(u64, Admission<T>)>) -> Result<()> + Send>;
 /// The writer side of a run: receives the finished rows, in any order.
 pub type Writer<O> = Box<dyn FnOnce(Receiver<(u64, Finished<O>)>) -> Result<()> + Send>;
+/// An input row's admission, made only for the rows a run computes.
+pub type Pending<T> = Box<dyn FnOnce() -> Admission<T> + Send>;
 
-/// A job over question files as the file runner drives it.
-pub trait QuestionFileJob {
-    /// One question's work, built on the reader thread.
+/// An input file opened by a job.
+pub struct Source<T> {
+    /// Rows in the file.
+    pub total_rows: u64,
+    /// The output columns (without metadata).
+    pub schema: SchemaRef,
+    /// Every row, in order, with its number.
+    pub rows: Box<dyn Iterator<Item = Result<(u64, Pending<T>)>> + Send>,
+}
+
+/// A question file as a [`Source`] of the tasks `prepare` builds.
+pub fn question_source<T: 'static>(
+    input: &Path,
+    schema: SchemaRef,
+    prepare: Prepare<T>,
+) -> Result<Source<T>> {
+    let reader = QuestionReader::open(input, 256)?;
+    Ok(Source {
+        total_rows: reader.total_rows(),
+        schema,
+        rows: Box::new((0u64..).zip(reader).map(move |(row, item)| {
+            let prepare = prepare.clone();
+            let item = item?;
+            Ok((
+                row,
+                Box::new(move || admit(&prepare, row, item)) as Pending<T>,
+            ))
+        })),
+    })
+}
+
+/// A job that reads a file, as the file runner drives it.
+pub trait FileJob {
+    /// One input row's work, built on the reader thread.
     type Task: Send + 'static;
     /// A finished task.
     type Out: Send + 'static;
@@ -51,15 +85,13 @@ pub trait QuestionFileJob {
     fn writes_partial_output(&self) -> bool {
         false
     }
-    /// The output columns.
-    fn schema(&self) -> SchemaRef;
-    /// The question → task step.
-    fn prepare(&self) -> Prepare<Self::Task>;
+    /// Opens the input file (refusing one without the columns the job reads).
+    fn open(&self, input: &Path) -> Result<Source<Self::Task>>;
     /// A finished row as an output row or a bad row; `None` when it was left
     /// unfinished (Ctrl-C), for a later run to compute.
     fn settle(row: u64, item: Finished<Self::Out>) -> Option<Result<Self::Row, BadRow>>;
     /// Output rows → record batch (run on the writer thread).
-    fn to_batch(&self) -> ToBatch<Self::Row>;
+    fn to_batch(&self, schema: SchemaRef) -> ToBatch<Self::Row>;
     /// Runs `read` and `write` on threads of their own and finishes, between them,
     /// every task read; `bar` counts rows (the writer advances it).
     fn drive(
@@ -137,19 +169,20 @@ pub struct RunSummary {
     pub interrupted: bool,
 }
 
-/// Runs `job` over the question file of `opts`. The caller installs the Ctrl-C handler
+/// Runs `job` over the input file of `opts`. The caller installs the Ctrl-C handler
 /// ([`super::control::install_interrupt_handler`]) before loading its models, so that
 /// a Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
-pub fn run<J: QuestionFileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
+pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     opts.check_paths(&[], &[])?;
     let quarantine_path = opts.quarantine_path();
-    let reader = QuestionReader::open(&opts.input, 256)?;
+    let source = job.open(&opts.input)?;
+    let schema = source.schema.clone();
     let total = opts
         .limit
-        .map_or(reader.total_rows(), |l| l.min(reader.total_rows()));
+        .map_or(source.total_rows, |l| l.min(source.total_rows));
     let (start, end) = opts.shard.map_or((0, total), |s| s.range(total));
     let input_keys: Vec<(String, String)> = crate::io::metadata::tool_metadata(&[
-        ("input_rows", reader.total_rows().to_string()),
+        ("input_rows", source.total_rows.to_string()),
         ("input_sha256", fingerprint::file_sha256(&opts.input)?),
         ("shard", opts.shard.map_or("all".into(), |s| s.to_string())),
     ])
@@ -189,14 +222,15 @@ pub fn run<J: QuestionFileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary
         eprintln!("resuming: {done_rows} rows already committed");
     }
     let plan = Arc::new(plan_parts(&committed, end - start, opts.part_rows));
-    let bar = progress_bar(end - start, "questions");
+    let bar = progress_bar(end - start, "rows");
     bar.set_position(done_rows);
     let complete = Arc::new(AtomicBool::new(false));
     let read_complete = complete.clone();
-    let (prepare, read_plan) = (job.prepare(), plan.clone());
+    let read_plan = plan.clone();
     let read = move |tx: Sender<(u64, Admission<J::Task>)>| -> Result<()> {
         let mut todo = read_plan.iter().peekable();
-        for (row, item) in (0u64..).zip(reader) {
+        for item in source.rows {
+            let (row, pending) = item?;
             if row < start {
                 continue;
             }
@@ -210,7 +244,7 @@ pub fn run<J: QuestionFileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            if tx.send((row, admit(&prepare, row, item?))).is_err() {
+            if tx.send((row, pending())).is_err() {
                 return Ok(()); // the engine stopped; its error is reported
             }
         }
@@ -221,8 +255,8 @@ pub fn run<J: QuestionFileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary
     let (write_parts, write_bar) = (parts.clone(), bar.clone());
     let write_meta = metadata.clone();
     let writer = PartWriter {
-        schema: job.schema(),
-        to_batch: job.to_batch(),
+        schema: schema.clone(),
+        to_batch: job.to_batch(schema.clone()),
     };
     let unfinished = Arc::new(AtomicBool::new(false));
     let write_unfinished = unfinished.clone();
@@ -263,7 +297,7 @@ pub fn run<J: QuestionFileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary
         .into_inner()
         .expect("parts lock");
     let interrupted = !complete.load(Ordering::SeqCst) || unfinished.load(Ordering::SeqCst);
-    let schemas = (job.schema(), crate::io::quarantine::schema());
+    let schemas = (schema, crate::io::quarantine::schema());
     if !interrupted {
         parts.finish(
             &opts.output,
