@@ -652,3 +652,45 @@ fn parts_commit_as_soon_as_their_rows_finish() {
     assert_eq!(midway, 3, "parts committed after 10 of 18 batches");
     assert_eq!(rows(&out), 6);
 }
+
+#[test]
+fn an_output_over_a_model_input_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(2, "red"));
+    let model = tmp.path().join("model.bin");
+    std::fs::write(&model, b"weights").unwrap();
+    let label = |output: &Path| {
+        let mut c = common::hopscore();
+        c.args(["label", "--labeler", "labeler-dir", "--filter"])
+            .arg(&model)
+            .arg("--input")
+            .arg(&q)
+            .arg("--output")
+            .arg(output);
+        c
+    };
+    let (code, err) = run(&mut label(&model));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--filter") && err.contains("--output"),
+        "{err}"
+    );
+    // The parts directory may not hold the model either.
+    let parts = tmp.path().join("o.parquet.parts");
+    std::fs::create_dir(&parts).unwrap();
+    std::fs::copy(&model, parts.join("model.bin")).unwrap();
+    let (code, err) = run(common::hopscore()
+        .args(["classify", "--model"])
+        .arg(parts.join("model.bin"))
+        .arg("--input")
+        .arg(&q)
+        .arg("--output")
+        .arg(tmp.path().join("o.parquet")));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--model") && err.contains("parts directory"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&model).unwrap(), b"weights");
+}

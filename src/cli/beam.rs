@@ -71,7 +71,10 @@ fn parse_hops(s: &str) -> Result<Hops, String> {
 /// Runs `hopscore beam`.
 pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    args.run.check_paths(&[])?;
+    args.run.check_paths(&super::inputs(&[
+        ("--model", Some(&args.model)),
+        ("--tokenizer", args.tokenizer.as_deref()),
+    ]))?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = beam::job(args.config(), be)?;
         files::run(&mut job, &args.run.file_run())

@@ -8,7 +8,6 @@ use clap::Args;
 
 use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
-use crate::io::paths::Named;
 use crate::jobs::device::with_backend;
 use crate::jobs::label::{self, LabelConfig, TagPooling};
 use crate::pipeline::files;
@@ -67,12 +66,12 @@ impl LabelArgs {
 /// Runs `hopscore label`.
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    let corpus: Vec<Named> = args
-        .corpus
-        .iter()
-        .map(|c| Named::new("--corpus", c))
-        .collect();
-    args.run.check_paths(&corpus)?;
+    args.run.check_paths(&super::inputs(&[
+        ("--labeler", Some(&args.labeler)),
+        ("--filter", Some(&args.filter)),
+        ("--tokenizer", args.tokenizer.as_deref()),
+        ("--corpus", args.corpus.as_deref()),
+    ]))?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = label::job(args.config(), be)?;
         files::run(&mut job, &args.run.file_run())

@@ -8,7 +8,6 @@ use clap::{Args, ValueEnum};
 
 use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
-use crate::io::paths::Named;
 use crate::jobs::device::with_backend;
 use crate::jobs::lepus::{self, LepusConfig, LepusScorer};
 use crate::pipeline::files;
@@ -131,12 +130,11 @@ impl LepusArgs {
 pub fn run(args: &LepusArgs) -> Result<RunSummary> {
     // First, so that a Ctrl-C while the model loads is handled too.
     crate::pipeline::control::install_interrupt_handler();
-    let templates: Vec<Named> = args
-        .templates
-        .iter()
-        .map(|t| Named::new("--templates", t))
-        .collect();
-    args.run.check_paths(&templates)?;
+    args.run.check_paths(&super::inputs(&[
+        ("--model", args.model.as_deref()),
+        ("--tokenizer", args.tokenizer.as_deref()),
+        ("--templates", args.templates.as_deref()),
+    ]))?;
     let config = args.config();
     if args.scorer == LepusScorer::Bm25 {
         return files::run(&mut lepus::bm25_job(&config), &args.run.file_run());

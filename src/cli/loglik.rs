@@ -76,7 +76,10 @@ pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
         input: &args.input,
         output: &args.output,
         quarantine: args.quarantine.as_deref(),
-        model: &args.model,
+        models: super::inputs(&[
+            ("--model", Some(&args.model)),
+            ("--tokenizer", args.tokenizer.as_deref()),
+        ]),
         parts: &args.parts,
     };
     files.check_paths()?;

@@ -75,8 +75,9 @@ pub struct RowFiles<'a> {
     pub output: &'a Path,
     /// Default: `<output stem>.quarantine.parquet`.
     pub quarantine: Option<&'a Path>,
-    /// The model (no output may be it or hold it).
-    pub model: &'a Path,
+    /// The model and tokenizer paths (`--model`, `--tokenizer`: no output may be one
+    /// or hold one).
+    pub models: Vec<Named>,
     pub parts: &'a PartArgs,
 }
 
@@ -96,8 +97,7 @@ impl RowFiles<'_> {
 
     /// Refuses outputs that would overwrite an input or the model.
     pub fn check_paths(&self) -> Result<()> {
-        self.file_run()
-            .check_paths(&[Named::new("--model", self.model)], &[])
+        self.file_run().check_paths(&self.models, &[])
     }
 
     /// Runs `job` (loaded after [`RowFiles::check_paths`]) over the files.
