@@ -555,11 +555,10 @@ struct ThreeStepsScorer {
 }
 
 impl ThreeStepsScorer {
+    /// Parts committed so far: lines of the parts directory's `committed.jsonl`.
     fn committed(&self) -> usize {
-        std::fs::read_to_string(&self.manifest)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .map_or(0, |m| m["parts"].as_array().map_or(0, Vec::len))
+        std::fs::read_to_string(self.manifest.with_file_name("committed.jsonl"))
+            .map_or(0, |log| log.lines().count())
     }
 }
 

@@ -555,7 +555,7 @@ fn a_review_stopped_by_ctrl_c_resumes_with_the_questions_left() {
 
 #[test]
 fn review_job_batches_equal_the_cli_file() {
-    use hopscore::jobs::{build, DeviceConfig, JobConfig};
+    use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("q.parquet");
     write_questions(&input, false);
@@ -602,7 +602,7 @@ fn review_job_batches_equal_the_cli_file() {
     let hopscore::cli::Command::Review(args) = cli.command else {
         unreachable!("a review command line")
     };
-    let mut job = build(JobConfig::Review(args.config()), &DeviceConfig::CPU).unwrap();
+    let mut job = Stream::new(build(JobConfig::Review(args.config()), &DeviceConfig::CPU).unwrap());
     let questions = common::read_parquet(&input);
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for at in (0..questions.num_rows()).step_by(2) {

@@ -52,17 +52,11 @@ pub trait QuestionScorer: Send {
 pub struct QuestionJob<S> {
     pub scorer: S,
     pub scheduler: SchedulerConfig,
-    /// Rows given to [`Job::process`] so far.
-    next_row: u64,
 }
 
 impl<S: QuestionScorer> QuestionJob<S> {
     pub fn new(scorer: S, scheduler: SchedulerConfig) -> Self {
-        Self {
-            scorer,
-            scheduler,
-            next_row: 0,
-        }
+        Self { scorer, scheduler }
     }
 }
 
@@ -204,9 +198,5 @@ impl<S: QuestionScorer> Job for QuestionJob<S> {
         );
         let prepare = self.scorer.prepare();
         process_batch(self, prepare, batch, rows, schemas)
-    }
-
-    fn rows_seen(&mut self) -> &mut u64 {
-        &mut self.next_row
     }
 }

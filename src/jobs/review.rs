@@ -110,7 +110,6 @@ pub struct ReviewJob {
     corpus: Option<Corpus>,
     metadata: Vec<(String, String)>,
     tally: Mutex<ReviewTally>,
-    next_row: u64,
 }
 
 /// Loads the chains and the corpus and opens the client (and its cache).
@@ -153,7 +152,6 @@ pub fn job(config: ReviewConfig) -> Result<ReviewJob> {
         chains,
         corpus,
         tally: Mutex::default(),
-        next_row: 0,
     })
 }
 
@@ -436,9 +434,5 @@ impl Job for ReviewJob {
             self.quarantine_schema(),
         );
         process_batch(self, as_task(), batch, rows, schemas)
-    }
-
-    fn rows_seen(&mut self) -> &mut u64 {
-        &mut self.next_row
     }
 }

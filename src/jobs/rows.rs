@@ -49,16 +49,11 @@ pub trait RowScorer: Send {
 /// A [`RowScorer`] as a [`Job`].
 pub struct RowJob<S> {
     scorer: S,
-    /// Rows given to [`Job::process`] so far.
-    next_row: u64,
 }
 
 impl<S: RowScorer> RowJob<S> {
     pub fn new(scorer: S) -> Self {
-        Self {
-            scorer,
-            next_row: 0,
-        }
+        Self { scorer }
     }
 
     fn schema(&self, input: &Schema) -> Result<Schema> {
@@ -315,9 +310,5 @@ impl<S: RowScorer> Job for RowJob<S> {
             quarantine: quarantine::batch(&scored.bad, self.quarantine_schema())?,
             tokens: scored.tokens,
         })
-    }
-
-    fn rows_seen(&mut self) -> &mut u64 {
-        &mut self.next_row
     }
 }
