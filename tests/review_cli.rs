@@ -277,31 +277,33 @@ fn write_chains(path: &Path) {
     w.close().unwrap();
 }
 
-/// The `hopscore review` command line of the tests (short timeouts and waits).
-fn review_command(server: &Server, input: &Path, output: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hopscore"));
-    c.args([
-        "review",
-        "--llm-model",
-        "scripted",
-        "--endpoint",
-        &server.url(),
-    ])
-    .arg("--input")
-    .arg(input)
-    .arg("--output")
-    .arg(output)
-    .args([
+/// The arguments of the tests' `hopscore review` (short timeouts and waits).
+fn review_line(server: &Server, input: &Path, output: &Path, extra: &[&str]) -> Vec<String> {
+    let mut line: Vec<String> = ["review", "--llm-model", "scripted", "--endpoint"]
+        .map(String::from)
+        .to_vec();
+    line.push(server.url());
+    for (flag, path) in [("--input", input), ("--output", output)] {
+        line.extend([flag.to_string(), path.to_str().unwrap().to_string()]);
+    }
+    let waits = [
         "--timeout",
         "0.3",
         "--max-retries",
         "2",
         "--backoff",
         "0.01",
-    ])
-    .args(["--backoff-max", "0.05", "--concurrency", "3"])
-    .args(extra)
-    .env_remove("OPENAI_API_KEY");
+    ];
+    line.extend(waits.map(String::from));
+    line.extend(["--backoff-max", "0.05", "--concurrency", "3"].map(String::from));
+    line.extend(extra.iter().map(|s| s.to_string()));
+    line
+}
+
+fn review_command(server: &Server, input: &Path, output: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hopscore"));
+    c.args(review_line(server, input, output, extra))
+        .env_remove("OPENAI_API_KEY");
     c
 }
 
@@ -574,30 +576,8 @@ fn review_job_batches_equal_the_cli_file() {
 
     // The same questions through the library, in batches of 2, against a fresh server.
     let server = Server::start();
-    let mut line = vec![
-        "hopscore",
-        "review",
-        "--llm-model",
-        "scripted",
-        "--endpoint",
-    ];
-    let url = server.url();
-    line.push(&url);
-    line.extend([
-        "--timeout",
-        "0.3",
-        "--max-retries",
-        "2",
-        "--backoff",
-        "0.01",
-    ]);
-    line.extend(["--backoff-max", "0.05", "--concurrency", "3", "--input"]);
-    line.extend([
-        input.to_str().unwrap(),
-        "--output",
-        output.to_str().unwrap(),
-    ]);
-    line.extend(flags);
+    let mut line = vec!["hopscore".to_string()];
+    line.extend(review_line(&server, &input, &output, &flags));
     let cli = <hopscore::cli::Cli as clap::Parser>::parse_from(line);
     let hopscore::cli::Command::Review(args) = cli.command else {
         unreachable!("a review command line")
@@ -625,7 +605,10 @@ fn review_job_batches_equal_the_cli_file() {
             .map(|x| x.map(|x| x.replace(url, "URL")))
             .collect()
     };
-    assert_eq!(unported(&good, &url), unported(&file, &first.url()));
+    assert_eq!(
+        unported(&good, &server.url()),
+        unported(&file, &first.url())
+    );
     let quarantine = common::read_parquet(&dir.path().join("tor.quarantine.parquet"));
     assert_eq!(concat(&bad).columns(), quarantine.columns());
     assert_eq!(strings(&quarantine, "id"), [Some("q5".into())]);

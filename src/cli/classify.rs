@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use super::row_run::{PartArgs, RowFiles, RowSummary};
+use super::row_run::{run_rows, PartArgs, RowSummary};
 use super::DeviceOpts;
 use crate::jobs::classify;
 use crate::jobs::classify::ClassifyConfig;
-use crate::jobs::device::with_backend;
 
 #[derive(Debug, Clone, Args)]
 pub struct ClassifyArgs {
@@ -64,21 +63,5 @@ impl ClassifyArgs {
 
 /// Runs `hopscore classify`.
 pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
-    crate::pipeline::control::install_interrupt_handler();
-    let started = std::time::Instant::now();
-    let files = RowFiles {
-        input: &args.input,
-        output: &args.output,
-        quarantine: args.quarantine.as_deref(),
-        models: super::inputs(&[
-            ("--model", Some(&args.model)),
-            ("--tokenizer", args.tokenizer.as_deref()),
-        ]),
-        parts: &args.parts,
-    };
-    files.check_paths()?;
-    with_backend!(owned &args.device.config(), be => {
-        let mut job = classify::job(args.config(), be)?;
-        files.run(&mut job, started)
-    })
+    run_rows!(args, classify::job)
 }

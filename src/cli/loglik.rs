@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use super::row_run::{PartArgs, RowFiles, RowSummary};
+use super::row_run::{run_rows, PartArgs, RowSummary};
 use super::DeviceOpts;
-use crate::jobs::device::with_backend;
 use crate::jobs::loglik;
 use crate::jobs::loglik::LoglikConfig;
 
@@ -70,21 +69,5 @@ impl LoglikArgs {
 
 /// Runs `hopscore loglik`.
 pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
-    crate::pipeline::control::install_interrupt_handler();
-    let started = std::time::Instant::now();
-    let files = RowFiles {
-        input: &args.input,
-        output: &args.output,
-        quarantine: args.quarantine.as_deref(),
-        models: super::inputs(&[
-            ("--model", Some(&args.model)),
-            ("--tokenizer", args.tokenizer.as_deref()),
-        ]),
-        parts: &args.parts,
-    };
-    files.check_paths()?;
-    with_backend!(owned &args.device.config(), be => {
-        let mut job = loglik::job(args.config(), be)?;
-        files.run(&mut job, started)
-    })
+    run_rows!(args, loglik::job)
 }

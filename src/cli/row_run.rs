@@ -113,3 +113,31 @@ impl RowFiles<'_> {
         })
     }
 }
+
+/// The body of `run` of a row command: `$args` has the flags `input`, `output`,
+/// `quarantine`, `model`, `tokenizer`, `parts` and `device` and a `config()`, from which
+/// `$job(config, backend)` loads the job. Installs the Ctrl-C handler and checks the
+/// paths before anything loads.
+macro_rules! run_rows {
+    ($args:expr, $job:path) => {{
+        let args = $args;
+        $crate::pipeline::control::install_interrupt_handler();
+        let started = std::time::Instant::now();
+        let files = $crate::cli::row_run::RowFiles {
+            input: &args.input,
+            output: &args.output,
+            quarantine: args.quarantine.as_deref(),
+            models: $crate::cli::inputs(&[
+                ("--model", Some(&args.model)),
+                ("--tokenizer", args.tokenizer.as_deref()),
+            ]),
+            parts: &args.parts,
+        };
+        files.check_paths()?;
+        $crate::jobs::device::with_backend!(owned &args.device.config(), be => {
+            let mut job = $job(args.config(), be)?;
+            files.run(&mut job, started)
+        })
+    }};
+}
+pub(crate) use run_rows;
