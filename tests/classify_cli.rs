@@ -175,6 +175,7 @@ fn cuda_run_records_its_dtype() {
         max_batch_tokens: 4096,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: DeviceOpts {
             device: DeviceKind::Cuda,
             gpu: 0,
