@@ -1,7 +1,11 @@
-//! Compiles every `kernels/*.cu` to its own PTX with nvcc and generates
-//! `$OUT_DIR/kernels.rs`: a table of `(op name, PTX text)` embedded in the binary and
-//! the list of kernel entry points (`(entry, op name)`, read from each PTX's
-//! `.entry` directives, which `HOPSCORE_ENTRY` names after macro expansion).
+//! Compiles every `kernels/*.cu` with nvcc to its own fatbin (SASS for each of
+//! [`SASS_ARCHS`] and [`PTX_ARCH`] PTX, uncompressed: the driver loads the SASS without
+//! JIT, the PTX serves newer GPUs and the CPU emulator) and generates
+//! `$OUT_DIR/kernels.rs`: the nvcc release, a table of `(op name, fatbin bytes)`
+//! embedded in the binary, the list of kernel entry points (`(entry, op name)`, read
+//! from each fatbin's PTX `.entry` directives, which `HOPSCORE_ENTRY` names after macro
+//! expansion), and module `geometry`: the constants and shared-memory formulas of
+//! `kernels/geometry.cuh` as Rust `const` items and `const fn`s (with or without nvcc).
 //!
 //! nvcc is looked up as `$NVCC`, `$CUDA_HOME/bin/nvcc`, then on `PATH`. Without
 //! nvcc the crate builds CPU-only with a warning; `HOPSCORE_REQUIRE_NVCC=1` turns
@@ -11,15 +15,24 @@ use std::env;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
-/// PTX baseline: sm_80 PTX is JIT-compiled by the driver on Ampere and Hopper.
-const PTX_ARCH: &str = "compute_80";
+// Shared with the CUDA backend, which uses all of it; here only the parsing is needed.
+#[allow(dead_code)]
+#[path = "src/backend/fatbin.rs"]
+mod fatbin;
+
+/// SASS built into every fatbin: Ampere (also runs on sm_86/sm_89) and Hopper.
+const SASS_ARCHS: [u32; 2] = [80, 90];
+/// PTX baseline, JIT-compiled by the driver only on GPUs without matching SASS.
+const PTX_ARCH: u32 = 80;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=NVCC");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-env-changed=HOPSCORE_REQUIRE_NVCC");
     println!("cargo:rerun-if-changed=kernels");
+    println!("cargo:rerun-if-changed=src/backend/fatbin.rs");
 
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let sources = kernel_sources(Path::new("kernels"));
@@ -35,11 +48,8 @@ fn main() {
     }
 
     let require = env::var("HOPSCORE_REQUIRE_NVCC").is_ok_and(|v| v == "1");
-    let modules = match find_nvcc() {
-        Some(nvcc) => sources
-            .iter()
-            .map(|src| compile(&nvcc, src, &out_dir))
-            .collect::<Vec<_>>(),
+    let (release, modules) = match find_nvcc() {
+        Some(nvcc) => (release(&nvcc), compile_all(&nvcc, &sources, &out_dir)),
         None if require => panic!(
             "HOPSCORE_REQUIRE_NVCC=1 but nvcc was not found: set $NVCC or $CUDA_HOME, \
              or install the CUDA 13.0 nvcc wheels (see .ci/run)"
@@ -49,10 +59,58 @@ fn main() {
                 "cargo:warning=nvcc not found ($NVCC, $CUDA_HOME/bin, PATH): building without \
                  CUDA kernels (the CPU backend is complete; set NVCC to compile them)"
             );
-            Vec::new()
+            (String::new(), Vec::new())
         }
     };
-    write_table(&modules, &out_dir.join("kernels.rs"));
+    let mut table = table(&release, &modules);
+    table.push_str(&geometry(GEOMETRY));
+    std::fs::write(out_dir.join("kernels.rs"), table).expect("write kernels.rs");
+}
+
+/// The header of launch-geometry constants shared by kernels, launchers and sass_report.
+const GEOMETRY: &str = "kernels/geometry.cuh";
+
+/// `kernels/geometry.cuh` as Rust: `constexpr unsigned NAME = EXPR;` becomes a `pub
+/// const NAME: u32`, `constexpr unsigned f(unsigned a) { return EXPR; }` a `pub const
+/// fn f(a: u32) -> u32` (the expressions are C++ and Rust alike).
+fn geometry(path: &str) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut s = String::from(
+        "\n/// Launch geometry from kernels/geometry.cuh (see there).\npub mod geometry {\n",
+    );
+    for line in text.lines().map(str::trim) {
+        let Some(def) = line.strip_prefix("constexpr unsigned ") else {
+            continue;
+        };
+        let def = def.split("//").next().unwrap().trim();
+        if let Some((name, expr)) = def.split_once(" = ") {
+            let expr = expr
+                .strip_suffix(';')
+                .unwrap_or_else(|| panic!("{path}: {line}"));
+            writeln!(s, "    pub const {name}: u32 = {expr};").unwrap();
+        } else if let Some((head, body)) = def.split_once(") { return ") {
+            let (name, params) = head
+                .split_once('(')
+                .unwrap_or_else(|| panic!("{path}: {line}"));
+            let expr = body
+                .strip_suffix("; }")
+                .unwrap_or_else(|| panic!("{path}: {line}"));
+            let params: Vec<String> = params
+                .split(',')
+                .map(|p| format!("{}: u32", p.trim().trim_start_matches("unsigned ")))
+                .collect();
+            writeln!(
+                s,
+                "    pub const fn {name}({}) -> u32 {{ {expr} }}",
+                params.join(", ")
+            )
+            .unwrap();
+        } else {
+            panic!("{path}: not of a form build.rs reads: {line}");
+        }
+    }
+    s.push_str("}\n");
+    s
 }
 
 fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
@@ -84,57 +142,129 @@ fn find_nvcc() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// Compiles one `.cu` file to `$OUT_DIR/<stem>.ptx`; returns (op name, ptx path).
-fn compile(nvcc: &Path, src: &Path, out_dir: &Path) -> (String, PathBuf) {
-    let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
-    let ptx = out_dir.join(format!("{stem}.ptx"));
-    let status = Command::new(nvcc)
-        .args(["--ptx", "-O3", "-std=c++17"])
-        .arg(format!("-arch={PTX_ARCH}"))
-        .arg("-Ikernels")
-        .arg(src)
-        .arg("-o")
-        .arg(&ptx)
-        .status()
+/// nvcc's CUDA release ("13.0"), from `nvcc --version` ("Cuda compilation tools,
+/// release 13.0, V13.0.88").
+fn release(nvcc: &Path) -> String {
+    let out = Command::new(nvcc)
+        .arg("--version")
+        .output()
         .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
-    assert!(status.success(), "nvcc failed on {}", src.display());
-    (stem, ptx)
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("release ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_else(|| panic!("no `release X.Y` in `nvcc --version`: {text}"))
+        .to_string()
 }
 
-/// The `.entry` names of one PTX text, in order.
-fn ptx_entries(ptx: &str) -> Vec<&str> {
-    ptx.lines()
-        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
-        .filter_map(|l| l.split('(').next())
-        .map(str::trim)
+/// Compiles every source on `$NUM_JOBS` threads; returns (op name, fatbin path) in
+/// source order.
+fn compile_all(nvcc: &Path, sources: &[PathBuf], out_dir: &Path) -> Vec<(String, PathBuf)> {
+    let jobs = env::var("NUM_JOBS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, sources.len().max(1));
+    let next = Mutex::new(0usize);
+    let done = Mutex::new(vec![None; sources.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().unwrap();
+                    *n += 1;
+                    *n - 1
+                };
+                let Some(src) = sources.get(i) else { break };
+                let module = compile(nvcc, src, out_dir);
+                done.lock().unwrap()[i] = Some(module);
+            });
+        }
+    });
+    done.into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.expect("every source compiled"))
         .collect()
 }
 
-fn write_table(modules: &[(String, PathBuf)], dest: &Path) {
-    let mut s = String::from(
-        "// Generated by build.rs: one (op name, PTX) entry per kernels/*.cu.\n\
-         pub const PTX_MODULES: &[(&str, &str)] = &[\n",
+/// Compiles one `.cu` file to `$OUT_DIR/<stem>.fatbin`; returns (op name, fatbin path).
+fn compile(nvcc: &Path, src: &Path, out_dir: &Path) -> (String, PathBuf) {
+    let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
+    let out = out_dir.join(format!("{stem}.fatbin"));
+    let mut cmd = Command::new(nvcc);
+    cmd.args(["-fatbin", "--no-compress", "-O3", "-std=c++17", "-Ikernels"]);
+    for sm in SASS_ARCHS {
+        cmd.arg(format!("-gencode=arch=compute_{sm},code=sm_{sm}"));
+    }
+    cmd.arg(format!(
+        "-gencode=arch=compute_{PTX_ARCH},code=compute_{PTX_ARCH}"
+    ));
+    let status = cmd
+        .arg(src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
+    assert!(status.success(), "nvcc failed on {}", src.display());
+    (stem, out)
+}
+
+/// The entry points of one fatbin, checked to hold each SASS and the uncompressed PTX.
+fn entries(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).expect("read fatbin");
+    let images = fatbin::images(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let has = |kind, arch| images.iter().any(|i| i.kind == kind && i.arch == arch);
+    for sm in SASS_ARCHS {
+        assert!(
+            has(fatbin::Kind::Sass, sm),
+            "{}: no sm_{sm} SASS",
+            path.display()
+        );
+    }
+    let ptx = images
+        .iter()
+        .find(|i| i.kind == fatbin::Kind::Ptx && i.arch == PTX_ARCH)
+        .and_then(|i| i.ptx_text())
+        .unwrap_or_else(|| panic!("{}: no uncompressed compute_{PTX_ARCH} PTX", path.display()));
+    let entries: Vec<String> = fatbin::ptx_entries(ptx)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert!(
+        !entries.is_empty(),
+        "no .entry in the PTX of {}",
+        path.display()
     );
-    for (name, ptx) in modules {
+    entries
+}
+
+/// The nvcc release, the fatbin table and the entry list.
+fn table(release: &str, modules: &[(String, PathBuf)]) -> String {
+    let mut s = format!(
+        "// Generated by build.rs.\n\
+         /// CUDA release of the nvcc that built the kernels (\"\" without kernels).\n\
+         pub const NVCC_RELEASE: &str = {release:?};\n\n\
+         /// One (op name, fatbin) entry per kernels/*.cu.\n\
+         pub const MODULES: &[(&str, &[u8])] = &[\n"
+    );
+    for (name, path) in modules {
         writeln!(
             s,
-            "    ({name:?}, include_str!({:?})),",
-            ptx.display().to_string()
+            "    ({name:?}, include_bytes!({:?})),",
+            path.display().to_string()
         )
         .unwrap();
     }
     s.push_str(
-        "];\n\n// Generated by build.rs: (kernel entry, op name) of every `.entry` in the PTX.\n\
+        "];\n\n/// (kernel entry, op name) of every `.entry` in the fatbins' PTX.\n\
          pub const KERNEL_ENTRIES: &[(&str, &str)] = &[\n",
     );
-    for (name, ptx) in modules {
-        let text = std::fs::read_to_string(ptx).expect("read PTX");
-        let entries = ptx_entries(&text);
-        assert!(!entries.is_empty(), "no .entry in {}", ptx.display());
-        for entry in entries {
+    for (name, path) in modules {
+        for entry in entries(path) {
             writeln!(s, "    ({entry:?}, {name:?}),").unwrap();
         }
     }
     s.push_str("];\n");
-    std::fs::write(dest, s).expect("write kernels.rs");
+    s
 }

@@ -16,10 +16,10 @@
 #include "params.cuh"
 
 namespace {
-constexpr unsigned BQ = 32;             // query rows per block
-constexpr unsigned BK = 32;             // keys per tile
-constexpr unsigned TPR = 4;             // threads per query row
-constexpr unsigned MAX_D = 128;         // largest head_dim
+constexpr unsigned BQ = hopscore::geometry::CAUSAL_V1_ROWS;  // query rows per block
+constexpr unsigned BK = hopscore::geometry::CAUSAL_V1_KEYS;  // keys per tile
+constexpr unsigned TPR = hopscore::geometry::CAUSAL_V1_TPR;  // threads per query row
+constexpr unsigned MAX_D = hopscore::geometry::ATTENTION_MAX_D;  // largest head_dim
 constexpr unsigned COLS = MAX_D / TPR;  // context columns per thread
 constexpr unsigned KPT = BK / TPR;      // scores per thread and tile
 }  // namespace

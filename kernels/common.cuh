@@ -201,4 +201,67 @@ template <> __device__ __forceinline__ unsigned pack2<__half>(float x, float y) 
   return *reinterpret_cast<const unsigned*>(&v);
 }
 
+
+// ---------------------------------------------------------------- 16-byte vectors
+// `kVec<T>` elements of T fill 16 bytes (8 bf16/f16, 4 f32): one LDG.E.128 / STG.E.128.
+// The address must be 16-byte aligned; `vec_aligned` tells whether a pointer is.
+template <typename T> constexpr unsigned kVec = 16 / sizeof(T);
+
+__device__ __forceinline__ bool vec_aligned(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+// The kVec<T> elements at p as floats, by one 16-byte load.
+template <typename T> __device__ __forceinline__ void load_vec(const T* p, float (&v)[kVec<T>]) {
+  const uint4 q = *reinterpret_cast<const uint4*>(p);
+  if constexpr (sizeof(T) == 4) {
+    v[0] = __uint_as_float(q.x), v[1] = __uint_as_float(q.y);
+    v[2] = __uint_as_float(q.z), v[3] = __uint_as_float(q.w);
+  } else {
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = unpack2<T>(w[i]);
+      v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Stores v (rounded to T as from_float does) at p, by one 16-byte store.
+template <typename T> __device__ __forceinline__ void store_vec(T* p, const float (&v)[kVec<T>]) {
+  uint4 q;
+  if constexpr (sizeof(T) == 4) {
+    q.x = __float_as_uint(v[0]), q.y = __float_as_uint(v[1]);
+    q.z = __float_as_uint(v[2]), q.w = __float_as_uint(v[3]);
+  } else {
+    q.x = pack2<T>(v[0], v[1]), q.y = pack2<T>(v[2], v[3]);
+    q.z = pack2<T>(v[4], v[5]), q.w = pack2<T>(v[6], v[7]);
+  }
+  *reinterpret_cast<uint4*>(p) = q;
+}
+
+// x[i] = f(x[i], y[i]) for i < n (y null: f(x[i], 0)), in f32, rounded back to T. A
+// grid-stride loop over 16-byte vectors when n is a multiple of kVec<T> and x, y are
+// aligned, else element by element; 32-bit indexing (launchers keep n < 2^31).
+template <typename T, typename F>
+__device__ __forceinline__ void map_inplace(T* x, const T* y, unsigned n, F f) {
+  constexpr unsigned V = kVec<T>;
+  const unsigned stride = gridDim.x * blockDim.x;
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n % V == 0 && vec_aligned(x) && (y == nullptr || vec_aligned(y))) {
+    for (; i < n / V; i += stride) {
+      float a[V], b[V] = {};
+      load_vec(x + i * V, a);
+      if (y != nullptr) load_vec(y + i * V, b);
+#pragma unroll
+      for (unsigned k = 0; k < V; ++k) a[k] = f(a[k], b[k]);
+      store_vec(x + i * V, a);
+    }
+  } else {
+    for (; i < n; i += stride) {
+      x[i] = from_float<T>(f(to_float(x[i]), y != nullptr ? to_float(y[i]) : 0.0f));
+    }
+  }
+}
+
 }  // namespace hopscore

@@ -27,18 +27,17 @@
 //   Qs [32][LD] | Ks [32][LD] | Bs [BR][LD] (band rows, then the V tile) |
 //   Cs [2048] (c2p band scores [32][64], p2c band scores transposed [64][32], then the
 //   probabilities [32][33]) | xs [64] | slot [64] | rows [64] (unsigned)
-// = 4 · ((64 + BR) · LD + 2048 + 192) bytes; see `smem_bytes` in
-// src/backend/cuda/disentangled_attention.rs.
+// = 4 · ((64 + BR) · LD + 2048 + 192) bytes: `disentangled_v1_smem` in geometry.cuh.
 #include "flash_v3.cuh"
 #include "params.cuh"
 
 namespace {
 
-constexpr int kTile = 32;           // query rows and key rows per tile
-constexpr int kThreads = 128;       // 4 warps
+constexpr int kTile = int(hopscore::geometry::DA_V1_TILE);  // query rows and key rows per tile
+constexpr int kThreads = int(hopscore::geometry::ATTENTION_THREADS);  // 4 warps
 constexpr int kRowsPerWarp = 8;     // kTile / (kThreads / 32)
 constexpr int kBand = 2 * kTile - 1;  // offsets per (query tile, key tile)
-constexpr int kMaxCols = 4;         // head_size ≤ 128 = 32 lanes · 4
+constexpr int kMaxCols = int(hopscore::geometry::ATTENTION_MAX_D / 32);  // head_size ≤ 128 = 32 lanes · 4
 
 // Table rows of the 63 offsets r = i0 − j0 − 31 + b of a (query tile, key tile) pair:
 // xs[b] for b < kBand (offsets clamped into the sequence belong to rows or columns
@@ -94,9 +93,9 @@ __device__ void disentangled_attention(const T* __restrict__ q, const T* __restr
   float* Ks = Qs + kTile * ld;
   float* Bs = Ks + kTile * ld;
   float* Cs = Bs + band_rows * ld;
-  unsigned* xs = reinterpret_cast<unsigned*>(Cs + 2048);
-  unsigned* slot = xs + 64;
-  unsigned* rows = slot + 64;
+  unsigned* xs = reinterpret_cast<unsigned*>(Cs + hopscore::geometry::DA_V1_SCORES);
+  unsigned* slot = xs + hopscore::geometry::DA_V1_SLOTS;
+  unsigned* rows = slot + hopscore::geometry::DA_V1_SLOTS;
 
   const int tid = (int)threadIdx.x;
   const int lane = tid & 31;
@@ -299,12 +298,12 @@ __device__ void disentangled_attention(const T* __restrict__ q, const T* __restr
 //   scratch f32 [64][84] (the Q tile, staged before the first key tile, shares it) |
 //   K, V T [2 stages][2][64][LD] | PK, PQ band T [2][128][LD] | slot u32 [2 stages][128]
 // = 21,504 + 512·LD + 512·LD + 1,024 bytes (94 KB at D = 64: two blocks per SM; 158 KB
-// at D = 128); see `smem_bytes` in src/backend/cuda/disentangled_attention.rs.
+// at D = 128): `disentangled_v3_smem` in geometry.cuh.
 namespace v3 {
 using namespace hopscore::flash;
-constexpr int kBandRows = 128;  // staged table rows per tile (≥ the 127 offsets)
-constexpr int kWin = 80;        // band rows one warp multiplies (its offsets span 79)
-constexpr int kLdc = kWin + 4;  // scratch row stride (floats; rows 16-byte aligned)
+constexpr int kBandRows = int(hopscore::geometry::DA_V3_BAND_ROWS);  // staged table rows per tile (≥ the 127 offsets)
+constexpr int kWin = int(hopscore::geometry::DA_V3_WIN);  // band rows one warp multiplies (its offsets span 79)
+constexpr int kLdc = int(hopscore::geometry::DA_V3_SCRATCH_LD);  // scratch row stride (floats; rows 16-byte aligned)
 
 // The 128 band rows of one diagonal (table rows `band`) of a position table (`table`
 // at the head's first column), as stage_rows.
@@ -478,8 +477,8 @@ extern "C" __global__ void disentangled_attention_f32(const hopscore::Disentangl
 HOPSCORE_ENTRY(disentangled_attention_f32);
 
 #define DISENTANGLED_ATTENTION_V3(D, SUFFIX, T)                                                     \
-  extern "C" __global__ void __launch_bounds__(128) disentangled_attention_v3_d##D##_##SUFFIX(     \
-      const hopscore::DisentangledAttentionParams<T> p) {                                           \
+  extern "C" __global__ void __launch_bounds__(hopscore::geometry::ATTENTION_THREADS)                \
+      disentangled_attention_v3_d##D##_##SUFFIX(const hopscore::DisentangledAttentionParams<T> p) { \
     v3::attention<T, D>(p.q, p.k, p.v, p.pos_key, p.pos_query, p.rel_index, p.cu_seqlens, p.mask,   \
                         p.out, p.heads, p.head_size, p.scale);                                      \
   }                                                                                                 \

@@ -8,17 +8,18 @@
 // rounded values) and feeds P·V as A fragments straight from the S accumulators' layout.
 #pragma once
 #include "common.cuh"
+#include "geometry.cuh"
 
 namespace hopscore {
 namespace flash {
 
-constexpr int kRows = 64;  // query rows per block (16 per warp)
-constexpr int kKeys = 64;  // keys per tile
-constexpr int kWarps = 4;
+constexpr int kRows = int(geometry::V3_ROWS);  // query rows per block (16 per warp)
+constexpr int kKeys = int(geometry::V3_KEYS);  // keys per tile
+constexpr int kWarps = int(geometry::ATTENTION_THREADS / 32);
 constexpr int kNb = kKeys / 8;  // 8-key column blocks of a score tile
 
 // Elements per staged row (a 16-byte multiple; the 8 extra skew the banks for ldmatrix).
-template <int D> __host__ __device__ constexpr int ld() { return D + 8; }
+template <int D> __host__ __device__ constexpr int ld() { return D + int(geometry::V3_PAD); }
 
 // Rows [0, rows) of `dst` ([rows][ld]) ← rows 0.. of `src` (the tile's first row at the
 // head's first column; row stride `width`), zero past row `limit` and in columns d..D:

@@ -4,6 +4,7 @@
 // sides. T is the element type (float, __nv_bfloat16 or __half): the layout is the
 // same for every T.
 #pragma once
+#include "geometry.cuh"
 
 namespace hopscore {
 
@@ -65,5 +66,28 @@ template <typename T> struct TensorCoreCheckParams {
   unsigned mode;  // kAsync | kLdmatrix | kKN | kX4 bits
 };
 static_assert(sizeof(TensorCoreCheckParams<float>) == 40, "mirror of src/backend/cuda/params.rs");
+
+// Rows (sequences or tokens) per block of cls_head and token_head.
+constexpr unsigned kHeadRows = geometry::HEAD_ROWS;
+
+// cls_head_<T> and token_head_<T>.
+template <typename T> struct HeadParams {
+  float* logits;               // [rows, labels] f32 (cls_head with a pooler: [chunks][rows][labels] partials)
+  unsigned* label;             // token_head: [rows] argmax labels; cls_head: null
+  const T* hidden_states;      // [tokens, hidden]
+  const unsigned* cu_seqlens;  // cls_head: [rows + 1] sequence starts; token_head: null
+  const float* mask;           // cls_head: [tokens] for the masked mean, null for the first row
+  const T* pooler_w;           // cls_head: [inner, hidden] or null (no pooler)
+  const T* pooler_b;           // [inner] or null
+  const T* classifier_w;       // [labels, inner] (no pooler: [labels, hidden])
+  const T* classifier_b;       // [labels] or null
+  unsigned rows;               // sequences (cls_head) or tokens (token_head)
+  unsigned hidden;             // hidden size
+  unsigned inner;              // pooler outputs (no pooler: hidden)
+  unsigned labels;             // classifier outputs
+  unsigned chunk;              // cls_head: pooler outputs per block (grid y = chunks); else 0
+  unsigned pad;                // 0
+};
+static_assert(sizeof(HeadParams<float>) == 96, "mirror of src/backend/cuda/params.rs");
 
 }  // namespace hopscore

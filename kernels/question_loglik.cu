@@ -17,13 +17,14 @@
 // in f64, as the twin merges its chunks).
 // CPU twin: src/backend/cpu/question_loglik.rs.
 #include "common.cuh"
+#include "geometry.cuh"
 #include "params.cuh"
 
 namespace {
-constexpr unsigned RT = 16;       // hidden rows per block
+constexpr unsigned RT = hopscore::geometry::LOGLIK_ROWS;  // hidden rows per block
 constexpr unsigned VC = 64;       // vocabulary rows per chunk
 constexpr unsigned KC = 64;       // columns per staged slice
-constexpr unsigned THREADS = 256;  // VC · RT / 4: 4 logits per thread
+constexpr unsigned THREADS = hopscore::geometry::LOGLIK_THREADS;  // VC · RT / 4: 4 logits per thread
 constexpr unsigned RPT = RT * VC / THREADS;
 constexpr unsigned WARPS = THREADS / 32;
 constexpr unsigned RPW = RT / WARPS;  // rows whose running state a warp keeps
@@ -114,11 +115,11 @@ __device__ void question_loglik(float* part, const T* hidden, const unsigned* ro
 }
 
 namespace {
-constexpr unsigned RT_TC = 32;            // hidden rows per block (two 16-row fragments)
-constexpr unsigned VC_TC = 128;           // vocabulary rows per chunk (16 per warp)
-constexpr unsigned KC_TC = 64;            // columns per staged slice (four k-steps)
-constexpr unsigned LDT = KC_TC + 8;       // staged row stride (elements; 144 bytes)
-constexpr unsigned LDZ = VC_TC + 4;       // logit tile row stride (floats)
+constexpr unsigned RT_TC = hopscore::geometry::LOGLIK_TC_ROWS;  // hidden rows per block (two 16-row fragments)
+constexpr unsigned VC_TC = hopscore::geometry::LOGLIK_TC_WORDS;  // vocabulary rows per chunk (16 per warp)
+constexpr unsigned KC_TC = hopscore::geometry::LOGLIK_TC_COLS;  // columns per staged slice (four k-steps)
+constexpr unsigned LDT = hopscore::geometry::LOGLIK_TC_LD;  // staged row stride (elements; 144 bytes)
+constexpr unsigned LDZ = hopscore::geometry::LOGLIK_TC_LDZ;  // logit tile row stride (floats)
 constexpr unsigned RPW_TC = RT_TC / WARPS;  // rows whose running state a warp keeps
 constexpr unsigned CPL = VC_TC / 32;      // logit columns per lane in the row pass
 }  // namespace

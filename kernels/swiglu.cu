@@ -1,19 +1,35 @@
 // swiglu: the Llama MLP gate, out[t, i] = silu(x[t, i]) · x[t, inter + i] for rows
 // [gate | up] of 2·inter columns (the fused gate/up projection) into [rows, inter].
-// f32 math, silu(g) = g / (1 + exp(−g)) with the accurate expf. Grid-stride.
+// f32 math, silu(g) = g / (1 + exp(−g)) with the accurate expf. Grid-stride over
+// 16-byte vectors of the output when inter is a multiple of 16 / sizeof(T) (else
+// elements), 32-bit indexing (rows · 2·inter < 2^31, checked by the launcher).
 // CPU twin: src/backend/cpu/swiglu.rs.
 #include "common.cuh"
 
+__device__ __forceinline__ float swiglu1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 template <typename T>
 __device__ void swiglu(T* out, const T* x, unsigned rows, unsigned inter) {
-  const size_t n = (size_t)rows * inter;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    const size_t r = i / inter, c = i % inter;
-    const T* row = x + r * 2 * inter;
-    const float g = hopscore::to_float(row[c]);
-    const float u = hopscore::to_float(row[inter + c]);
-    out[i] = hopscore::from_float<T>(g / (1.0f + expf(-g)) * u);
+  constexpr unsigned V = hopscore::kVec<T>;
+  const unsigned n = rows * inter, stride = gridDim.x * blockDim.x;
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (inter % V == 0 && hopscore::vec_aligned(x) && hopscore::vec_aligned(out)) {
+    for (; i < n / V; i += stride) {
+      const unsigned e = i * V, r = e / inter, c = e % inter;
+      const T* row = x + r * 2 * inter;
+      float g[V], u[V];
+      hopscore::load_vec(row + c, g);
+      hopscore::load_vec(row + inter + c, u);
+#pragma unroll
+      for (unsigned k = 0; k < V; ++k) g[k] = swiglu1(g[k], u[k]);
+      hopscore::store_vec(out + e, g);
+    }
+  } else {
+    for (; i < n; i += stride) {
+      const unsigned r = i / inter, c = i % inter;
+      const T* row = x + r * 2 * inter;
+      out[i] = hopscore::from_float<T>(swiglu1(hopscore::to_float(row[c]), hopscore::to_float(row[inter + c])));
+    }
   }
 }
 

@@ -15,3 +15,15 @@ impl HostTensor {
         Self { shape, data }
     }
 }
+
+/// Index of the largest value; ties (and NaNs) go to the lowest index, as
+/// `torch.argmax`.
+pub fn argmax(values: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best
+}

@@ -89,6 +89,7 @@ fn classify_matches_hf_logits_and_quarantines_bad_rows() {
         max_batch_tokens: 200,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: DeviceOpts::CPU,
     })
     .unwrap();
@@ -145,6 +146,61 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The key-value metadata of a Parquet file.
+/// Issue 15: a GPU run records the dtype it computed in (`bf16`, not the CPU's `f32`),
+/// and its logits (the fused `cls_head`) stay near HF's. Skipped without a CUDA device
+/// (the emulator of tools/cuda_emu is one).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_run_records_its_dtype() {
+    use hopscore::backend::dtype::DType;
+    use hopscore::jobs::DeviceKind;
+    if common::gpu(DType::Bf16).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (pairs, gold) = golden_pairs();
+    let rows: Vec<_> = pairs
+        .iter()
+        .map(|(a, b)| (Some("x"), Some(a.clone()), Some(b.clone())))
+        .collect();
+    let input = tmp.path().join("pairs.parquet");
+    write_input(&input, &rows);
+    let output = tmp.path().join("scores.parquet");
+    let summary = run(&ClassifyArgs {
+        model: common::fixture("deberta/v3_seqcls"),
+        tokenizer: Some(common::word_tokenizer(tmp.path())),
+        input,
+        output: output.clone(),
+        head: None,
+        max_batch_tokens: 4096,
+        max_length: None,
+        quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
+        device: DeviceOpts {
+            device: DeviceKind::Cuda,
+            gpu: 0,
+            dtype: DType::Bf16,
+            cuda_graphs: true,
+        },
+    })
+    .unwrap();
+    assert_eq!(summary.scored, gold.len() as u64);
+    let meta = key_values(&output);
+    assert_eq!(meta["hopscore.dtype"], "bf16");
+    assert!(meta["hopscore.device"].starts_with("cuda:0"), "{meta:?}");
+    let out = common::read_parquet(&output);
+    let logits = out.column(1).as_any().downcast_ref::<ListArray>().unwrap();
+    let scale = gold.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+    for (r, want) in gold.iter().enumerate() {
+        let v = logits.value(r);
+        let got = v.as_any().downcast_ref::<Float32Array>().unwrap();
+        for (a, b) in got.values().iter().zip(want) {
+            // The whole-model bf16 bound of tests/gpu_parity.rs, against HF's f32.
+            assert!((a - b).abs() <= 5e-2 * scale, "row {r}: {a} vs HF {b}");
+        }
+    }
+}
+
 fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
@@ -186,6 +242,7 @@ fn wrong_column_type_is_a_clear_error() {
         max_batch_tokens: 1000,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: DeviceOpts::CPU,
     })
     .unwrap_err();
@@ -307,4 +364,86 @@ fn show_prints_selected_columns_and_counts() {
     assert!(!out.contains("question"), "{out}");
     let err = show(&["nope"]).unwrap_err();
     assert!(err.to_string().contains("no column `nope`"));
+}
+
+/// A classify run cut into parts, resumed after a failed finish, or split into
+/// shards and merged gives the rows of a whole run (the parts do not change a byte).
+#[test]
+fn classify_parts_resume_and_shards_keep_the_rows() {
+    use hopscore::cli::row_run::PartArgs;
+    let tmp = tempfile::tempdir().unwrap();
+    let tokenizer = common::word_tokenizer(tmp.path());
+    let words = |i: usize| format!("w{} w{} w{}", i + 3, i * 7 % 90 + 3, i % 5 + 3);
+    let rows: Vec<_> = (0..23)
+        .map(|i| {
+            let id = (i != 4).then_some(["a", "b", "c"][i % 3]);
+            let a = (i != 11).then(|| words(i));
+            (id, a, (i % 2 == 0).then(|| words(i + 1)))
+        })
+        .collect();
+    let input = tmp.path().join("pairs.parquet");
+    write_input(&input, &rows);
+    let args = |name: &str, parts: PartArgs, quarantine: Option<std::path::PathBuf>| ClassifyArgs {
+        model: common::fixture("deberta/v3_seqcls"),
+        tokenizer: Some(tokenizer.clone()),
+        input: input.clone(),
+        output: tmp.path().join(format!("{name}.parquet")),
+        head: None,
+        max_batch_tokens: 64,
+        max_length: None,
+        quarantine,
+        parts,
+        device: DeviceOpts::CPU,
+    };
+    let whole = args("whole", PartArgs::default(), None);
+    assert_eq!(run(&whole).unwrap().quarantined, 2);
+    let sevens = |resume| PartArgs {
+        resume,
+        shard: None,
+        part_rows: 7,
+    };
+    // The final merge fails (the quarantine path is under a file): the parts stay.
+    let blocker = tmp.path().join("blocker");
+    std::fs::write(&blocker, b"a file").unwrap();
+    let failed = args("parts", sevens(false), Some(blocker.join("q.parquet")));
+    assert!(run(&failed).is_err());
+    assert!(tmp
+        .path()
+        .join("parts.parquet.parts/manifest.json")
+        .is_file());
+    let resumed = run(&args("parts", sevens(true), None)).unwrap();
+    assert_eq!(
+        resumed.scored + resumed.quarantined,
+        0,
+        "every row was committed"
+    );
+    let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
+    assert_eq!(bytes("whole.parquet"), bytes("parts.parquet"));
+    assert_eq!(
+        bytes("whole.quarantine.parquet"),
+        bytes("parts.quarantine.parquet")
+    );
+
+    for i in 0..3 {
+        let shard = PartArgs {
+            shard: Some(hopscore::pipeline::control::Shard { index: i, count: 3 }),
+            ..sevens(false)
+        };
+        run(&args(&format!("s{i}"), shard, None)).unwrap();
+    }
+    let status = common::hopscore()
+        .arg("merge")
+        .args((0..3).map(|i| tmp.path().join(format!("s{i}.parquet"))))
+        .arg("--output")
+        .arg(tmp.path().join("merged.parquet"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for name in ["", ".quarantine"] {
+        let (a, b) = (
+            common::read_parquet(&tmp.path().join(format!("whole{name}.parquet"))),
+            common::read_parquet(&tmp.path().join(format!("merged{name}.parquet"))),
+        );
+        assert_eq!(a.columns(), b.columns(), "{name}");
+    }
 }

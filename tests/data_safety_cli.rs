@@ -555,11 +555,10 @@ struct ThreeStepsScorer {
 }
 
 impl ThreeStepsScorer {
+    /// Parts committed so far: lines of the parts directory's `committed.jsonl`.
     fn committed(&self) -> usize {
-        std::fs::read_to_string(&self.manifest)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .map_or(0, |m| m["parts"].as_array().map_or(0, Vec::len))
+        std::fs::read_to_string(self.manifest.with_file_name("committed.jsonl"))
+            .map_or(0, |log| log.lines().count())
     }
 }
 
@@ -618,7 +617,7 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
 #[test]
 fn parts_commit_as_soon_as_their_rows_finish() {
     use hopscore::jobs::questions::QuestionJob;
-    use hopscore::pipeline::questions::{run, FileRun};
+    use hopscore::pipeline::files::{run, FileRun};
     let tmp = tempfile::tempdir().unwrap();
     let q = tmp.path().join("q.parquet");
     write_questions(&q, &questions(6, "red"));
@@ -642,6 +641,7 @@ fn parts_commit_as_soon_as_their_rows_finish() {
         resume: false,
         shard: None,
         part_rows: 1,
+        limit: None,
     };
     run(&mut job, &opts).unwrap();
     let (batches, committed_midway) = (job.scorer.batches, job.scorer.committed_midway);
@@ -650,4 +650,46 @@ fn parts_commit_as_soon_as_their_rows_finish() {
     // Questions 0–2 finished in batches 3, 6 and 9 (oldest first).
     assert_eq!(midway, 3, "parts committed after 10 of 18 batches");
     assert_eq!(rows(&out), 6);
+}
+
+#[test]
+fn an_output_over_a_model_input_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(2, "red"));
+    let model = tmp.path().join("model.bin");
+    std::fs::write(&model, b"weights").unwrap();
+    let label = |output: &Path| {
+        let mut c = common::hopscore();
+        c.args(["label", "--labeler", "labeler-dir", "--filter"])
+            .arg(&model)
+            .arg("--input")
+            .arg(&q)
+            .arg("--output")
+            .arg(output);
+        c
+    };
+    let (code, err) = run(&mut label(&model));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--filter") && err.contains("--output"),
+        "{err}"
+    );
+    // The parts directory may not hold the model either.
+    let parts = tmp.path().join("o.parquet.parts");
+    std::fs::create_dir(&parts).unwrap();
+    std::fs::copy(&model, parts.join("model.bin")).unwrap();
+    let (code, err) = run(common::hopscore()
+        .args(["classify", "--model"])
+        .arg(parts.join("model.bin"))
+        .arg("--input")
+        .arg(&q)
+        .arg("--output")
+        .arg(tmp.path().join("o.parquet")));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--model") && err.contains("parts directory"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&model).unwrap(), b"weights");
 }

@@ -196,3 +196,43 @@ fn be_download(
         .unwrap()
         .data
 }
+
+/// `hopscore bench --json` on the CPU: the token count of the shape asked for, and
+/// `--peak-gemm 0` skips the peak measurement (null) as its help says.
+#[test]
+fn bench_cli_reports_the_shape_and_skips_the_peak_on_zero() {
+    let out = common::hopscore()
+        .args([
+            "bench",
+            "--shape",
+            "small",
+            "--seq-len",
+            "16",
+            "--batch",
+            "2",
+        ])
+        .args([
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+            "--peak-gemm",
+            "0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (v["seq_len"].as_u64(), v["batch"].as_u64()),
+        (Some(16), Some(2))
+    );
+    assert!(v["gemm_peak_tflops"].is_null(), "{v}");
+    assert!(v["tokens_per_s"].as_f64().unwrap() > 0.0);
+}

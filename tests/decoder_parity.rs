@@ -8,20 +8,18 @@
 
 mod common;
 
+use std::collections::HashMap;
+
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
 
 const TOL: f32 = 1e-4;
 
-/// Largest error over all sequences of a case and both temperatures.
-fn check_case(name: &str) -> f32 {
-    let dir = common::fixture(&format!("decoder/{name}"));
-    let g = common::read_golden(&dir.join("golden.safetensors"));
-    let be = CpuBackend;
-    let model = DecoderForCausalLM::load(&be, DecoderSource::open(&dir).unwrap()).unwrap();
+/// The golden's right-padded rows as sequences scored from their second token on.
+fn causal_sequences(g: &HashMap<String, common::Golden>) -> Vec<ScoredSequence> {
     let (ids, mask) = (&g["input_ids"], &g["attention_mask"]);
-    let (b, l) = (ids.shape[0], ids.shape[1]);
-    let seqs: Vec<ScoredSequence> = (0..b)
+    let l = ids.shape[1];
+    (0..ids.shape[0])
         .map(|r| {
             let n = mask.i64[r * l..(r + 1) * l]
                 .iter()
@@ -35,7 +33,17 @@ fn check_case(name: &str) -> f32 {
                 target_start: 1,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Largest error over all sequences of a case and both temperatures.
+fn check_case(name: &str) -> f32 {
+    let dir = common::fixture(&format!("decoder/{name}"));
+    let g = common::read_golden(&dir.join("golden.safetensors"));
+    let be = CpuBackend;
+    let model = DecoderForCausalLM::load(&be, DecoderSource::open(&dir).unwrap()).unwrap();
+    let seqs = causal_sequences(&g);
+    let (b, l) = (seqs.len(), g["input_ids"].shape[1]);
     let mut worst = 0f32;
     for (key, t) in [("logprobs", 1.0f32), ("logprobs_t1.4", 1.4)] {
         let got = model.target_logprobs(&be, &seqs, t).unwrap();
@@ -76,6 +84,73 @@ fn llama_gqa_untied_llama3_rope_matches_transformers() {
 #[test]
 fn qwen2_bias_tied_matches_transformers() {
     check_case("qwen2_bias_tied");
+}
+
+/// `hopscore bench-loglik --scores` writes every per-token log-probability (the
+/// golden's, in the order of the pairs, however the token budget batches them) and
+/// reports the mean of the per-pair means.
+#[test]
+fn bench_loglik_scores_file_holds_every_token() {
+    use hopscore::cli::bench_loglik::{run, BenchLoglikArgs};
+    let dir = common::fixture("decoder/gpt2");
+    let g = common::read_golden(&dir.join("golden.safetensors"));
+    let seqs = causal_sequences(&g);
+    let l = g["input_ids"].shape[1];
+    let tmp = tempfile::tempdir().unwrap();
+    let pairs: Vec<_> = seqs
+        .iter()
+        .map(|s| serde_json::json!({"ids": s.ids, "target_start": s.target_start}))
+        .collect();
+    let pairs_path = tmp.path().join("pairs.json");
+    std::fs::write(
+        &pairs_path,
+        serde_json::json!({ "pairs": pairs }).to_string(),
+    )
+    .unwrap();
+    let scores_path = tmp.path().join("scores.json");
+    let longest = seqs.iter().map(|s| s.ids.len()).max().unwrap();
+    let r = run(&BenchLoglikArgs {
+        model: dir,
+        pairs: pairs_path,
+        max_batch_tokens: longest, // one or two sequences per forward
+        temperature: 1.0,
+        warmup: 0,
+        iters: 1,
+        device: hopscore::cli::DeviceOpts::CPU,
+        json: true,
+        scores: Some(scores_path.clone()),
+    })
+    .unwrap();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&scores_path).unwrap()).unwrap();
+    let got = file["logprobs"].as_array().unwrap();
+    assert_eq!(got.len(), seqs.len());
+    let mut means = Vec::new();
+    for (r, (s, lp)) in seqs.iter().zip(got).enumerate() {
+        let lp: Vec<f64> = lp
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(lp.len(), s.ids.len() - 1);
+        for (i, v) in lp.iter().enumerate() {
+            let want = g["logprobs"].f32[r * (l - 1) + i] as f64;
+            assert!(
+                (v - want).abs() <= TOL as f64,
+                "seq {r} token {}: {v} vs HF {want}",
+                i + 1
+            );
+        }
+        means.push(lp.iter().sum::<f64>() / lp.len() as f64);
+    }
+    let mean = means.iter().sum::<f64>() / means.len() as f64;
+    assert!(
+        (r.mean_loglik - mean).abs() < 1e-9,
+        "{} vs {mean}",
+        r.mean_loglik
+    );
+    assert_eq!(r.pairs, seqs.len());
 }
 
 /// Scoring only a suffix of one sequence, alone, gives the values of the packed

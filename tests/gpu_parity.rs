@@ -26,7 +26,8 @@ use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::tensor_core_check::TensorCorePath;
 use hopscore::backend::cuda::{CudaBackend, DType};
 use hopscore::backend::{
-    AttentionShape, Backend, BatchInputs, CausalShape, DeviceCounts, Input, RelAttention, SeqLayout,
+    AttentionShape, Backend, BatchInputs, CausalShape, ClsHead, Dense, DeviceCounts, Input,
+    RelAttention, SeqLayout, SeqPooling,
 };
 use hopscore::model::batch::{graph_key, PackedBatch};
 use hopscore::model::config::RelativeConfig;
@@ -247,9 +248,23 @@ enum Op {
         rows: usize,
         cols: usize,
     },
-    MeanPool {
+    /// `cls_head` over sequences of `lens` (every 5th token masked): the first row or
+    /// the masked mean, a pooler of that width (+ GELU) or none, `labels` logits.
+    ClsHead {
         lens: &'static [usize],
         cols: usize,
+        mean: bool,
+        pooler: Option<usize>,
+        labels: usize,
+        bias: bool,
+    },
+    /// `token_head` over `tokens` rows: the logits (each backend's labels are checked
+    /// against the argmax of its own logits).
+    TokenHead {
+        tokens: usize,
+        cols: usize,
+        labels: usize,
+        bias: bool,
     },
     Add {
         rows: usize,
@@ -424,10 +439,65 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .collect();
             down(&be.gather_rows(&x, pick.as_slice().into()).unwrap()).data
         }
-        Op::MeanPool { lens, cols } => {
+        Op::ClsHead {
+            lens,
+            cols,
+            mean,
+            pooler,
+            labels,
+            bias,
+        } => {
             let l = encoder_layout(lens);
             let x = up(&inp.matrix(l.num_tokens(), cols, 1.0));
-            down(&be.mean_pool(&x, (&l).into()).unwrap()).data
+            let width = pooler.unwrap_or(cols);
+            let mut dense = |out, input| {
+                let (w, b) = (inp.matrix(out, input, 0.2), inp.matrix(1, out, 1.0));
+                (up(&w), bias.then(|| up(&b)))
+            };
+            let p = pooler.map(|p| dense(p, cols));
+            let c = dense(labels, width);
+            let head = ClsHead {
+                pooling: if mean {
+                    SeqPooling::Mean
+                } else {
+                    SeqPooling::First
+                },
+                pooler: p.as_ref().map(|(w, b)| Dense {
+                    weight: w,
+                    bias: b.as_ref(),
+                }),
+                classifier: Dense {
+                    weight: &c.0,
+                    bias: c.1.as_ref(),
+                },
+            };
+            be.cls_head(&x, (&l).into(), &head).unwrap().data
+        }
+        Op::TokenHead {
+            tokens,
+            cols,
+            labels,
+            bias,
+        } => {
+            let (x, w, b) = (
+                inp.matrix(tokens, cols, 1.0),
+                inp.matrix(labels, cols, 0.2),
+                inp.matrix(1, labels, 1.0),
+            );
+            let (w, b) = (up(&w), bias.then(|| up(&b)));
+            let dense = Dense {
+                weight: &w,
+                bias: b.as_ref(),
+            };
+            let out = be.token_head(&up(&x), dense).unwrap();
+            let argmax: Vec<u32> = out
+                .logits
+                .data
+                .chunks_exact(labels)
+                .map(|l| hopscore::tensor::argmax(l) as u32)
+                .collect();
+            assert_eq!(out.labels, argmax, "{op:?}: labels are not the argmax");
+            out.logits.data
         }
         Op::Add { rows, cols } => {
             let (a, b) = (inp.matrix(rows, cols, 1.0), inp.matrix(rows, cols, 1.0));
@@ -678,9 +748,13 @@ fn encoder_ops() -> Vec<Op> {
         },
         Op::ScaleRows { rows: 11, cols: 70 },
         Op::GatherRows { rows: 12, cols: 33 },
-        Op::MeanPool {
+        Op::ClsHead {
             lens: &[1, 7, 20],
             cols: 300,
+            mean: true,
+            pooler: None,
+            labels: 4,
+            bias: true,
         },
         Op::Add { rows: 7, cols: 129 },
         Op::Copy { rows: 3, cols: 65 },
@@ -859,6 +933,62 @@ fn fused_gemm_ops() -> Vec<Op> {
     ]
 }
 
+/// The classification heads (appended last): Beam Retrieval's hop heads (the [CLS] row,
+/// no pooler), EfficientRAG's tagger (pooler + GELU, 3 tags) over 19 sequences (three
+/// blocks of 8), the mean-pooled tagger at a width that is not a multiple of 8, and
+/// token heads (2 labels; 5 labels at 70 columns).
+fn head_ops() -> Vec<Op> {
+    let cls = |lens, cols, mean, pooler, labels, bias| Op::ClsHead {
+        lens,
+        cols,
+        mean,
+        pooler,
+        labels,
+        bias,
+    };
+    vec![
+        cls(&[1, 7, 20], 64, false, None, 2, true),
+        cls(
+            &[3, 1, 5, 9, 2, 4, 6, 8, 1, 1, 2, 3, 5, 7, 9, 2, 3, 4, 5],
+            96,
+            false,
+            Some(96),
+            3,
+            true,
+        ),
+        cls(&[1, 7, 20, 12], 70, true, Some(40), 2, false),
+        Op::TokenHead {
+            tokens: 37,
+            cols: 64,
+            labels: 2,
+            bias: true,
+        },
+        Op::TokenHead {
+            tokens: 9,
+            cols: 70,
+            labels: 5,
+            bias: false,
+        },
+    ]
+}
+
+/// The 16-byte vector paths of the elementwise kernels in every dtype (sizes that are
+/// multiples of 8; the earlier rows at 300, 129, 90, 70 and 33 columns take the
+/// element-by-element paths in bf16/f16).
+fn vector_ops() -> Vec<Op> {
+    vec![
+        Op::Gelu {
+            rows: 16,
+            cols: 256,
+        },
+        Op::Add { rows: 8, cols: 136 },
+        Op::Swiglu { rows: 9, inter: 64 },
+        Op::GatherRows { rows: 12, cols: 64 },
+        Op::RmsNorm { rows: 5, cols: 576 },
+        Op::GeluNew { rows: 8, cols: 64 },
+    ]
+}
+
 /// The table for `dtype`. f16 runs the same (v3) disentangled-attention kernel
 /// template as bf16, and the emulator converts f16 in software (~25× slower than
 /// bf16), so f16 keeps two of its cases (d = 64 with v3 buckets, d = 40).
@@ -876,6 +1006,8 @@ fn table(dtype: DType) -> Vec<Op> {
     ops.extend(attention);
     ops.extend(decoder_ops(dtype));
     ops.extend(fused_gemm_ops());
+    ops.extend(head_ops());
+    ops.extend(vector_ops());
     ops
 }
 
@@ -1046,6 +1178,7 @@ fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
     let want = cpu_model.forward(&CpuBackend, &batch, true).unwrap();
     let gpu_model = CrossEncoder::load(&gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
     check_encoder_counts(fixture, &gpu, &gpu_model, &batch);
+    check_head_counts(fixture, &gpu, &gpu_model, &batch);
     let got = gpu_model.forward(&gpu, &batch, true).unwrap();
     let real: Vec<bool> = batch.layout.mask.iter().map(|&m| m == 1.0).collect();
     let keep = |h: &HostTensor| -> Vec<f32> {
@@ -1091,6 +1224,30 @@ fn check_encoder_counts(
     assert_eq!(c.uploads, 1, "{fixture}: {c:?}");
     assert!(c.launches + c.gemms <= 8 * layers + 4, "{fixture}: {c:?}");
     assert_eq!((c.downloads, c.device_copies), (0, 0), "{fixture}: {c:?}");
+}
+
+/// Each head is one kernel (`cls_head` or `token_head`: the [CLS] gather or mean,
+/// pooler, GELU and classifier, or the token logits and labels) and one download of
+/// its f32 logits, with no upload (the sequence starts are the staged layout's).
+fn check_head_counts(
+    fixture: &str,
+    gpu: &CudaBackend,
+    model: &CrossEncoder<CudaBackend>,
+    batch: &PackedBatch,
+) {
+    let (hidden, staged) = model.encoder.forward_staged(gpu, batch).unwrap();
+    for head in &model.heads {
+        let before = gpu.counts().unwrap();
+        head.forward(gpu, &hidden, &staged).unwrap();
+        let c = gpu.counts().unwrap().since(&before);
+        eprintln!("  {fixture} head {}: {c:?}", head.spec.name);
+        assert_eq!(
+            (c.launches, c.gemms, c.uploads, c.downloads),
+            (1, 0, 0, 1),
+            "{fixture} head {}: {c:?}",
+            head.spec.name
+        );
+    }
 }
 
 const DEBERTA_MODELS: [&str; 6] = [

@@ -25,6 +25,36 @@ fn import_files(dataset: Dataset, files: &[PathBuf], out: &Path) -> ImportSummar
     .unwrap()
 }
 
+/// A real-data slice imported into a temporary folder.
+struct Imported {
+    dir: tempfile::TempDir,
+    out: PathBuf,
+    /// (records, questions, passages, quarantined, with issues)
+    counts: (u64, u64, u64, u64, u64),
+    questions: Vec<Question>,
+}
+
+/// Imports the slice `name` of tests/fixtures/data (see `common::data_file`).
+fn import_slice(dataset: Dataset, name: &str) -> Imported {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(format!("{name}.parquet"));
+    let s = import_files(dataset, &[common::data_file(name)], &out);
+    let counts = (
+        s.records,
+        s.questions,
+        s.passages,
+        s.quarantined,
+        s.with_issues,
+    );
+    let questions = read_questions(&out);
+    Imported {
+        dir,
+        out,
+        counts,
+        questions,
+    }
+}
+
 fn read_questions(path: &Path) -> Vec<Question> {
     QuestionReader::open(path, 100)
         .unwrap()
@@ -112,26 +142,14 @@ fn gold_chains(qs: &[Question]) -> Vec<(&str, Vec<i32>, Option<&str>)> {
 
 #[test]
 fn imports_the_hotpotqa_slice() {
-    let file = common::data_file("hotpotqa");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("hotpot.parquet");
-    let s = import_files(Dataset::HotpotQa, &[file], &out);
+    let imp = import_slice(Dataset::HotpotQa, "hotpotqa");
     // python3: 20 questions, 181 context paragraphs, 40 supporting paragraphs.
-    assert_eq!(
-        (
-            s.records,
-            s.questions,
-            s.passages,
-            s.quarantined,
-            s.with_issues
-        ),
-        (20, 20, 181, 0, 0)
-    );
-    let qs = read_questions(&out);
+    assert_eq!(imp.counts, (20, 20, 181, 0, 0));
+    let qs = &imp.questions;
     assert_eq!(qs.len(), 20);
     assert_eq!(qs.iter().map(|q| q.passages.len()).sum::<usize>(), 181);
     assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 40);
-    assert_eq!(hops_histogram(&qs), vec![(2, 20)]);
+    assert_eq!(hops_histogram(qs), vec![(2, 20)]);
     // python3: min(len(q['context'])) == 2 (questions with fewer than 10 paragraphs are kept).
     assert_eq!(qs.iter().map(|q| q.passages.len()).min(), Some(2));
     // python3: 1 title contains "&amp;" (kept escaped, as the official SP gold has them).
@@ -149,27 +167,15 @@ fn imports_the_hotpotqa_slice() {
 
 #[test]
 fn imports_the_2wiki_slice() {
-    let file = common::data_file("2wiki");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("2wiki.parquet");
-    let s = import_files(Dataset::TwoWiki, &[file], &out);
+    let imp = import_slice(Dataset::TwoWiki, "2wiki");
     // python3: 16 questions, 160 paragraphs, 36 supporting; one supporting fact
     // (Mario Bava, sentence 13 of 10) points past its passage.
-    assert_eq!(
-        (
-            s.records,
-            s.questions,
-            s.passages,
-            s.quarantined,
-            s.with_issues
-        ),
-        (16, 16, 160, 0, 1)
-    );
-    let qs = read_questions(&out);
+    assert_eq!(imp.counts, (16, 16, 160, 0, 1));
+    let qs = &imp.questions;
     assert_eq!(qs.iter().map(|q| q.passages.len()).sum::<usize>(), 160);
     assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 36);
     // python3: 2 questions of type bridge_comparison (4 hops), 14 others.
-    assert_eq!(hops_histogram(&qs), vec![(2, 14), (4, 2)]);
+    assert_eq!(hops_histogram(qs), vec![(2, 14), (4, 2)]);
     let odd = qs.iter().find(|q| !q.issues.is_empty()).unwrap();
     assert_eq!(odd.id, "c049b0240bdd11eba7f7acde48001122");
     assert!(
@@ -187,30 +193,18 @@ fn imports_the_2wiki_slice() {
 
 #[test]
 fn imports_the_musique_slice_and_gold_chains_score_one() {
-    let file = common::data_file("musique");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("musique.parquet");
-    let s = import_files(Dataset::Musique, &[file], &out);
+    let imp = import_slice(Dataset::Musique, "musique");
     // python3: 20 questions, 400 paragraphs, 56 supporting.
-    assert_eq!(
-        (
-            s.records,
-            s.questions,
-            s.passages,
-            s.quarantined,
-            s.with_issues
-        ),
-        (20, 20, 400, 0, 0)
-    );
-    let qs = read_questions(&out);
+    assert_eq!(imp.counts, (20, 20, 400, 0, 0));
+    let (dir, out, qs) = (&imp.dir, &imp.out, &imp.questions);
     assert_eq!(qs.iter().map(|q| q.supporting.len()).sum::<usize>(), 56);
     // python3: id prefixes 2hop 10, 3hop1 3 + 3hop2 1, 4hop1 3 + 4hop3 3.
-    assert_eq!(hops_histogram(&qs), vec![(2, 10), (3, 4), (4, 6)]);
+    assert_eq!(hops_histogram(qs), vec![(2, 10), (3, 4), (4, 6)]);
     assert!(qs.iter().all(|q| q.supporting.len() == q.hop_count()));
 
     let pred = dir.path().join("pred.parquet");
-    write_pred(&pred, &gold_chains(&qs));
-    let r = evaluate(&out, &pred, &[2, 5]).unwrap();
+    write_pred(&pred, &gold_chains(qs));
+    let r = evaluate(out, &pred, &[2, 5]).unwrap();
     assert_eq!((r.overall.retrieval_em, r.overall.retrieval_f1), (1.0, 1.0));
     // R@2 finds every gold passage only for the 10 two-hop questions.
     assert_eq!(r.overall.recall_at_k[&2], 0.5);
@@ -228,18 +222,15 @@ fn imports_the_musique_slice_and_gold_chains_score_one() {
 
 #[test]
 fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
-    let file = common::data_file("hotpotqa");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("hotpot.parquet");
-    import_files(Dataset::HotpotQa, &[file], &out);
-    let qs = read_questions(&out);
+    let imp = import_slice(Dataset::HotpotQa, "hotpotqa");
+    let (dir, out, qs) = (&imp.dir, &imp.out, &imp.questions);
     let pred = dir.path().join("pred.parquet");
-    let mut rows = gold_chains(&qs);
+    let mut rows = gold_chains(qs);
     for r in &mut rows {
         r.1.reverse(); // order-free
     }
     write_pred(&pred, &rows);
-    let r = evaluate(&out, &pred, &[2, 10]).unwrap();
+    let r = evaluate(out, &pred, &[2, 10]).unwrap();
     assert_eq!(
         (
             r.overall.questions,
@@ -252,8 +243,8 @@ fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
     assert_eq!((r.overall.sp_em, r.overall.joint_em), (None, None));
 
     // The gold supporting facts and answers as predictions: SP and joint are 1 too.
-    write_pred_from_questions(&pred, &qs);
-    let r = evaluate(&out, &pred, &[2]).unwrap();
+    write_pred_from_questions(&pred, qs);
+    let r = evaluate(out, &pred, &[2]).unwrap();
     let o = &r.overall;
     assert_eq!(
         (o.sp_questions, o.sp_em, o.sp_f1),
@@ -273,7 +264,7 @@ fn hotpotqa_gold_chains_score_one_and_missing_ids_score_zero() {
         .map(|(_, r)| r)
         .collect();
     write_pred(&pred, &kept);
-    let r = evaluate(&out, &pred, &[2]).unwrap();
+    let r = evaluate(out, &pred, &[2]).unwrap();
     assert_eq!(r.missing.count, 7);
     assert!((r.overall.retrieval_em - 13.0 / 20.0).abs() < 1e-12);
     assert!((r.overall.answer_f1.unwrap() - 13.0 / 20.0).abs() < 1e-12);
@@ -426,6 +417,17 @@ fn eval_scores_shuffled_and_partial_chains_as_hand_computed() {
     assert_eq!(r.overall.answer_em, Some(0.0));
 }
 
+/// Runs `cmd`; panics with its stderr unless it succeeds.
+fn run_ok(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 #[test]
 fn cli_import_and_eval_json() {
     let dir = tempfile::tempdir().unwrap();
@@ -433,17 +435,12 @@ fn cli_import_and_eval_json() {
     std::fs::write(&input, HANDWRITTEN).unwrap();
     let gold = dir.path().join("q.parquet");
     let bin = env!("CARGO_BIN_EXE_hopscore");
-    let st = std::process::Command::new(bin)
-        .args(["import", "hotpotqa"])
-        .arg(&input)
-        .arg("-o")
-        .arg(&gold)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    let st = run_ok(
+        std::process::Command::new(bin)
+            .args(["import", "hotpotqa"])
+            .arg(&input)
+            .arg("-o")
+            .arg(&gold),
     );
     let stderr = String::from_utf8_lossy(&st.stderr);
     assert!(
@@ -459,17 +456,12 @@ fn cli_import_and_eval_json() {
             ("good2", vec![3, 1], None),
         ],
     );
-    let st = std::process::Command::new(bin)
-        .args(["eval", "--json", "--k", "2", "--pred"])
-        .arg(&pred)
-        .arg("--gold")
-        .arg(&gold)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    let st = run_ok(
+        std::process::Command::new(bin)
+            .args(["eval", "--json", "--k", "2", "--pred"])
+            .arg(&pred)
+            .arg("--gold")
+            .arg(&gold),
     );
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(v["overall"]["retrieval_em"], 1.0);
@@ -478,13 +470,13 @@ fn cli_import_and_eval_json() {
 
     // The table: a header with the cut-offs, then all questions and one row per hop count.
     write_pred(&pred, &[("good1", vec![0, 1], Some("the beatles"))]);
-    let st = std::process::Command::new(bin)
-        .args(["eval", "--k", "2,3", "--pred"])
-        .arg(&pred)
-        .arg("--gold")
-        .arg(&gold)
-        .output()
-        .unwrap();
+    let st = run_ok(
+        std::process::Command::new(bin)
+            .args(["eval", "--k", "2,3", "--pred"])
+            .arg(&pred)
+            .arg("--gold")
+            .arg(&gold),
+    );
     let table = String::from_utf8_lossy(&st.stdout);
     eprintln!("{table}");
     let lines: Vec<&str> = table.lines().collect();

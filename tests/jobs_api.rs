@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema};
-use hopscore::jobs::{build, DeviceConfig, Job, JobConfig};
+use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
 
 fn write(path: &Path, batch: &RecordBatch) {
     let mut w = parquet::arrow::ArrowWriter::try_new(
@@ -48,12 +48,7 @@ fn read_file(path: &Path) -> (RecordBatch, HashMap<String, String>) {
 
 /// Feeds `input` to `job` in batches of `rows` rows and checks the concatenated
 /// outputs against the CLI's `output` file and its quarantine file.
-fn assert_process_matches_files(
-    job: &mut dyn Job,
-    input: &RecordBatch,
-    rows: usize,
-    output: &Path,
-) {
+fn assert_process_matches_files(job: &mut Stream, input: &RecordBatch, rows: usize, output: &Path) {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     let mut at = 0;
     while at < input.num_rows() {
@@ -126,12 +121,14 @@ fn classify_job_batches_equal_the_cli_files() {
         max_batch_tokens: 100,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: hopscore::cli::DeviceOpts::CPU,
     };
     let summary = hopscore::cli::classify::run(&args).unwrap();
     assert_eq!((summary.scored, summary.quarantined), (37, 3));
-    let mut job = build(JobConfig::Classify(args.config()), &DeviceConfig::CPU).unwrap();
-    assert_process_matches_files(job.as_mut(), &input, 16, &output);
+    let mut job =
+        Stream::new(build(JobConfig::Classify(args.config()), &DeviceConfig::CPU).unwrap());
+    assert_process_matches_files(&mut job, &input, 16, &output);
     // A batch without the required column is a job-level error naming it.
     let err = job.process(&input.project(&[0, 2]).unwrap()).unwrap_err();
     assert!(format!("{err:#}").contains("text_a"), "{err:#}");
@@ -181,11 +178,12 @@ fn loglik_job_batches_equal_the_cli_files() {
         max_batch_tokens: 128,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: hopscore::cli::DeviceOpts::CPU,
     };
     hopscore::cli::loglik::run(&args).unwrap();
-    let mut job = build(JobConfig::Loglik(args.config()), &DeviceConfig::CPU).unwrap();
-    assert_process_matches_files(job.as_mut(), &input, 5, &output);
+    let mut job = Stream::new(build(JobConfig::Loglik(args.config()), &DeviceConfig::CPU).unwrap());
+    assert_process_matches_files(&mut job, &input, 5, &output);
     assert!(
         job.output_schema(&input.schema())
             .unwrap()
@@ -241,8 +239,8 @@ fn question_job_batches_equal_the_cli_files() {
         device: hopscore::cli::DeviceOpts::CPU,
     };
     hopscore::cli::beam::run(&args).unwrap();
-    let mut job = build(JobConfig::Beam(args.config()), &DeviceConfig::CPU).unwrap();
-    assert_process_matches_files(job.as_mut(), &questions, 7, &output);
+    let mut job = Stream::new(build(JobConfig::Beam(args.config()), &DeviceConfig::CPU).unwrap());
+    assert_process_matches_files(&mut job, &questions, 7, &output);
 
     let bm25 = tmp.path().join("bm25.parquet");
     let cli = <hopscore::cli::Cli as clap::Parser>::parse_from([
@@ -253,6 +251,6 @@ fn question_job_batches_equal_the_cli_files() {
     };
     args.run = run_args(&input, &bm25);
     hopscore::cli::lepus::run(&args).unwrap();
-    let mut job = build(JobConfig::Lepus(args.config()), &DeviceConfig::CPU).unwrap();
-    assert_process_matches_files(job.as_mut(), &questions, 11, &bm25);
+    let mut job = Stream::new(build(JobConfig::Lepus(args.config()), &DeviceConfig::CPU).unwrap());
+    assert_process_matches_files(&mut job, &questions, 11, &bm25);
 }

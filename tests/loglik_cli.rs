@@ -90,6 +90,7 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
         max_batch_tokens: 1024,
         max_length: None,
         quarantine: None,
+        parts: hopscore::cli::row_run::PartArgs::default(),
         device: DeviceOpts::CPU,
     })
     .unwrap();

@@ -33,6 +33,15 @@ enum Act {
 /// The scripted model: `attempt` is how often this exact prompt was seen before.
 fn script(prompt: &str, attempt: usize) -> Act {
     let review = prompt.contains("Work in three steps");
+    if review && prompt.contains("[1] Echo:") {
+        return match attempt {
+            0 => Act::Status(429, Some("600")),
+            _ => Act::Reply("Relevance: [RELEVANT]\nSupport: [SUPPORTED]\nAction: [ANSWER] bronze"),
+        };
+    }
+    if prompt.contains("Assertion: bronze") {
+        return Act::Reply("The answer is bronze.");
+    }
     if prompt.contains("Which river flows through Bravo?") {
         return Act::Status(500, None);
     }
@@ -268,30 +277,38 @@ fn write_chains(path: &Path) {
     w.close().unwrap();
 }
 
+/// The arguments of the tests' `hopscore review` (short timeouts and waits).
+fn review_line(server: &Server, input: &Path, output: &Path, extra: &[&str]) -> Vec<String> {
+    let mut line: Vec<String> = ["review", "--llm-model", "scripted", "--endpoint"]
+        .map(String::from)
+        .to_vec();
+    line.push(server.url());
+    for (flag, path) in [("--input", input), ("--output", output)] {
+        line.extend([flag.to_string(), path.to_str().unwrap().to_string()]);
+    }
+    let waits = [
+        "--timeout",
+        "0.3",
+        "--max-retries",
+        "2",
+        "--backoff",
+        "0.01",
+    ];
+    line.extend(waits.map(String::from));
+    line.extend(["--backoff-max", "0.05", "--concurrency", "3"].map(String::from));
+    line.extend(extra.iter().map(|s| s.to_string()));
+    line
+}
+
+fn review_command(server: &Server, input: &Path, output: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hopscore"));
+    c.args(review_line(server, input, output, extra))
+        .env_remove("OPENAI_API_KEY");
+    c
+}
+
 fn review(server: &Server, input: &Path, output: &Path, extra: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_hopscore"))
-        .args([
-            "review",
-            "--llm-model",
-            "scripted",
-            "--endpoint",
-            &server.url(),
-        ])
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(output)
-        .args([
-            "--timeout",
-            "0.3",
-            "--max-retries",
-            "2",
-            "--backoff",
-            "0.01",
-        ])
-        .args(["--backoff-max", "0.05", "--concurrency", "3"])
-        .args(extra)
-        .env_remove("OPENAI_API_KEY")
+    let out = review_command(server, input, output, extra)
         .output()
         .unwrap();
     assert!(
@@ -452,4 +469,151 @@ fn allies_runs_through_the_endpoint() {
     assert!(!dir.path().join("allies.llm-cache").exists());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("1 answered, 0 failed"), "{stderr}");
+}
+
+#[test]
+fn a_review_stopped_by_ctrl_c_resumes_with_the_questions_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("q.parquet");
+    let delta = |id: &str, text: &str| question(id, text, &[("Delta", "Delta is a green parrot.")]);
+    let mut w = QuestionWriter::create(&input, &[]).unwrap();
+    w.write(&[
+        delta("d1", "What colour is Delta?"),
+        question(
+            "e1",
+            "Which bell rings at Echo?",
+            &[("Echo", "Echo is a bronze bell.")],
+        ),
+        delta("d2", "Which colour has Delta?"),
+    ])
+    .unwrap();
+    w.finish().unwrap();
+    let server = Server::start();
+    let output = dir.path().join("r.parquet");
+    let flags = [
+        "--strategy",
+        "tor",
+        "--depth",
+        "1",
+        "--widths",
+        "1",
+        "--expansion",
+        "cot",
+    ];
+    let mut args = flags.to_vec();
+    args.extend(["--part-rows", "1"]);
+    // d1 and d2 take two calls each; e1's first call gets a 429 with `Retry-After: 600`.
+    let mut child = review_command(&server, &input, &output, &args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..1500 {
+        if server.requests.load(Ordering::SeqCst) >= 5 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(
+        server.requests.load(Ordering::SeqCst),
+        5,
+        "no retry after Ctrl-C"
+    );
+    // The rows finished so far are in the output; the parts stay for --resume.
+    assert_eq!(
+        strings(&common::read_parquet(&output), "id"),
+        [Some("d1".into()), Some("d2".into())]
+    );
+    assert!(dir.path().join("r.parquet.parts/manifest.json").is_file());
+
+    args.push("--resume");
+    let out = review(&server, &input, &output, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("resuming: 2 rows already committed"),
+        "{stderr}"
+    );
+    let b = common::read_parquet(&output);
+    assert_eq!(
+        strings(&b, "id"),
+        ["d1", "e1", "d2"].map(|s| Some(s.into()))
+    );
+    assert_eq!(
+        strings(&b, "answer"),
+        ["green", "bronze", "green"].map(|s| Some(s.into()))
+    );
+    // Only e1 is asked again: its review (the 429 was not cached) and its answer.
+    assert_eq!(u32s(&b, "llm_calls"), [2, 2, 2]);
+    assert_eq!(server.requests.load(Ordering::SeqCst), 5 + 2);
+    assert!(!dir.path().join("r.parquet.parts").exists());
+}
+
+#[test]
+fn review_job_batches_equal_the_cli_file() {
+    use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("q.parquet");
+    write_questions(&input, false);
+    let output = dir.path().join("tor.parquet");
+    let flags = [
+        "--strategy",
+        "tor",
+        "--depth",
+        "2",
+        "--widths",
+        "2,1",
+        "--no-cache",
+    ];
+    let first = Server::start();
+    review(&first, &input, &output, &flags);
+
+    // The same questions through the library, in batches of 2, against a fresh server.
+    let server = Server::start();
+    let mut line = vec!["hopscore".to_string()];
+    line.extend(review_line(&server, &input, &output, &flags));
+    let cli = <hopscore::cli::Cli as clap::Parser>::parse_from(line);
+    let hopscore::cli::Command::Review(args) = cli.command else {
+        unreachable!("a review command line")
+    };
+    let mut job = Stream::new(build(JobConfig::Review(args.config()), &DeviceConfig::CPU).unwrap());
+    let questions = common::read_parquet(&input);
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for at in (0..questions.num_rows()).step_by(2) {
+        let n = 2.min(questions.num_rows() - at);
+        let out = job.process(&questions.slice(at, n)).unwrap();
+        good.push(out.rows);
+        bad.push(out.quarantine);
+    }
+    let concat = |v: &[RecordBatch]| arrow::compute::concat_batches(&v[0].schema(), v).unwrap();
+    let (good, file) = (concat(&good), common::read_parquet(&output));
+    for (i, field) in file.schema().fields().iter().enumerate() {
+        if field.name() != "failure" {
+            assert_eq!(good.column(i), file.column(i), "{}", field.name());
+        }
+    }
+    // The failures name the endpoint, whose port differs.
+    let unported = |b: &RecordBatch, url: &str| -> Vec<Option<String>> {
+        let f = strings(b, "failure");
+        f.into_iter()
+            .map(|x| x.map(|x| x.replace(url, "URL")))
+            .collect()
+    };
+    assert_eq!(
+        unported(&good, &server.url()),
+        unported(&file, &first.url())
+    );
+    let quarantine = common::read_parquet(&dir.path().join("tor.quarantine.parquet"));
+    assert_eq!(concat(&bad).columns(), quarantine.columns());
+    assert_eq!(strings(&quarantine, "id"), [Some("q5".into())]);
+    assert_eq!(
+        quarantine.column(0).as_primitive::<UInt64Type>().values(),
+        &[4]
+    );
 }

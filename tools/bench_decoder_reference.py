@@ -31,6 +31,27 @@ PyTorch runs two ways, under ``torch.inference_mode()``:
 Throughput is real (unpadded) prompt + target tokens per second of wall clock
 (``time.perf_counter``), mean over the timed passes. The table also prints each
 engine's mean per-pair log-likelihood: they must agree to about 1e-4.
+
+GPU mode (``--device cuda``, bf16 by default; ``--dtype f32|f16|bf16``): random weights
+in a real shape (``--shape smollm2``: SmolLM2-135M, Llama with GQA 9/3 heads, 30
+layers, tied head; ``--shape gpt2``: GPT-2 124M), drawn once with HF's initialisation
+(seed ``--seed``) and saved as an HF directory (config.json, model.safetensors) that
+both engines load, so that both run the same weights in the same dtype. PyTorch runs
+with ``attn_implementation="sdpa"`` on the GPU (``torch.cuda.synchronize()`` around
+the timing); hopscore runs ``bench-loglik --device cuda --dtype D --scores``. The
+tokenizer is SmolLM2's (from ``--gguf``: a GGUF file whose metadata holds it; the tensors
+are not read, so a metadata-only copy made by ``tools/gpu/pack.sh`` serves); GPT-2's
+shape keeps its 50257-row vocabulary, of which the SmolLM2 ids use the first 49152.
+Besides throughput it reports, per engine, the max and mean per-token |Δ log p|
+against an f32 PyTorch reference on the same GPU, and between the two engines.
+
+    # on a GPU machine (see tools/gpu/README.md for the whole session)
+    python3 tools/bench_decoder_reference.py --device cuda --shape smollm2 \
+        --pairs 50 --all-passages --hopscore target/release/hopscore
+
+``--all-passages`` scores every passage of each question (as LEPUS's first hop does)
+instead of one gold passage; ``--data-dir`` names the folder of the HotpotQA sample
+(default: ``../shared/data`` beside the checkout).
 """
 
 from __future__ import annotations
@@ -46,18 +67,33 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "goldens"))
-from common import hotpot_rows, lepus_prompt, offline, require_smollm2  # noqa: E402
+from common import DATA_DIR, hotpot_rows, lepus_prompt, offline, require_smollm2  # noqa: E402
+
+# Random-weight shapes of --device cuda (transformers config classes and fields).
+SHAPES = {
+    "smollm2": ("LlamaConfig", dict(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+        rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2,
+    )),
+    "gpt2": ("GPT2Config", dict(
+        vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024,
+    )),
+}
 
 
-def build_pairs(tok, n):
+def build_pairs(tok, n, all_passages=False, data_dir=DATA_DIR):
+    """LEPUS prompt + question ids of the first `n` questions: the first gold passage
+    of each, or with `all_passages` every passage."""
     pairs = []
-    for r in hotpot_rows()[:n]:
+    for r in hotpot_rows(data_dir)[:n]:
         gold = {t for t, _ in r["supporting_facts"]}
-        title, sents = next(c for c in r["context"] if c[0] in gold)
-        prompt = lepus_prompt(title, sents)
-        pi = tok(prompt, add_special_tokens=False)["input_ids"]
+        passages = r["context"] if all_passages else [next(c for c in r["context"] if c[0] in gold)]
         ti = tok(" " + r["question"], add_special_tokens=False)["input_ids"]
-        pairs.append({"ids": pi + ti, "target_start": len(pi)})
+        for title, sents in passages:
+            pi = tok(lepus_prompt(title, sents), add_special_tokens=False)["input_ids"]
+            pairs.append({"ids": pi + ti, "target_start": len(pi)})
     return pairs
 
 
@@ -75,8 +111,13 @@ def groups(pairs, budget):
     return out
 
 
-def bench_pytorch(args, model, pairs, mode):
+def bench_pytorch(args, model, pairs, mode, engine=None):
+    """Times `model` over the pairs; returns the result row and the last pass's per-token
+    log-probabilities (a list per pair)."""
     import torch
+
+    device = next(model.parameters()).device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     batches = []
     for g in groups(pairs, args.max_batch_tokens):
@@ -94,10 +135,11 @@ def bench_pytorch(args, model, pairs, mode):
                 rows_b.append(b)
                 rows_t.append(t - 1)
                 tgt.append(p["ids"][t])
-        batches.append((g, ids, mask, torch.tensor(rows_b), torch.tensor(rows_t), torch.tensor(tgt)))
+        tensors = (ids, mask, torch.tensor(rows_b), torch.tensor(rows_t), torch.tensor(tgt))
+        batches.append((g, *(t.to(device) for t in tensors)))
 
     def once():
-        means = {}
+        tokens = {}
         with torch.inference_mode():
             for g, ids, mask, rb, rt, tgt in batches:
                 if mode == "full":
@@ -106,106 +148,194 @@ def bench_pytorch(args, model, pairs, mode):
                 else:
                     hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
                     logp = torch.log_softmax(model.lm_head(hidden[rb, rt]).float(), dim=-1)
-                per = logp.gather(-1, tgt[:, None])[:, 0]
+                per = logp.gather(-1, tgt[:, None])[:, 0].cpu().tolist()
                 k = 0
                 for b, i in enumerate(g):
                     n = len(pairs[i]["ids"]) - pairs[i]["target_start"]
-                    means[i] = per[k : k + n].mean().item()
+                    tokens[i] = per[k : k + n]
                     k += n
-        return means
+        return [tokens[i] for i in range(len(pairs))]
 
     for _ in range(args.warmup):
         once()
+    sync()
     t = time.perf_counter()
     for _ in range(args.iters):
-        means = once()
+        logprobs = once()
+    sync()
     per_pass = (time.perf_counter() - t) / args.iters
     tokens = sum(len(p["ids"]) for p in pairs)
     return {
-        "engine": f"pytorch-{mode}",
+        "engine": engine or f"pytorch-{mode}",
         "threads": torch.get_num_threads(),
         "seconds_per_pass": per_pass,
         "tokens_per_s": tokens / per_pass,
-        "mean_loglik": sum(means.values()) / len(means),
-    }
+        "mean_loglik": mean_of_means(logprobs),
+    }, logprobs
 
 
-def bench_hopscore(args, pairs_path):
+def mean_of_means(logprobs):
+    return sum(sum(lp) / len(lp) for lp in logprobs) / len(logprobs)
+
+
+def token_diff(a, b):
+    """(max, mean) per-token |a - b| over two per-pair log-probability lists."""
+    d = [abs(x - y) for la, lb in zip(a, b, strict=True) for x, y in zip(la, lb, strict=True)]
+    return max(d), sum(d) / len(d)
+
+
+def bench_hopscore(args, model_path, pairs_path):
+    """Runs `hopscore bench-loglik`; returns its JSON line and per-token log-probs."""
+    scores = pairs_path.with_name("hopscore_scores.json")
     cmd = [
-        args.hopscore, "bench-loglik", "--model", str(Path(*require_smollm2())),
+        args.hopscore, "bench-loglik", "--model", str(model_path),
         "--pairs", str(pairs_path), "--max-batch-tokens", str(args.max_batch_tokens),
         "--warmup", str(args.warmup), "--iters", str(args.iters),
-        "--threads", str(args.threads), "--json",
+        "--threads", str(args.threads), "--json", "--scores", str(scores),
     ]
+    if args.device == "cuda":
+        cmd += ["--device", "cuda", "--gpu", str(args.gpu), "--dtype", args.dtype]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"hopscore failed ({' '.join(cmd)}):\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1]), json.loads(scores.read_text())["logprobs"]
+
+
+def random_model_dir(args, torch, out):
+    """Random weights in `args.shape`, saved (f32) as an HF directory in `out`."""
+    import transformers
+
+    cls, fields = SHAPES[args.shape]
+    config = getattr(transformers, cls)(**fields)
+    torch.manual_seed(args.seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def load_on(torch, path, device, dtype):
+    """The HF model of `path` on `device` in `dtype`, sdpa attention on cuda."""
+    from transformers import AutoModelForCausalLM
+
+    attn = "sdpa" if device == "cuda" else None
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn)
+    return model.to(device).eval()
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=64)
+    ap.add_argument("--pairs", type=int, default=64, help="questions (one pair each, or one per passage)")
+    ap.add_argument("--all-passages", action="store_true")
+    ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
     ap.add_argument("--max-batch-tokens", type=int, default=4096)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), help="cuda only (default bf16)")
+    ap.add_argument("--shape", choices=SHAPES, help="cuda only: random weights (default smollm2)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gguf", type=Path, help="SmolLM2 GGUF for the tokenizer (and, on cpu, the model)")
     ap.add_argument("--hopscore", help="hopscore binary (omit: PyTorch only)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    wdir, gguf = require_smollm2()
+    cuda = args.device == "cuda"
+    if not cuda and (args.dtype or args.shape):
+        ap.error("--dtype and --shape are for --device cuda (the CPU runs the SmolLM2 GGUF in f32)")
+    args.dtype = args.dtype or ("bf16" if cuda else "f32")
+    args.shape = args.shape or "smollm2"
+    wdir, gguf = (args.gguf.parent, args.gguf.name) if args.gguf else require_smollm2()
 
     offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if cuda and not torch.cuda.is_available():
+        sys.exit("no CUDA device")
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(str(wdir), gguf_file=gguf)
-    model = AutoModelForCausalLM.from_pretrained(str(wdir), gguf_file=gguf, dtype=torch.float32)
-    model.eval()
-    pairs = build_pairs(tok, args.pairs)
+    pairs = build_pairs(tok, args.pairs, args.all_passages, args.data_dir)
     tokens = sum(len(p["ids"]) for p in pairs)
     targets = sum(len(p["ids"]) - p["target_start"] for p in pairs)
+    torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
 
-    rounds = []
+    rounds, diffs = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         pairs_path = Path(tmp) / "pairs.json"
         pairs_path.write_text(json.dumps({"pairs": pairs}))
+        if cuda:
+            model_path = random_model_dir(args, torch, Path(tmp) / "model")
+            reference = load_on(torch, model_path, "cuda", torch.float32)
+            _, ref_lp = bench_pytorch(dict_args(args, warmup=0, iters=1), reference, pairs, "targets")
+            del reference
+            torch.cuda.empty_cache()
+            model = load_on(torch, model_path, "cuda", torch_dtype)
+        else:
+            model_path = wdir / gguf
+            model = AutoModelForCausalLM.from_pretrained(str(wdir), gguf_file=gguf, dtype=torch.float32)
+            model.eval()
+            ref_lp = None
         for _ in range(args.rounds):
-            one = []
+            one, lps = [], {}
             if args.hopscore:
-                one.append(bench_hopscore(args, pairs_path))
-            one.append(bench_pytorch(args, model, pairs, "full"))
-            one.append(bench_pytorch(args, model, pairs, "targets"))
+                row, lps["hopscore"] = bench_hopscore(args, model_path, pairs_path)
+                one.append(row)
+            for mode in ("full", "targets"):
+                row, lps[f"pytorch-{mode}"] = bench_pytorch(args, model, pairs, mode)
+                one.append(row)
             rounds.append(one)
+        if ref_lp is not None:
+            diffs = {name: token_diff(lp, ref_lp) for name, lp in lps.items()}
+        if "hopscore" in lps:
+            diffs["hopscore vs pytorch-targets"] = token_diff(lps["hopscore"], lps["pytorch-targets"])
     # Per engine, the round with the median throughput.
     results = []
     for k in range(len(rounds[0])):
         runs = sorted((r[k] for r in rounds), key=lambda r: r["tokens_per_s"])
         best = dict(runs[len(runs) // 2])
         best["rounds_tokens_per_s"] = [round(r[k]["tokens_per_s"], 1) for r in rounds]
+        best["max_abs_dlogp_vs_f32"], best["mean_abs_dlogp_vs_f32"] = diffs.get(best["engine"], (None, None))
         results.append(best)
     if args.json:
         for r in results:
             print(json.dumps(r))
+        if "hopscore vs pytorch-targets" in diffs:
+            m, a = diffs["hopscore vs pytorch-targets"]
+            print(json.dumps({"compare": "hopscore vs pytorch-targets", "max_abs_dlogp": m, "mean_abs_dlogp": a}))
         return 0
+    where = (
+        f"random {args.shape} weights, {args.dtype} on {torch.cuda.get_device_name(args.gpu)}"
+        if cuda
+        else f"SmolLM2-135M-Instruct (GGUF Q4_1 → f32), threads {args.threads}, "
+        f"cpu {platform.processor() or platform.machine()}"
+    )
     print(
-        f"SmolLM2-135M-Instruct (GGUF Q4_1 → f32), {len(pairs)} pairs, {tokens} tokens ({targets} scored), "
+        f"{where}; {len(pairs)} pairs, {tokens} tokens ({targets} scored), "
         f"batches ≤ {args.max_batch_tokens} tokens, {args.iters} passes (+{args.warmup} warm-up) × "
-        f"{args.rounds} interleaved rounds (median shown), "
-        f"threads {args.threads}, cpu {platform.processor() or platform.machine()}"
+        f"{args.rounds} interleaved rounds (median shown)"
     )
     base = {r["engine"]: r["tokens_per_s"] for r in results}
-    print(f"{'engine':<16} {'s/pass':>8} {'tokens/s':>10} {'mean loglik':>12} {'hopscore ×':>11}  rounds (tokens/s)")
+    print(f"{'engine':<16} {'s/pass':>8} {'tokens/s':>10} {'mean loglik':>12} {'hopscore ×':>11}"
+          f"{'  max|Δlogp| vs f32' if cuda else ''}  rounds (tokens/s)")
     for r in results:
         ratio = base.get("hopscore", float("nan")) / r["tokens_per_s"]
+        d = f"  {r['max_abs_dlogp_vs_f32']:>18.3e}" if cuda else ""
         print(
             f"{r['engine']:<16} {r['seconds_per_pass']:>8.3f} {r['tokens_per_s']:>10.0f} "
-            f"{r['mean_loglik']:>12.5f} {ratio:>11.2f}  {r['rounds_tokens_per_s']}"
+            f"{r['mean_loglik']:>12.5f} {ratio:>11.2f}{d}  {r['rounds_tokens_per_s']}"
         )
+    if "hopscore vs pytorch-targets" in diffs:
+        m, a = diffs["hopscore vs pytorch-targets"]
+        print(f"per-token |Δ log p|, hopscore vs pytorch-targets ({args.dtype}): max {m:.3e}, mean {a:.3e}")
     return 0
+
+
+def dict_args(args, **over):
+    """A copy of the parsed arguments with some fields replaced."""
+    return argparse.Namespace(**{**vars(args), **over})
 
 
 if __name__ == "__main__":

@@ -148,6 +148,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "goldens"))
+from common import DEBERTA_V3_ATTENTION  # noqa: E402  (tools/goldens/common.py, standard library only)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -156,16 +159,12 @@ SHAPES = {
     "deberta-v3-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "deberta-v3-large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
 }
+# A microsoft/deberta-v3-* config: the v3 attention settings of the golden generators
+# (tools/goldens/common.py) plus the vocabulary, norm and activation of the released models.
 V3_COMMON = dict(
+    **DEBERTA_V3_ATTENTION,
     vocab_size=128100,
     max_position_embeddings=512,
-    relative_attention=True,
-    position_buckets=256,
-    max_relative_positions=-1,
-    pos_att_type=["p2c", "c2p"],
-    share_att_key=True,
-    norm_rel_ebd="layer_norm",
-    position_biased_input=False,
     type_vocab_size=0,
     layer_norm_eps=1e-7,
     hidden_act="gelu",

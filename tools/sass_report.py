@@ -17,7 +17,10 @@ ones.
 
 Entries that claim the v3 targets (CLAIMS below) must meet them, or the report exits
 with status 1 (CI fails): no generic loads or stores (bf16/f16), no spills, and for the
-attentions at least one HMMA per 8 instructions of the main loop.
+attentions at least one HMMA per 8 instructions of the main loop. The vectorised
+elementwise, norm and head kernels (VECTOR_CLAIMS) must have a 16-byte global load
+(LDG.E.128) in a loop (their vector loops sit beside element-by-element fallbacks, so
+"main loop" may name either); LDG.128 and STG.128 count those loads and stores.
 
 Usage: tools/sass_report.py --nvcc PATH --cuobjdump PATH [--kernel-dir kernels]
        [--markdown FILE]
@@ -39,28 +42,54 @@ SM_SMEM = 233472  # 228 KiB
 BLOCK_RESERVED_SMEM = 1024  # per block, reserved by the system on sm_80+
 REG_UNIT = 256  # registers are allocated per warp in units of 256
 
-# Launch geometry of each kernel (entry-name prefix → threads per block, dynamic
-# shared memory in bytes), as the launchers in src/backend/cuda/ set it for head dim
-# 64 (instances for 128: at 128; with the position band) and hidden size 768; the
-# longest matching prefix wins.
+# Launch geometry of each kernel: entry-name prefix → (threads per block, dynamic shared
+# memory in bytes), as expressions over kernels/geometry.cuh (the numbers the kernels
+# and the launchers in src/backend/cuda/ use), at head dim 64 (instances for 128: at
+# 128), with the position band, and hidden size 768; the longest matching prefix wins,
+# other entries get ROW_THREADS and no dynamic shared memory.
 GEOMETRY = {
-    "disentangled_attention_f32": (128, 41980),
-    "disentangled_attention_v3_d64": (128, 96256),
-    "disentangled_attention_v3_d128": (128, 161792),
-    "causal_attention_f32": (128, 20864),
-    "causal_attention_fma": (128, 20864),
-    "causal_attention_v3_d64": (128, 46080),
-    "causal_attention_v3_d128": (128, 87040),
-    "question_loglik": (256, 0),
-    "question_loglik_bf16": (256, 62976),
-    "question_loglik_f16": (256, 62976),
-    "question_loglik_merge": (128, 0),
-    "layer_norm": (256, 3072),
-    "rms_norm": (256, 0),
-    "rope": (128, 256),
-    "tensor_core_check": (128, 0),
+    "disentangled_attention_f32": ("ATTENTION_THREADS", "disentangled_v1_smem(64, 1)"),
+    "disentangled_attention_v3_d64": ("ATTENTION_THREADS", "disentangled_v3_smem(64, 1)"),
+    "disentangled_attention_v3_d128": ("ATTENTION_THREADS", "disentangled_v3_smem(128, 1)"),
+    "causal_attention_f32": ("ATTENTION_THREADS", "causal_v1_smem(64)"),
+    "causal_attention_fma": ("ATTENTION_THREADS", "causal_v1_smem(64)"),
+    "causal_attention_v3_d64": ("ATTENTION_THREADS", "causal_v3_smem(64)"),
+    "causal_attention_v3_d128": ("ATTENTION_THREADS", "causal_v3_smem(128)"),
+    "question_loglik": ("LOGLIK_THREADS", "0"),
+    "question_loglik_bf16": ("LOGLIK_THREADS", "LOGLIK_TC_SMEM"),
+    "question_loglik_f16": ("LOGLIK_THREADS", "LOGLIK_TC_SMEM"),
+    "question_loglik_merge": ("LOGLIK_MERGE_THREADS", "0"),
+    "layer_norm": ("ROW_THREADS", "layer_norm_smem(768)"),
+    "rms_norm": ("ROW_THREADS", "0"),
+    "rope": ("ROPE_THREADS", "rope_smem(32)"),
+    "tensor_core_check": ("TENSOR_CORE_CHECK_THREADS", "0"),
+    "cls_head": ("HEAD_THREADS", "head_smem(768 + HEAD_POOLER_CHUNK)"),
+    "token_head": ("HEAD_THREADS", "head_smem(768 + 2)"),  # 2 labels
 }
-DEFAULT_THREADS = 256
+DEFAULT_GEOMETRY = ("ROW_THREADS", "0")
+
+
+def load_geometry(path):
+    """The constants and formulas of kernels/geometry.cuh, by name (the one-line forms
+    its header comment allows; C++ integer division becomes //)."""
+    names = {}
+    const = re.compile(r"constexpr unsigned (\w+) = (.+);")
+    func = re.compile(r"constexpr unsigned (\w+)\(([^)]*)\) \{ return (.+); \}")
+    with open(path) as f:
+        for line in f:
+            line = line.split("//")[0].strip()
+            if not line.startswith("constexpr unsigned "):
+                continue
+            m = func.fullmatch(line)
+            if m:
+                params = ", ".join(p.split()[-1] for p in m.group(2).split(","))
+                names[m.group(1)] = eval(f"lambda {params}: {m.group(3).replace('/', '//')}", names)
+                continue
+            m = const.fullmatch(line)
+            if not m:
+                sys.exit(f"sass_report: {path}: not of a form the report reads: {line}")
+            names[m.group(1)] = eval(m.group(2).replace("/", "//"), names)
+    return names
 
 # Entries that claim the static targets (regular expressions on the entry name), with
 # the largest number of main-loop instructions per HMMA they may have (None: no
@@ -71,7 +100,12 @@ CLAIMS = [
     (r"^question_loglik_(bf16|f16)$", None),
 ]
 
-COLUMNS = ["HMMA", "LDSM", "LDS", "STS", "LDG", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]
+# Entries that must move global memory by 16-byte vectors (LDG.E.128) in a loop.
+VECTOR_CLAIMS = [
+    r"^(gelu|gelu_new|add|gather_rows|swiglu|layer_norm|rms_norm|cls_head|token_head)_(f32|bf16|f16)$",
+]
+
+COLUMNS = ["HMMA", "LDSM", "LDS", "STS", "LDG", "LDG.128", "STG.128", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]
 
 
 def category(op):
@@ -109,11 +143,13 @@ def counts(insns):
         col = category(op)
         if col:
             c[col] += 1
+        if op.split(".")[0] in ("LDG", "STG") and op.endswith(".128"):
+            c[op.split(".")[0] + ".128"] += 1
     return c
 
 
-def main_loop(insns):
-    """(first address, last address) of the main loop, or None."""
+def find_loops(insns):
+    """[(first address, last address)] of every loop (a backward branch closes one)."""
     loops = []
     for addr, op, rest in insns:
         if op.split(".")[0] != "BRA":
@@ -121,6 +157,19 @@ def main_loop(insns):
         m = TARGET.search(rest)
         if m and int(m.group(1), 16) < addr:
             loops.append((int(m.group(1), 16), addr))
+    return loops
+
+
+def vector_loop(insns):
+    """Whether some loop moves global memory by a 16-byte load (LDG.E.128)."""
+    return any(
+        counts([i for i in insns if lo <= i[0] <= hi])["LDG.128"] > 0 for lo, hi in find_loops(insns)
+    )
+
+
+def main_loop(insns):
+    """(first address, last address) of the main loop, or None."""
+    loops = find_loops(insns)
     if not loops:
         return None
 
@@ -163,12 +212,14 @@ def ptxas_info(stderr):
     return info
 
 
-def geometry(name):
-    best = None
+def geometry(name, names):
+    """(threads, dynamic shared memory) of entry `name`."""
+    best = ("", DEFAULT_GEOMETRY)
     for prefix, g in GEOMETRY.items():
-        if name.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+        if name.startswith(prefix) and len(prefix) > len(best[0]):
             best = (prefix, g)
-    return best[1] if best else (DEFAULT_THREADS, 0)
+    threads, smem = best[1]
+    return eval(threads, names), eval(smem, names)
 
 
 def blocks_per_sm(regs, threads, smem):
@@ -187,7 +238,7 @@ def run(cmd):
     return r
 
 
-def report_file(src, nvcc, cuobjdump, tmp):
+def report_file(src, nvcc, cuobjdump, tmp, names):
     cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
     include = "-I" + os.path.dirname(src)
     r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={ARCH}", include, "-Xptxas", "-v", src, "-o", cubin])
@@ -197,7 +248,7 @@ def report_file(src, nvcc, cuobjdump, tmp):
     for name in sorted(sass):
         insns = sass[name]
         regs, spill_st, spill_ld, smem = info.get(name, [0, 0, 0, 0])
-        threads, dyn = geometry(name)
+        threads, dyn = geometry(name, names)
         loop = main_loop(insns)
         inner = counts([i for i in insns if loop and loop[0] <= i[0] <= loop[1]])
         rows.append(
@@ -211,6 +262,7 @@ def report_file(src, nvcc, cuobjdump, tmp):
                 "blocks": blocks_per_sm(regs, threads, smem + dyn),
                 "all": counts(insns),
                 "loop": inner if loop else None,
+                "vector_loop": vector_loop(insns),
             }
         )
     return rows
@@ -232,6 +284,10 @@ def check_claims(rows):
             if lp is None or lp["HMMA"] == 0 or lp["total"] > every * lp["HMMA"]:
                 got = f"{lp['HMMA']} HMMA in {lp['total']}" if lp else "no loop"
                 failures.append(f"{row['name']}: main loop has {got} instructions (target ≥ 1 per {every})")
+    for row in rows:
+        if any(re.search(p, row["name"]) for p in VECTOR_CLAIMS):
+            if not row["vector_loop"]:
+                failures.append(f"{row['name']}: no loop with an LDG.E.128")
     return failures
 
 
@@ -269,10 +325,11 @@ def main():
         for f in os.listdir(args.kernel_dir)
         if f.endswith(".cu") and (not args.only or re.search(args.only, f))
     )
+    names = load_geometry(os.path.join(args.kernel_dir, "geometry.cuh"))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for src in srcs:
-            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp))
+            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp, names))
     table = markdown(rows)
     print(table)
     if args.markdown:
@@ -280,9 +337,10 @@ def main():
             f.write(table + "\n")
     failures = check_claims(rows)
     claimed = sum(1 for r in rows if any(re.search(p, r["name"]) for p, _ in CLAIMS))
+    claimed += sum(1 for r in rows if any(re.search(p, r["name"]) for p in VECTOR_CLAIMS))
     for f in failures:
         print(f"sass_report: TARGET MISSED: {f}", file=sys.stderr)
-    print(f"sass_report: {len(rows)} entries, {claimed} claiming the v3 targets, {len(failures)} misses", file=sys.stderr)
+    print(f"sass_report: {len(rows)} entries, {claimed} claiming targets (v3 or vector), {len(failures)} misses", file=sys.stderr)
     return 1 if failures else 0
 
 

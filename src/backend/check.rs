@@ -1,7 +1,9 @@
 //! Argument checks shared by every backend: an op validates shapes here before it
 //! touches data, so the CPU and CUDA backends fail alike with the same message.
 
-use super::{AttentionShape, CausalShape, Input, OpError, OpResult, SeqLayout};
+use super::{
+    AttentionShape, CausalShape, ClsHead, Dense, Input, OpError, OpResult, SeqLayout, SeqPooling,
+};
 
 /// A matrix shape `[rows, cols]`.
 pub trait Dims {
@@ -152,11 +154,16 @@ pub fn gather_rows(x: &impl Dims, rows: &[usize]) -> OpResult<()> {
     Ok(())
 }
 
-pub fn mean_pool(x: &impl Dims, layout: &SeqLayout) -> OpResult<()> {
-    let (rows, _) = x.dims();
+/// `x` is the `[tokens, hidden]` of `layout`; returns `(sequences, labels)`.
+pub fn cls_head<T: Dims>(
+    x: &T,
+    layout: &SeqLayout,
+    head: &ClsHead<'_, T>,
+) -> OpResult<(usize, usize)> {
+    let (rows, cols) = x.dims();
     if rows != layout.num_tokens() || layout.mask.len() != rows {
         return fail(
-            "mean_pool",
+            "cls_head",
             format!(
                 "{rows} rows, {} tokens in the layout, {} mask values",
                 layout.num_tokens(),
@@ -164,7 +171,45 @@ pub fn mean_pool(x: &impl Dims, layout: &SeqLayout) -> OpResult<()> {
             ),
         );
     }
-    Ok(())
+    if head.pooling == SeqPooling::First {
+        if let Some(s) = layout.cu_seqlens.windows(2).position(|w| w[1] <= w[0]) {
+            return fail(
+                "cls_head",
+                format!("sequence {s} is empty: it has no [CLS] row"),
+            );
+        }
+    }
+    let width = match head.pooler {
+        Some(p) => dense("cls_head", "pooler", cols, p)?,
+        None => cols,
+    };
+    Ok((
+        layout.num_seqs(),
+        dense("cls_head", "classifier", width, head.classifier)?,
+    ))
+}
+
+/// Returns the labels of a token head over `x`.
+pub fn token_head<T: Dims>(x: &T, classifier: Dense<'_, T>) -> OpResult<usize> {
+    dense("token_head", "classifier", x.dims().1, classifier)
+}
+
+/// Outputs of dense layer `what` of `op` applied to rows of `input` values.
+fn dense<T: Dims>(op: &'static str, what: &str, input: usize, d: Dense<'_, T>) -> OpResult<usize> {
+    let (out, cols) = d.weight.dims();
+    if cols != input {
+        return fail(op, format!("the {what} takes {cols} inputs, given {input}"));
+    }
+    if let Some(b) = d.bias.filter(|b| b.numel() != out) {
+        return fail(
+            op,
+            format!("the {what} bias has {} values for {out} outputs", b.numel()),
+        );
+    }
+    if out == 0 {
+        return fail(op, format!("the {what} has no outputs"));
+    }
+    Ok(out)
 }
 
 pub fn add(x: &impl Dims, y: &impl Dims) -> OpResult<()> {

@@ -10,6 +10,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
+pub mod fatbin;
 pub mod kernels;
 
 use crate::tensor::HostTensor;
@@ -194,6 +195,48 @@ pub struct CausalShape {
     pub head_dim: usize,
     /// Scores are multiplied by this (`1 / sqrt(head_dim)`).
     pub scale: f32,
+}
+
+/// A dense layer as the head ops read it: `weight: [out, in]`, `bias: [out]`.
+#[derive(Debug)]
+pub struct Dense<'a, T> {
+    pub weight: &'a T,
+    pub bias: Option<&'a T>,
+}
+
+impl<T> Clone for Dense<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Dense<'_, T> {}
+
+/// The row a sequence classification head reads from each sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqPooling {
+    /// The sequence's first row (its [CLS]).
+    First,
+    /// The mean of its rows whose mask is 1: `Σ m_t x_t / max(Σ m_t, 1)`.
+    Mean,
+}
+
+/// A sequence classification head for [`Backend::cls_head`]: the pooled row, then
+/// `gelu(pooler)` when there is a pooler (HF `ContextPooler`), then the classifier.
+#[derive(Debug)]
+pub struct ClsHead<'a, T> {
+    pub pooling: SeqPooling,
+    pub pooler: Option<Dense<'a, T>>,
+    pub classifier: Dense<'a, T>,
+}
+
+/// What [`Backend::token_head`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogits {
+    /// `[tokens, labels]`, in f32 on every backend.
+    pub logits: HostTensor,
+    /// Per token, the label of its largest logit (ties to the lowest label, as
+    /// `torch.argmax`; the argmax of the softmax).
+    pub labels: Vec<u32>,
 }
 
 /// Device time of one kernel (or of the GEMMs) over a profiled pass.
@@ -386,9 +429,21 @@ pub trait Backend: Send + Sync {
     ) -> OpResult<Self::Tensor>;
     /// Rows `rows` of `x` (the [CLS] gather of classification heads).
     fn gather_rows(&self, x: &Self::Tensor, rows: Input<'_, [usize]>) -> OpResult<Self::Tensor>;
-    /// Per sequence, the mean of its rows whose mask is 1 (`Σ m_t x_t / max(Σ m_t, 1)`)
-    /// → `[sequences, cols]` (mean pooling heads).
-    fn mean_pool(&self, x: &Self::Tensor, layout: Input<'_, SeqLayout>) -> OpResult<Self::Tensor>;
+    /// Logits `[sequences, labels]` (f32 on every backend) of a sequence classification
+    /// head over the sequences of `layout` in `hidden` (one kernel on a device).
+    fn cls_head(
+        &self,
+        hidden: &Self::Tensor,
+        layout: Input<'_, SeqLayout>,
+        head: &ClsHead<'_, Self::Tensor>,
+    ) -> OpResult<HostTensor>;
+    /// A token classification head: `hidden · wᵀ + b` for every row, and each row's
+    /// label (one kernel on a device).
+    fn token_head(
+        &self,
+        hidden: &Self::Tensor,
+        classifier: Dense<'_, Self::Tensor>,
+    ) -> OpResult<TokenLogits>;
     /// A copy of `x` (the residual stream before a pre-norm block).
     fn copy(&self, x: &Self::Tensor) -> OpResult<Self::Tensor>;
     /// `x ← x + y` (residual add).

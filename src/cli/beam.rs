@@ -1,5 +1,5 @@
 //! `hopscore beam`: the arguments of the beam job ([`crate::jobs::beam`]) and its run
-//! over a question file ([`crate::pipeline::questions`]).
+//! over a question file ([`crate::pipeline::files`]).
 
 use std::path::PathBuf;
 
@@ -10,7 +10,7 @@ use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
 use crate::jobs::beam::{self, BeamConfig, Hops};
 use crate::jobs::device::with_backend;
-use crate::pipeline::questions;
+use crate::pipeline::files;
 
 #[derive(Debug, Clone, Args)]
 pub struct BeamArgs {
@@ -71,10 +71,13 @@ fn parse_hops(s: &str) -> Result<Hops, String> {
 /// Runs `hopscore beam`.
 pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    args.run.check_paths(&[])?;
+    args.run.check_paths(&super::inputs(&[
+        ("--model", Some(&args.model)),
+        ("--tokenizer", args.tokenizer.as_deref()),
+    ]))?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = beam::job(args.config(), be)?;
-        questions::run(&mut job, &args.run.file_run())
+        files::run(&mut job, &args.run.file_run())
     })
 }
 

@@ -21,7 +21,7 @@ pub struct BenchArgs {
     pub batch: Option<usize>,
     /// Size n of the n×n×n GEMM that measures the GPU's peak in the same dtype
     /// (0 skips it; ignored on the CPU).
-    #[arg(long, default_value_t = 8192, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = 8192)]
     pub peak_gemm: usize,
     /// Untimed passes before timing.
     #[arg(long, default_value_t = 1)]

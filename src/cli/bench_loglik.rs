@@ -11,10 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::DeviceOpts;
 use crate::backend::Backend;
-use crate::jobs::decoder::load_decoder;
 use crate::jobs::device::with_backend;
-use crate::jobs::loglik::score;
-use crate::model::decoder::ScoredSequence;
+use crate::jobs::loglik::{token_logprobs, Loglik};
+use crate::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchLoglikArgs {
@@ -41,6 +40,11 @@ pub struct BenchLoglikArgs {
     /// Print one JSON line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the last pass's per-token log-probabilities here, as JSON
+    /// `{"logprobs": [[..], ..]}` in the order of the pairs (for a per-token comparison
+    /// with another engine).
+    #[arg(long)]
+    pub scores: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,16 +96,10 @@ fn run_on<B: Backend>(be: &B, args: &BenchLoglikArgs) -> Result<BenchLoglikResul
         })
         .collect();
     ensure!(!seqs.is_empty(), "{} has no pairs", args.pairs.display());
-    let loaded = load_decoder(be, &args.model, None)?;
-    let pass = || {
-        score(
-            be,
-            &loaded.model,
-            &seqs,
-            args.temperature,
-            args.max_batch_tokens,
-        )
-    };
+    // Token ids in, so no tokenizer: the model alone.
+    let model = DecoderForCausalLM::load(be, DecoderSource::open(&args.model)?)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let pass = || token_logprobs(be, &model, &seqs, args.temperature, args.max_batch_tokens);
     let mut results = Vec::new();
     for _ in 0..args.warmup {
         results = pass()?;
@@ -111,11 +109,20 @@ fn run_on<B: Backend>(be: &B, args: &BenchLoglikArgs) -> Result<BenchLoglikResul
         results = pass()?;
     }
     let per_pass = t.elapsed().as_secs_f64() / args.iters as f64;
+    if let Some(path) = &args.scores {
+        let json = serde_json::json!({ "logprobs": results });
+        std::fs::write(path, json.to_string())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let means: Vec<f64> = results
+        .iter()
+        .map(|lp| Loglik::from_tokens(lp).mean)
+        .collect();
     let tokens = seqs.iter().map(|s| s.ids.len()).sum::<usize>();
     Ok(BenchLoglikResult {
         engine: "hopscore",
         device: be.name(),
-        model_type: loaded.model.config.model_type.clone(),
+        model_type: model.config.model_type.clone(),
         threads: rayon::current_num_threads(),
         pairs: seqs.len(),
         tokens,
@@ -123,7 +130,7 @@ fn run_on<B: Backend>(be: &B, args: &BenchLoglikArgs) -> Result<BenchLoglikResul
         iters: args.iters,
         seconds_per_pass: per_pass,
         tokens_per_s: tokens as f64 / per_pass,
-        mean_loglik: results.iter().map(|r| r.mean).sum::<f64>() / results.len() as f64,
+        mean_loglik: means.iter().sum::<f64>() / means.len() as f64,
     })
 }
 

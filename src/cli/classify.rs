@@ -1,15 +1,15 @@
 //! `hopscore classify`: the arguments of the classify job ([`crate::jobs::classify`])
-//! and its run over a file ([`crate::pipeline::rows`]).
+//! and its run over a file ([`crate::pipeline::files`]: parts, `--resume`, `--shard`).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
+use super::row_run::{run_rows, PartArgs, RowSummary};
 use super::DeviceOpts;
+use crate::jobs::classify;
 use crate::jobs::classify::ClassifyConfig;
-use crate::jobs::{build, JobConfig};
-use crate::pipeline::rows::{self, RowFiles, RowSummary};
 
 #[derive(Debug, Clone, Args)]
 pub struct ClassifyArgs {
@@ -43,6 +43,8 @@ pub struct ClassifyArgs {
     #[arg(long)]
     pub quarantine: Option<PathBuf>,
     #[command(flatten)]
+    pub parts: PartArgs,
+    #[command(flatten)]
     pub device: DeviceOpts,
 }
 
@@ -61,13 +63,5 @@ impl ClassifyArgs {
 
 /// Runs `hopscore classify`.
 pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
-    let mut job = build(JobConfig::Classify(args.config()), &args.device.config())?;
-    rows::run(
-        job.as_mut(),
-        RowFiles {
-            input: &args.input,
-            output: &args.output,
-            quarantine: args.quarantine.as_deref(),
-        },
-    )
+    run_rows!(args, classify::job)
 }

@@ -75,7 +75,7 @@ pub fn run(args: &InspectArgs) -> Result<String> {
         Ok(p) => writeln!(s, "tokenizer  {}", p.display())?,
         Err(_) => writeln!(s, "tokenizer  none (pass --tokenizer to classify)")?,
     }
-    let kernels: Vec<&str> = crate::backend::kernels::PTX_MODULES
+    let kernels: Vec<&str> = crate::backend::kernels::MODULES
         .iter()
         .map(|(n, _)| *n)
         .collect();

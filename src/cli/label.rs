@@ -1,5 +1,5 @@
 //! `hopscore label`: the arguments of the label job ([`crate::jobs::label`]) and its
-//! run over a question file ([`crate::pipeline::questions`]).
+//! run over a question file ([`crate::pipeline::files`]).
 
 use std::path::PathBuf;
 
@@ -8,10 +8,9 @@ use clap::Args;
 
 use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
-use crate::io::paths::Named;
 use crate::jobs::device::with_backend;
 use crate::jobs::label::{self, LabelConfig, TagPooling};
-use crate::pipeline::questions;
+use crate::pipeline::files;
 use crate::strategy::efficientrag::{MAX_ITER, TOP_K};
 
 #[derive(Debug, Clone, Args)]
@@ -67,14 +66,14 @@ impl LabelArgs {
 /// Runs `hopscore label`.
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    let corpus: Vec<Named> = args
-        .corpus
-        .iter()
-        .map(|c| Named::new("--corpus", c))
-        .collect();
-    args.run.check_paths(&corpus)?;
+    args.run.check_paths(&super::inputs(&[
+        ("--labeler", Some(&args.labeler)),
+        ("--filter", Some(&args.filter)),
+        ("--tokenizer", args.tokenizer.as_deref()),
+        ("--corpus", args.corpus.as_deref()),
+    ]))?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = label::job(args.config(), be)?;
-        questions::run(&mut job, &args.run.file_run())
+        files::run(&mut job, &args.run.file_run())
     })
 }

@@ -1,5 +1,5 @@
 //! `hopscore lepus`: the arguments of the lepus job ([`crate::jobs::lepus`]) and its
-//! run over a question file ([`crate::pipeline::questions`]).
+//! run over a question file ([`crate::pipeline::files`]).
 
 use std::path::PathBuf;
 
@@ -8,10 +8,9 @@ use clap::{Args, ValueEnum};
 
 use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
-use crate::io::paths::Named;
 use crate::jobs::device::with_backend;
 use crate::jobs::lepus::{self, LepusConfig, LepusScorer};
-use crate::pipeline::questions;
+use crate::pipeline::files;
 use crate::strategy::lepus::{Ensemble, InstructionPosition};
 
 #[derive(Debug, Clone, Args)]
@@ -131,20 +130,19 @@ impl LepusArgs {
 pub fn run(args: &LepusArgs) -> Result<RunSummary> {
     // First, so that a Ctrl-C while the model loads is handled too.
     crate::pipeline::control::install_interrupt_handler();
-    let templates: Vec<Named> = args
-        .templates
-        .iter()
-        .map(|t| Named::new("--templates", t))
-        .collect();
-    args.run.check_paths(&templates)?;
+    args.run.check_paths(&super::inputs(&[
+        ("--model", args.model.as_deref()),
+        ("--tokenizer", args.tokenizer.as_deref()),
+        ("--templates", args.templates.as_deref()),
+    ]))?;
     let config = args.config();
     if args.scorer == LepusScorer::Bm25 {
-        return questions::run(&mut lepus::bm25_job(&config), &args.run.file_run());
+        return files::run(&mut lepus::bm25_job(&config), &args.run.file_run());
     }
     let templates = lepus::templates(&config)?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = lepus::lm_job(&config, templates, be)?;
-        let summary = questions::run(&mut job, &args.run.file_run())?;
+        let summary = files::run(&mut job, &args.run.file_run())?;
         let (all, packed) = job.scorer.prefix_token_counts();
         if all > 0 {
             eprintln!(

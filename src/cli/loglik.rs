@@ -1,15 +1,15 @@
 //! `hopscore loglik`: the arguments of the loglik job ([`crate::jobs::loglik`]) and
-//! its run over a file ([`crate::pipeline::rows`]).
+//! its run over a file ([`crate::pipeline::files`]: parts, `--resume`, `--shard`).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
+use super::row_run::{run_rows, PartArgs, RowSummary};
 use super::DeviceOpts;
+use crate::jobs::loglik;
 use crate::jobs::loglik::LoglikConfig;
-use crate::jobs::{build, JobConfig};
-use crate::pipeline::rows::{self, RowFiles, RowSummary};
 
 #[derive(Debug, Clone, Args)]
 pub struct LoglikArgs {
@@ -48,6 +48,8 @@ pub struct LoglikArgs {
     #[arg(long)]
     pub quarantine: Option<PathBuf>,
     #[command(flatten)]
+    pub parts: PartArgs,
+    #[command(flatten)]
     pub device: DeviceOpts,
 }
 
@@ -67,13 +69,5 @@ impl LoglikArgs {
 
 /// Runs `hopscore loglik`.
 pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
-    let mut job = build(JobConfig::Loglik(args.config()), &args.device.config())?;
-    rows::run(
-        job.as_mut(),
-        RowFiles {
-            input: &args.input,
-            output: &args.output,
-            quarantine: args.quarantine.as_deref(),
-        },
-    )
+    run_rows!(args, loglik::job)
 }

@@ -17,11 +17,15 @@ pub mod loglik;
 pub mod merge;
 pub mod question_run;
 pub mod review;
+pub mod row_run;
 pub mod show;
 
 pub use entry::main_with_args;
 
+use std::path::Path;
+
 use crate::backend::dtype::DType;
+use crate::io::paths::Named;
 use crate::jobs::{DeviceConfig, DeviceKind};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -115,4 +119,13 @@ pub fn init_threads(threads: Option<usize>) -> Result<()> {
         ..DeviceConfig::CPU
     }
     .init_threads()
+}
+
+/// The paths a command reads besides `--input` (`(flag, path)`, `None` when not given),
+/// for the guard that no output overwrites an input.
+pub fn inputs(paths: &[(&str, Option<&Path>)]) -> Vec<Named> {
+    paths
+        .iter()
+        .filter_map(|&(flag, path)| path.map(|p| Named::new(flag, p)))
+        .collect()
 }

@@ -1,5 +1,5 @@
 //! The flags every question-file command shares (`beam`, `label`, `lepus`), and their
-//! conversion into the file runner's options ([`crate::pipeline::questions`]).
+//! conversion into the file runner's options ([`crate::pipeline::files`]).
 
 use std::path::PathBuf;
 
@@ -9,8 +9,8 @@ use clap::Args;
 use super::flags;
 use crate::io::paths::Named;
 use crate::pipeline::control::Shard;
-use crate::pipeline::questions::FileRun;
-pub use crate::pipeline::questions::RunSummary;
+use crate::pipeline::files::FileRun;
+pub use crate::pipeline::files::RunSummary;
 use crate::pipeline::SchedulerConfig;
 
 /// Where a run reads and writes, and how it is batched, split and committed (flattened
@@ -57,6 +57,7 @@ impl RunArgs {
             resume: self.resume,
             shard: self.shard,
             part_rows: self.part_rows,
+            limit: None,
         }
     }
 
@@ -69,8 +70,8 @@ impl RunArgs {
     }
 
     /// Refuses outputs that would overwrite an input (`extra_inputs`: the command's
-    /// other input files, e.g. a corpus).
+    /// other input files, e.g. a model or a corpus).
     pub fn check_paths(&self, extra_inputs: &[Named]) -> Result<()> {
-        self.file_run().check_paths(extra_inputs)
+        self.file_run().check_paths(extra_inputs, &[])
     }
 }

@@ -1,58 +1,28 @@
-//! `hopscore review`: the LLM post-stage (Tree of Reviews or ALLIES) over a question
-//! file, optionally starting from the chains of `hopscore beam`, against an
-//! OpenAI-compatible endpoint.
-//!
-//! `--concurrency N` worker threads each drive one question at a time, so at most N
-//! calls are in flight; a reader thread feeds them and the main thread writes the rows
-//! in input order. A question whose call fails for good (retries exhausted, or a 4xx) is
-//! written with `status = failed` and the reason; the run goes on. Ctrl-C ends the
-//! waits between retries at once; the questions it interrupts are left out of the
-//! output (a rerun answers them, the cache serving the calls already made).
+//! `hopscore review`: the arguments of the review job ([`crate::jobs::review`]) and
+//! its run over a question file ([`crate::pipeline::files`]: parts, `--resume`).
+//! Ctrl-C ends the waits between retries at once; the questions it interrupts are
+//! left out of the output, and `--resume` answers them (the cache serving the calls
+//! already made).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use arrow::array::{
-    Array, ArrayRef, AsArray, Int32Builder, ListBuilder, RecordBatch, StringArray, StringBuilder,
-    UInt32Array, UInt64Array,
-};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-use clap::{Args, ValueEnum};
+use anyhow::Result;
+use clap::Args;
 
-use crate::io::atomic::commit_all;
-use crate::io::metadata::tool_metadata;
-use crate::io::parquet_io::{sibling, string_column, BatchedWriter, ParquetInput};
-use crate::io::paths::{check_outputs, Kind, Named};
-use crate::io::quarantine::{BadRow, QuarantineWriter};
-use crate::io::questions::{Question, QuestionReader};
-use crate::pipeline::control::progress_bar;
-use crate::post::allies::{self, AlliesConfig};
-use crate::post::cache::ResponseCache;
-use crate::post::client::{ChatClient, ClientConfig};
-use crate::post::tor::{self, Expansion, TorConfig};
-use crate::post::{Bm25Retriever, CallStats, Doc, Llm, Retriever, Session};
-use crate::retrieve::Corpus;
-
-/// Rows written per output record batch.
-const WRITE_ROWS: usize = 64;
-
-/// The LLM strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StrategyArg {
-    /// Tree of Reviews (SPEC §4).
-    Tor,
-    /// ALLIES (SPEC §5).
-    Allies,
-}
+use crate::io::parquet_io::sibling;
+use crate::io::paths::{Kind, Named};
+use crate::jobs::review::{self, ReviewConfig, ReviewStrategy, ReviewTally};
+use crate::pipeline::control::{install_interrupt_handler, INTERRUPTED};
+use crate::pipeline::files::{self, FileRun};
+use crate::post::allies::AlliesConfig;
+use crate::post::client::ClientConfig;
+use crate::post::tor::{Expansion, TorConfig};
 
 #[derive(Debug, Clone, Args)]
 pub struct ReviewArgs {
     #[arg(long, value_enum)]
-    pub strategy: StrategyArg,
+    pub strategy: ReviewStrategy,
     /// Question file written by `hopscore import`.
     #[arg(long)]
     pub input: PathBuf,
@@ -139,54 +109,95 @@ pub struct ReviewArgs {
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
     #[arg(long)]
     pub quarantine: Option<PathBuf>,
+    /// Continue an interrupted run (its `<output>.parts` directory) with the same flags.
+    #[arg(long)]
+    pub resume: bool,
+    /// Input rows per committed part (see `hopscore beam --part-rows`).
+    #[arg(long, default_value_t = 256, value_parser = super::flags::positive_u64)]
+    pub part_rows: u64,
 }
 
 /// Counts of a run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ReviewSummary {
-    pub questions: u64,
-    pub answered: u64,
-    pub failed: u64,
-    /// The reason of the first failed question.
-    pub first_failure: Option<String>,
+    /// The reviewed questions (this run's).
+    pub tally: ReviewTally,
     pub quarantined: u64,
-    /// Questions a Ctrl-C stopped in a retry wait (not written).
-    pub interrupted_questions: u64,
-    pub calls: CallStats,
-    pub parse_failures: u64,
     pub seconds: f64,
     pub quarantine_path: PathBuf,
     pub cache_dir: Option<PathBuf>,
-    /// Stopped by Ctrl-C: the rows finished so far are written.
+    /// Stopped by Ctrl-C: the rows finished so far are written, `--resume` continues.
     pub interrupted: bool,
 }
 
-/// One output row.
-struct ReviewRow {
-    id: String,
-    answer: Option<String>,
-    failure: Option<String>,
-    chain: Vec<usize>,
-    titles: Vec<String>,
-    corpus_ids: Vec<String>,
-    trace: String,
-    stats: CallStats,
-    parse_failures: Vec<String>,
+impl ReviewArgs {
+    /// The response cache directory, unless `--no-cache`.
+    fn cache_dir(&self) -> Option<PathBuf> {
+        (!self.no_cache).then(|| {
+            self.cache
+                .clone()
+                .unwrap_or_else(|| sibling(&self.output, "llm-cache").with_extension(""))
+        })
+    }
+
+    /// The library's config of the job.
+    pub fn config(&self) -> ReviewConfig {
+        ReviewConfig {
+            strategy: self.strategy,
+            input: self.input.clone(),
+            chains: self.chains.clone(),
+            corpus: self.corpus.clone(),
+            client: ClientConfig {
+                endpoint: self.endpoint.clone(),
+                model: self.llm_model.clone(),
+                api_key: std::env::var(&self.api_key_env)
+                    .ok()
+                    .filter(|k| !k.is_empty()),
+                temperature: self.temperature,
+                max_tokens: self.max_tokens,
+                timeout: Duration::from_secs_f64(self.timeout),
+                max_retries: self.max_retries,
+                backoff_base: Duration::from_secs_f64(self.backoff),
+                backoff_max: Duration::from_secs_f64(self.backoff_max),
+                stop: Some(&INTERRUPTED),
+            },
+            cache: self.cache_dir(),
+            concurrency: self.concurrency,
+            tor: TorConfig {
+                widths: (0..self.depth)
+                    .map(|d| self.widths[d.min(self.widths.len() - 1)])
+                    .collect(),
+                expansion: self.expansion,
+                relevance_pruning: !self.no_relevance_pruning,
+                repetitive_pruning: !self.no_repetitive_pruning,
+            },
+            allies: AlliesConfig {
+                beam_size: self.beam_size,
+                depth: self.beam_depth,
+                sub_questions: self.sub_questions,
+                top_n: self.top_n,
+                threshold: self.threshold,
+            },
+        }
+    }
+
+    /// The file runner's options.
+    pub fn file_run(&self) -> FileRun {
+        FileRun {
+            input: self.input.clone(),
+            output: self.output.clone(),
+            quarantine: self.quarantine.clone(),
+            resume: self.resume,
+            shard: None,
+            part_rows: self.part_rows,
+            limit: self.limit,
+        }
+    }
 }
 
-/// Everything a worker needs besides the question.
-struct Shared<'a> {
-    args: &'a ReviewArgs,
-    llm: &'a dyn Llm,
-    chains: &'a HashMap<String, Vec<usize>>,
-    corpus: Option<&'a Corpus>,
-    tor: TorConfig,
-    allies: AlliesConfig,
-}
-
+/// Runs `hopscore review`.
 pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
-    crate::pipeline::control::install_interrupt_handler();
-    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    install_interrupt_handler();
     anyhow::ensure!(
         args.depth >= 1 && !args.widths.is_empty() && args.widths.iter().all(|&w| w >= 1),
         "--depth and every --widths entry must be at least 1"
@@ -200,475 +211,26 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         "--timeout must be positive, --backoff and --backoff-max non-negative"
     );
     let started = Instant::now();
-    let quarantine_path = args
-        .quarantine
-        .clone()
-        .unwrap_or_else(|| sibling(&args.output, "quarantine"));
-    let cache_dir = (!args.no_cache).then(|| {
-        args.cache
-            .clone()
-            .unwrap_or_else(|| sibling(&args.output, "llm-cache").with_extension(""))
-    });
-    let mut inputs = vec![Named::new("--input", &args.input)];
+    let file_run = args.file_run();
+    let mut inputs = Vec::new();
     inputs.extend(args.chains.as_deref().map(|p| Named::new("--chains", p)));
     inputs.extend(args.corpus.as_deref().map(|p| Named::new("--corpus", p)));
-    let mut outputs = vec![
-        (Named::new("--output", &args.output), Kind::File),
-        (
-            Named::new("the quarantine file", &quarantine_path),
-            Kind::File,
-        ),
-    ];
-    outputs.extend(
-        cache_dir
-            .as_deref()
-            .map(|d| (Named::new("the response cache directory", d), Kind::Dir)),
-    );
-    check_outputs(&inputs, &outputs)?;
-    let chains = match &args.chains {
-        Some(p) => read_chains(p)?,
-        None => HashMap::new(),
-    };
-    let corpus = args
-        .corpus
+    let config = args.config();
+    let cache: Vec<(Named, Kind)> = config
+        .cache
         .as_deref()
-        .map(|p| {
-            let c = Corpus::from_parquet(p)?;
-            if c.skipped > 0 {
-                eprintln!(
-                    "corpus: {} rows skipped (first: {})",
-                    c.skipped,
-                    c.first_skip_reason.as_deref().unwrap_or("?")
-                );
-            }
-            anyhow::ensure!(
-                !c.is_empty(),
-                "the corpus {} has no usable passage",
-                p.display()
-            );
-            Ok(c)
-        })
-        .transpose()?;
-    let client = client(args, cache_dir.as_deref())?;
-    let widths: Vec<usize> = (0..args.depth)
-        .map(|d| args.widths[d.min(args.widths.len() - 1)])
+        .map(|d| (Named::new("the response cache directory", d), Kind::Dir))
+        .into_iter()
         .collect();
-    let ctx = Shared {
-        args,
-        llm: &client,
-        chains: &chains,
-        corpus: corpus.as_ref(),
-        tor: TorConfig {
-            widths: widths.clone(),
-            expansion: args.expansion,
-            relevance_pruning: !args.no_relevance_pruning,
-            repetitive_pruning: !args.no_repetitive_pruning,
-        },
-        allies: AlliesConfig {
-            beam_size: args.beam_size,
-            depth: args.beam_depth,
-            sub_questions: args.sub_questions,
-            top_n: args.top_n,
-            threshold: args.threshold,
-        },
-    };
-    let metadata = metadata(args, &widths);
-
-    let reader = QuestionReader::open(&args.input, 64)?;
-    let total = args
-        .limit
-        .map_or(reader.total_rows(), |l| l.min(reader.total_rows()));
-    let mut writer = BatchedWriter::create(
-        &args.output,
-        review_schema(),
-        &metadata,
-        WRITE_ROWS,
-        review_batch,
-    )?;
-    let mut quarantine = QuarantineWriter::create(&quarantine_path, &metadata)?;
-    let bar = progress_bar(total, "questions");
-    let mut summary = ReviewSummary {
-        quarantine_path: quarantine_path.clone(),
-        cache_dir,
-        ..Default::default()
-    };
-    let (job_tx, job_rx) = crossbeam_channel::bounded::<(u64, Question)>(2 * args.concurrency);
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Reviewed)>();
-    std::thread::scope(|scope| -> Result<()> {
-        let read_done = done_tx.clone();
-        let read = scope.spawn(move || -> Result<()> {
-            for (row, item) in (0u64..).zip(reader).take(total as usize) {
-                if crate::pipeline::control::INTERRUPTED.load(Ordering::SeqCst) {
-                    break;
-                }
-                match item? {
-                    Ok(q) => {
-                        if job_tx.send((row, q)).is_err() {
-                            break;
-                        }
-                    }
-                    Err(bad) => {
-                        let _ = read_done.send((row, Reviewed::Bad(bad)));
-                    }
-                }
-            }
-            Ok(())
-        });
-        for _ in 0..args.concurrency {
-            let (rx, tx, ctx) = (job_rx.clone(), done_tx.clone(), &ctx);
-            scope.spawn(move || {
-                for (row, q) in rx {
-                    let _ = tx.send((row, review(ctx, row, &q)));
-                }
-            });
-        }
-        drop((job_rx, done_tx));
-        let mut pending: BTreeMap<u64, Reviewed> = BTreeMap::new();
-        let mut next = 0u64;
-        for (row, result) in done_rx {
-            pending.insert(row, result);
-            // Bad rows take no worker, so rows are written in order up to the first gap.
-            while let Some(result) = pending.remove(&next) {
-                match result {
-                    Reviewed::Row(r) => {
-                        summary.questions += 1;
-                        if r.answer.is_some() {
-                            summary.answered += 1;
-                        } else {
-                            summary.failed += 1;
-                            if summary.first_failure.is_none() {
-                                summary.first_failure = r.failure.clone();
-                            }
-                        }
-                        summary.calls += r.stats;
-                        summary.parse_failures += r.parse_failures.len() as u64;
-                        writer.push(r)?;
-                    }
-                    Reviewed::Bad(bad) => {
-                        summary.quarantined += 1;
-                        quarantine.write(&[bad])?;
-                    }
-                    Reviewed::Interrupted => summary.interrupted_questions += 1,
-                }
-                next += 1;
-                bar.inc(1);
-                bar.set_message(format!(
-                    "{} calls ({} cached), {} retries",
-                    summary.calls.llm_calls, summary.calls.cached_calls, summary.calls.retries
-                ));
-            }
-        }
-        read.join().expect("the reader thread does not panic")
-    })?;
-    bar.finish_and_clear();
-    let output = writer.seal()?;
-    let (quarantine, _) = quarantine.seal()?;
-    commit_all([output, quarantine])?;
-    summary.interrupted = crate::pipeline::control::INTERRUPTED.load(Ordering::SeqCst);
-    summary.seconds = started.elapsed().as_secs_f64();
-    Ok(summary)
-}
-
-/// The output's `hopscore.*` metadata: strategy settings, endpoint, model, inputs.
-fn metadata(args: &ReviewArgs, widths: &[usize]) -> Vec<(String, String)> {
-    let mut options = match args.strategy {
-        StrategyArg::Tor => vec![
-            ("strategy", "tor".to_string()),
-            ("widths", format!("{widths:?}")),
-            ("expansion", format!("{:?}", args.expansion).to_lowercase()),
-            (
-                "relevance_pruning",
-                (!args.no_relevance_pruning).to_string(),
-            ),
-            (
-                "repetitive_pruning",
-                (!args.no_repetitive_pruning).to_string(),
-            ),
-        ],
-        StrategyArg::Allies => vec![
-            ("strategy", "allies".to_string()),
-            ("beam_size", args.beam_size.to_string()),
-            ("beam_depth", args.beam_depth.to_string()),
-            ("sub_questions", args.sub_questions.to_string()),
-            ("top_n", args.top_n.to_string()),
-            ("threshold", args.threshold.to_string()),
-        ],
-    };
-    options.extend([
-        ("llm_endpoint", args.endpoint.clone()),
-        ("llm_model", args.llm_model.clone()),
-        ("temperature", args.temperature.to_string()),
-        ("max_tokens", args.max_tokens.to_string()),
-        ("input", args.input.display().to_string()),
-        (
-            "chains",
-            args.chains
-                .as_ref()
-                .map_or("none".into(), |p| p.display().to_string()),
-        ),
-        (
-            "retrieval",
-            args.corpus
-                .as_ref()
-                .map_or("bm25 over the question's passages".into(), |p| {
-                    format!("bm25 over {}", p.display())
-                }),
-        ),
-    ]);
-    tool_metadata(&options)
-}
-
-/// The HTTP client the flags describe, with its cache unless `--no-cache`.
-fn client(args: &ReviewArgs, cache_dir: Option<&Path>) -> Result<ChatClient> {
-    let cache = cache_dir.map(ResponseCache::open).transpose()?;
-    ChatClient::new(
-        ClientConfig {
-            endpoint: args.endpoint.clone(),
-            model: args.llm_model.clone(),
-            api_key: std::env::var(&args.api_key_env)
-                .ok()
-                .filter(|k| !k.is_empty()),
-            temperature: args.temperature,
-            max_tokens: args.max_tokens,
-            timeout: Duration::from_secs_f64(args.timeout),
-            max_retries: args.max_retries,
-            backoff_base: Duration::from_secs_f64(args.backoff),
-            backoff_max: Duration::from_secs_f64(args.backoff_max),
-            stop: Some(&crate::pipeline::control::INTERRUPTED),
-        },
-        cache,
-    )
-}
-
-/// What became of one question.
-enum Reviewed {
-    Row(ReviewRow),
-    Bad(BadRow),
-    /// A Ctrl-C stopped its calls; it is not written.
-    Interrupted,
-}
-
-/// Runs the strategy on one question.
-fn review(ctx: &Shared, row: u64, q: &Question) -> Reviewed {
-    match review_row(ctx, row, q) {
-        Ok(r)
-            if r.answer.is_none()
-                && crate::pipeline::control::INTERRUPTED.load(Ordering::SeqCst) =>
-        {
-            Reviewed::Interrupted
-        }
-        Ok(r) => Reviewed::Row(r),
-        Err(bad) => Reviewed::Bad(bad),
-    }
-}
-
-/// The output row of one question, or why it cannot be reviewed.
-fn review_row(ctx: &Shared, row: u64, q: &Question) -> Result<ReviewRow, BadRow> {
-    let bad = |reason: String| BadRow {
-        row,
-        id: Some(q.id.clone()),
-        reason,
-    };
-    let retriever = match ctx.corpus {
-        Some(c) => Bm25Retriever::Corpus(c),
-        None => Bm25Retriever::pool(&q.passages),
-    };
-    let initial = match ctx.chains.get(&q.id) {
-        Some(chain) => Some(
-            chain
-                .iter()
-                .map(|&i| {
-                    retriever.doc(i).ok_or_else(|| {
-                        bad(format!(
-                            "the chain names passage {i}; the question has {}",
-                            q.passages.len()
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<Doc>, BadRow>>()?,
-        ),
-        None => None,
-    };
-    let from_chain = initial.is_some();
-    let mut session = Session::new(ctx.llm);
-    let outcome = match ctx.args.strategy {
-        StrategyArg::Tor => tor::run(&q.question, initial, &retriever, &mut session, &ctx.tor),
-        StrategyArg::Allies => {
-            allies::run(&q.question, initial, &retriever, &mut session, &ctx.allies)
-        }
-    };
-    let (answer, failure, evidence, trace) = match outcome {
-        Ok(o) => {
-            let failure = o
-                .answer
-                .is_none()
-                .then(|| "the final reply held no answer".to_string());
-            (o.answer, failure, o.evidence, o.trace)
-        }
-        Err(e) => (
-            None,
-            Some(format!("LLM call failed: {}", e.reason)),
-            Vec::new(),
-            serde_json::Value::Null,
-        ),
-    };
-    let doc = |i: &usize| {
-        retriever
-            .doc(*i)
-            .expect("evidence comes from the retriever")
-    };
-    let trace = serde_json::json!({ "initial": if from_chain { "chain" } else { "retrieval" }, "search": trace });
-    Ok(ReviewRow {
-        id: q.id.clone(),
-        answer,
-        failure,
-        chain: if ctx.corpus.is_none() {
-            evidence.clone()
-        } else {
-            Vec::new()
-        },
-        titles: evidence.iter().map(|i| doc(i).title).collect(),
-        corpus_ids: ctx
-            .corpus
-            .map(|c| evidence.iter().map(|&i| c.ids[i].clone()).collect())
-            .unwrap_or_default(),
-        trace: trace.to_string(),
-        stats: session.stats,
-        parse_failures: session.parse_failures,
+    file_run.check_paths(&inputs, &cache)?;
+    let mut job = review::job(config)?;
+    let run = files::run(&mut job, &file_run)?;
+    Ok(ReviewSummary {
+        tally: job.tally(),
+        quarantined: run.stats.bad_rows,
+        seconds: started.elapsed().as_secs_f64(),
+        quarantine_path: run.quarantine_path,
+        cache_dir: args.cache_dir(),
+        interrupted: run.interrupted,
     })
-}
-
-/// `id` → chain (passage indices) of a `hopscore beam` output.
-fn read_chains(path: &Path) -> Result<HashMap<String, Vec<usize>>> {
-    let mut input = ParquetInput::open(path, 1024)
-        .with_context(|| format!("reading the chains {}", path.display()))?;
-    input.check_column("id", &["string"], true)?;
-    let as_list = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));
-    let mut out = HashMap::new();
-    for batch in input.by_ref() {
-        let batch = batch?;
-        if let Some(bad) = batch.bad.first() {
-            bail!("{} row {}: {}", path.display(), bad.row, bad.reason);
-        }
-        let batch = batch.batch;
-        let ids = string_column(&batch, "id")?;
-        let col = batch.column_by_name("chain").with_context(|| {
-            format!(
-                "{} has no column `chain` (write it with `hopscore beam`)",
-                path.display()
-            )
-        })?;
-        let chains = arrow::compute::cast(col, &as_list).with_context(|| {
-            format!(
-                "column `chain` of {} is not a list of integers",
-                path.display()
-            )
-        })?;
-        let chains = chains.as_list::<i32>();
-        for r in 0..batch.num_rows() {
-            if ids.is_null(r) || chains.is_null(r) {
-                continue;
-            }
-            let values = chains.value(r);
-            let values = values.as_primitive::<Int64Type>();
-            if values.null_count() > 0 || values.values().iter().any(|&v| v < 0) {
-                bail!(
-                    "{}: the chain of {} holds a null or negative index",
-                    path.display(),
-                    ids.value(r)
-                );
-            }
-            out.insert(
-                ids.value(r).to_string(),
-                values.values().iter().map(|&v| v as usize).collect(),
-            );
-        }
-    }
-    Ok(out)
-}
-
-fn string_list() -> DataType {
-    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
-}
-
-/// Output columns, in order (documented in README, `hopscore review`).
-fn review_schema() -> Arc<Schema> {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("answer", DataType::Utf8, true),
-        Field::new("status", DataType::Utf8, false),
-        Field::new("failure", DataType::Utf8, true),
-        Field::new(
-            "chain",
-            DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
-            false,
-        ),
-        Field::new("evidence_titles", string_list(), false),
-        Field::new("evidence_ids", string_list(), false),
-        Field::new("trace", DataType::Utf8, false),
-        Field::new("llm_calls", DataType::UInt32, false),
-        Field::new("cached_calls", DataType::UInt32, false),
-        Field::new("prompt_tokens", DataType::UInt64, false),
-        Field::new("completion_tokens", DataType::UInt64, false),
-        Field::new("retries", DataType::UInt32, false),
-        Field::new("parse_failures", DataType::UInt32, false),
-        Field::new("parse_failure_notes", string_list(), false),
-    ]))
-}
-
-/// The record batch of `rows` in the [`review_schema`] layout.
-fn review_batch(rows: Vec<ReviewRow>) -> Result<RecordBatch> {
-    let strings = |f: &dyn Fn(&ReviewRow) -> &[String]| {
-        let mut b = ListBuilder::new(StringBuilder::new());
-        for r in &rows {
-            f(r).iter().for_each(|s| b.values().append_value(s));
-            b.append(true);
-        }
-        Arc::new(b.finish()) as ArrayRef
-    };
-    let mut chain = ListBuilder::new(Int32Builder::new());
-    for r in &rows {
-        r.chain
-            .iter()
-            .for_each(|&i| chain.values().append_value(i as i32));
-        chain.append(true);
-    }
-    let u32s = |f: &dyn Fn(&ReviewRow) -> u32| {
-        Arc::new(UInt32Array::from_iter_values(rows.iter().map(f))) as ArrayRef
-    };
-    let u64s = |f: &dyn Fn(&ReviewRow) -> u64| {
-        Arc::new(UInt64Array::from_iter_values(rows.iter().map(f))) as ArrayRef
-    };
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.id.as_str()),
-        )),
-        Arc::new(StringArray::from_iter(
-            rows.iter().map(|r| r.answer.as_deref()),
-        )),
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| {
-            if r.answer.is_some() {
-                "answered"
-            } else {
-                "failed"
-            }
-        }))),
-        Arc::new(StringArray::from_iter(
-            rows.iter().map(|r| r.failure.as_deref()),
-        )),
-        Arc::new(chain.finish()),
-        strings(&|r| &r.titles),
-        strings(&|r| &r.corpus_ids),
-        Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.trace.as_str()),
-        )),
-        u32s(&|r| r.stats.llm_calls),
-        u32s(&|r| r.stats.cached_calls),
-        u64s(&|r| r.stats.prompt_tokens),
-        u64s(&|r| r.stats.completion_tokens),
-        u32s(&|r| r.stats.retries),
-        u32s(&|r| r.parse_failures.len() as u32),
-        strings(&|r| &r.parse_failures),
-    ];
-    RecordBatch::try_new(review_schema(), columns).context("building the output batch")
 }

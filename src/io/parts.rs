@@ -2,9 +2,12 @@
 //! rows, next to a manifest of the committed ranges.
 //!
 //! While a run is going, `<output>.parts/` holds `part-NNNNNN.parquet` (results),
-//! `part-NNNNNN.quarantine.parquet` (bad rows) and `manifest.json`. Every file is
-//! written atomically ([`super::atomic`]) and the manifest is replaced after the part's
-//! files, so a run killed at any instant (even SIGKILL) leaves a consistent directory.
+//! `part-NNNNNN.quarantine.parquet` (bad rows), `manifest.json` (what the run computes,
+//! whether it is finished) and `committed.jsonl`, one line per committed part. Part
+//! files are written atomically ([`super::atomic`]); only then is the part's line
+//! appended (and synced), so committing costs the same however many parts came before,
+//! and a run killed at any instant (even SIGKILL) leaves a consistent directory: a line
+//! cut short by the kill is not a commit (its part is computed again).
 //! Parts commit as soon as their rows are complete, in any order; `--resume` computes
 //! only the rows no part covers. The final merge orders the parts by row and re-chunks
 //! all rows into fixed-size record batches, so the output is the same byte for byte
@@ -12,7 +15,8 @@
 //! finished once the output is in place, before the parts are deleted, so a run killed
 //! during the clean-up is completed by the next `--resume`.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -28,6 +32,37 @@ use super::parquet_io::create_writer;
 /// Rows per record batch of merged outputs (fixed, so bytes do not depend on parts).
 const MERGE_BATCH_ROWS: usize = 1024;
 
+/// The log of committed parts in a parts directory: one JSON [`PartEntry`] a line.
+const LOG: &str = "committed.jsonl";
+
+/// The parts `log` records. A last line without its newline was cut short by a kill:
+/// it is no commit, and the file is cut back to the lines before it.
+fn read_log(log: &Path) -> Result<Vec<PartEntry>> {
+    let text = match std::fs::read_to_string(log) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        read => read.with_context(|| format!("cannot read {}", log.display()))?,
+    };
+    let complete = text.rfind('\n').map_or(0, |i| i + 1);
+    if complete < text.len() {
+        OpenOptions::new()
+            .write(true)
+            .open(log)
+            .and_then(|f| f.set_len(complete as u64).and_then(|()| f.sync_data()))
+            .with_context(|| format!("cannot repair {}", log.display()))?;
+    }
+    text[..complete]
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).with_context(|| {
+                format!(
+                    "{} is damaged; delete its directory to start over",
+                    log.display()
+                )
+            })
+        })
+        .collect()
+}
+
 /// One committed part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartEntry {
@@ -38,13 +73,15 @@ pub struct PartEntry {
     pub quarantine_file: String,
 }
 
-/// `manifest.json` of a parts directory.
+/// `manifest.json` of a parts directory (with the parts of `committed.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// What the run computes (input and model checksums, options); a resume must
     /// match it.
     pub fingerprint: String,
-    /// In commit order (not necessarily row order).
+    /// In commit order (not necessarily row order). Written only by earlier versions,
+    /// which rewrote the manifest at each commit; read with `committed.jsonl`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartEntry>,
     /// The output and quarantine files are complete; only the clean-up remains.
     #[serde(default)]
@@ -82,7 +119,7 @@ impl Parts {
         let dir = parts_dir(output);
         let manifest_path = dir.join("manifest.json");
         if manifest_path.is_file() {
-            let manifest: Manifest = serde_json::from_str(
+            let mut manifest: Manifest = serde_json::from_str(
                 &std::fs::read_to_string(&manifest_path)
                     .with_context(|| format!("cannot read {}", manifest_path.display()))?,
             )
@@ -92,6 +129,7 @@ impl Parts {
                     manifest_path.display()
                 )
             })?;
+            manifest.parts.extend(read_log(&dir.join(LOG))?);
             if manifest.finished {
                 let same = manifest.fingerprint == fingerprint;
                 Self {
@@ -123,6 +161,7 @@ impl Parts {
         }
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
+        write_file(&dir.join(LOG), b"")?; // replaces a stale log
         let parts = Self {
             dir,
             manifest: Manifest {
@@ -148,7 +187,7 @@ impl Parts {
     }
 
     /// Commits rows `[first_row, end_row)`: `write(results, quarantine)` writes the two
-    /// files (atomically), then the manifest records them.
+    /// files (atomically), then a line of `committed.jsonl` records them.
     pub fn commit(
         &mut self,
         first_row: u64,
@@ -159,19 +198,36 @@ impl Parts {
         let file = format!("part-{index:06}.parquet");
         let quarantine_file = format!("part-{index:06}.quarantine.parquet");
         write(&self.dir.join(&file), &self.dir.join(&quarantine_file))?;
-        self.manifest.parts.push(PartEntry {
+        let entry = PartEntry {
             first_row,
             end_row,
             file,
             quarantine_file,
-        });
-        self.write_manifest()
+        };
+        let log = self.dir.join(LOG);
+        let mut line = serde_json::to_string(&entry)?;
+        line.push('\n');
+        let mut out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("cannot open {}", log.display()))?;
+        out.write_all(line.as_bytes())
+            .and_then(|()| out.sync_data())
+            .with_context(|| format!("cannot write {}", log.display()))?;
+        self.manifest.parts.push(entry);
+        Ok(())
     }
 
+    /// Writes `manifest.json` (without the parts, which `committed.jsonl` holds).
     fn write_manifest(&self) -> Result<()> {
+        let header = Manifest {
+            parts: Vec::new(),
+            ..self.manifest.clone()
+        };
         write_file(
             &self.dir.join("manifest.json"),
-            serde_json::to_string_pretty(&self.manifest)?.as_bytes(),
+            serde_json::to_string_pretty(&header)?.as_bytes(),
         )
     }
 
@@ -204,12 +260,38 @@ impl Parts {
                 self.dir.display()
             );
         }
+        self.merge_parts(&self.manifest.parts, output, quarantine, schemas, metadata)?;
+        self.manifest.finished = true;
+        self.write_manifest()?;
+        self.remove()
+    }
+
+    /// Merges the committed parts, in row order, into `output` and its quarantine file
+    /// (what an interrupted run has finished, gaps left out); the parts stay for a
+    /// resumed run.
+    pub fn write_committed(
+        &self,
+        output: &Path,
+        quarantine: &Path,
+        schemas: (SchemaRef, SchemaRef),
+        metadata: &[(String, String)],
+    ) -> Result<()> {
+        let mut parts = self.manifest.parts.clone();
+        parts.sort_by_key(|p| p.first_row);
+        self.merge_parts(&parts, output, quarantine, schemas, metadata)
+    }
+
+    /// Merges `parts`, in the order given, into `output` and `quarantine`.
+    fn merge_parts(
+        &self,
+        parts: &[PartEntry],
+        output: &Path,
+        quarantine: &Path,
+        schemas: (SchemaRef, SchemaRef),
+        metadata: &[(String, String)],
+    ) -> Result<()> {
         let files = |f: fn(&PartEntry) -> &String| -> Vec<PathBuf> {
-            self.manifest
-                .parts
-                .iter()
-                .map(|p| self.dir.join(f(p)))
-                .collect()
+            parts.iter().map(|p| self.dir.join(f(p))).collect()
         };
         let merged = concat_parquet(&files(|p| &p.file), output, schemas.0, metadata)?;
         let merged_quarantine = concat_parquet(
@@ -218,10 +300,7 @@ impl Parts {
             schemas.1,
             metadata,
         )?;
-        commit_all([merged, merged_quarantine])?;
-        self.manifest.finished = true;
-        self.write_manifest()?;
-        self.remove()
+        commit_all([merged, merged_quarantine])
     }
 
     /// Deletes the part files, then the manifest, then the directory.
@@ -334,6 +413,59 @@ mod tests {
                 })
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn commits_append_to_the_log_and_leave_the_manifest_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        let mut parts = ready(&output, "fp", false).unwrap();
+        let manifest = parts_dir(&output).join("manifest.json");
+        let before = std::fs::read(&manifest).unwrap();
+        commit_parts(&mut parts, &[(4, 6), (0, 4), (6, 9)]);
+        assert_eq!(std::fs::read(&manifest).unwrap(), before);
+        let log = std::fs::read_to_string(parts_dir(&output).join(LOG)).unwrap();
+        assert_eq!(log.lines().count(), 3);
+        let resumed = ready(&output, "fp", true).unwrap();
+        assert_eq!(resumed.committed(), vec![(0, 4), (4, 6), (6, 9)]);
+    }
+
+    #[test]
+    fn a_log_line_cut_short_by_a_kill_is_no_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        let mut parts = ready(&output, "fp", false).unwrap();
+        commit_parts(&mut parts, &[(0, 2), (2, 5)]);
+        let log = parts_dir(&output).join(LOG);
+        let mut f = OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(br#"{"first_row":5,"end_ro"#).unwrap();
+        let mut parts = ready(&output, "fp", true).unwrap();
+        assert_eq!(parts.committed(), vec![(0, 2), (2, 5)]);
+        // The fragment is cut off, so the next commit starts a line of its own.
+        commit_parts(&mut parts, &[(5, 8)]);
+        let parts = ready(&output, "fp", true).unwrap();
+        assert_eq!(parts.committed(), vec![(0, 2), (2, 5), (5, 8)]);
+        let damaged = "{\"no\": 1}\n";
+        std::fs::write(&log, damaged).unwrap();
+        let err = format!("{:#}", ready(&output, "fp", true).err().unwrap());
+        assert!(err.contains("is damaged"), "{err}");
+    }
+
+    #[test]
+    fn a_manifest_listing_its_parts_resumes() {
+        // The format of earlier versions: the parts in manifest.json, no log.
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        let dir = parts_dir(&output);
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = r#"{"fingerprint": "fp", "parts": [{"first_row": 0, "end_row": 3,
+            "file": "part-000000.parquet", "quarantine_file": "part-000000.quarantine.parquet"}]}"#;
+        std::fs::write(dir.join("manifest.json"), old).unwrap();
+        let mut parts = ready(&output, "fp", true).unwrap();
+        commit_parts(&mut parts, &[(3, 4)]);
+        assert!(dir.join("part-000001.parquet").is_file());
+        let parts = ready(&output, "fp", true).unwrap();
+        assert_eq!(parts.committed(), vec![(0, 3), (3, 4)]);
     }
 
     #[test]

@@ -88,3 +88,25 @@ pub fn lepus_schema() -> SchemaRef {
         Field::new("single_scores", list_of(DataType::Float32), false),
     ]))
 }
+
+/// `review`: the answer, its status and failure, the evidence, the search trace and
+/// the per-question call counts.
+pub fn review_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("answer", DataType::Utf8, true),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("failure", DataType::Utf8, true),
+        Field::new("chain", list_of(DataType::Int32), false),
+        Field::new("evidence_titles", list_of(DataType::Utf8), false),
+        Field::new("evidence_ids", list_of(DataType::Utf8), false),
+        Field::new("trace", DataType::Utf8, false),
+        Field::new("llm_calls", DataType::UInt32, false),
+        Field::new("cached_calls", DataType::UInt32, false),
+        Field::new("prompt_tokens", DataType::UInt64, false),
+        Field::new("completion_tokens", DataType::UInt64, false),
+        Field::new("retries", DataType::UInt32, false),
+        Field::new("parse_failures", DataType::UInt32, false),
+        Field::new("parse_failure_notes", list_of(DataType::Utf8), false),
+    ]))
+}

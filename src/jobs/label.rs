@@ -134,18 +134,21 @@ impl<B: Backend> Scorer<B> {
         })
     }
 
-    /// Per sequence: the tag logits (if any), then the token logits `[len, 2]`.
+    /// Per sequence: the tag logits (if any), then each token's label (0 or 1).
     fn score(&self, be: &B, seqs: &[&Sequence]) -> Result<Vec<Vec<f32>>> {
         let batch = PackedBatch::pack(seqs.iter().copied());
         let out = self.model.forward(be, &batch, false)?;
         let cu = &batch.layout.cu_seqlens;
+        let labels = out.labels[self.tokens]
+            .as_deref()
+            .expect("the token head gives labels");
         Ok((0..seqs.len())
             .map(|j| {
                 let mut v = Vec::new();
                 if let Some((h, n)) = self.tags {
                     v.extend_from_slice(&out.logits[h].data[j * n..(j + 1) * n]);
                 }
-                v.extend_from_slice(&out.logits[self.tokens].data[2 * cu[j]..2 * cu[j + 1]]);
+                v.extend(labels[cu[j]..cu[j + 1]].iter().map(|&l| l as f32));
                 v
             })
             .collect())

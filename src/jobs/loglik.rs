@@ -223,13 +223,26 @@ pub fn score<B: Backend>(
     temperature: f32,
     budget: usize,
 ) -> Result<Vec<Loglik>> {
+    let logp = token_logprobs(be, model, seqs, temperature, budget)?;
+    Ok(logp.iter().map(|lp| Loglik::from_tokens(lp)).collect())
+}
+
+/// The log-probability of every target token of every sequence (in the order given),
+/// batched as [`score`] batches them.
+pub fn token_logprobs<B: Backend>(
+    be: &B,
+    model: &DecoderForCausalLM<B>,
+    seqs: &[ScoredSequence],
+    temperature: f32,
+    budget: usize,
+) -> Result<Vec<Vec<f32>>> {
     let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
-    let mut out = vec![Loglik::from_tokens(&[]); seqs.len()];
+    let mut out = vec![Vec::new(); seqs.len()];
     for group in token_budget_groups(&lens, budget) {
         let batch: Vec<ScoredSequence> = group.iter().map(|&i| seqs[i].clone()).collect();
         let logp = model.target_logprobs(be, &batch, temperature)?;
-        for (&i, lp) in group.iter().zip(&logp) {
-            out[i] = Loglik::from_tokens(lp);
+        for (&i, lp) in group.iter().zip(logp) {
+            out[i] = lp;
         }
     }
     Ok(out)

@@ -11,6 +11,8 @@ pub mod label;
 pub mod lepus;
 pub mod loglik;
 pub mod questions;
+pub mod review;
+pub mod review_io;
 pub mod rows;
 
 use anyhow::Result;
@@ -53,16 +55,40 @@ pub trait Job: Send {
     /// Processes `batch`, whose rows are the input rows numbered `rows` (the numbers
     /// the quarantine batch reports).
     fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput>;
-    /// The count of rows given to [`Job::process`] so far.
-    fn rows_seen(&mut self) -> &mut u64;
-    /// Processes the next batch of a stream: rows are numbered from 0 across calls,
-    /// as in one input file.
-    fn process(&mut self, batch: &RecordBatch) -> Result<JobOutput> {
-        let first = *self.rows_seen();
+}
+
+/// A job fed a stream of batches: [`Stream::process`] numbers their rows from 0 across
+/// calls, as in one input file (the quarantine's `row`). Derefs to the job.
+pub struct Stream {
+    job: Box<dyn Job>,
+    next_row: u64,
+}
+
+impl Stream {
+    pub fn new(job: Box<dyn Job>) -> Self {
+        Self { job, next_row: 0 }
+    }
+
+    /// Processes the next batch of the stream.
+    pub fn process(&mut self, batch: &RecordBatch) -> Result<JobOutput> {
+        let first = self.next_row;
         let rows: Vec<u64> = (first..first + batch.num_rows() as u64).collect();
-        let out = self.process_rows(batch, &rows)?;
-        *self.rows_seen() += rows.len() as u64;
+        let out = self.job.process_rows(batch, &rows)?;
+        self.next_row += rows.len() as u64;
         Ok(out)
+    }
+}
+
+impl std::ops::Deref for Stream {
+    type Target = dyn Job;
+    fn deref(&self) -> &(dyn Job + 'static) {
+        &*self.job
+    }
+}
+
+impl std::ops::DerefMut for Stream {
+    fn deref_mut(&mut self) -> &mut (dyn Job + 'static) {
+        &mut *self.job
     }
 }
 
@@ -74,10 +100,11 @@ pub enum JobConfig {
     Label(label::LabelConfig),
     Lepus(lepus::LepusConfig),
     Loglik(loglik::LoglikConfig),
+    Review(review::ReviewConfig),
 }
 
 /// Loads the job `config` describes on `device` (sizing the CPU worker pool first
-/// when `device.threads` is set).
+/// when `device.threads` is set; `review` runs no model: give it [`DeviceConfig::CPU`]).
 pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
     device.init_threads()?;
     device::with_backend!(owned device, be => Ok(match config {
@@ -89,6 +116,7 @@ pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
             lepus::LepusScorer::Lm => Box::new(lepus::lm_job(&c, lepus::templates(&c)?, be)?),
         },
         JobConfig::Loglik(c) => Box::new(loglik::job(c, be)?),
+        JobConfig::Review(c) => Box::new(review::job(c)?), // calls an endpoint, no model
     }))
 }
 

@@ -1,10 +1,11 @@
 //! Jobs over question files (`beam`, `label`, `lepus`): a [`QuestionScorer`] turns a
 //! question into a search ([`Strategy`]), scores batches of its model requests and
 //! turns finished searches into output rows; [`QuestionJob`] drives it as a [`Job`]
-//! through the continuous-batching scheduler, which mixes the requests of the
-//! questions of a batch into token-budget forward passes. The file runner
-//! ([`crate::pipeline::questions`]) drives the same parts across a whole file.
+//! and as a [`FileJob`] through the continuous-batching scheduler, which mixes
+//! the requests of the questions of a batch (or, in the file runner
+//! [`crate::pipeline::files`], of the whole file) into token-budget forward passes.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
@@ -15,7 +16,8 @@ use super::{with_metadata, Job, JobOutput};
 use crate::io::quarantine::{self, BadRow};
 use crate::io::questions::{check_schema, decode_batch, Question};
 use crate::model::batch::Sequence;
-use crate::pipeline::{self, Admission, Finished, SchedulerConfig};
+use crate::pipeline::files::{question_source, FileJob, Reader, Source, Writer};
+use crate::pipeline::{self, Admission, Finished, PipelineStats, SchedulerConfig};
 use crate::strategy::Strategy;
 
 /// Builds a question's search, or says why the question cannot be searched.
@@ -50,17 +52,11 @@ pub trait QuestionScorer: Send {
 pub struct QuestionJob<S> {
     pub scorer: S,
     pub scheduler: SchedulerConfig,
-    /// Rows given to [`Job::process`] so far.
-    next_row: u64,
 }
 
 impl<S: QuestionScorer> QuestionJob<S> {
     pub fn new(scorer: S, scheduler: SchedulerConfig) -> Self {
-        Self {
-            scorer,
-            scheduler,
-            next_row: 0,
-        }
+        Self { scorer, scheduler }
     }
 }
 
@@ -79,15 +75,101 @@ pub fn admit<T>(prepare: &Prepare<T>, row: u64, item: Result<Question, BadRow>) 
     }
 }
 
-/// A finished row as an output row or a bad row.
-pub fn settle<S: QuestionScorer>(row: u64, item: Finished<Output<S>>) -> Result<S::Row, BadRow> {
-    match item {
-        Finished::Done(out) => S::finish(out).map_err(|(id, reason)| BadRow {
-            row,
-            id: Some(id),
-            reason,
+/// Processes the rows `rows` of `batch` with `job`'s engine (the whole batch in
+/// flight at once) and returns them in row order; rows left unfinished are left out.
+pub fn process_batch<J: FileJob>(
+    job: &mut J,
+    prepare: Prepare<J::Task>,
+    batch: &RecordBatch,
+    rows: &[u64],
+    schemas: (SchemaRef, SchemaRef),
+) -> Result<JobOutput> {
+    let decoded = decode_batch(batch, rows)?;
+    let items: Vec<(u64, Result<Question, BadRow>)> = rows.iter().copied().zip(decoded).collect();
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let sink = finished.clone();
+    let stats = job.drive(
+        Box::new(move |tx| {
+            for (row, item) in items {
+                if tx.send((row, admit(&prepare, row, item))).is_err() {
+                    break; // the engine stopped; its error is reported
+                }
+            }
+            Ok(())
         }),
-        Finished::Bad(bad) => Err(bad),
+        Box::new(move |rx| {
+            sink.lock().expect("results lock").extend(rx);
+            Ok(())
+        }),
+        &indicatif::ProgressBar::hidden(),
+    )?;
+    let mut finished = std::mem::take(&mut *finished.lock().expect("results lock"));
+    finished.sort_by_key(|(row, _)| *row);
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for (row, item) in finished {
+        match J::settle(row, item) {
+            Some(Ok(r)) => good.push(r),
+            Some(Err(b)) => bad.push(b),
+            None => {}
+        }
+    }
+    let out = (job.to_batch(schemas.0.clone()))(&good)?;
+    Ok(JobOutput {
+        rows: RecordBatch::try_new(schemas.0, out.columns().to_vec())?,
+        quarantine: quarantine::batch(&bad, schemas.1)?,
+        tokens: stats.tokens,
+    })
+}
+
+impl<S: QuestionScorer> FileJob for QuestionJob<S> {
+    type Task = S::Task;
+    type Out = Output<S>;
+    type Row = S::Row;
+
+    fn metadata(&self) -> &[(String, String)] {
+        self.scorer.metadata()
+    }
+
+    fn open(&self, input: &Path) -> Result<Source<S::Task>> {
+        question_source(input, self.scorer.schema(), self.scorer.prepare())
+    }
+
+    fn settle(row: u64, item: Finished<Output<S>>) -> Option<Result<S::Row, BadRow>> {
+        Some(match item {
+            Finished::Done(out) => S::finish(out).map_err(|(id, reason)| BadRow {
+                row,
+                id: Some(id),
+                reason,
+            }),
+            Finished::Bad(bad) => Err(bad),
+        })
+    }
+
+    fn to_batch(&self, _schema: SchemaRef) -> ToBatch<S::Row> {
+        self.scorer.to_batch()
+    }
+
+    fn drive(
+        &mut self,
+        read: Reader<S::Task>,
+        write: Writer<Output<S>>,
+        bar: &indicatif::ProgressBar,
+    ) -> Result<PipelineStats> {
+        let progress = bar.clone();
+        pipeline::run(
+            self.scheduler,
+            read,
+            |seqs, heads| self.scorer.score(seqs, heads),
+            write,
+            move |s| {
+                let secs = progress.elapsed().as_secs_f64().max(1e-9);
+                progress.set_message(format!(
+                    "{:.0} hyp/s {:.0} tok/s",
+                    s.hypotheses as f64 / secs,
+                    s.tokens as f64 / secs
+                ));
+            },
+        )
     }
 }
 
@@ -110,48 +192,11 @@ impl<S: QuestionScorer> Job for QuestionJob<S> {
 
     fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
         self.check_input(&batch.schema())?;
-        let decoded = decode_batch(batch, rows)?;
+        let schemas = (
+            self.output_schema(&batch.schema())?,
+            self.quarantine_schema(),
+        );
         let prepare = self.scorer.prepare();
-        let items: Vec<(u64, Result<Question, BadRow>)> =
-            rows.iter().copied().zip(decoded).collect();
-        let finished = Arc::new(Mutex::new(Vec::new()));
-        let sink = finished.clone();
-        let stats = pipeline::run(
-            self.scheduler,
-            move |tx| {
-                for (row, item) in items {
-                    if tx.send((row, admit(&prepare, row, item))).is_err() {
-                        break; // the scheduler stopped; its error is reported
-                    }
-                }
-                Ok(())
-            },
-            |seqs, heads| self.scorer.score(seqs, heads),
-            move |rx| {
-                sink.lock().expect("results lock").extend(rx);
-                Ok(())
-            },
-            |_| {},
-        )?;
-        let mut finished = std::mem::take(&mut *finished.lock().expect("results lock"));
-        finished.sort_by_key(|(row, _)| *row);
-        let (mut good, mut bad) = (Vec::new(), Vec::new());
-        for (row, item) in finished {
-            match settle::<S>(row, item) {
-                Ok(r) => good.push(r),
-                Err(b) => bad.push(b),
-            }
-        }
-        let schema = self.output_schema(&batch.schema())?;
-        let out = (self.scorer.to_batch())(&good)?;
-        Ok(JobOutput {
-            rows: RecordBatch::try_new(schema, out.columns().to_vec())?,
-            quarantine: quarantine::batch(&bad, self.quarantine_schema())?,
-            tokens: stats.tokens,
-        })
-    }
-
-    fn rows_seen(&mut self) -> &mut u64 {
-        &mut self.next_row
+        process_batch(self, prepare, batch, rows, schemas)
     }
 }

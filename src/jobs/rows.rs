@@ -1,15 +1,27 @@
 //! Jobs that score independent rows (`classify`, `loglik`): a [`RowScorer`] validates
 //! and tokenises a batch's rows and scores the good ones; [`RowJob`] turns it into a
 //! [`Job`] that keeps the input's `id` in front of the result columns and sends bad
-//! rows (a null `id` always) to quarantine with their reason.
+//! rows (a null `id` always) to quarantine with their reason, and into a [`FileJob`]
+//! whose engine scores the rows of a file in groups of [`RowScorer::BATCH_ROWS`]
+//! (aligned on multiples of it, so a whole-file run groups rows as `process` would).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow::compute::concat_batches;
 use arrow::datatypes::{Field, Schema, SchemaRef};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use indicatif::ProgressBar;
 
+use super::questions::ToBatch;
 use super::{with_metadata, Job, JobOutput};
-use crate::io::parquet_io::{check_column, display_column};
+use crate::io::parquet_io::{check_column, display_column, InputBatch, ParquetInput};
 use crate::io::quarantine::{self, BadRow};
+use crate::pipeline::files::{FileJob, Pending, Reader, Source, Writer};
+use crate::pipeline::{Admission, Finished, PipelineStats};
 
 /// An input column a job reads: name, accepted kinds (`string`, `integer`), required.
 pub type InputColumn = (&'static str, &'static [&'static str], bool);
@@ -37,16 +49,11 @@ pub trait RowScorer: Send {
 /// A [`RowScorer`] as a [`Job`].
 pub struct RowJob<S> {
     scorer: S,
-    /// Rows given to [`Job::process`] so far.
-    next_row: u64,
 }
 
 impl<S: RowScorer> RowJob<S> {
     pub fn new(scorer: S) -> Self {
-        Self {
-            scorer,
-            next_row: 0,
-        }
+        Self { scorer }
     }
 
     fn schema(&self, input: &Schema) -> Result<Schema> {
@@ -55,29 +62,9 @@ impl<S: RowScorer> RowJob<S> {
         fields.extend(self.scorer.fields());
         Ok(Schema::new(fields))
     }
-}
 
-impl<S: RowScorer> Job for RowJob<S> {
-    fn check_input(&self, input: &Schema) -> Result<()> {
-        for &(name, accepted, required) in S::COLUMNS {
-            check_column(input, name, accepted, required)?;
-        }
-        Ok(())
-    }
-
-    fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
-        Ok(with_metadata(&self.schema(input)?, self.scorer.metadata()))
-    }
-
-    fn metadata(&self) -> &[(String, String)] {
-        self.scorer.metadata()
-    }
-
-    fn batch_rows(&self) -> usize {
-        S::BATCH_ROWS
-    }
-
-    fn process_rows(&mut self, batch: &RecordBatch, rows_of: &[u64]) -> Result<JobOutput> {
+    /// Scores the rows of `batch`, numbered `rows_of`.
+    fn score_rows(&mut self, batch: &RecordBatch, rows_of: &[u64]) -> Result<Scored> {
         self.check_input(&batch.schema())?;
         anyhow::ensure!(
             rows_of.len() == batch.num_rows(),
@@ -108,7 +95,7 @@ impl<S: RowScorer> Job for RowJob<S> {
                 }),
             }
         }
-        let schema = self.output_schema(&batch.schema())?;
+        let schema = Arc::new(self.schema(&batch.schema())?);
         let mut columns = vec![arrow::compute::take(
             id_col,
             &UInt32Array::from(rows),
@@ -123,14 +110,205 @@ impl<S: RowScorer> Job for RowJob<S> {
         } else {
             columns.extend(self.scorer.score(&good)?);
         }
-        Ok(JobOutput {
+        Ok(Scored {
             rows: RecordBatch::try_new(schema, columns)?,
-            quarantine: quarantine::batch(&bad, self.quarantine_schema())?,
+            bad,
             tokens: good.iter().map(|x| S::tokens(x) as u64).sum(),
         })
     }
 
-    fn rows_seen(&mut self) -> &mut u64 {
-        &mut self.next_row
+    /// The engine of a file run: scores the admitted rows in groups of
+    /// [`RowScorer::BATCH_ROWS`] that never cross a multiple of it.
+    fn score_stream(
+        &mut self,
+        rx: &Receiver<(u64, Admission<RecordBatch>)>,
+        tx: &Sender<(u64, Finished<RecordBatch>)>,
+    ) -> Result<PipelineStats> {
+        let mut stats = PipelineStats::default();
+        let group_of = |row: u64| row / S::BATCH_ROWS as u64;
+        let mut carried = None;
+        while let Some(first) = carried.take().or_else(|| rx.recv().ok()) {
+            let mut group = vec![first];
+            while group.len() < S::BATCH_ROWS {
+                match rx.recv() {
+                    Ok(item) if group_of(item.0) == group_of(group[0].0) => group.push(item),
+                    Ok(item) => {
+                        carried = Some(item);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            stats.rows += group.len() as u64;
+            for (row, item) in self.score_group(group, &mut stats)? {
+                stats.bad_rows += u64::from(matches!(item, Finished::Bad(_)));
+                tx.send((row, item))
+                    .map_err(|_| anyhow::anyhow!("the writer stopped early"))?;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// One group of admitted rows as finished rows (one-row batches of the output).
+    fn score_group(
+        &mut self,
+        group: Vec<(u64, Admission<RecordBatch>)>,
+        stats: &mut PipelineStats,
+    ) -> Result<Vec<(u64, Finished<RecordBatch>)>> {
+        let (mut rows, mut tasks, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        for (row, admission) in group {
+            match admission {
+                Admission::Task(one) => {
+                    rows.push(row);
+                    tasks.push(one);
+                }
+                Admission::Bad(bad) => out.push((row, Finished::Bad(bad))),
+            }
+        }
+        let Some(first) = tasks.first() else {
+            return Ok(out);
+        };
+        let scored = self.score_rows(&concat_batches(&first.schema(), &tasks)?, &rows)?;
+        stats.tokens += scored.tokens;
+        let mut bad = scored.bad.into_iter().peekable();
+        let mut next_good = 0;
+        for row in rows {
+            match bad.next_if(|b| b.row == row) {
+                Some(b) => out.push((row, Finished::Bad(b))),
+                None => {
+                    out.push((row, Finished::Done(scored.rows.slice(next_good, 1))));
+                    next_good += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The scored rows of one batch.
+struct Scored {
+    /// The good rows (output columns, without metadata), in input order.
+    rows: RecordBatch,
+    /// The bad rows, in input order.
+    bad: Vec<BadRow>,
+    tokens: u64,
+}
+
+/// The rows of one input chunk, readable and unreadable, in row order.
+fn chunk_rows(chunk: Result<InputBatch>) -> Vec<Result<(u64, Pending<RecordBatch>)>> {
+    let chunk = match chunk {
+        Ok(c) => c,
+        Err(e) => return vec![Err(e.context("reading the input Parquet"))],
+    };
+    let mut items: Vec<(u64, Pending<RecordBatch>)> = chunk
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, &row)| {
+            let one = chunk.batch.slice(i, 1);
+            (row, Box::new(move || Admission::Task(one)) as Pending<_>)
+        })
+        .collect();
+    items.extend(
+        chunk
+            .bad
+            .into_iter()
+            .map(|b| (b.row, Box::new(move || Admission::Bad(b)) as Pending<_>)),
+    );
+    items.sort_by_key(|(row, _)| *row);
+    items.into_iter().map(Ok).collect()
+}
+
+impl<S: RowScorer> FileJob for RowJob<S> {
+    type Task = RecordBatch;
+    type Out = RecordBatch;
+    type Row = RecordBatch;
+
+    fn metadata(&self) -> &[(String, String)] {
+        self.scorer.metadata()
+    }
+
+    fn open(&self, input: &Path) -> Result<Source<RecordBatch>> {
+        let input = ParquetInput::open(input, S::BATCH_ROWS)?;
+        self.check_input(&input.schema)?;
+        Ok(Source {
+            total_rows: input.total_rows,
+            schema: Arc::new(self.schema(&input.schema)?),
+            rows: Box::new(input.flat_map(chunk_rows)),
+        })
+    }
+
+    fn settle(_row: u64, item: Finished<RecordBatch>) -> Option<Result<RecordBatch, BadRow>> {
+        Some(match item {
+            Finished::Done(one) => Ok(one),
+            Finished::Bad(bad) => Err(bad),
+        })
+    }
+
+    fn to_batch(&self, schema: SchemaRef) -> ToBatch<RecordBatch> {
+        Arc::new(move |rows: &[RecordBatch]| Ok(concat_batches(&schema, rows)?))
+    }
+
+    fn drive(
+        &mut self,
+        read: Reader<RecordBatch>,
+        write: Writer<RecordBatch>,
+        _bar: &ProgressBar,
+    ) -> Result<PipelineStats> {
+        let started = Instant::now();
+        let (admit_tx, admit_rx) = bounded(S::BATCH_ROWS);
+        let (done_tx, done_rx) = bounded(S::BATCH_ROWS);
+        let (stats, read_result, write_result) = std::thread::scope(|scope| {
+            let reader = scope.spawn(move || read(admit_tx));
+            let writer = scope.spawn(move || write(done_rx));
+            let stats = self.score_stream(&admit_rx, &done_tx);
+            drop((admit_rx, done_tx));
+            let read_result = reader.join().expect("the reader thread panicked");
+            (
+                stats,
+                read_result,
+                writer.join().expect("the writer thread panicked"),
+            )
+        });
+        // The writer's and reader's own errors explain an engine send failure best.
+        write_result?;
+        read_result?;
+        Ok(PipelineStats {
+            wall: started.elapsed(),
+            ..stats?
+        })
+    }
+}
+
+impl<S: RowScorer> Job for RowJob<S> {
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        for &(name, accepted, required) in S::COLUMNS {
+            check_column(input, name, accepted, required)?;
+        }
+        Ok(())
+    }
+
+    fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
+        Ok(with_metadata(&self.schema(input)?, self.scorer.metadata()))
+    }
+
+    fn metadata(&self) -> &[(String, String)] {
+        self.scorer.metadata()
+    }
+
+    fn batch_rows(&self) -> usize {
+        S::BATCH_ROWS
+    }
+
+    fn process_rows(&mut self, batch: &RecordBatch, rows_of: &[u64]) -> Result<JobOutput> {
+        let scored = self.score_rows(batch, rows_of)?;
+        Ok(JobOutput {
+            rows: RecordBatch::try_new(
+                self.output_schema(&batch.schema())?,
+                scored.rows.columns().to_vec(),
+            )?,
+            quarantine: quarantine::batch(&scored.bad, self.quarantine_schema())?,
+            tokens: scored.tokens,
+        })
     }
 }

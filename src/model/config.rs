@@ -20,9 +20,11 @@ pub enum ConfigError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{path} is not a valid DeBERTa config.json")]
+    /// `kind`: the model family the config was read for (`DeBERTa`, `decoder`).
+    #[error("{path} is not a valid {kind} config.json")]
     Parse {
         path: String,
+        kind: &'static str,
         source: serde_json::Error,
     },
     #[error("config field `{field}` = {value}: {why}")]
@@ -146,6 +148,7 @@ impl DebertaConfig {
         })?;
         let raw: RawConfig = serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.display().to_string(),
+            kind: "DeBERTa",
             source,
         })?;
         raw.resolve()

@@ -24,8 +24,10 @@ pub struct CrossEncoder<B: Backend> {
 pub struct EncoderOutput {
     /// Last hidden state `[tokens, H]`, when asked for.
     pub hidden: Option<HostTensor>,
-    /// Per head, in the order of [`CrossEncoder::heads`].
+    /// Per head, in the order of [`CrossEncoder::heads`] (f32 from every backend).
     pub logits: Vec<HostTensor>,
+    /// Per head: a token head's labels (see [`super::heads::HeadLogits::labels`]), `None` otherwise.
+    pub labels: Vec<Option<Vec<u32>>>,
 }
 
 /// The files of a model directory.
@@ -100,11 +102,16 @@ impl<B: Backend> CrossEncoder<B> {
 
     pub fn forward(&self, be: &B, batch: &PackedBatch, keep_hidden: bool) -> Result<EncoderOutput> {
         let (hidden, staged) = self.encoder.forward_staged(be, batch)?;
-        let logits = self
+        let (logits, labels) = self
             .heads
             .iter()
-            .map(|h| h.forward(be, &hidden, &staged))
-            .collect::<Result<_>>()?;
+            .map(|h| {
+                h.forward(be, &hidden, &staged)
+                    .map(|o| (o.logits, o.labels))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
         Ok(EncoderOutput {
             hidden: if keep_hidden {
                 Some(be.download(&hidden)?)
@@ -112,6 +119,7 @@ impl<B: Backend> CrossEncoder<B> {
                 None
             },
             logits,
+            labels,
         })
     }
 }

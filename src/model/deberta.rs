@@ -9,7 +9,7 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::batch::{graph_key, PackedBatch, StagedBatch, EXTRA_IDS};
+use super::batch::{graph_key, PackedBatch, StagedBatch};
 use super::config::{DebertaConfig, RelativeConfig};
 use super::layers::{LayerNorm, Linear};
 use super::weights::Weights;
@@ -256,7 +256,7 @@ impl<B: Backend> DebertaV2Model<B> {
     }
 
     /// [`DebertaV2Model::forward`], and the batch as staged: the heads read its
-    /// layout and, as id list [`CLS_ROWS`], the [CLS] rows. On a backend with CUDA
+    /// layout (the [CLS] row of a sequence is its first). On a backend with CUDA
     /// graphs the layers run on the batch padded to its bucket, as a graph.
     pub fn forward_staged<'a>(
         &self,
@@ -273,9 +273,7 @@ impl<B: Backend> DebertaV2Model<B> {
             .as_ref()
             .map(|rc| relative_index(rc, run.layout.max_len()));
         // Everything the layers and the heads read from the host, in one upload.
-        let cls_rows: Vec<u32> = run.layout.first_rows().iter().map(|&r| r as u32).collect();
         let mut inputs = run.inputs();
-        inputs.ids.push(&cls_rows);
         inputs.rel_index = index.as_deref();
         let graph_ids = inputs.ids.len();
         let (x, prepared) = be.run_forward(
@@ -299,9 +297,6 @@ impl<B: Backend> DebertaV2Model<B> {
         Ok((x, StagedBatch { batch, prepared }))
     }
 }
-
-/// The id list of [`DebertaV2Model::forward_staged`]'s batch that holds the [CLS] rows.
-pub const CLS_ROWS: usize = EXTRA_IDS;
 
 /// `LN(rel_embeddings.weight)` (or the raw table without `norm_rel_ebd`), `[2·span, H]`.
 fn relative_table(w: &Weights, c: &DebertaConfig, rc: &RelativeConfig) -> Result<HostTensor> {

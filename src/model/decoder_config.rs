@@ -166,6 +166,7 @@ impl DecoderConfig {
         let raw: RawDecoderConfig =
             serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
                 path: path.display().to_string(),
+                kind: "decoder (GPT-2, Llama, Mistral, Qwen2)",
                 source,
             })?;
         Self::resolve(raw)
@@ -457,6 +458,19 @@ fn rope_scaling(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_malformed_config_names_the_decoder_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, b"{\"model_type\": ").unwrap();
+        let err = DecoderConfig::from_file(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with("is not a valid decoder (GPT-2, Llama, Mistral, Qwen2) config.json"),
+            "{err}"
+        );
+        assert!(!err.contains("DeBERTa"), "{err}");
+    }
 
     fn raw(json: &str) -> Result<DecoderConfig, ConfigError> {
         DecoderConfig::resolve(serde_json::from_str(json).unwrap())

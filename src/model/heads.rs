@@ -11,10 +11,9 @@ use anyhow::{bail, Result};
 
 use super::batch::StagedBatch;
 use super::config::DebertaConfig;
-use super::deberta::CLS_ROWS;
 use super::layers::Linear;
 use super::weights::Weights;
-use crate::backend::Backend;
+use crate::backend::{Backend, ClsHead, SeqPooling};
 use crate::tensor::HostTensor;
 
 /// What a head reads from the encoder output.
@@ -26,7 +25,7 @@ pub enum Pooling {
     Pooler,
     /// `gelu(dense(mean_t h_t))`: the pooler applied to the mean of the hidden states
     /// of the sequence's unmasked tokens (the EfficientRAG paper's mean pooling; the
-    /// official code uses [`Pooling::Pooler`]). The mean is taken on the host.
+    /// official code uses [`Pooling::Pooler`]).
     MeanPooler,
     /// Every token (token classification).
     Tokens,
@@ -123,31 +122,44 @@ impl<B: Backend> Head<B> {
         })
     }
 
-    /// Logits `[sequences, labels]` (or `[tokens, labels]` for token heads).
+    /// Logits `[sequences, labels]` (or `[tokens, labels]` and each token's label for
+    /// token heads), in f32: one head op on the backend.
     pub fn forward(
         &self,
         be: &B,
         hidden: &B::Tensor,
         batch: &StagedBatch<'_>,
-    ) -> Result<HostTensor> {
-        let logits = match self.spec.pooling {
-            Pooling::Tokens => self.classifier.forward(be, hidden)?,
-            Pooling::Cls | Pooling::Pooler | Pooling::MeanPooler => {
-                let mut x = if self.spec.pooling == Pooling::MeanPooler {
-                    be.mean_pool(hidden, batch.layout_input())?
-                } else {
-                    let rows = batch.layout.first_rows();
-                    be.gather_rows(hidden, batch.prepared.ids(CLS_ROWS, &rows[..]))?
-                };
-                if let Some(p) = &self.pooler {
-                    x = p.forward(be, &x)?;
-                    be.gelu(&mut x)?;
-                }
-                self.classifier.forward(be, &x)?
+    ) -> Result<HeadLogits> {
+        let classifier = self.classifier.dense();
+        let pooling = match self.spec.pooling {
+            Pooling::Tokens => {
+                let t = be.token_head(hidden, classifier)?;
+                return Ok(HeadLogits {
+                    logits: t.logits,
+                    labels: Some(t.labels),
+                });
             }
+            Pooling::MeanPooler => SeqPooling::Mean,
+            Pooling::Cls | Pooling::Pooler => SeqPooling::First,
         };
-        Ok(be.download(&logits)?)
+        let head = ClsHead {
+            pooling,
+            pooler: self.pooler.as_ref().map(Linear::dense),
+            classifier,
+        };
+        Ok(HeadLogits {
+            logits: be.cls_head(hidden, batch.layout_input(), &head)?,
+            labels: None,
+        })
     }
+}
+
+/// What a head gives for a batch.
+pub struct HeadLogits {
+    /// `[sequences, labels]`, or `[tokens, labels]` for a token head.
+    pub logits: HostTensor,
+    /// Token heads: each token's label (the argmax of its logits, ties to the lowest).
+    pub labels: Option<Vec<u32>>,
 }
 
 /// Picks a head by name, or the only per-sequence head when `name` is `None`.

@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use super::weights::Weights;
-use crate::backend::Backend;
+use crate::backend::{Backend, Dense};
 use crate::tensor::HostTensor;
 
 /// `y = x·Wᵀ + b` with HF's `[out, in]` weight layout.
@@ -72,6 +72,14 @@ impl<B: Backend> Linear<B> {
 
     pub fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
         Ok(be.linear(x, &self.weight, self.bias.as_ref())?)
+    }
+
+    /// The layer as a head op reads it.
+    pub fn dense(&self) -> Dense<'_, B::Tensor> {
+        Dense {
+            weight: &self.weight,
+            bias: self.bias.as_ref(),
+        }
     }
 
     /// `x ← x + self(input)` (a residual branch's output projection).

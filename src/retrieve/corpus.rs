@@ -24,8 +24,8 @@ pub struct Corpus {
 impl Corpus {
     /// Reads the whole file and builds the index.
     pub fn from_parquet(path: &Path) -> Result<Self> {
-        let mut input = ParquetInput::open(path, 8192)
-            .with_context(|| format!("cannot read the corpus {}", path.display()))?;
+        // The reader's errors name the file.
+        let mut input = ParquetInput::open(path, 8192).context("cannot read the corpus")?;
         input.check_column("id", &["string", "integer"], true)?;
         input.check_column("text", &["string"], true)?;
         let has_title = input.check_column("title", &["string"], false)?;
@@ -100,6 +100,15 @@ mod tests {
 
     use super::*;
     use crate::io::parquet_io::create_writer;
+
+    #[test]
+    fn a_missing_corpus_is_named_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-corpus.parquet");
+        let err = format!("{:#}", Corpus::from_parquet(&path).err().unwrap());
+        assert_eq!(err.matches("missing-corpus.parquet").count(), 1, "{err}");
+        assert!(err.starts_with("cannot read the corpus"), "{err}");
+    }
 
     #[test]
     fn loads_skips_bad_rows_and_indexes_titles() {

@@ -12,8 +12,9 @@
 //! and each word is tokenised on its own; Labeler input
 //! `[CLS] q_words [SEP] chunk_words [SEP]` cut to 384 tokens, Filter input
 //! `[CLS] words [SEP]` cut to 128 (the final [SEP] may be cut away, as there). A token
-//! is kept when logit 1 > logit 0 (argmax, ties to 0); kept text is the decode of the
-//! kept ids without special tokens, with transformers 4.x's clean-up. The official
+//! is kept when its label is 1 (the argmax of its two logits, ties to 0, taken by the
+//! token head); kept text is the decode of the kept ids without special tokens, with
+//! transformers 4.x's clean-up. The official
 //! code pads to the full length; packed sequences without padding give the same
 //! logits on real tokens, and pads never reach the kept text (special tokens).
 //!
@@ -26,6 +27,7 @@ use std::sync::Arc;
 
 use crate::model::batch::Sequence;
 use crate::retrieve::Bm25Index;
+use crate::tensor::argmax;
 use crate::text::words::{clean_up_tokenization, words};
 use crate::text::TextTokenizer;
 
@@ -41,10 +43,10 @@ pub const FILTER_MAX_LEN: usize = 128;
 // [CLS] and [SEP] ids of the DeBERTa-v3 vocabulary.
 use super::beam::{CLS_ID, SEP_ID};
 
-/// Pipeline head index of Labeler requests. Their logits are the `n_tags` tag logits
-/// followed by the token logits `[len, 2]`, row-major.
+/// Pipeline head index of Labeler requests. Their scores are the `n_tags` tag logits
+/// followed by each token's label (0.0 or 1.0).
 pub const LABELER: usize = 0;
-/// Pipeline head index of Filter requests. Their logits are the token logits `[len, 2]`.
+/// Pipeline head index of Filter requests. Their scores are each token's label.
 pub const FILTER: usize = 1;
 
 /// A chunk's tag (the official `TAG_MAPPING`).
@@ -274,10 +276,10 @@ impl EfficientRag {
         let mut infos = Vec::new();
         let it = self.iterations.len() - 1;
         for (seq, l) in seqs.iter().zip(&logits) {
-            assert_eq!(l.len(), n_tags + 2 * seq.ids.len(), "Labeler logits layout");
-            let (tag_logits, token_logits) = l.split_at(n_tags);
+            assert_eq!(l.len(), n_tags + seq.ids.len(), "Labeler scores layout");
+            let (tag_logits, token_labels) = l.split_at(n_tags);
             let tag = Tag::from_class(argmax(tag_logits));
-            let text = self.decode(kept_ids(&seq.ids, token_logits))?;
+            let text = self.decode(kept_ids(&seq.ids, token_labels))?;
             if tag == Tag::Continue {
                 infos.push(text.clone());
             }
@@ -308,7 +310,7 @@ impl EfficientRag {
 
     /// The next query from the Filter's logits; starts the next iteration or finishes.
     fn feed_filter(&mut self, seq: Sequence, logits: Vec<f32>) -> Result<(), String> {
-        assert_eq!(logits.len(), 2 * seq.ids.len(), "Filter logits layout");
+        assert_eq!(logits.len(), seq.ids.len(), "Filter scores layout");
         let next = self.decode(kept_ids(&seq.ids, &logits))?;
         self.iterations
             .last_mut()
@@ -384,22 +386,11 @@ fn plain(ids: Vec<u32>) -> Sequence {
     }
 }
 
-/// Index of the largest value; ties go to the first (torch's `argmax`).
-fn argmax(values: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-/// Ids whose token logits `[len, 2]` pick label 1.
-fn kept_ids<'a>(ids: &'a [u32], token_logits: &'a [f32]) -> impl Iterator<Item = u32> + 'a {
+/// Ids whose token label is 1.
+fn kept_ids<'a>(ids: &'a [u32], token_labels: &'a [f32]) -> impl Iterator<Item = u32> + 'a {
     ids.iter()
-        .zip(token_logits.chunks_exact(2))
-        .filter(|(_, l)| argmax(l) == 1)
+        .zip(token_labels)
+        .filter(|(_, &l)| l == 1.0)
         .map(|(&id, _)| id)
 }
 
@@ -422,28 +413,20 @@ mod tests {
         }
     }
 
-    /// Labeler logits: tag `tag` and every token kept when `keep`.
+    /// Labeler scores: tag `tag` and every token kept when `keep`.
     fn label(seq: &Sequence, tag: usize, keep: bool) -> Vec<f32> {
         let mut l = vec![0.0; 2];
         l[tag] = 1.0;
-        for _ in &seq.ids {
-            l.extend(if keep { [0.0, 1.0] } else { [1.0, 0.0] });
-        }
+        l.extend(seq.ids.iter().map(|_| f32::from(u8::from(keep))));
         l
     }
 
-    /// Filter logits keeping exactly the ids of `words`.
+    /// Filter scores keeping exactly the ids of `words`.
     fn keep_words(tok: &TextTokenizer, seq: &Sequence, words: &[&str]) -> Vec<f32> {
         let keep = tok.encode_words(words).unwrap();
         seq.ids
             .iter()
-            .flat_map(|id| {
-                if keep.contains(id) {
-                    [0.0, 1.0]
-                } else {
-                    [1.0, 0.0]
-                }
-            })
+            .map(|id| f32::from(u8::from(keep.contains(id))))
             .collect()
     }
 

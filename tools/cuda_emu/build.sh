@@ -32,7 +32,7 @@ newer() {  # newer OBJ DEP...: true if OBJ is missing or older than any DEP
   return 1
 }
 
-headers=("$emu/emu.h" "$emu/halfbits.h" "$0")
+headers=("$emu/emu.h" "$emu/halfbits.h" "$emu/fatbin.h" "$0")
 for h in kernels/*.cuh; do [[ -e "$h" ]] && headers+=("$h"); done
 
 objs=()

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "emu.h"
+#include "fatbin.h"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -52,6 +53,8 @@ enum : int {
   CUDA_ERROR_NOT_INITIALIZED = 3,
   CUDA_ERROR_INVALID_DEVICE = 101,
   CUDA_ERROR_INVALID_IMAGE = 200,
+  CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+  CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
   CUDA_ERROR_INVALID_CONTEXT = 201,
   CUDA_ERROR_FILE_NOT_FOUND = 301,
   CUDA_ERROR_INVALID_HANDLE = 400,
@@ -533,35 +536,34 @@ CUresult release(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 
-std::set<std::string> ptx_entries(const char* text) {
-  std::set<std::string> out;
-  const char* p = text;
-  while ((p = strstr(p, ".entry")) != nullptr) {
-    p += 6;
-    if (*p != ' ' && *p != '\t') continue;
-    while (*p == ' ' || *p == '\t') ++p;
-    const char* b = p;
-    while (isalnum((unsigned char)*p) || *p == '_' || *p == '$' || *p == '.') ++p;
-    if (p > b) out.insert(std::string(b, p));
-  }
-  return out;
-}
-
 CUresult load_module(CUmodule* out, const char* image) {
   if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
-  if ((unsigned char)image[0] == 0x7f && image[1] == 'E' && image[2] == 'L' && image[3] == 'F') {
-    fprintf(stderr, "cuda_emu: cuModuleLoadData given a cubin; the emulator needs PTX text\n");
+  const auto* bytes = reinterpret_cast<const unsigned char*>(image);
+  if (bytes[0] == 0x7f && image[1] == 'E' && image[2] == 'L' && image[3] == 'F') {
+    fprintf(stderr, "cuda_emu: cuModuleLoadData given a bare cubin; the emulator reads fatbins and PTX text\n");
     return CUDA_ERROR_INVALID_IMAGE;
   }
-  uint32_t magic;
-  memcpy(&magic, image, 4);
-  if (magic == 0xBA55ED50u || magic == 0x466243B1u) {
-    fprintf(stderr, "cuda_emu: cuModuleLoadData given a fatbin; the emulator needs PTX text\n");
+  if (fatbin::at<uint32_t>(bytes, 0) == 0x466243B1u) {
+    fprintf(stderr, "cuda_emu: cuModuleLoadData given a fatbin wrapper; pass the fatbin it points to\n");
     return CUDA_ERROR_INVALID_IMAGE;
+  }
+  fatbin::Chosen c = fatbin::choose(bytes);
+  switch (c.result) {
+    case fatbin::Load::NotFatbin: c.entries = fatbin::ptx_entries(image); c.what = "PTX text"; break;
+    case fatbin::Load::Ok: break;
+    case fatbin::Load::Invalid:
+      fprintf(stderr, "cuda_emu: cuModuleLoadData: %s\n", c.what.c_str());
+      return CUDA_ERROR_INVALID_IMAGE;
+    case fatbin::Load::NoBinaryForGpu:
+      if (trace()) fprintf(stderr, "cuda_emu: cuModuleLoadData: %s\n", c.what.c_str());
+      return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    case fatbin::Load::UnsupportedPtx:
+      if (trace()) fprintf(stderr, "cuda_emu: cuModuleLoadData: %s\n", c.what.c_str());
+      return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
   }
   auto* m = new Module;
-  m->entries = ptx_entries(image);
-  if (trace()) fprintf(stderr, "cuda_emu: module %p with %zu entries\n", (void*)m, m->entries.size());
+  m->entries = std::move(c.entries);
+  if (trace()) fprintf(stderr, "cuda_emu: module %p from %s, %zu entries\n", (void*)m, c.what.c_str(), m->entries.size());
   *out = m;
   return CUDA_SUCCESS;
 }
@@ -645,6 +647,8 @@ const char* error_name(CUresult e) {
     case 3: return "CUDA_ERROR_NOT_INITIALIZED";
     case 101: return "CUDA_ERROR_INVALID_DEVICE";
     case 200: return "CUDA_ERROR_INVALID_IMAGE";
+    case 209: return "CUDA_ERROR_NO_BINARY_FOR_GPU";
+    case 222: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
     case 201: return "CUDA_ERROR_INVALID_CONTEXT";
     case 301: return "CUDA_ERROR_FILE_NOT_FOUND";
     case 400: return "CUDA_ERROR_INVALID_HANDLE";
@@ -666,7 +670,9 @@ const char* error_string(CUresult e) {
     case 2: return "out of memory";
     case 3: return "initialization error";
     case 101: return "invalid device ordinal";
-    case 200: return "device kernel image is invalid (the CPU emulator needs PTX text)";
+    case 200: return "device kernel image is invalid (the CPU emulator reads fatbins and PTX text)";
+    case 209: return "no kernel image is available for execution on the device";
+    case 222: return "the provided PTX was compiled with an unsupported toolchain";
     case 201: return "invalid device context";
     case 301: return "file not found";
     case 400: return "invalid resource handle";
@@ -690,7 +696,7 @@ const char* error_string(CUresult e) {
 API CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
 API CUresult cuDriverGetVersion(int* v) {
   if (!v) return CUDA_ERROR_INVALID_VALUE;
-  *v = 13000;
+  *v = fatbin::driver_version();
   return CUDA_SUCCESS;
 }
 API CUresult cuDeviceGet(CUdevice* d, int ordinal) {
@@ -729,8 +735,8 @@ API CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice d) {
     case 38: v = 50 << 20; break;      // L2_CACHE_SIZE
     case 39: v = 2048; break;          // MAX_THREADS_PER_MULTIPROCESSOR
     case 41: v = 1; break;             // UNIFIED_ADDRESSING
-    case 75: v = 9; break;             // COMPUTE_CAPABILITY_MAJOR
-    case 76: v = 0; break;             // COMPUTE_CAPABILITY_MINOR
+    case 75: v = fatbin::device_cc() / 10; break;  // COMPUTE_CAPABILITY_MAJOR
+    case 76: v = fatbin::device_cc() % 10; break;  // COMPUTE_CAPABILITY_MINOR
     case 81: v = 228 * 1024; break;    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
     case 82: v = 65536; break;         // MAX_REGISTERS_PER_MULTIPROCESSOR
     case 97: v = int(kOptinSmem); break;  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
@@ -1030,7 +1036,7 @@ API CUresult cuModuleGetFunction(CUfunction* out, CUmodule m, const char* name) 
   auto r = registry().find(name);
   if (r == registry().end()) {
     fprintf(stderr,
-            "cuda_emu: kernel `%s` is in the PTX but not in the emulator: is it followed by "
+            "cuda_emu: kernel `%s` is in the module but not in the emulator: is it followed by "
             "HOPSCORE_ENTRY(%s); and was tools/cuda_emu/build.sh re-run?\n",
             name, name);
     return CUDA_ERROR_NOT_FOUND;

@@ -1,4 +1,4 @@
-//! Exact GELU, `0.5·x·(1 + erf(x/√2))`. CPU twin of `kernels/bias_gelu.cu`.
+//! Exact GELU, `0.5·x·(1 + erf(x/√2))`. CPU twin of `kernels/gelu.cu`.
 
 use rayon::prelude::*;
 

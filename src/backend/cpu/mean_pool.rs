@@ -1,5 +1,5 @@
-//! Masked mean of each packed sequence's rows (mean pooling heads).
-//! CPU twin of `kernels/mean_pool.cu`.
+//! Masked mean of each packed sequence's rows (the mean pooling of `cls_head.rs`; on
+//! a device the staging step of `kernels/cls_head.cu`).
 
 use crate::backend::SeqLayout;
 

@@ -3,6 +3,7 @@
 //! fallback when no GPU is present.
 
 pub mod causal_attention;
+pub mod cls_head;
 pub mod disentangled_attention;
 pub mod embedding;
 pub mod gelu;
@@ -14,11 +15,15 @@ pub mod question_loglik;
 pub mod rms_norm;
 pub mod rope;
 pub mod swiglu;
+pub mod token_head;
 
 use rayon::prelude::*;
 
 use super::check::{self, Dims};
-use super::{AttentionShape, Backend, CausalShape, Input, OpResult, RelAttention, SeqLayout};
+use super::{
+    AttentionShape, Backend, CausalShape, ClsHead, Dense, Input, OpResult, RelAttention, SeqLayout,
+    TokenLogits,
+};
 use crate::tensor::HostTensor;
 
 /// A row-major f32 matrix in host memory.
@@ -39,6 +44,15 @@ pub struct CpuBackend;
 impl Dims for CpuTensor {
     fn dims(&self) -> (usize, usize) {
         (self.rows, self.cols)
+    }
+}
+
+/// The host view of a dense layer's tensors.
+fn dense_ref(d: Dense<'_, CpuTensor>) -> cls_head::DenseRef<'_> {
+    cls_head::DenseRef {
+        weight: &d.weight.data,
+        out: d.weight.rows,
+        bias: d.bias.map(|b| b.data.as_slice()),
     }
 }
 
@@ -189,11 +203,41 @@ impl Backend for CpuBackend {
         Ok(CpuTensor::like(rows.len(), x.cols, data))
     }
 
-    fn mean_pool(&self, x: &CpuTensor, layout: Input<'_, SeqLayout>) -> OpResult<CpuTensor> {
+    fn cls_head(
+        &self,
+        hidden: &CpuTensor,
+        layout: Input<'_, SeqLayout>,
+        head: &ClsHead<'_, CpuTensor>,
+    ) -> OpResult<HostTensor> {
         let layout = layout.host;
-        check::mean_pool(x, layout)?;
-        let data = mean_pool::mean_pool(&x.data, x.cols, layout);
-        Ok(CpuTensor::like(layout.num_seqs(), x.cols, data))
+        let (seqs, labels) = check::cls_head(hidden, layout, head)?;
+        let data = cls_head::cls_head(
+            &hidden.data,
+            hidden.cols,
+            layout,
+            head.pooling,
+            head.pooler.map(dense_ref).as_ref(),
+            &dense_ref(head.classifier),
+        );
+        Ok(HostTensor::new(vec![seqs, labels], data))
+    }
+
+    fn token_head(
+        &self,
+        hidden: &CpuTensor,
+        classifier: Dense<'_, CpuTensor>,
+    ) -> OpResult<TokenLogits> {
+        let labels = check::token_head(hidden, classifier)?;
+        let (logits, picked) = token_head::token_head(
+            &hidden.data,
+            hidden.rows,
+            hidden.cols,
+            &dense_ref(classifier),
+        );
+        Ok(TokenLogits {
+            logits: HostTensor::new(vec![hidden.rows, labels], logits),
+            labels: picked,
+        })
     }
 
     fn copy(&self, x: &CpuTensor) -> OpResult<CpuTensor> {

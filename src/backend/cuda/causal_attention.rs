@@ -8,45 +8,36 @@ use cudarc::driver::LaunchConfig;
 use super::params::CausalAttentionParams;
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
+use crate::backend::kernels::geometry as g;
 use crate::backend::{CausalShape, Input, OpError, OpResult, SeqLayout};
 
-/// v1: query rows per block (`BQ` in the kernel).
-const BQ: usize = 32;
-/// v3: query rows per block and keys per tile (`kRows`, `kKeys` of flash_v3.cuh).
-const V3_TILE: usize = 64;
-/// Keys per tile (`BK`).
-const BK: usize = 32;
-/// Threads per query row (`TPR`).
-const TPR: usize = 4;
 /// The op (profiled and reported under this name, whichever version runs).
 const OP: &str = "causal_attention";
 /// Largest head dimension the kernel's per-thread accumulators hold (`MAX_D`).
-const MAX_D: usize = 128;
+const MAX_D: usize = g::ATTENTION_MAX_D as usize;
 
 /// The version run for `dtype` and head dimension `d`: (query rows per block, kernel,
 /// dynamic shared memory in bytes).
 ///
-/// v3: padded head size 64 or 128; Q and K/V [2 stages] tiles of [64][D + 8] in the
-/// 16-bit type (45 KB at D = 64, 85 KB at D = 128, opted in above 48 KiB). v1: Q
-/// tile and K/V tile ([rows][d + 1], padded against bank conflicts) and the
-/// probabilities [BQ][BK + 1], all f32: 37 KB at d = 128.
+/// v3: padded head size 64 or 128 (45 KB at D = 64, 85 KB at D = 128, opted in above
+/// 48 KiB); v1: f32 tiles, 37 KB at d = 128 (layouts: geometry.cuh).
 pub(super) fn version(dtype: DType, d: usize) -> (usize, &'static str, u32) {
-    let (rows, kernel, smem) = if dtype != DType::F32 && d % 8 == 0 {
+    if dtype != DType::F32 && d % 8 == 0 {
         let (dp, kernel) = if d <= 64 {
             (64, "causal_attention_v3_d64")
         } else {
             (128, "causal_attention_v3_d128")
         };
-        (V3_TILE, kernel, 5 * V3_TILE * (dp + 8) * 2)
+        (g::V3_ROWS as usize, kernel, g::causal_v3_smem(dp))
     } else {
         let kernel = if dtype == DType::F32 {
             OP
         } else {
             "causal_attention_fma"
         };
-        (BQ, kernel, ((BQ + BK) * (d + 1) + BQ * (BK + 1)) * 4)
-    };
-    (rows, kernel, smem as u32)
+        let rows = g::CAUSAL_V1_ROWS as usize;
+        (rows, kernel, g::causal_v1_smem(d as u32))
+    }
 }
 
 /// Context `[tokens, heads·d]` of `qkv` (shapes already checked).
@@ -81,8 +72,8 @@ pub(super) fn launch(
             layout.max_len().div_ceil(rows) as u32,
             heads as u32,
         ),
-        // 4 warps: v1's BQ rows × TPR threads, v3's 16 rows per warp.
-        block_dim: ((BQ * TPR) as u32, 1, 1),
+        // 4 warps: v1's 32 rows × 4 threads, v3's 16 rows per warp.
+        block_dim: (g::ATTENTION_THREADS, 1, 1),
         shared_mem_bytes: smem,
     };
     let params = CausalAttentionParams {

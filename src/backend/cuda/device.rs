@@ -1,5 +1,5 @@
-//! One CUDA device: context, its own non-blocking stream, cuBLASLt handle, the PTX
-//! modules of the kernels, the staged op inputs and the upload/launch helpers. Opening it never panics, even without a driver.
+//! One CUDA device: context, its own non-blocking stream, cuBLASLt handle, the kernel
+//! modules (fatbins), the staged op inputs and the upload/launch helpers. Opening it never panics, even without a driver.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
-use cudarc::nvrtc::Ptx;
 
 use super::blas::Lt;
 use super::memory::{device_err, DeviceBuf, Pool};
+use super::module_load;
 use super::profile::Counters;
 use super::staging::{DeviceInput, Staging};
 use crate::backend::dtype::DType;
@@ -57,7 +57,7 @@ impl Device {
         if ordinal >= count {
             bail!("CUDA device {ordinal} requested but only {count} present");
         }
-        if kernels::PTX_MODULES.is_empty() {
+        if kernels::MODULES.is_empty() {
             bail!(
                 "this hopscore binary was built without its CUDA kernels (nvcc was not found \
                  at build time): rebuild with NVCC=/path/to/nvcc, or use --device cpu"
@@ -100,14 +100,14 @@ impl Device {
         &self.name
     }
 
-    /// The kernel named `entry`, loading the PTX module that defines it on first use
+    /// The kernel named `entry`, loading the module that defines it on first use
     /// (`op` names the calling op in errors).
     pub fn function(&self, op: &'static str, entry: &str) -> OpResult<CudaFunction> {
         if let Some(f) = self.functions.lock().unwrap().get(entry) {
             return Ok(f.clone());
         }
-        let (module_name, ptx) = kernels::module_of(entry)
-            .and_then(|m| Some((m, kernels::ptx(m)?)))
+        let (module_name, image) = kernels::module_of(entry)
+            .and_then(|m| Some((m, kernels::fatbin(m)?)))
             .ok_or_else(|| OpError::Device {
                 op,
                 msg: format!(
@@ -120,10 +120,8 @@ impl Device {
             match modules.get(module_name) {
                 Some(m) => m.clone(),
                 None => {
-                    let m = self
-                        .ctx
-                        .load_module(Ptx::from_src(ptx))
-                        .map_err(|e| device_err(op, format!("loading {module_name}.ptx: {e}")))?;
+                    let m = module_load::load(&self.ctx, module_name, image)
+                        .map_err(|msg| device_err(op, msg))?;
                     modules.insert(module_name, m.clone());
                     m
                 }

@@ -13,20 +13,19 @@ use super::params::DisentangledAttentionParams;
 use super::DType;
 use super::{ptr_or_null, CudaBackend};
 use crate::backend::check::Dims;
+use crate::backend::kernels::geometry as g;
 use crate::backend::{AttentionShape, Input, OpError, OpResult, RelAttention, SeqLayout};
 
 const OP: &str = "disentangled_attention";
 /// Query rows per block (and key rows per step of its loop) of v1.
-const TILE: usize = 32;
-/// Threads per block (4 warps) of v1 and v3.
-const THREADS: u32 = 128;
+const TILE: usize = g::DA_V1_TILE as usize;
 /// Largest head size: a lane holds 4 columns of each of its output rows.
-pub const MAX_HEAD_SIZE: usize = 128;
+pub const MAX_HEAD_SIZE: usize = g::ATTENTION_MAX_D as usize;
 /// v3: query rows per block and keys per tile (`kRows`, `kKeys`).
-const V3_TILE: usize = 64;
+const V3_TILE: usize = g::V3_ROWS as usize;
 /// v3: band table entries per tile diagonal: 128 table rows, then 128 slots
 /// (`kBandRows`).
-const V3_BAND: usize = 128;
+const V3_BAND: usize = g::DA_V3_BAND_ROWS as usize;
 
 /// The v3 instance for head size `d`: its padded head size and kernel name (64, the
 /// head size of every DeBERTa, or 128; smaller heads are zero-padded).
@@ -47,29 +46,13 @@ pub(super) fn kernel(dtype: DType, d: usize) -> &'static str {
 }
 
 /// Dynamic shared memory of the kernel for `dtype` and head size `d`, in bytes, with
-/// or without the position band (the layouts in the kernel's comments: v1 for f32,
-/// v3 for bf16/f16).
+/// or without the position band (geometry.cuh: v1 for f32, v3 for bf16/f16).
 pub fn smem_bytes(dtype: DType, d: usize, band: bool) -> usize {
-    match dtype {
-        DType::F32 => {
-            let (ld, band_rows) = (d + 1, if band { 2 * TILE - 1 } else { TILE });
-            4 * ((2 * TILE + band_rows) * ld + 2048 + 192)
-        }
-        DType::Bf16 | DType::F16 => {
-            // Scratch f32 [64][84]; K, V [2 stages][64][LD]; PK, PQ [128][LD]; slots
-            // u32 [2][128]; LD = padded d + 8 elements.
-            let ld = v3_kernel(d).0 + 8;
-            let scratch = V3_TILE * 84 * 4;
-            let kv = 4 * V3_TILE * ld * 2;
-            scratch
-                + kv
-                + if band {
-                    2 * V3_BAND * ld * 2 + 2 * V3_BAND * 4
-                } else {
-                    0
-                }
-        }
-    }
+    let band = u32::from(band);
+    (match dtype {
+        DType::F32 => g::disentangled_v1_smem(d as u32, band),
+        DType::Bf16 | DType::F16 => g::disentangled_v3_smem(v3_kernel(d).0 as u32, band),
+    }) as usize
 }
 
 /// v3's position band of every tile diagonal: for diagonal `e` (query tile minus key
@@ -199,7 +182,7 @@ pub fn disentangled_attention(
     let smem = smem_bytes(dev.dtype, d, band);
     let cfg = LaunchConfig {
         grid_dim: (tiles as u32, heads as u32, seqs as u32),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (g::ATTENTION_THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
     let params = DisentangledAttentionParams {

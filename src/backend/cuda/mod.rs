@@ -1,5 +1,5 @@
 //! CUDA backend (feature `cuda`): the ops of [`Backend`] as kernels from `kernels/`
-//! (PTX embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
+//! (fatbins embedded at build time) and cuBLASLt GEMMs, on one device and one stream.
 //!
 //! Activations and weights live on the device as `--dtype` elements (bf16 by
 //! default); every kernel accumulates in f32. Each launcher below mirrors the CPU
@@ -10,7 +10,9 @@ mod causal_attention;
 pub mod device;
 pub mod disentangled_attention;
 pub mod graphs;
+mod heads;
 pub mod memory;
+pub mod module_load;
 pub mod params;
 pub mod profile;
 mod question_loglik;
@@ -25,16 +27,18 @@ pub use self::memory::CudaTensor;
 use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, BatchInputs, BatchShape, CausalShape, DeviceCounts, Forward, Input,
-    KernelTime, OpError, OpResult, Prepared, RelAttention, SeqLayout, Slot,
+    AttentionShape, Backend, BatchInputs, BatchShape, CausalShape, ClsHead, Dense, DeviceCounts,
+    Forward, Input, KernelTime, OpError, OpResult, Prepared, RelAttention, SeqLayout, Slot,
+    TokenLogits,
 };
 pub use crate::backend::dtype::DType;
+use crate::backend::kernels::geometry;
 use crate::tensor::HostTensor;
 
 /// Most blocks a grid-stride elementwise kernel is launched with.
 const MAX_BLOCKS: u32 = 65_535;
 /// Threads per block of the row-wise and elementwise kernels.
-const THREADS: u32 = 256;
+const THREADS: u32 = geometry::ROW_THREADS;
 
 pub use self::device::device_count;
 
@@ -100,7 +104,7 @@ impl CudaBackend {
         let mut b = self.dev.stream.launch_builder(f);
         for a in args {
             match a {
-                Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
+                Arg::Ptr(v) => b.arg(v),
                 Arg::U32(v) => b.arg(v),
                 Arg::F32(v) => b.arg(v),
             };
@@ -208,23 +212,28 @@ impl CudaBackend {
         Ok(out)
     }
 
-    /// The elementwise kernel `op(x, <extra…>, rows, cols)` over `x` in place.
-    fn rowwise_inplace(
+    /// Elements of the device dtype in 16 bytes (the vector kernels' step).
+    fn vec_width(&self) -> usize {
+        16 / self.dev.dtype.size()
+    }
+
+    /// The kernel `op(x, [y,] n)` mapping `x` (and `y`) into `x`, 16-byte vectors per
+    /// thread where the kernel can (`map_inplace` of kernels/common.cuh).
+    fn map_inplace(
         &self,
         op: &'static str,
         x: &CudaTensor,
-        extra: Option<u64>,
+        y: Option<&CudaTensor>,
     ) -> OpResult<()> {
-        if x.numel() == 0 {
+        let n = x.numel();
+        if n == 0 {
             return Ok(());
         }
-        let args = [
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(extra.unwrap_or(0)),
-            Arg::U32(x.rows as u32),
-            Arg::U32(x.cols as u32),
-        ];
-        self.launch(op, grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
+        let mut args = vec![Arg::Ptr(x.ptr())];
+        args.extend(y.map(|y| Arg::Ptr(y.ptr())));
+        args.push(Arg::U32(index_u32(op, n)?));
+        let cfg = grid_1d(n.div_ceil(self.vec_width()), THREADS, MAX_BLOCKS);
+        self.launch(op, cfg, &args)
     }
 }
 
@@ -232,7 +241,6 @@ impl CudaBackend {
 #[derive(Debug, Clone, Copy)]
 pub enum Arg {
     Ptr(u64),
-    U64(u64),
     U32(u32),
     F32(f32),
 }
@@ -251,6 +259,18 @@ fn prepared(inputs: &BatchInputs<'_>, batch: u64) -> Prepared {
         rel_index: rel.then(|| slot(rel_at)),
         ids: (ids_at..ids_at + inputs.ids.len()).map(slot).collect(),
     }
+}
+
+/// `n` elements as the 32-bit index of the elementwise kernels (below 2^31, so that a
+/// grid-stride step cannot wrap).
+fn index_u32(op: &'static str, n: usize) -> OpResult<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n <= i32::MAX as u32)
+        .ok_or_else(|| OpError::Shape {
+            op,
+            msg: format!("{n} elements exceed the kernel's 32-bit indexing (2^31 − 1); use smaller batches (--max-batch-tokens)"),
+        })
 }
 
 fn ptr_or_null(t: Option<&CudaTensor>) -> u64 {
@@ -428,7 +448,7 @@ impl Backend for CudaBackend {
     }
 
     fn gelu(&self, x: &mut CudaTensor) -> OpResult<()> {
-        self.rowwise_inplace("bias_gelu", x, None)
+        self.map_inplace("gelu", x, None)
     }
 
     fn layer_norm(
@@ -443,15 +463,15 @@ impl Backend for CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let smem = x.cols * 4;
-        if smem > 48 * 1024 {
+        let smem = geometry::layer_norm_smem(x.cols as u32);
+        if smem > device::DEFAULT_SMEM {
             return Err(OpError::Shape {
                 op: "layer_norm",
                 msg: format!("{} columns exceed the kernel's 12,288", x.cols),
             });
         }
         let cfg = LaunchConfig {
-            shared_mem_bytes: smem as u32,
+            shared_mem_bytes: smem,
             ..per_row(x.rows, THREADS)
         };
         let args = [
@@ -502,7 +522,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let s = self.dev.input_f32("scale_rows", scale)?;
-        self.rowwise_inplace("scale_rows", x, Some(s.ptr()))
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(s.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+        ];
+        self.launch("scale_rows", grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
     }
 
     fn disentangled_attention(
@@ -536,29 +562,23 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
-    fn mean_pool(&self, x: &CudaTensor, layout: Input<'_, SeqLayout>) -> OpResult<CudaTensor> {
-        check::mean_pool(x, &layout)?;
-        let seqs = layout.num_seqs();
-        let out = self.tensor(seqs, x.cols)?;
-        if out.numel() == 0 {
-            return Ok(out);
-        }
-        let (cu, mask) = self.dev.input_layout("mean_pool", layout)?;
-        let cfg = LaunchConfig {
-            grid_dim: (seqs as u32, (x.cols as u32).div_ceil(THREADS), 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let args = [
-            Arg::Ptr(out.ptr()),
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(cu.ptr()),
-            Arg::Ptr(mask.ptr()),
-            Arg::U32(seqs as u32),
-            Arg::U32(x.cols as u32),
-        ];
-        self.launch("mean_pool", cfg, &args)?;
-        Ok(out)
+    fn cls_head(
+        &self,
+        hidden: &CudaTensor,
+        layout: Input<'_, SeqLayout>,
+        head: &ClsHead<'_, CudaTensor>,
+    ) -> OpResult<HostTensor> {
+        let dims = check::cls_head(hidden, &layout, head)?;
+        heads::cls_head(self, hidden, layout, head, dims)
+    }
+
+    fn token_head(
+        &self,
+        hidden: &CudaTensor,
+        classifier: Dense<'_, CudaTensor>,
+    ) -> OpResult<TokenLogits> {
+        let labels = check::token_head(hidden, classifier)?;
+        heads::token_head(self, hidden, classifier, labels)
     }
 
     fn copy(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
@@ -569,12 +589,7 @@ impl Backend for CudaBackend {
 
     fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> OpResult<()> {
         check::add(x, y)?;
-        let n = x.numel() as u64;
-        if n == 0 {
-            return Ok(());
-        }
-        let args = [Arg::Ptr(x.ptr()), Arg::Ptr(y.ptr()), Arg::U64(n)];
-        self.launch("add", grid_1d(x.numel(), THREADS, MAX_BLOCKS), &args)
+        self.map_inplace("add", x, Some(y))
     }
 
     fn rms_norm(&self, x: &CudaTensor, weight: &CudaTensor, eps: f32) -> OpResult<CudaTensor> {
@@ -596,12 +611,7 @@ impl Backend for CudaBackend {
     }
 
     fn gelu_new(&self, x: &mut CudaTensor) -> OpResult<()> {
-        let n = x.numel();
-        if n == 0 {
-            return Ok(());
-        }
-        let args = [Arg::Ptr(x.ptr()), Arg::U64(n as u64)];
-        self.launch("gelu_new", grid_1d(n, THREADS, MAX_BLOCKS), &args)
+        self.map_inplace("gelu_new", x, None)
     }
 
     fn swiglu(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
@@ -610,13 +620,15 @@ impl Backend for CudaBackend {
         if out.numel() == 0 {
             return Ok(out);
         }
+        index_u32("swiglu", x.numel())?;
         let args = [
             Arg::Ptr(out.ptr()),
             Arg::Ptr(x.ptr()),
             Arg::U32(x.rows as u32),
             Arg::U32(inter as u32),
         ];
-        self.launch("swiglu", grid_1d(out.numel(), THREADS, MAX_BLOCKS), &args)?;
+        let cfg = grid_1d(out.numel().div_ceil(self.vec_width()), THREADS, MAX_BLOCKS);
+        self.launch("swiglu", cfg, &args)?;
         Ok(out)
     }
 
@@ -636,10 +648,10 @@ impl Backend for CudaBackend {
         let freq = self.dev.input_f32("rope", inv_freq)?;
         // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
         let cfg = LaunchConfig {
-            shared_mem_bytes: (inv_freq.len() * 2 * 4) as u32,
-            ..per_row(x.rows, 128)
+            shared_mem_bytes: geometry::rope_smem(inv_freq.len() as u32),
+            ..per_row(x.rows, geometry::ROPE_THREADS)
         };
-        if cfg.shared_mem_bytes > 48 * 1024 {
+        if cfg.shared_mem_bytes > device::DEFAULT_SMEM {
             return Err(OpError::Shape {
                 op: "rope",
                 msg: format!("head_dim {head_dim} exceeds the kernel's 12,288"),
@@ -683,14 +695,14 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::kernels::{module_of, PTX_MODULES};
+    use crate::backend::kernels::{module_of, MODULES};
 
     /// Every entry a launcher can ask for, in every dtype and head size, is in the
     /// PTX built into this binary (a renamed kernel or launcher typo fails here
     /// instead of at the first launch on a GPU).
     #[test]
     fn every_launched_entry_is_built() {
-        if PTX_MODULES.is_empty() {
+        if MODULES.is_empty() {
             assert_ne!(
                 option_env!("HOPSCORE_REQUIRE_NVCC"),
                 Some("1"),
@@ -700,17 +712,18 @@ mod tests {
         }
         const PLAIN: &[&str] = &[
             "add",
-            "bias_gelu",
+            "cls_head",
             "embedding",
             "gather_rows",
+            "gelu",
             "gelu_new",
             "layer_norm",
-            "mean_pool",
             "question_loglik",
             "rms_norm",
             "rope",
             "scale_rows",
             "swiglu",
+            "token_head",
         ];
         let mut missing = Vec::new();
         for dtype in [DType::F32, DType::Bf16, DType::F16] {

@@ -107,6 +107,42 @@ pub struct TensorCoreCheckParams {
 }
 const _: () = assert!(std::mem::size_of::<TensorCoreCheckParams>() == 40);
 
+/// `hopscore::HeadParams<T>` (`cls_head` and `token_head`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HeadParams {
+    /// `[rows, labels]` f32 logits (cls_head with a pooler: `[chunks][rows][labels]`
+    /// partial logits).
+    pub logits: u64,
+    /// token_head: `[rows]` u32 labels; cls_head: 0.
+    pub label: u64,
+    /// `[tokens, hidden]`.
+    pub hidden_states: u64,
+    /// cls_head: `[rows + 1]` u32 sequence starts; token_head: 0.
+    pub cu_seqlens: u64,
+    /// cls_head: `[tokens]` f32 mask for the masked mean, or 0 for the first row.
+    pub mask: u64,
+    /// Pooler `[inner, hidden]`, or 0 (no pooler).
+    pub pooler_w: u64,
+    /// Pooler bias `[inner]`, or 0.
+    pub pooler_b: u64,
+    /// Classifier `[labels, inner]` (`[labels, hidden]` without a pooler).
+    pub classifier_w: u64,
+    /// Classifier bias `[labels]`, or 0.
+    pub classifier_b: u64,
+    /// Sequences (cls_head) or tokens (token_head).
+    pub rows: u32,
+    pub hidden: u32,
+    /// Pooler outputs (without a pooler: `hidden`).
+    pub inner: u32,
+    pub labels: u32,
+    /// cls_head: pooler outputs per block (the grid's y extent is the chunks); else 0.
+    pub chunk: u32,
+    /// 0.
+    pub pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<HeadParams>() == 96);
+
 // SAFETY: plain `#[repr(C)]` data of u64/u32/f32 fields without padding (sizes asserted
 // above against the C++ structs of kernels/params.cuh, which have the same layout).
 unsafe impl DeviceRepr for DisentangledAttentionParams {}
@@ -116,3 +152,5 @@ unsafe impl DeviceRepr for CausalAttentionParams {}
 unsafe impl DeviceRepr for QuestionLoglikParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for TensorCoreCheckParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for HeadParams {}

@@ -4,30 +4,20 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::device::grid_1d;
 use super::params::QuestionLoglikParams;
 use super::{Arg, CudaBackend, CudaTensor, DType};
+use crate::backend::kernels::geometry as g;
 use crate::backend::{Input, OpResult};
 
-/// Hidden rows per block: `RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 mma.sync one.
-fn rows_per_block(dtype: DType) -> usize {
+/// Hidden rows per block (`RT` of the f32 FMA kernel, `RT_TC` of the bf16/f16 mma.sync
+/// one) and dynamic shared memory (the f32 kernel's is static).
+fn tile(dtype: DType) -> (usize, u32) {
     match dtype {
-        DType::F32 => 16,
-        DType::Bf16 | DType::F16 => 32,
+        DType::F32 => (g::LOGLIK_ROWS as usize, 0),
+        DType::Bf16 | DType::F16 => (g::LOGLIK_TC_ROWS as usize, g::LOGLIK_TC_SMEM),
     }
 }
-
-/// Dynamic shared memory of the partial kernel: the bf16/f16 (v3) one stages hidden
-/// [2][32][72] and head [2][128][72] slices in the element type and a [32][132] f32
-/// logit tile; the f32 one uses static shared memory only.
-fn smem_bytes(dtype: DType) -> usize {
-    match dtype {
-        DType::F32 => 0,
-        DType::Bf16 | DType::F16 => 2 * (32 + 128) * 72 * 2 + 32 * 132 * 4,
-    }
-}
-
-/// Threads per block of the partial kernel (`THREADS`).
-const THREADS: u32 = 256;
 /// Vocabulary rows per split (a multiple of the kernels' chunks, `VC` = 64 and `VC_TC` =
 /// 128): SmolLM2's 49,152 give 24 splits, so that even a few rows fill the GPU.
 const SPLIT: usize = 2048;
@@ -53,15 +43,11 @@ pub(super) fn launch(
     let out = be.dev.pool.alloc(n * 4)?;
     // As the twin: logits scaled by the f32 reciprocal of the temperature.
     let inv_t = 1.0 / temperature;
-    let smem = smem_bytes(be.dev.dtype);
+    let (rows_per_block, smem) = tile(be.dev.dtype);
     let cfg = LaunchConfig {
-        grid_dim: (
-            n.div_ceil(rows_per_block(be.dev.dtype)) as u32,
-            splits as u32,
-            1,
-        ),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: smem as u32,
+        grid_dim: (n.div_ceil(rows_per_block) as u32, splits as u32, 1),
+        block_dim: (g::LOGLIK_THREADS, 1, 1),
+        shared_mem_bytes: smem,
     };
     let params = QuestionLoglikParams {
         part: part.ptr(),
@@ -81,11 +67,7 @@ pub(super) fn launch(
     let merge = be
         .dev
         .function("question_loglik", "question_loglik_merge")?;
-    let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(128) as u32, 1, 1),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid_1d(n, g::LOGLIK_MERGE_THREADS, u32::MAX);
     // `question_loglik_merge(float* out, const float* part, unsigned n, unsigned splits)`
     // with `out` of n floats and `part` of 3·splits·n floats.
     let args = [

@@ -74,7 +74,11 @@ impl CudaBackend {
         let c = self.dev.pool.alloc(m * n * 4)?;
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
-            block_dim: (128, 1, 1),
+            block_dim: (
+                crate::backend::kernels::geometry::TENSOR_CORE_CHECK_THREADS,
+                1,
+                1,
+            ),
             shared_mem_bytes: 0,
         };
         let params = TensorCoreCheckParams {

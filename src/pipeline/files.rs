@@ -1,9 +1,11 @@
-//! The file runner of the question jobs (`beam`, `label`, `lepus`): the reader thread
-//! prepares each row's search (or quarantines the row), the scheduler scores the
-//! searches of many questions together, and the writer commits each part of
-//! `part_rows` input rows as soon as all its rows are finished (`resume` computes only
-//! the rows no part covers), then merges the parts into the output and its quarantine
-//! file.
+//! The one file runner of every job that reads a file (`beam`, `label`, `lepus`,
+//! `review`, `classify`, `loglik`): the reader thread turns each input row into a task
+//! (or quarantines the row), the job's engine ([`FileJob::drive`]: the
+//! continuous-batching scheduler of the question jobs, batches of rows for the row
+//! jobs, the worker threads of `review`) finishes the tasks, and the writer commits
+//! each part of `part_rows` input rows as soon as all its rows are finished
+//! (`resume` computes only the rows no part covers), then merges the parts into the
+//! output and its quarantine file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,16 +13,94 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
+use arrow::datatypes::SchemaRef;
+use crossbeam_channel::{Receiver, Sender};
+use indicatif::ProgressBar;
 
 use super::control::{progress_bar, Shard, INTERRUPTED};
-use super::{Admission, Finished};
+use super::{Admission, Finished, PipelineStats};
 use crate::io::fingerprint;
 use crate::io::parquet_io::{sibling, write_in_batches};
 use crate::io::parts::{parts_dir, Opened, Parts};
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::io::questions::QuestionReader;
-use crate::jobs::questions::{admit, settle, Output, QuestionJob, QuestionScorer, ToBatch};
+use crate::jobs::questions::{admit, Prepare, ToBatch};
+
+/// The reader side of a run: sends each row's admission, in input order.
+pub type Reader<T> = Box<dyn FnOnce(Sender<(u64, Admission<T>)>) -> Result<()> + Send>;
+/// The writer side of a run: receives the finished rows, in any order.
+pub type Writer<O> = Box<dyn FnOnce(Receiver<(u64, Finished<O>)>) -> Result<()> + Send>;
+/// An input row's admission, made only for the rows a run computes.
+pub type Pending<T> = Box<dyn FnOnce() -> Admission<T> + Send>;
+
+/// An input file opened by a job.
+pub struct Source<T> {
+    /// Rows in the file.
+    pub total_rows: u64,
+    /// The output columns (without metadata).
+    pub schema: SchemaRef,
+    /// Every row, in order, with its number.
+    pub rows: Box<dyn Iterator<Item = Result<(u64, Pending<T>)>> + Send>,
+}
+
+/// A question file as a [`Source`] of the tasks `prepare` builds.
+pub fn question_source<T: 'static>(
+    input: &Path,
+    schema: SchemaRef,
+    prepare: Prepare<T>,
+) -> Result<Source<T>> {
+    let reader = QuestionReader::open(input, 256)?;
+    Ok(Source {
+        total_rows: reader.total_rows(),
+        schema,
+        rows: Box::new((0u64..).zip(reader).map(move |(row, item)| {
+            let prepare = prepare.clone();
+            let item = item?;
+            Ok((
+                row,
+                Box::new(move || admit(&prepare, row, item)) as Pending<T>,
+            ))
+        })),
+    })
+}
+
+/// A job that reads a file, as the file runner drives it.
+pub trait FileJob {
+    /// One input row's work, built on the reader thread.
+    type Task: Send + 'static;
+    /// A finished task.
+    type Out: Send + 'static;
+    /// One output row.
+    type Row: Send + 'static;
+    /// Run metadata of the output files.
+    fn metadata(&self) -> &[(String, String)];
+    /// Whether the output files also record the input (`hopscore.input_rows`,
+    /// `input_sha256`, `shard`); the resume fingerprint always does.
+    fn records_input(&self) -> bool {
+        true
+    }
+    /// Whether an interrupted run also writes its committed rows (in row order) to
+    /// the output and quarantine files (the parts stay for `resume`).
+    fn writes_partial_output(&self) -> bool {
+        false
+    }
+    /// Opens the input file (refusing one without the columns the job reads).
+    fn open(&self, input: &Path) -> Result<Source<Self::Task>>;
+    /// A finished row as an output row or a bad row; `None` when it was left
+    /// unfinished (Ctrl-C), for a later run to compute.
+    fn settle(row: u64, item: Finished<Self::Out>) -> Option<Result<Self::Row, BadRow>>;
+    /// Output rows → record batch (run on the writer thread).
+    fn to_batch(&self, schema: SchemaRef) -> ToBatch<Self::Row>;
+    /// Runs `read` and `write` on threads of their own and finishes, between them,
+    /// every task read; `bar` counts rows (the writer advances it).
+    fn drive(
+        &mut self,
+        read: Reader<Self::Task>,
+        write: Writer<Self::Out>,
+        bar: &ProgressBar,
+    ) -> Result<PipelineStats>;
+}
 
 /// Output rows per record batch of a part file.
 const WRITE_ROWS: usize = 256;
@@ -40,6 +120,8 @@ pub struct FileRun {
     pub shard: Option<Shard>,
     /// Input rows per committed part.
     pub part_rows: u64,
+    /// Process only the first `limit` rows of the input (before sharding).
+    pub limit: Option<u64>,
 }
 
 impl FileRun {
@@ -51,24 +133,27 @@ impl FileRun {
     }
 
     /// Refuses outputs that would overwrite an input (`extra_inputs`: the job's other
-    /// input files, e.g. a corpus).
-    pub fn check_paths(&self, extra_inputs: &[Named]) -> Result<()> {
+    /// input files, e.g. a corpus or a model; `extra_outputs`: its other outputs, e.g.
+    /// a cache directory).
+    pub fn check_paths(
+        &self,
+        extra_inputs: &[Named],
+        extra_outputs: &[(Named, Kind)],
+    ) -> Result<()> {
         let mut inputs = vec![Named::new("--input", &self.input)];
         inputs.extend_from_slice(extra_inputs);
-        check_outputs(
-            &inputs,
-            &[
-                (Named::new("--output", &self.output), Kind::File),
-                (
-                    Named::new("the quarantine file", &self.quarantine_path()),
-                    Kind::File,
-                ),
-                (
-                    Named::new("the parts directory of --output", &parts_dir(&self.output)),
-                    Kind::Dir,
-                ),
-            ],
-        )?;
+        let quarantine = self.quarantine_path();
+        let parts = parts_dir(&self.output);
+        let mut outputs = vec![
+            (Named::new("--output", &self.output), Kind::File),
+            (Named::new("the quarantine file", &quarantine), Kind::File),
+            (
+                Named::new("the parts directory of --output", &parts),
+                Kind::Dir,
+            ),
+        ];
+        outputs.extend_from_slice(extra_outputs);
+        check_outputs(&inputs, &outputs)?;
         Ok(())
     }
 }
@@ -76,7 +161,7 @@ impl FileRun {
 /// Counts of a run.
 #[derive(Debug, Clone)]
 pub struct RunSummary {
-    pub stats: super::PipelineStats,
+    pub stats: PipelineStats,
     pub quarantine_path: PathBuf,
     /// Rows already committed by an earlier run (`--resume`).
     pub resumed_from: u64,
@@ -84,39 +169,51 @@ pub struct RunSummary {
     pub interrupted: bool,
 }
 
-/// Runs `job` over the question file of `opts`. The caller installs the Ctrl-C handler
+/// Runs `job` over the input file of `opts`. The caller installs the Ctrl-C handler
 /// ([`super::control::install_interrupt_handler`]) before loading its models, so that
 /// a Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
-pub fn run<S: QuestionScorer>(job: &mut QuestionJob<S>, opts: &FileRun) -> Result<RunSummary> {
-    opts.check_paths(&[])?;
+pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
+    opts.check_paths(&[], &[])?;
     let quarantine_path = opts.quarantine_path();
-    let reader = QuestionReader::open(&opts.input, 256)?;
-    let total = reader.total_rows();
+    let source = job.open(&opts.input)?;
+    let schema = source.schema.clone();
+    let total = opts
+        .limit
+        .map_or(source.total_rows, |l| l.min(source.total_rows));
     let (start, end) = opts.shard.map_or((0, total), |s| s.range(total));
-    let mut metadata = job.scorer.metadata().to_vec();
-    metadata.extend(
-        crate::io::metadata::tool_metadata(&[
-            ("input_rows", total.to_string()),
-            ("input_sha256", fingerprint::file_sha256(&opts.input)?),
-            ("shard", opts.shard.map_or("all".into(), |s| s.to_string())),
-        ])
-        .into_iter()
-        .skip(1),
-    );
+    let input_keys: Vec<(String, String)> = crate::io::metadata::tool_metadata(&[
+        ("input_rows", source.total_rows.to_string()),
+        ("input_sha256", fingerprint::file_sha256(&opts.input)?),
+        ("shard", opts.shard.map_or("all".into(), |s| s.to_string())),
+    ])
+    .into_iter()
+    .skip(1)
+    .collect();
+    // The footer's metadata; the resume fingerprint also covers the input and limit.
+    let mut metadata = job.metadata().to_vec();
+    let mut identity = Vec::new();
+    match job.records_input() {
+        true => metadata.extend(input_keys),
+        false => identity.extend(input_keys),
+    }
+    identity.splice(0..0, metadata.iter().cloned());
+    if let Some(limit) = opts.limit {
+        identity.push(("hopscore.limit".into(), limit.to_string()));
+    }
     let summary = |stats, resumed_from, interrupted| RunSummary {
         stats,
         quarantine_path: quarantine_path.clone(),
         resumed_from,
         interrupted,
     };
-    let parts = match Parts::open(&opts.output, &fingerprint::of(&metadata), opts.resume)? {
+    let parts = match Parts::open(&opts.output, &fingerprint::of(&identity), opts.resume)? {
         Opened::Ready(p) => p,
         Opened::AlreadyFinished => {
             eprintln!(
                 "{} is already complete (the interrupted clean-up of its parts is now done)",
                 opts.output.display()
             );
-            return Ok(summary(super::PipelineStats::default(), end - start, false));
+            return Ok(summary(PipelineStats::default(), end - start, false));
         }
     };
     let committed = parts.committed();
@@ -125,14 +222,15 @@ pub fn run<S: QuestionScorer>(job: &mut QuestionJob<S>, opts: &FileRun) -> Resul
         eprintln!("resuming: {done_rows} rows already committed");
     }
     let plan = Arc::new(plan_parts(&committed, end - start, opts.part_rows));
-    let bar = progress_bar(end - start, "questions");
+    let bar = progress_bar(end - start, "rows");
     bar.set_position(done_rows);
     let complete = Arc::new(AtomicBool::new(false));
     let read_complete = complete.clone();
-    let (prepare, read_plan) = (job.scorer.prepare(), plan.clone());
-    let read = move |tx: crossbeam_channel::Sender<(u64, Admission<S::Task>)>| -> Result<()> {
+    let read_plan = plan.clone();
+    let read = move |tx: Sender<(u64, Admission<J::Task>)>| -> Result<()> {
         let mut todo = read_plan.iter().peekable();
-        for (row, item) in (0u64..).zip(reader) {
+        for item in source.rows {
+            let (row, pending) = item?;
             if row < start {
                 continue;
             }
@@ -146,8 +244,8 @@ pub fn run<S: QuestionScorer>(job: &mut QuestionJob<S>, opts: &FileRun) -> Resul
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            if tx.send((row, admit(&prepare, row, item?))).is_err() {
-                return Ok(()); // the scheduler stopped; its error is reported
+            if tx.send((row, pending())).is_err() {
+                return Ok(()); // the engine stopped; its error is reported
             }
         }
         read_complete.store(true, Ordering::SeqCst);
@@ -157,63 +255,59 @@ pub fn run<S: QuestionScorer>(job: &mut QuestionJob<S>, opts: &FileRun) -> Resul
     let (write_parts, write_bar) = (parts.clone(), bar.clone());
     let write_meta = metadata.clone();
     let writer = PartWriter {
-        schema: job.scorer.schema(),
-        to_batch: job.scorer.to_batch(),
+        schema: schema.clone(),
+        to_batch: job.to_batch(schema.clone()),
     };
-    let write = move |rx: crossbeam_channel::Receiver<(u64, Finished<Output<S>>)>| -> Result<()> {
+    let unfinished = Arc::new(AtomicBool::new(false));
+    let write_unfinished = unfinished.clone();
+    let write = move |rx: Receiver<(u64, Finished<J::Out>)>| -> Result<()> {
         let mut parts = write_parts.lock().expect("parts lock");
-        let mut open: BTreeMap<usize, PendingPart<S::Row>> = BTreeMap::new();
+        let mut open: BTreeMap<usize, PendingPart<J::Row>> = BTreeMap::new();
         for (row, item) in rx {
+            write_bar.inc(1);
+            let Some(settled) = J::settle(row, item) else {
+                write_unfinished.store(true, Ordering::SeqCst);
+                continue;
+            };
             let rel = row - start;
             let index = plan.partition_point(|&(_, b)| b <= rel);
             let part = open.entry(index).or_default();
-            match settle::<S>(row, item) {
+            match settled {
                 Ok(r) => part.rows.push((rel, r)),
                 Err(bad) => part.bad.push(bad),
             }
-            write_bar.inc(1);
             let (a, b) = plan[index];
             if part.len() as u64 == b - a {
                 let part = open.remove(&index).expect("open part");
                 part.commit(&mut parts, (a, b), start, &write_meta, &writer)?;
             }
         }
-        // Stopped early (Ctrl-C): every row read has finished, so each open part holds
-        // a run of rows from its start; commit those.
+        // Stopped early (Ctrl-C): every row read has finished or was left unfinished,
+        // so each open part holds a run of rows from its start up to its first
+        // unfinished row; commit those.
         for (index, part) in open {
             part.commit_prefix(&mut parts, plan[index].0, start, &write_meta, &writer)?;
         }
         Ok(())
     };
-    let progress = bar.clone();
-    let stats = super::run(
-        job.scheduler,
-        read,
-        |seqs, heads| job.scorer.score(seqs, heads),
-        write,
-        move |s| {
-            let secs = progress.elapsed().as_secs_f64().max(1e-9);
-            progress.set_message(format!(
-                "{:.0} hyp/s {:.0} tok/s",
-                s.hypotheses as f64 / secs,
-                s.tokens as f64 / secs
-            ));
-        },
-    )?;
+    let stats = job.drive(Box::new(read), Box::new(write), &bar)?;
     bar.finish_and_clear();
     let parts = Arc::into_inner(parts)
         .expect("the writer has finished")
         .into_inner()
         .expect("parts lock");
-    let interrupted = !complete.load(Ordering::SeqCst);
+    let interrupted = !complete.load(Ordering::SeqCst) || unfinished.load(Ordering::SeqCst);
+    let schemas = (schema, crate::io::quarantine::schema());
     if !interrupted {
         parts.finish(
             &opts.output,
             &quarantine_path,
             end - start,
-            (job.scorer.schema(), crate::io::quarantine::schema()),
+            schemas,
             &metadata,
         )?;
+    } else if job.writes_partial_output() {
+        parts.write_committed(&opts.output, &quarantine_path, schemas, &metadata)?;
     }
     Ok(summary(stats, done_rows, interrupted))
 }

@@ -1,0 +1,81 @@
+// Launch geometry of the kernels, written once: threads per block, tile sizes and the
+// dynamic shared memory of each kernel. The kernels include this header; build.rs
+// turns it into `crate::backend::kernels::geometry` for the launchers in
+// src/backend/cuda/, and tools/sass_report.py evaluates it for its occupancy table.
+//
+// So that all three can read it, every definition is one line of one of two forms, with
+// an expression of unsigned literals, names defined above, + - * / and parentheses:
+//   constexpr unsigned NAME = EXPR;                                  (a constant)
+//   constexpr unsigned name(unsigned a, unsigned b) { return EXPR; } (a formula)
+// A flag argument is 0 or 1 and multiplies the part it switches on. Adding a kernel:
+// define its NAME_THREADS (and its shared memory) here, use them in the kernel and its
+// launcher, and name them in sass_report.py's GEOMETRY.
+#pragma once
+
+namespace hopscore::geometry {
+
+// Threads per block.
+constexpr unsigned ROW_THREADS = 256;        // row-wise and elementwise kernels
+constexpr unsigned ROPE_THREADS = 128;       // rope: one block per row
+constexpr unsigned ATTENTION_THREADS = 128;  // both attentions, v1 and v3: 4 warps
+constexpr unsigned LOGLIK_THREADS = 256;     // question_loglik partial kernels
+constexpr unsigned LOGLIK_MERGE_THREADS = 128;
+constexpr unsigned TENSOR_CORE_CHECK_THREADS = 128;
+
+// causal_attention v1 (f32, and head sizes off the tensor-core grid).
+constexpr unsigned CAUSAL_V1_ROWS = 32;  // query rows per block
+constexpr unsigned CAUSAL_V1_KEYS = 32;  // keys per tile
+constexpr unsigned CAUSAL_V1_TPR = ATTENTION_THREADS / CAUSAL_V1_ROWS;  // threads per query row
+constexpr unsigned ATTENTION_MAX_D = 128;  // largest head size of either attention
+// Q tile and K-then-V tile [rows][d + 1], probabilities [rows][keys + 1], f32.
+constexpr unsigned causal_v1_smem(unsigned d) { return 4 * ((CAUSAL_V1_ROWS + CAUSAL_V1_KEYS) * (d + 1) + CAUSAL_V1_ROWS * (CAUSAL_V1_KEYS + 1)); }
+
+// v3 attentions (flash_v3.cuh): 64 query rows per block (16 per warp), 64-key tiles,
+// rows of the padded head size d (64 or 128) + 8 16-bit elements.
+constexpr unsigned V3_ROWS = 64;
+constexpr unsigned V3_KEYS = 64;
+constexpr unsigned V3_PAD = 8;
+constexpr unsigned v3_ld(unsigned d) { return d + V3_PAD; }
+// Q [64][ld] and K, V [2 stages][2][64][ld], 16-bit.
+constexpr unsigned causal_v3_smem(unsigned d) { return 2 * (V3_ROWS + 4 * V3_KEYS) * v3_ld(d); }
+
+// disentangled_attention v1 (f32): 32-row query and key tiles; a (query tile, key tile)
+// pair spans 2·32 − 1 offsets.
+constexpr unsigned DA_V1_TILE = 32;
+constexpr unsigned DA_V1_SCORES = 2048;  // band scores c2p [32][64] + p2c [64][32] (f32)
+constexpr unsigned DA_V1_SLOTS = 64;     // offsets, slots and rows: 64 u32 each
+// Q, K [32][d + 1], band rows (63 with a band, else 32) [.][d + 1], scores, 3 slot arrays.
+constexpr unsigned disentangled_v1_smem(unsigned d, unsigned band) { return 4 * ((3 * DA_V1_TILE + band * (DA_V1_TILE - 1)) * (d + 1) + DA_V1_SCORES + 3 * DA_V1_SLOTS); }
+// disentangled_attention v3: the band of a tile diagonal is 128 table rows; a warp
+// multiplies 80 of them into an f32 scratch of rows 80 + 4 floats.
+constexpr unsigned DA_V3_BAND_ROWS = 128;
+constexpr unsigned DA_V3_WIN = 80;
+constexpr unsigned DA_V3_SCRATCH_LD = DA_V3_WIN + 4;
+// Scratch f32 [64][84] | K, V [2 stages][2][64][ld] | PK, PQ [2][128][ld] | slots u32 [2][128].
+constexpr unsigned disentangled_v3_smem(unsigned d, unsigned band) { return 4 * V3_ROWS * DA_V3_SCRATCH_LD + 2 * 4 * V3_KEYS * v3_ld(d) + band * (2 * 2 * DA_V3_BAND_ROWS * v3_ld(d) + 4 * 2 * DA_V3_BAND_ROWS); }
+
+// question_loglik: f32 (v1) tiles of 16 hidden rows; bf16/f16 (v3) tiles of 32 rows by
+// 128 vocabulary words, staged in 64-column slices (rows of 64 + 8 elements), logits
+// through an f32 [32][128 + 4] tile.
+constexpr unsigned LOGLIK_ROWS = 16;
+constexpr unsigned LOGLIK_TC_ROWS = 32;
+constexpr unsigned LOGLIK_TC_WORDS = 128;
+constexpr unsigned LOGLIK_TC_COLS = 64;
+constexpr unsigned LOGLIK_TC_LD = LOGLIK_TC_COLS + 8;
+constexpr unsigned LOGLIK_TC_LDZ = LOGLIK_TC_WORDS + 4;
+// Hidden [2][32][72] and head [2][128][72] slices (16-bit), the logit tile (f32).
+constexpr unsigned LOGLIK_TC_SMEM = 2 * 2 * (LOGLIK_TC_ROWS + LOGLIK_TC_WORDS) * LOGLIK_TC_LD + 4 * LOGLIK_TC_ROWS * LOGLIK_TC_LDZ;
+
+// cls_head and token_head (heads.cuh): blocks of 8 rows (sequences or tokens) staged
+// in f32, cls_head's pooler spread over chunks of 64 outputs (8 per warp).
+constexpr unsigned HEAD_THREADS = 256;
+constexpr unsigned HEAD_ROWS = 8;
+constexpr unsigned HEAD_POOLER_CHUNK = 64;
+// [8][floats] f32: cls_head hidden + pooler chunk, token_head hidden + labels.
+constexpr unsigned head_smem(unsigned floats) { return 4 * HEAD_ROWS * floats; }
+
+// layer_norm: the row in f32; rope: cos then sin of the row's half head size, f32.
+constexpr unsigned layer_norm_smem(unsigned cols) { return 4 * cols; }
+constexpr unsigned rope_smem(unsigned half) { return 4 * 2 * half; }
+
+}  // namespace hopscore::geometry
