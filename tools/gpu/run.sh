@@ -96,10 +96,7 @@ step_lepus() {
   for shape in smollm2 gpt2; do
     python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs 50 --all-passages \
       --data-dir "$kit/data" --gguf "$kit/weights/smollm2-metadata.gguf" --max-batch-tokens 16384 \
-      --iters 5 --warmup 2 --hopscore "$H" || rc=1
-    python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs 50 --all-passages \
-      --data-dir "$kit/data" --gguf "$kit/weights/smollm2-metadata.gguf" --max-batch-tokens 16384 \
-      --iters 5 --warmup 2 --hopscore "$H" --json >"$OUT/lepus-$shape.jsonl" || rc=1
+      --iters 5 --warmup 2 --hopscore "$H" --json | tee "$OUT/lepus-$shape.jsonl" || rc=1
   done
   return $rc
 }
@@ -157,12 +154,11 @@ pairs = [{"ids": [random.randrange(3, 49152) for _ in range(300)], "target_start
 json.dump({"pairs": pairs}, open(sys.argv[1], "w"))
 PY
   python3 - "$work/smollm2-random" <<'PY'
-import sys, torch, transformers
+import argparse, sys, torch
+from pathlib import Path
 sys.path.insert(0, "tools")
-from bench_decoder_reference import SHAPES
-cls, fields = SHAPES["smollm2"]
-torch.manual_seed(0)
-transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**fields)).save_pretrained(sys.argv[1])
+from bench_decoder_reference import random_model_dir
+random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, Path(sys.argv[1]))
 PY
   ncu --set full --launch-count 1 -k regex:question_loglik -o "$OUT/ncu-question-loglik" -f \
     "$H" bench-loglik --device cuda --model "$work/smollm2-random" --pairs "$work/pairs.json" --warmup 0 --iters 1 || rc=1
