@@ -2,10 +2,18 @@
 # Tests of the Python package on the wheel as users get it: builds the wheel with
 # maturin (python/, cuda feature, reusing target/), installs it into a fresh venv with
 # pinned pytest, pyarrow and Ray, and runs python/tests. Needs the weights of the
-# README's test command (tools/fetch_tokenizer.sh) and, for the CUDA test, the CPU
-# emulator of the driver (bash tools/cuda_emu/build.sh). NVCC as for cargo builds.
+# README's test command (tools/fetch_tokenizer.sh). The wheel is built with the CUDA
+# kernels ($NVCC, else nvcc 13.0 from PyPI through tools/nvcc.sh) and the CUDA test runs
+# them on the CPU emulator of the driver (built here when target/cuda-emu lacks it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ -z "${NVCC:-}" ]; then
+  NVCC="$(bash tools/nvcc.sh)"
+  export NVCC
+fi
+export HOPSCORE_REQUIRE_NVCC=1
+[ -f target/cuda-emu/libcuda.so.1 ] || bash tools/cuda_emu/build.sh
 
 BUILD_VENV="$PWD/target/py-build-venv"
 TEST_VENV="$PWD/target/py-test-venv"
