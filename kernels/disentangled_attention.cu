@@ -295,9 +295,9 @@ __device__ void disentangled_attention(const T* __restrict__ q, const T* __restr
 // rows, which every warp reads after a barrier.
 //
 // Dynamic shared memory (bytes, LD = D + 8 elements per row):
-//   scratch f32 [64][84] (the Q tile, staged before the first key tile, shares it) |
+//   scratch f32 [64][88] (the Q tile, staged before the first key tile, shares it) |
 //   K, V T [2 stages][2][64][LD] | PK, PQ band T [2][128][LD] | slot u32 [2 stages][128]
-// = 21,504 + 512·LD + 512·LD + 1,024 bytes (94 KB at D = 64: two blocks per SM; 158 KB
+// = 22,528 + 512·LD + 512·LD + 1,024 bytes (95 KB at D = 64: two blocks per SM; 159 KB
 // at D = 128): `disentangled_v3_smem` in geometry.cuh.
 namespace v3 {
 using namespace hopscore::flash;

@@ -47,22 +47,25 @@ constexpr unsigned DA_V1_SLOTS = 64;     // offsets, slots and rows: 64 u32 each
 // Q, K [32][d + 1], band rows (63 with a band, else 32) [.][d + 1], scores, 3 slot arrays.
 constexpr unsigned disentangled_v1_smem(unsigned d, unsigned band) { return 4 * ((3 * DA_V1_TILE + band * (DA_V1_TILE - 1)) * (d + 1) + DA_V1_SCORES + 3 * DA_V1_SLOTS); }
 // disentangled_attention v3: the band of a tile diagonal is 128 table rows; a warp
-// multiplies 80 of them into an f32 scratch of rows 80 + 4 floats.
+// multiplies 80 of them into an f32 scratch of rows 80 + 8 floats (88 ≡ 24 mod 32
+// banks: the float2 stores of a half-warp, rows g·88 + 2t, hit 16 distinct bank pairs;
+// at 84 two rows of a half-warp shared banks).
 constexpr unsigned DA_V3_BAND_ROWS = 128;
 constexpr unsigned DA_V3_WIN = 80;
-constexpr unsigned DA_V3_SCRATCH_LD = DA_V3_WIN + 4;
-// Scratch f32 [64][84] | K, V [2 stages][2][64][ld] | PK, PQ [2][128][ld] | slots u32 [2][128].
+constexpr unsigned DA_V3_SCRATCH_LD = DA_V3_WIN + 8;
+// Scratch f32 [64][88] | K, V [2 stages][2][64][ld] | PK, PQ [2][128][ld] | slots u32 [2][128].
 constexpr unsigned disentangled_v3_smem(unsigned d, unsigned band) { return 4 * V3_ROWS * DA_V3_SCRATCH_LD + 2 * 4 * V3_KEYS * v3_ld(d) + band * (2 * 2 * DA_V3_BAND_ROWS * v3_ld(d) + 4 * 2 * DA_V3_BAND_ROWS); }
 
 // question_loglik: f32 (v1) tiles of 16 hidden rows; bf16/f16 (v3) tiles of 32 rows by
 // 128 vocabulary words, staged in 64-column slices (rows of 64 + 8 elements), logits
-// through an f32 [32][128 + 4] tile.
+// through an f32 [32][128 + 8] tile (136 ≡ 8 mod 32 banks: the float2 stores of a
+// half-warp, rows g·136 + 2t, are conflict-free; 132 made them 2-way).
 constexpr unsigned LOGLIK_ROWS = 16;
 constexpr unsigned LOGLIK_TC_ROWS = 32;
 constexpr unsigned LOGLIK_TC_WORDS = 128;
 constexpr unsigned LOGLIK_TC_COLS = 64;
 constexpr unsigned LOGLIK_TC_LD = LOGLIK_TC_COLS + 8;
-constexpr unsigned LOGLIK_TC_LDZ = LOGLIK_TC_WORDS + 4;
+constexpr unsigned LOGLIK_TC_LDZ = LOGLIK_TC_WORDS + 8;
 // Hidden [2][32][72] and head [2][128][72] slices (16-bit), the logit tile (f32).
 constexpr unsigned LOGLIK_TC_SMEM = 2 * 2 * (LOGLIK_TC_ROWS + LOGLIK_TC_WORDS) * LOGLIK_TC_LD + 4 * LOGLIK_TC_ROWS * LOGLIK_TC_LDZ;
 

@@ -154,7 +154,7 @@ __device__ __forceinline__ void stage_slice(T* dst, const T* src, unsigned nrows
 // cp.async, double-buffered over the (chunk, slice) steps of the split, so that the next
 // slice loads while this one multiplies; each chunk's logits go through shared memory
 // (f32) to the same online log-sum-exp as before. Dynamic shared memory: hidden
-// [2][32][LDT] and head [2][128][LDT] slices (T), logits [32][LDZ] (f32): 62,976 bytes.
+// [2][32][LDT] and head [2][128][LDT] slices (T), logits [32][LDZ] (f32): 63,488 bytes.
 template <typename T>
 __device__ void question_loglik_tc(float* part, const T* hidden, const unsigned* rows,
                                    const T* head, const unsigned* targets, unsigned n,

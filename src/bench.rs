@@ -139,12 +139,13 @@ pub fn encoder_flops(c: &DebertaConfig, len: usize, batch: usize) -> f64 {
     );
     let l = len as f64;
     let linear = 2.0 * l * (3.0 * h * a + a * h + 2.0 * h * i);
-    let rel_terms = c
-        .relative
-        .as_ref()
-        .map_or(0.0, |r| f64::from(u8::from(r.c2p) + u8::from(r.p2c)));
-    // QKᵀ and PV, plus c2p/p2c against ≤ 2L−1 table rows.
-    let attention = 2.0 * a * l * (2.0 * l + rel_terms * (2.0 * l - 1.0));
+    // QKᵀ and PV, plus c2p/p2c against the relative-position rows a sequence of this
+    // length uses: min(2·span, 2L−1) (HF's 512 rows for deberta-v3 at L = 512).
+    let rel = c.relative.as_ref().map_or(0.0, |r| {
+        let terms = f64::from(u8::from(r.c2p) + u8::from(r.p2c));
+        terms * (2.0 * r.span as f64).min(2.0 * l - 1.0)
+    });
+    let attention = 2.0 * a * l * (2.0 * l + rel);
     batch as f64 * c.num_layers as f64 * (linear + attention)
 }
 
@@ -280,4 +281,31 @@ fn measure<B: Backend>(
         layers,
         per_forward,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GFLOP of one sequence, counted by hand from HF's DebertaV2 forward.
+    fn per_seq_gflop(shape: ModelShape, len: usize) -> f64 {
+        encoder_flops(&shape.encoder_config().unwrap(), len, 1) / 1e9
+    }
+
+    #[test]
+    fn encoder_flops_count_the_position_rows_the_model_uses() {
+        // v3-large, L = 512: per layer the linears 2·512·(4·1024² + 2·1024·4096) = 12.885e9,
+        // QKᵀ + PV 2·1024·512·1024 = 1.074e9, c2p + p2c against HF's 2·256 = 512 rows
+        // 2·1024·512·1024 = 1.074e9; × 24 layers = 360.8e9 (not 386e9 with 2L−1 rows).
+        let large = per_seq_gflop(ModelShape::DebertaV3Large, 512);
+        assert!((large - 360.777).abs() < 0.01, "{large}");
+        // L = 128 uses 2L−1 = 255 rows (fewer than 512): per layer
+        // 2·128·(4·768² + 2·768·3072) + 2·768·128·(256 + 2·255), × 12.
+        let base = per_seq_gflop(ModelShape::DebertaV3Base, 128);
+        let want = 12.0
+            * (2.0 * 128.0 * (4.0 * 768.0f64.powi(2) + 2.0 * 768.0 * 3072.0)
+                + 2.0 * 768.0 * 128.0 * (256.0 + 510.0))
+            / 1e9;
+        assert!((base - want).abs() < 1e-9, "{base} vs {want}");
+    }
 }

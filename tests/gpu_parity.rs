@@ -1016,9 +1016,18 @@ fn check_table(ops: &[Op], dtype: DType) {
         return;
     };
     let tol = tolerance(dtype);
+    // HOPSCORE_PARITY_ONLY=attention,loglik: only the rows whose op name holds one of
+    // the words (tools/gpu/run.sh narrows the slow racecheck run this way).
+    let only: Vec<String> = std::env::var("HOPSCORE_PARITY_ONLY")
+        .map(|v| v.split(',').map(str::to_lowercase).collect())
+        .unwrap_or_default();
     let mut failed = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let seed = 1000 + i as u64;
+        let name = format!("{op:?}").to_lowercase();
+        if !only.is_empty() && !only.iter().any(|w| name.contains(w.as_str())) {
+            continue;
+        }
         // Tensor-core products: exact products summed in f32, so a layout slip (an
         // O(1) error) cannot hide under the 16-bit tolerance.
         let (want, got, tol) = if let Op::TensorCore { .. } = op {
@@ -1376,6 +1385,22 @@ fn graph_pair(dtype: DType) -> Option<(CudaBackend, CudaBackend)> {
     Some((on, off))
 }
 
+/// Graph replay against no graph: bit for bit on the emulator; on a GPU, whose cuBLASLt
+/// may pick another algorithm for the padded row count of a graph bucket (seen in f32
+/// on an H200: last-bit differences), within `tolerance(dtype)`, which a stale input of
+/// an earlier batch (other token ids, O(1) differences) would far exceed.
+fn assert_replay_matches(be: &CudaBackend, what: &str, got: &[f32], want: &[f32]) {
+    if be.name().contains("emulator") {
+        assert!(got == want, "{what}: graph replay differs from no graph");
+        return;
+    }
+    let err = rel_err(got, want);
+    assert!(
+        err <= tolerance(be.device().dtype),
+        "{what}: graph replay rel err {err:e}"
+    );
+}
+
 /// Asserts one forward's counts with graphs: nothing but the staged inputs' one upload
 /// and the copy of the real rows outside the graph, `captures` captures, one replay
 /// of at most `max_launches` launches and GEMMs.
@@ -1408,8 +1433,8 @@ fn two_batches(case: &common::GoldenCase, vocab: usize) -> [PackedBatch; 2] {
     [PackedBatch::pack(&case.seqs), PackedBatch::pack(&seqs)]
 }
 
-/// Every DeBERTa fixture with graphs equals it without, bit for bit (hidden states
-/// and every head), over two batches of one bucket (a stale input of the first batch
+/// Every DeBERTa fixture with graphs equals it without (bit for bit on the emulator;
+/// `assert_replay_matches`) in its hidden states and every head, over two batches of one bucket (a stale input of the first batch
 /// would show in the second), and the graph is captured once and replayed.
 fn deberta_graphs(dtype: DType) {
     let Some((on, off)) = graph_pair(dtype) else {
@@ -1441,16 +1466,14 @@ fn deberta_graphs(dtype: DType) {
             check_graph_counts(&what, &counts, u64::from(i == 0), 8 * layers + 4);
             let got = model_on.forward(&on, batch, true).unwrap();
             let want = model_off.forward(&off, batch, true).unwrap();
-            assert_eq!(
-                got.hidden.unwrap().data,
-                want.hidden.unwrap().data,
-                "{what}"
-            );
+            let (gh, wh) = (got.hidden.unwrap(), want.hidden.unwrap());
+            assert_replay_matches(&on, &what, &gh.data, &wh.data);
             assert_eq!(got.logits.len(), want.logits.len());
             for (g, w) in got.logits.iter().zip(&want.logits) {
-                assert_eq!((&g.shape, &g.data), (&w.shape, &w.data), "{what} logits");
+                assert_eq!(g.shape, w.shape, "{what} logits");
+                assert_replay_matches(&on, &format!("{what} logits"), &g.data, &w.data);
             }
-            eprintln!("ok    {what}: graph replay = no graph, bit for bit");
+            eprintln!("ok    {what}: graph replay = no graph");
         }
         let c = on.counts().unwrap().since(&start);
         assert_eq!(c.captures, 1, "{fixture}: one capture for the bucket");
@@ -1468,7 +1491,7 @@ fn deberta_graphs_bf16() {
 }
 
 /// Every decoder's scoring with graphs (no shared prefixes: the graph path) equals
-/// it without, bit for bit, over two batches of one bucket; per call one upload and
+/// it without (`assert_replay_matches`), over two batches of one bucket; per call one upload and
 /// one download, the layers as one replay.
 fn decoder_graphs(dtype: DType) {
     let Some((on, off)) = graph_pair(dtype) else {
@@ -1515,8 +1538,10 @@ fn decoder_graphs(dtype: DType) {
                 "{what}: {c:?}"
             );
             let want = model_off.target_logprobs(&off, seqs, 1.4).unwrap();
-            assert_eq!(got, want, "{what}");
-            eprintln!("ok    {what}: graph replay = no graph, bit for bit");
+            assert_eq!(got.len(), want.len(), "{what}");
+            let flat = |v: &[Vec<f32>]| v.concat();
+            assert_replay_matches(&on, &what, &flat(&got), &flat(&want));
+            eprintln!("ok    {what}: graph replay = no graph");
         }
         let c = on.counts().unwrap();
         assert_eq!(
@@ -1581,4 +1606,41 @@ fn graph_capture_refuses_host_uploads() {
         let c = on.counts().unwrap().since(&before);
         assert_eq!((c.captures, c.replays), (captures, replays), "{c:?}");
     }
+}
+
+/// `hopscore bench` on the device: the per-kernel split comes from CUDA events that
+/// can be timed (a real driver refuses `cuEventElapsedTime` on events created without
+/// timing, cudarc's default; the emulator does too since the first GPU run found it).
+#[test]
+fn bench_times_every_kernel_on_the_device() {
+    use hopscore::bench::{BenchSpec, ModelShape};
+    let Some(gpu) = common::gpu(DType::Bf16) else {
+        return;
+    };
+    let spec = BenchSpec {
+        shape: ModelShape::Small,
+        seq_len: 16,
+        batch: 2,
+        warmup: 0,
+        iters: 1,
+        peak_gemm: 0,
+        profile: true,
+    };
+    let r = hopscore::bench::run(&gpu, spec).expect("bench on the device");
+    // 4 layers: one attention and four GEMMs (QKV, output, FFN in and out) each.
+    let calls = |name: &str| {
+        r.kernels
+            .iter()
+            .find(|k| k.kernel == name)
+            .map(|k| (k.calls, k.ms))
+    };
+    let (attention, ms) = calls("disentangled_attention").expect("attention timed");
+    assert_eq!(attention, 4, "{:?}", r.kernels);
+    assert!(ms > 0.0, "{:?}", r.kernels);
+    assert_eq!(
+        calls("gemm (cuBLASLt)").map(|c| c.0),
+        Some(16),
+        "{:?}",
+        r.kernels
+    );
 }

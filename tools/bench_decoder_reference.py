@@ -146,8 +146,9 @@ def bench_pytorch(args, model, pairs, mode, engine=None):
                     logits = model(input_ids=ids, attention_mask=mask).logits
                     logp = torch.log_softmax(logits[rb, rt].float(), dim=-1)
                 else:
-                    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
-                    logp = torch.log_softmax(model.lm_head(hidden[rb, rt]).float(), dim=-1)
+                    # base_model: `model` of Llama, `transformer` of GPT-2.
+                    hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+                    logp = torch.log_softmax(model.get_output_embeddings()(hidden[rb, rt]).float(), dim=-1)
                 per = logp.gather(-1, tgt[:, None])[:, 0].cpu().tolist()
                 k = 0
                 for b, i in enumerate(g):
@@ -253,7 +254,9 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if cuda and not torch.cuda.is_available():
+    # tools/gpu/run.sh's emulator dry run: PyTorch on the CPU, hopscore on the emulator.
+    tdev = "cpu" if os.environ.get("HOPSCORE_REFERENCE_TORCH_CPU") else args.device
+    if tdev == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device")
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(str(wdir), gguf_file=gguf)
@@ -268,11 +271,11 @@ def main(argv=None):
         pairs_path.write_text(json.dumps({"pairs": pairs}))
         if cuda:
             model_path = random_model_dir(args, torch, Path(tmp) / "model")
-            reference = load_on(torch, model_path, "cuda", torch.float32)
+            reference = load_on(torch, model_path, tdev, torch.float32)
             _, ref_lp = bench_pytorch(dict_args(args, warmup=0, iters=1), reference, pairs, "targets")
             del reference
             torch.cuda.empty_cache()
-            model = load_on(torch, model_path, "cuda", torch_dtype)
+            model = load_on(torch, model_path, tdev, torch_dtype)
         else:
             model_path = wdir / gguf
             model = AutoModelForCausalLM.from_pretrained(str(wdir), gguf_file=gguf, dtype=torch.float32)
@@ -307,7 +310,8 @@ def main(argv=None):
             print(json.dumps({"compare": "hopscore vs pytorch-targets", "max_abs_dlogp": m, "mean_abs_dlogp": a}))
         return 0
     where = (
-        f"random {args.shape} weights, {args.dtype} on {torch.cuda.get_device_name(args.gpu)}"
+        f"random {args.shape} weights, {args.dtype} on "
+        f"{torch.cuda.get_device_name(args.gpu) if tdev == 'cuda' else 'cpu (emulator dry run)'}"
         if cuda
         else f"SmolLM2-135M-Instruct (GGUF Q4_1 → f32), threads {args.threads}, "
         f"cpu {platform.processor() or platform.machine()}"

@@ -138,6 +138,7 @@ length, TOL[dtype]) with TOL f32 1e-3, f16 5e-2, bf16 2e-1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
@@ -184,6 +185,18 @@ WHEELS_HINT = (
 )
 
 
+# tools/gpu/run.sh's emulator dry run: hopscore runs `--device cuda` on the CPU emulator
+# of the driver while the PyTorch engines, which have no emulator, run on the CPU.
+TORCH_ON_CPU = "HOPSCORE_REFERENCE_TORCH_CPU"
+
+
+def torch_device(torch, args):
+    """The device of the PyTorch engines: --device, unless TORCH_ON_CPU is set."""
+    if args.device == "cuda" and not os.environ.get(TORCH_ON_CPU):
+        return torch.device("cuda", args.gpu)
+    return torch.device("cpu")
+
+
 class Unavailable(Exception):
     """An engine that cannot run here; the message is the reason shown in its row."""
 
@@ -196,13 +209,18 @@ def cpu_count() -> int:
 
 
 def encoder_flops(shape: str, seq_len: int, batch: int) -> float:
-    """FLOPs of one forward pass, counted as hopscore's bench does (src/bench.rs)."""
+    """FLOPs of one forward pass as the model does them, counted as hopscore's bench does
+    (src/bench.rs `encoder_flops`): the linears, QK^T and PV, and c2p and p2c against the
+    relative-position rows a sequence of this length uses, min(2 * span, 2L - 1) with
+    span = position_buckets = 256 (HF's 512 rows at L = 512: 361 GFLOP per sequence for
+    deberta-v3-large)."""
     s = SHAPES[shape]
     h = a = float(s["hidden_size"])
     i = float(s["intermediate_size"])
     n = float(seq_len)
+    rows = min(2.0 * V3_COMMON["position_buckets"], 2.0 * n - 1.0)
     linear = 2.0 * n * (3.0 * h * a + a * h + 2.0 * h * i)
-    attention = 2.0 * a * n * (2.0 * n + 2.0 * (2.0 * n - 1.0))  # QK^T, PV, c2p and p2c
+    attention = 2.0 * a * n * (2.0 * n + 2.0 * rows)  # QK^T, PV, c2p and p2c
     return batch * s["num_hidden_layers"] * (linear + attention)
 
 
@@ -361,14 +379,14 @@ def reference_first(torch, base, ids, cache, seq_len):
     return cache[seq_len]
 
 
-def bench_engines(args) -> list:
+def bench_engines(args, emit) -> list:
     import torch
     import transformers
 
     torch.set_num_threads(args.threads)
-    device = torch.device("cuda", args.gpu) if args.device == "cuda" else torch.device("cpu")
+    device = torch_device(torch, args)
     dtype = torch_dtype(torch, args.dtype)
-    if args.device == "cuda":
+    if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False  # f32 means f32, as in hopscore
         torch.backends.cudnn.allow_tf32 = False
         device_name = torch.cuda.get_device_name(device)
@@ -405,9 +423,10 @@ def bench_engines(args) -> list:
             if build_err:
                 row.update(status=build_err[0], reason=build_err[1])
                 results.append(row)
+                emit(row)
                 continue
             ids, mask = (t.to(device) for t in inputs[L])
-            if args.device == "cuda":
+            if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             try:
                 times, first = time_engine(torch, model, ids, mask, args, device, L, name)
@@ -415,8 +434,9 @@ def bench_engines(args) -> list:
                 reason = (f"out of memory at batch {B} x {L}: " if is_oom(torch, e) else "") + short_error(e)
                 row.update(status="failed", reason=reason)
                 results.append(row)
+                emit(row)
                 gc.collect()
-                if args.device == "cuda":
+                if device.type == "cuda":
                     torch.cuda.empty_cache()
                 continue
             per_batch = sum(times) / len(times)
@@ -426,16 +446,17 @@ def bench_engines(args) -> list:
                 tokens_per_s=B * L / per_batch, sequences_per_s=B / per_batch,
                 gflops=encoder_flops(args.shape, L, B) / per_batch / 1e9, build_s=build_s,
             )
-            if args.device == "cuda":
+            if device.type == "cuda":
                 row["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
             if args.check:
                 ref = reference_first(torch, base, inputs[L][0], ref_cache, L)
                 row["max_abs_diff"] = float((first - ref).abs().max())
                 row["ref_max_abs"] = float(ref.abs().max())
             results.append(row)
+            emit(row)
         del model
         gc.collect()
-        if args.device == "cuda":
+        if device.type == "cuda":
             torch.cuda.empty_cache()
     if args.check:
         for L in args.seq_lens:
@@ -449,16 +470,24 @@ def bench_engines(args) -> list:
     return results
 
 
-def bench_hopscore(args, seq_len: int) -> dict:
+def hopscore_engine(attention: str, args) -> str:
+    """The row name of hopscore with one disentangled-attention kernel version."""
+    return "hopscore" if attention == args.hopscore_attention[0] else f"hopscore-{attention}"
+
+
+def bench_hopscore(args, seq_len: int, attention: str) -> dict:
     binary = args.hopscore
     batch = args.batches[seq_len]
-    row = {"engine": "hopscore", "seq_len": seq_len, "batch": batch, "device": args.device}
+    row = {"engine": hopscore_engine(attention, args), "seq_len": seq_len, "batch": batch,
+           "device": args.device, "attention": attention}
     if args.device == "cuda":
         base = [
             binary, "bench", "--device", "cuda", "--gpu", str(args.gpu), "--dtype", args.dtype,
             "--shape", args.shape, "--seq-len", str(seq_len), "--batch", str(batch),
             "--warmup", str(args.warmup), "--iters", str(args.iters),
         ]
+        if args.peak_gemm is not None:
+            base += ["--peak-gemm", str(args.peak_gemm)]
         attempts = [base + ["--json"]]
     else:
         base = [
@@ -467,6 +496,8 @@ def bench_hopscore(args, seq_len: int) -> dict:
         ]
         attempts = [base + ["--threads", str(args.threads), "--json"], base + ["--json"]]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
+    if attention != "default":
+        env["HOPSCORE_DISENTANGLED"] = attention
     last = None
     for n, cmd in enumerate(attempts):
         print("running: " + " ".join(cmd), file=sys.stderr)
@@ -508,7 +539,8 @@ def bench_hopscore(args, seq_len: int) -> dict:
         sys.stderr.write(last.stdout)
         row.update(status="failed", reason="printed no JSON line with a tokens_per_s field")
         return row
-    result.setdefault("engine", "hopscore")
+    result["engine"] = row["engine"]
+    result["attention"] = attention
     result.setdefault("dtype", args.dtype if args.device == "cuda" else "f32")
     result["status"] = "ok"
     return result
@@ -532,7 +564,7 @@ def print_table(args, results):
         B = args.batches[L]
         print(f"\n== seq_len {L}, batch {B} ({B * L:,} tokens)")
         ok = [r for r in rows_l if r.get("status") == "ok"]
-        ref = next((r for r in ok if r["engine"] != "hopscore"), None)
+        ref = next((r for r in ok if not r["engine"].startswith("hopscore")), None)
         hop = next((r for r in ok if r["engine"] == "hopscore"), None)
         unit, scale = ("TFLOP/s", 1e3) if args.device == "cuda" else ("GFLOP/s", 1.0)
         header = ["engine", "s/batch", "tokens/s", "seq/s", unit,
@@ -576,7 +608,7 @@ def print_table(args, results):
             print(f"hopscore: {hop['gflops'] / 1e3:.1f} TFLOP/s = {100 * hop['peak_share']:.1f}% of its measured "
                   f"{args.dtype} GEMM peak ({peak:.1f} TFLOP/s); on that scale: " + ", ".join(
                       f"{r['engine']} {100 * r['gflops'] / 1e3 / peak:.1f}%" for r in ok
-                      if r["engine"] != "hopscore" and "gflops" in r))
+                      if r is not hop and "gflops" in r))
         if hop and hop.get("kernels"):
             total = sum(k.get("ms", 0.0) for k in hop["kernels"]) or 1e-12
             top = sorted(hop["kernels"], key=lambda k: -k.get("ms", 0.0))[:5]
@@ -606,10 +638,17 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=cpu_count(), help="intra-op threads (default: all cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hopscore", metavar="BIN", help="also run `BIN bench ... --json` and compare")
+    ap.add_argument("--peak-gemm", type=int, metavar="N",
+                    help="hopscore bench's --peak-gemm on cuda (0 skips the peak GEMM; default: hopscore's)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds allowed for each hopscore run")
     ap.add_argument("--no-check", dest="check", action="store_false",
                     help="skip the comparison of each engine's output with the f32 reference")
-    ap.add_argument("--json", action="store_true", help="print one JSON line per (engine, seq_len) instead of a table")
+    ap.add_argument("--hopscore-attention", default="default",
+                    help="comma list of hopscore disentangled-attention kernels to time, a row each "
+                    "(HOPSCORE_DISENTANGLED=v3|v4; 'default' leaves the binary's choice)")
+    ap.add_argument("--json", action="store_true",
+                    help="print one JSON line per (engine, seq_len) as each is measured (hopscore "
+                    "first), then the table on stderr")
     args = ap.parse_args(argv)
 
     cuda = args.device == "cuda"
@@ -632,6 +671,7 @@ def main(argv=None) -> int:
         ap.error("--seq-len(s) must be in [2, 512] (max_position_embeddings 512)")
     if (args.batch is not None and args.batch < 1) or args.iters < 1 or args.warmup < 0 or args.threads < 1:
         ap.error("--batch, --iters and --threads must be >= 1, --warmup >= 0")
+    args.hopscore_attention = [a.strip() for a in args.hopscore_attention.split(",") if a.strip()] or ["default"]
     args.batches = {L: args.batch if args.batch is not None else (max(1, 65536 // L) if cuda else 8)
                     for L in args.seq_lens}
     if args.hopscore:
@@ -642,7 +682,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"--hopscore: {args.hopscore!r} is not an executable file")
         args.hopscore = binary
 
-    if cuda:
+    if cuda and not os.environ.get(TORCH_ON_CPU):
         import torch
 
         if not torch.cuda.is_available() or args.gpu >= torch.cuda.device_count():
@@ -654,25 +694,30 @@ def main(argv=None) -> int:
             )
             return 2
 
-    results = bench_engines(args)
+    # Rows are printed as they are measured, hopscore first, so that a run cut short by
+    # a timeout keeps what it measured.
+    def emit(row):
+        if args.json:
+            print(json.dumps(row), flush=True)
+
+    results = []
     hop_failed = False
     if args.hopscore:
-        for L in args.seq_lens:
-            r = bench_hopscore(args, L)
-            hop_failed |= r.get("status") != "ok"
-            results.append(r)
-        for L in args.seq_lens:  # ratios hopscore / engine on every engine's row
-            hop = next((r for r in results if r["engine"] == "hopscore" and r["seq_len"] == L
-                        and r.get("status") == "ok"), None)
-            if hop:
-                for r in results:
-                    if r["seq_len"] == L and r.get("status") == "ok" and r["engine"] != "hopscore":
-                        r["hopscore_ratio"] = hop["tokens_per_s"] / r["tokens_per_s"]
-
-    if args.json:
-        for r in results:
-            print(json.dumps(r))
-    else:
+        for attention in args.hopscore_attention:
+            for L in args.seq_lens:
+                r = bench_hopscore(args, L, attention)
+                hop_failed |= r.get("status") != "ok"
+                results.append(r)
+                emit(r)
+    results += bench_engines(args, emit)
+    for L in args.seq_lens:  # ratios hopscore / engine on every engine's row
+        hop = next((r for r in results if r["engine"] == "hopscore" and r["seq_len"] == L
+                    and r.get("status") == "ok"), None)
+        if hop:
+            for r in results:
+                if r["seq_len"] == L and r.get("status") == "ok" and not r["engine"].startswith("hopscore"):
+                    r["hopscore_ratio"] = hop["tokens_per_s"] / r["tokens_per_s"]
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
         print_table(args, results)
     return 1 if hop_failed else 0
 

@@ -68,6 +68,8 @@ enum : int {
   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
   CUDA_ERROR_UNKNOWN = 999,
 };
+// CUevent_flags
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 
 // ============================================================ scheduler
 dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -429,6 +431,7 @@ struct Module {
 struct Event {
   std::chrono::steady_clock::time_point t{};
   bool recorded = false;
+  bool timing = true;  // false with CU_EVENT_DISABLE_TIMING: no elapsed time, as a driver
 };
 // A graph: its nodes in stream order (a capture records one stream).
 struct Graph {
@@ -886,9 +889,11 @@ API int hopscore_emu_capture(CUstream s, int (*run)(void*), void* ctx, void (*dr
   return 1;
 }
 
-API CUresult cuEventCreate(CUevent* e, unsigned) {
+API CUresult cuEventCreate(CUevent* e, unsigned flags) {
   if (!e) return CUDA_ERROR_INVALID_VALUE;
-  *e = new Event;
+  auto* ev = new Event;
+  ev->timing = (flags & CU_EVENT_DISABLE_TIMING) == 0;
+  *e = ev;
   return CUDA_SUCCESS;
 }
 API CUresult cuEventRecord(CUevent e, CUstream s) {
@@ -909,6 +914,9 @@ API CUresult cuEventDestroy_v2(CUevent e) {
 API CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
   if (!ms || !a || !b) return CUDA_ERROR_INVALID_VALUE;
   auto *ea = static_cast<Event*>(a), *eb = static_cast<Event*>(b);
+  // The driver API: "If either event was created with the CU_EVENT_DISABLE_TIMING flag,
+  // then this function will return CUDA_ERROR_INVALID_HANDLE."
+  if (!ea->timing || !eb->timing) return CUDA_ERROR_INVALID_HANDLE;
   if (!ea->recorded || !eb->recorded) return CUDA_ERROR_NOT_READY;
   *ms = std::chrono::duration<float, std::milli>(eb->t - ea->t).count();
   return CUDA_SUCCESS;

@@ -1,40 +1,73 @@
 #!/usr/bin/env bash
-# The real-GPU measurements of issue 13, on the GPU machine, from the kit that
+# The real-GPU measurements of issues 13 and 27, on the GPU machine, from the kit that
 # tools/gpu/pack.sh built (device-carry/kit.tar.xz). From the repository root:
 #
-#   bash tools/gpu/run.sh parity sanitize         # one call
-#   bash tools/gpu/run.sh deberta                 # another
-#   bash tools/gpu/run.sh lepus beam label ncu    # ...
+#   bash tools/gpu/run.sh parity deberta-large ncu lepus beam label   # one call
+#   bash tools/gpu/run.sh lepus:90 beam:60                           # budgets in seconds
 #
-# Steps (each writes <step>.log, and JSON where noted, into $OUT, or gpu-out/ when
-# $OUT is unset; a failing step is reported and the next one runs):
-#   parity    tests/gpu_parity + tests/cuda_probe on the GPU (f32, bf16, f16 tables,
-#             whole models), HOPSCORE_REQUIRE_GPU=1 so that nothing skips
-#   sanitize  compute-sanitizer memcheck and racecheck on the bf16 op table
-#   deberta   tools/bench_reference.py: deberta-v3-large and -base, L = 128/256/512, bf16,
-#             HF eager, disentangled-flash, flashdeberta and hopscore on the same
-#             weights (deberta-*.jsonl), plus `hopscore bench --profile` at L = 512
-#   lepus     tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16, the
-#             LEPUS prompts of every passage of the first 50 HotpotQA questions, HF sdpa
-#             vs hopscore, per-token |Δ log p| (lepus-*.jsonl)
-#   beam      a random base-size Beam Retrieval checkpoint; `hopscore beam --device cuda`
-#             over the 600 HotpotQA questions (bf16 and f32) and `--device cpu` over the
-#             first 100; chains compared (compare_outputs.py)
-#   label     random base-size EfficientRAG Labeler + Filter; `hopscore label` on 100
-#             questions, cuda f32 and bf16 against cpu
-#   ncu       Nsight Compute (--set full, one launch each) of disentangled attention,
-#             causal attention and question_loglik (ncu-*.ncu-rep + a text summary)
-# Time per step on an H100 (estimates until measured): parity 2 min, sanitize 3,
-# deberta 6, lepus 4, beam 5, label 3, ncu 4. A call may run 10 minutes.
+# Every step runs under its own timeout (STEP:SECONDS, else its default below) and
+# writes its log and JSON rows as it goes, so an overrun keeps what was measured; after
+# each step they are tarred into $OUT/results.tar.gz, with $OUT/summary.txt beside it
+# (a device call returns at most 8 files). Steps:
+#   parity         tests/gpu_parity + tests/cuda_probe (f32, bf16, f16 tables, whole
+#                  models), HOPSCORE_REQUIRE_GPU=1 so that nothing skips          (120 s)
+#   deberta-large  tools/bench_reference.py, deberta-v3-large, L = 512/256/128, bf16:
+#                  hopscore (v3 and v4 attention where built) first, then HF eager and
+#                  the Triton kernels that passed a smoke test; `bench --profile` with
+#                  graphs on and off                                             (240 s)
+#   deberta-base   the same for deberta-v3-base at L = 512 and 128              (120 s)
+#   ncu            Nsight Compute (--set full, one launch each) of disentangled attention
+#                  (v3, and v4 where built), causal attention and question_loglik (150 s)
+#   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
+#                  LEPUS prompts of every passage of the first 50 HotpotQA questions,
+#                  HF sdpa vs hopscore, per-token |Δ log p|                      (150 s)
+#   beam           random base-size Beam Retrieval; `hopscore beam --device cuda` over
+#                  600 questions (bf16) and 40 (f32) against `--device cpu` on those 40 (150 s)
+#   label          random base-size EfficientRAG Labeler + Filter; `hopscore label` on 40
+#                  questions, cuda f32 and bf16 against cpu                      (120 s)
+#   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
+#                  attention and loglik rows only                                (150 s)
+#
+# Dry run without a GPU (HOPSCORE_KIT_EMU=DIR, the emulator's libraries from
+# tools/cuda_emu/build.sh): the same script, with torch's CPU build for the references
+# and shapes shrunk so each step takes seconds (tools/gpu/README.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
 kit=/tmp/hopscore-kit
 work=/tmp/hopscore-work
+R=$work/results # logs, JSON rows and reports, tarred into $OUT after every step
+mkdir -p "$OUT" "$R"
+emu=${HOPSCORE_KIT_EMU:-}
+declare -A BUDGET=([parity]=120 [deberta-large]=220 [deberta-base]=120 [ncu]=150
+  [lepus]=150 [beam]=150 [label]=120 [sanitize]=150)
+
+# The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
+# the NVIDIA pip wheels of the machine's Python; empty when none has it.
+find_lib() {
+  local lib=$1 d
+  d=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  [[ -n $d ]] && { dirname "$d"; return; }
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64; do
+    [[ -e $d/$lib ]] && { echo "$d"; return; }
+  done
+  python3 - "$lib" 2>/dev/null <<'PY'
+import glob, os, sys
+try:
+    import nvidia
+except ImportError:
+    sys.exit()
+for root in nvidia.__path__:
+    hits = sorted(glob.glob(os.path.join(root, "**", sys.argv[1]), recursive=True))
+    if hits:
+        print(os.path.dirname(hits[0]))
+        break
+PY
+}
 
 setup() {
   if [[ ! -f $kit/kit.env ]]; then
+    [[ -f device-carry/kit.tar.xz ]] || { echo "setup: device-carry/kit.tar.xz not carried (bash tools/gpu/pack.sh)"; return 1; }
     mkdir -p "$kit" && xz -dc device-carry/kit.tar.xz | tar -C "$kit" -xf - || return 1
   fi
   # shellcheck disable=SC1091
@@ -44,18 +77,43 @@ setup() {
     mkdir -p "$(dirname "$manifest_dir")" && ln -s "$PWD" "$manifest_dir"
   fi
   mkdir -p weights "$work" && cp -rn "$kit/weights/deberta-v3-tokenizer" weights/
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$kit"/wheels/*.whl \
-    >/dev/null 2>&1 || echo "setup: wheels not installed (the Triton engines will be skipped)"
+  if [[ -n $emu ]]; then
+    export LD_LIBRARY_PATH=$emu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} HOPSCORE_REFERENCE_TORCH_CPU=1
+  else
+    local lt cu
+    cu=$(find_lib libcuda.so.1)
+    lt=$(find_lib libcublasLt.so.13)
+    [[ -n $cu ]] || { echo "setup: no libcuda.so.1 (is this the GPU machine?)"; return 1; }
+    [[ -n $lt ]] || { echo "setup: no libcublasLt.so.13 in ldconfig, /usr/local/cuda or the nvidia pip wheels"; return 1; }
+    export LD_LIBRARY_PATH=$lt:$cu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  if [[ ! -d /tmp/site ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$kit"/wheels/*.whl \
+      >/dev/null 2>&1 || echo "setup: wheels not installed (the Triton engines will be skipped)"
+  fi
   export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-  export HOPSCORE_SHARED_DATA=$kit/data HOPSCORE_THREADS=16
-  H=$kit/bin/hopscore
-  {
-    echo "kit: $commit built $built"
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
-    python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
-  } >"$OUT/env.txt" 2>&1
-  return 0
+  export HOPSCORE_SHARED_DATA=$kit/data HOPSCORE_THREADS=${HOPSCORE_THREADS:-16} H=$kit/bin/hopscore
+  if [[ ! -f $R/env.txt ]]; then
+    {
+      echo "kit: $commit built $built; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+      [[ -n $emu ]] && echo "EMULATOR DRY RUN ($emu)" ||
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+      python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+      "$H" --version
+    } >"$R/env.txt" 2>&1
+  fi
+  # The first second tells whether the binary can open the device at all.
+  "$H" bench --device cuda --shape small --seq-len 8 --batch 1 --warmup 0 --iters 1 --peak-gemm 0 \
+    >/dev/null 2>"$work/probe.err" || { echo "setup: hopscore cannot use the GPU:"; cat "$work/probe.err"; return 1; }
 }
+
+# Shapes and sizes: the real ones on a GPU, seconds-long ones in an emulator dry run.
+if [[ -n $emu ]]; then
+  LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
+else
+  LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=512,256,128 LENS_BASE=512,128
+  DEC_PAIRS=50 NQ=600 NQ_CPU=40 CK=base ITERS=10 SMALL=()
+fi
 
 questions() { # questions N FILE: the first N questions of the HotpotQA sample
   [[ -f $work/q600.parquet ]] || $H import hotpotqa "$kit"/data/hotpot_dev_distractor_sample600.json.gz \
@@ -68,25 +126,78 @@ PY
 }
 
 step_parity() {
+  # The emulator dry run takes one test that reads the fixtures (CI runs them all there).
+  local only=()
+  [[ -n $emu ]] && only=(deberta_models_f32)
   HOPSCORE_REQUIRE_GPU=1 "$kit/bin/cuda_probe" --nocapture &&
-    HOPSCORE_REQUIRE_GPU=1 "$kit/bin/gpu_parity" --nocapture --test-threads=1
+    HOPSCORE_REQUIRE_GPU=1 "$kit/bin/gpu_parity" "${only[@]}" --nocapture --test-threads=1
 }
 
-step_sanitize() {
-  local rc=0
-  compute-sanitizer --tool memcheck --print-limit 20 "$kit/bin/gpu_parity" ops_bf16 --nocapture || rc=1
-  compute-sanitizer --tool racecheck --print-limit 20 "$kit/bin/gpu_parity" ops_bf16 --nocapture || rc=1
+# The Triton engines that build and run a tiny model here (they target transformers
+# 4.x; the machine has 5.x): a comma list, possibly empty.
+triton_engines() {
+  timeout 45 python3 tools/bench_reference.py --device cuda --shape small --seq-lens 128 --batch 2 \
+    --iters 1 --warmup 1 --engines disentangled-flash,flashdeberta --no-check --json 2>"$work/smoke.err" |
+    tee "$R/triton-smoke.jsonl" |
+    python3 -c 'import json, sys
+print(",".join(r["engine"] for r in map(json.loads, sys.stdin) if r.get("status") == "ok"))'
+}
+
+deberta() { # deberta SHAPE LENS
+  local shape=$1 lens=$2 engines rc=0 attn graphs
+  engines=hf-eager
+  if [[ -z $emu ]]; then
+    local t
+    t=$(triton_engines)
+    echo "triton smoke: ${t:-none passed} (triton-smoke.jsonl; errors in the log below)"
+    [[ -z $t ]] && tail -5 "$work/smoke.err"
+    engines=$engines${t:+,$t}
+  fi
+  python3 tools/bench_reference.py --device cuda --shape "$shape" --seq-lens "$lens" \
+    --engines "$engines" --iters $ITERS "${SMALL[@]}" --hopscore "$H" --hopscore-attention "$ATTENTION" \
+    --json >"$R/$shape.jsonl" || rc=1
+  for attn in ${ATTENTION//,/ }; do
+    for graphs in on off; do
+      echo "== hopscore bench --profile $shape L=${lens%%,*} attention $attn graphs $graphs"
+      HOPSCORE_DISENTANGLED=$attn "$H" bench --device cuda --dtype bf16 --shape "$shape" --seq-len "${lens%%,*}" \
+        --iters $ITERS "${SMALL[@]}" --cuda-graphs $graphs --profile || rc=1
+    done
+  done
   return $rc
 }
+step_deberta-large() { deberta $LARGE $LENS_LARGE; }
+step_deberta-base() { deberta $BASE $LENS_BASE; }
 
-step_deberta() {
-  local rc=0 shape
-  for shape in deberta-v3-large deberta-v3-base; do
-    python3 tools/bench_reference.py --device cuda --shape $shape --seq-lens 128,256,512 \
-      --hopscore "$H" --json | tee "$OUT/$shape.jsonl" || rc=1
+step_ncu() {
+  local rc=0 attn
+  [[ -n $emu ]] && { echo "ncu: skipped in an emulator dry run"; return 0; }
+  local NCU=(ncu --set full --clock-control none --launch-count 1 -f)
+  for attn in ${ATTENTION//,/ }; do
+    HOPSCORE_DISENTANGLED=$attn "${NCU[@]}" -k regex:disentangled_attention -o "$R/ncu-disentangled-$attn" \
+      "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
+      --peak-gemm 0 --cuda-graphs off || rc=1
   done
-  for shape in deberta-v3-large deberta-v3-base; do
-    "$H" bench --device cuda --shape $shape --seq-len 512 --profile || rc=1
+  "${NCU[@]}" -k regex:causal_attention -o "$R/ncu-causal" \
+    "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
+    --cuda-graphs off || rc=1
+  python3 - "$work/pairs.json" <<'PY'
+import json, random, sys
+random.seed(0)
+pairs = [{"ids": [random.randrange(3, 49152) for _ in range(300)], "target_start": 280} for _ in range(32)]
+json.dump({"pairs": pairs}, open(sys.argv[1], "w"))
+PY
+  [[ -d $work/smollm2-random ]] || python3 - "$work/smollm2-random" <<'PY'
+import argparse, sys, torch
+from pathlib import Path
+sys.path.insert(0, "tools")
+from bench_decoder_reference import random_model_dir
+random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, Path(sys.argv[1]))
+PY
+  "${NCU[@]}" -k regex:question_loglik -o "$R/ncu-question-loglik" \
+    "$H" bench-loglik --device cuda --model "$work/smollm2-random" --pairs "$work/pairs.json" --warmup 0 --iters 1 || rc=1
+  for r in "$R"/ncu-*.ncu-rep; do
+    ncu --import "$r" --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section Occupancy --section WarpStateStats --section LaunchStats >"${r%.ncu-rep}.txt" 2>&1
   done
   return $rc
 }
@@ -94,91 +205,95 @@ step_deberta() {
 step_lepus() {
   local rc=0 shape
   for shape in smollm2 gpt2; do
-    python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs 50 --all-passages \
+    python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs $DEC_PAIRS --all-passages \
       --data-dir "$kit/data" --gguf "$kit/weights/smollm2-metadata.gguf" --max-batch-tokens 16384 \
-      --iters 5 --warmup 2 --hopscore "$H" --json | tee "$OUT/lepus-$shape.jsonl" || rc=1
+      --iters $((ITERS > 5 ? 5 : ITERS)) --warmup 1 --hopscore "$H" --json | tee "$R/lepus-$shape.jsonl" || rc=1
   done
   return $rc
 }
 
+compare() { # compare LABEL A B
+  echo "$1:"
+  python3 tools/gpu/compare_outputs.py "$2" "$3" --json | tee -a "$R/${STEP}-compare.jsonl"
+}
+
 step_beam() {
-  local m=$work/beam-base tok=weights/deberta-v3-tokenizer rc=0
-  python3 tools/random_checkpoint.py --kind beam --shape base -o "$m" || return 1
-  questions 600 "$work/q600s.parquet" && questions 100 "$work/q100.parquet" || return 1
-  "$H" beam --model "$m" --tokenizer $tok --input "$work/q600s.parquet" --output "$work/beam-cuda-bf16.parquet" \
-    --device cuda --dtype bf16 || rc=1
-  "$H" beam --model "$m" --tokenizer $tok --input "$work/q100.parquet" --output "$work/beam-cuda-f32.parquet" \
-    --device cuda --dtype f32 || rc=1
-  "$H" beam --model "$m" --tokenizer $tok --input "$work/q100.parquet" --output "$work/beam-cpu.parquet" || rc=1
-  echo "cpu f32 vs cuda f32 (100 questions):"
-  python3 tools/gpu/compare_outputs.py "$work/beam-cpu.parquet" "$work/beam-cuda-f32.parquet" || rc=1
-  echo "cuda f32 vs cuda bf16 (the first 100 of the 600):"
+  local m=$work/beam-$CK tok=weights/deberta-v3-tokenizer rc=0 t0
+  python3 tools/random_checkpoint.py --kind beam --shape $CK -o "$m" || return 1
+  questions $NQ "$work/qall.parquet" && questions $NQ_CPU "$work/qcpu.parquet" || return 1
+  local run=("$H" beam --model "$m" --tokenizer $tok)
+  t0=$(date +%s%N)
+  "${run[@]}" --input "$work/qall.parquet" --output "$work/beam-cuda-bf16.parquet" --device cuda --dtype bf16 || rc=1
+  echo "{\"beam_cuda_bf16_questions\": $NQ, \"seconds\": $((($(date +%s%N) - t0) / 1000000))e-3}" | tee "$R/beam-time.jsonl"
+  "${run[@]}" --input "$work/qcpu.parquet" --output "$work/beam-cuda-f32.parquet" --device cuda --dtype f32 || rc=1
+  "${run[@]}" --input "$work/qcpu.parquet" --output "$work/beam-cpu.parquet" || rc=1
   python3 - "$work" <<'PY' || rc=1
 import sys, pyarrow.parquet as pq
 w = sys.argv[1]
 t = pq.read_table(f"{w}/beam-cuda-bf16.parquet")
 ids = set(pq.read_table(f"{w}/beam-cpu.parquet").column("id").to_pylist())
-pq.write_table(t.filter([i in ids for i in t.column("id").to_pylist()]), f"{w}/beam-cuda-bf16-100.parquet")
+pq.write_table(t.filter([i in ids for i in t.column("id").to_pylist()]), f"{w}/beam-cuda-bf16-cpu-ids.parquet")
 PY
-  python3 tools/gpu/compare_outputs.py "$work/beam-cpu.parquet" "$work/beam-cuda-bf16-100.parquet" || rc=1
+  compare "cpu f32 vs cuda f32" "$work/beam-cpu.parquet" "$work/beam-cuda-f32.parquet" || rc=1
+  compare "cpu f32 vs cuda bf16" "$work/beam-cpu.parquet" "$work/beam-cuda-bf16-cpu-ids.parquet" || rc=1
   return $rc
 }
 
 step_label() {
   local tok=weights/deberta-v3-tokenizer rc=0 k
   for k in labeler filter; do
-    python3 tools/random_checkpoint.py --kind $k --shape base -o "$work/$k-base" || return 1
+    python3 tools/random_checkpoint.py --kind $k --shape $CK -o "$work/$k-$CK" || return 1
   done
-  questions 100 "$work/q100.parquet" || return 1
-  local models=(--labeler "$work/labeler-base" --filter "$work/filter-base" --tokenizer $tok --input "$work/q100.parquet")
-  "$H" label "${models[@]}" --output "$work/label-cpu.parquet" || rc=1
-  "$H" label "${models[@]}" --output "$work/label-cuda-f32.parquet" --device cuda --dtype f32 || rc=1
-  "$H" label "${models[@]}" --output "$work/label-cuda-bf16.parquet" --device cuda --dtype bf16 || rc=1
-  echo "cpu f32 vs cuda f32:"
-  python3 tools/gpu/compare_outputs.py "$work/label-cpu.parquet" "$work/label-cuda-f32.parquet" || rc=1
-  echo "cpu f32 vs cuda bf16:"
-  python3 tools/gpu/compare_outputs.py "$work/label-cpu.parquet" "$work/label-cuda-bf16.parquet" || rc=1
+  questions $NQ_CPU "$work/qcpu.parquet" || return 1
+  local run=("$H" label --labeler "$work/labeler-$CK" --filter "$work/filter-$CK" --tokenizer $tok --input "$work/qcpu.parquet")
+  "${run[@]}" --output "$work/label-cpu.parquet" || rc=1
+  "${run[@]}" --output "$work/label-cuda-f32.parquet" --device cuda --dtype f32 || rc=1
+  "${run[@]}" --output "$work/label-cuda-bf16.parquet" --device cuda --dtype bf16 || rc=1
+  compare "cpu f32 vs cuda f32" "$work/label-cpu.parquet" "$work/label-cuda-f32.parquet" || rc=1
+  compare "cpu f32 vs cuda bf16" "$work/label-cpu.parquet" "$work/label-cuda-bf16.parquet" || rc=1
   return $rc
 }
 
-step_ncu() {
-  local rc=0
-  ncu --set full --launch-count 1 -k regex:disentangled_attention -o "$OUT/ncu-disentangled" -f \
-    "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 || rc=1
-  ncu --set full --launch-count 1 -k regex:causal_attention -o "$OUT/ncu-causal" -f \
-    "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 || rc=1
-  python3 - "$work/pairs.json" <<'PY'
-import json, random, sys
-random.seed(0)
-pairs = [{"ids": [random.randrange(3, 49152) for _ in range(300)], "target_start": 280} for _ in range(32)]
-json.dump({"pairs": pairs}, open(sys.argv[1], "w"))
-PY
-  python3 - "$work/smollm2-random" <<'PY'
-import argparse, sys, torch
-from pathlib import Path
-sys.path.insert(0, "tools")
-from bench_decoder_reference import random_model_dir
-random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, Path(sys.argv[1]))
-PY
-  ncu --set full --launch-count 1 -k regex:question_loglik -o "$OUT/ncu-question-loglik" -f \
-    "$H" bench-loglik --device cuda --model "$work/smollm2-random" --pairs "$work/pairs.json" --warmup 0 --iters 1 || rc=1
-  for r in disentangled causal question-loglik; do
-    [[ -f $OUT/ncu-$r.ncu-rep ]] && ncu --import "$OUT/ncu-$r.ncu-rep" --section SpeedOfLight \
-      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
-      --section WarpStateStats >"$OUT/ncu-$r.txt" 2>&1
-  done
+step_sanitize() {
+  local rc=0 cs=(compute-sanitizer --print-limit 20 --error-exitcode 3)
+  [[ -n $emu ]] && { echo "sanitize: skipped in an emulator dry run"; return 0; }
+  "${cs[@]}" --tool memcheck "$kit/bin/gpu_parity" ops_bf16 --nocapture || rc=1
+  # racecheck is slow: only the kernels that share memory between warps.
+  HOPSCORE_PARITY_ONLY=attention,loglik "${cs[@]}" --tool racecheck "$kit/bin/gpu_parity" ops_bf16 --nocapture || rc=1
   return $rc
 }
 
-setup || { echo "setup failed: is device-carry/kit.tar.xz carried? (bash tools/gpu/pack.sh)"; exit 1; }
+pack_results() {
+  cp "$OUT/summary.txt" "$R/" 2>/dev/null
+  tar -C "$R" -czf "$OUT/results.tar.gz.tmp" . && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
+}
+
+if [[ ${1:-} == --one ]]; then # one step, in its own process (run under timeout)
+  setup >/dev/null || exit 1
+  STEP=$2 "step_$2"
+  exit
+fi
+
+t_setup=$(date +%s)
+setup || { pack_results; exit 1; }
+ATTENTION=$("$H" bench --help | grep -q HOPSCORE_DISENTANGLED && echo v3,v4 || echo v3)
+export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS
+echo "setup ok in $(($(date +%s) - t_setup)) s; attention kernels: $ATTENTION" | tee -a "$OUT/summary.txt"
 status=0
-for s in "$@"; do
+for arg in "$@"; do
+  s=${arg%%:*}
+  budget=${BUDGET[$s]:-}
+  [[ $arg == *:* ]] && budget=${arg#*:}
   if ! declare -F "step_$s" >/dev/null; then
-    echo "unknown step $s (parity sanitize deberta lepus beam label ncu)"; status=2; continue
+    echo "unknown step $s (${!BUDGET[*]})" | tee -a "$OUT/summary.txt"; status=2; continue
   fi
   t0=$(date +%s)
-  if "step_$s" >"$OUT/$s.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
-  echo "$s: $r in $(($(date +%s) - t0)) s (log: $s.log)" | tee -a "$OUT/summary.txt"
-  tail -n 25 "$OUT/$s.log"
+  timeout -k 10 "$budget" bash "$0" --one "$s" >"$R/$s.log" 2>&1
+  rc=$?
+  case $rc in 0) r=ok ;; 124 | 137) r="TIMED OUT (budget $budget s)" ;; *) r="FAILED (exit $rc)" ;; esac
+  [[ $rc == 0 ]] || status=1
+  echo "$s: $r in $(($(date +%s) - t0)) s" | tee -a "$OUT/summary.txt"
+  tail -n 30 "$R/$s.log" | cut -c1-300
+  pack_results
 done
 exit $status

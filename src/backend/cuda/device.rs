@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
-use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 
 use super::blas::Lt;
@@ -295,12 +295,17 @@ impl Device {
         .map_err(|e| device_err(op, e))
     }
 
+    /// An event that can be timed. cudarc's `new_event(None)` disables timing, and a
+    /// real driver then refuses `cuEventElapsedTime` with CUDA_ERROR_INVALID_HANDLE.
+    pub fn timing_event(&self) -> OpResult<CudaEvent> {
+        self.ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| device_err("timer", e))
+    }
+
     /// A pair of events: recorded now, and at [`Timer::elapsed_ms`].
     pub fn timer(&self) -> OpResult<Timer<'_>> {
-        let start = self
-            .ctx
-            .new_event(None)
-            .map_err(|e| device_err("timer", e))?;
+        let start = self.timing_event()?;
         start
             .record(&self.stream)
             .map_err(|e| device_err("timer", e))?;
@@ -333,11 +338,7 @@ impl Timer<'_> {
 
     /// Records the end event without waiting; returns (start, end).
     pub fn end(&self) -> OpResult<CudaEvent> {
-        let end = self
-            .dev
-            .ctx
-            .new_event(None)
-            .map_err(|e| device_err("timer", e))?;
+        let end = self.dev.timing_event()?;
         end.record(&self.dev.stream)
             .map_err(|e| device_err("timer", e))?;
         Ok(end)

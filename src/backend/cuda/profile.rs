@@ -181,7 +181,7 @@ impl Profiler {
 impl Drop for Span<'_> {
     fn drop(&mut self) {
         if let Some((profiler, dev, name, start)) = self.owner.take() {
-            let Ok(end) = dev.ctx.new_event(None) else {
+            let Ok(end) = dev.timing_event() else {
                 return;
             };
             if end.record(&dev.stream).is_ok() {
