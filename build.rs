@@ -23,7 +23,10 @@ use std::sync::Mutex;
 mod fatbin;
 
 /// SASS built into every fatbin: Ampere (also runs on sm_86/sm_89) and Hopper.
-const SASS_ARCHS: [u32; 2] = [80, 90];
+const SASS_ARCHS: [&str; 2] = ["80", "90"];
+/// A kernel file's own SASS list instead: a line `// hopscore-sass: sm_90a` (for
+/// arch-specific instructions such as wgmma; its other images trap, see the file).
+const SASS_LINE: &str = "// hopscore-sass:";
 /// PTX baseline, JIT-compiled by the driver only on GPUs without matching SASS.
 const PTX_ARCH: u32 = 80;
 
@@ -194,7 +197,7 @@ fn compile(nvcc: &Path, src: &Path, out_dir: &Path) -> (String, PathBuf) {
     let out = out_dir.join(format!("{stem}.fatbin"));
     let mut cmd = Command::new(nvcc);
     cmd.args(["-fatbin", "--no-compress", "-O3", "-std=c++17", "-Ikernels"]);
-    for sm in SASS_ARCHS {
+    for sm in sass_archs(src) {
         cmd.arg(format!("-gencode=arch=compute_{sm},code=sm_{sm}"));
     }
     cmd.arg(format!(
@@ -210,15 +213,36 @@ fn compile(nvcc: &Path, src: &Path, out_dir: &Path) -> (String, PathBuf) {
     (stem, out)
 }
 
-/// The entry points of one fatbin, checked to hold each SASS and the uncompressed PTX.
-fn entries(path: &Path) -> Vec<String> {
+/// The SASS architectures of kernel file `src` ("80", "90a"): [`SASS_ARCHS`] unless a
+/// [`SASS_LINE`] names others.
+fn sass_archs(src: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    match text.lines().find_map(|l| l.trim().strip_prefix(SASS_LINE)) {
+        Some(list) => list
+            .split(',')
+            .map(|a| {
+                a.trim()
+                    .strip_prefix("sm_")
+                    .unwrap_or_else(|| {
+                        panic!("{}: `{SASS_LINE}{list}`: sm_XY names", src.display())
+                    })
+                    .to_string()
+            })
+            .collect(),
+        None => SASS_ARCHS.map(String::from).to_vec(),
+    }
+}
+
+/// The entry points of one fatbin, checked to hold each SASS of `src` and the
+/// uncompressed PTX.
+fn entries(src: &Path, path: &Path) -> Vec<String> {
     let bytes = std::fs::read(path).expect("read fatbin");
     let images = fatbin::images(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let has = |kind, arch| images.iter().any(|i| i.kind == kind && i.arch == arch);
-    for sm in SASS_ARCHS {
+    for sm in sass_archs(src) {
+        let name = format!("sm_{sm} SASS");
         assert!(
-            has(fatbin::Kind::Sass, sm),
-            "{}: no sm_{sm} SASS",
+            images.iter().any(|i| i.to_string() == name),
+            "{}: no {name}",
             path.display()
         );
     }
@@ -261,7 +285,8 @@ fn table(release: &str, modules: &[(String, PathBuf)]) -> String {
          pub const KERNEL_ENTRIES: &[(&str, &str)] = &[\n",
     );
     for (name, path) in modules {
-        for entry in entries(path) {
+        let src = Path::new("kernels").join(format!("{name}.cu"));
+        for entry in entries(&src, path) {
             writeln!(s, "    ({entry:?}, {name:?}),").unwrap();
         }
     }

@@ -104,8 +104,28 @@ template <typename T, int D> struct Rows16 {
   // One key tile: scores s (masked ones −inf, not yet scaled), `sl2` = scale·log2(e),
   // `vs` the staged V tile ([64][ld]).
   __device__ __forceinline__ void step(float (&s)[kNb][4], float sl2, const T* vs, int lane) {
+    unsigned pp[kNb][2];
+    probabilities(s, sl2, pp);
+    // O += P · V: V fragments of two 8-column blocks per ldmatrix_x4_trans.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const unsigned pa[4] = {pp[2 * kk][0], pp[2 * kk][1], pp[2 * kk + 1][0], pp[2 * kk + 1][1]};
+#pragma unroll
+      for (int nb = 0; nb < kDb; nb += 2) {
+        unsigned r[4];
+        ldmatrix_x4_trans(r, vs + (16 * kk + lane % 16) * ld<D>() + 8 * nb + 8 * (lane / 16));
+        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+        mma_16816<T>(o[nb], pa, b0);
+        mma_16816<T>(o[nb + 1], pa, b1);
+      }
+    }
+  }
+
+  // The online softmax of one key tile: updates m and l, rescales O, and returns P
+  // rounded to T as A fragments (pp[nb][h]: rows g + 8h, columns 8nb + 2t, + 1), for
+  // O += P · V by the caller (mma.sync above, wgmma in v4).
+  __device__ __forceinline__ void probabilities(float (&s)[kNb][4], float sl2, unsigned (&pp)[kNb][2]) {
     const float neg_inf = -__builtin_huge_valf();
-    unsigned pp[kNb][2];  // P of rows g (pp[nb][0]) and g + 8, columns 2t, 2t + 1
     float corr[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -137,19 +157,6 @@ template <typename T, int D> struct Rows16 {
       o[nb][1] *= corr[0];
       o[nb][2] *= corr[1];
       o[nb][3] *= corr[1];
-    }
-    // O += P · V: V fragments of two 8-column blocks per ldmatrix_x4_trans.
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const unsigned pa[4] = {pp[2 * kk][0], pp[2 * kk][1], pp[2 * kk + 1][0], pp[2 * kk + 1][1]};
-#pragma unroll
-      for (int nb = 0; nb < kDb; nb += 2) {
-        unsigned r[4];
-        ldmatrix_x4_trans(r, vs + (16 * kk + lane % 16) * ld<D>() + 8 * nb + 8 * (lane / 16));
-        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-        mma_16816<T>(o[nb], pa, b0);
-        mma_16816<T>(o[nb + 1], pa, b1);
-      }
     }
   }
 

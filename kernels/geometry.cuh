@@ -20,7 +20,7 @@ constexpr unsigned ROPE_THREADS = 128;       // rope: one block per row
 constexpr unsigned ATTENTION_THREADS = 128;  // both attentions, v1 and v3: 4 warps
 constexpr unsigned LOGLIK_THREADS = 256;     // question_loglik partial kernels
 constexpr unsigned LOGLIK_MERGE_THREADS = 128;
-constexpr unsigned TENSOR_CORE_CHECK_THREADS = 128;
+constexpr unsigned TENSOR_CORE_CHECK_THREADS = 128;  // also wgmma_check: one warpgroup
 
 // causal_attention v1 (f32, and head sizes off the tensor-core grid).
 constexpr unsigned CAUSAL_V1_ROWS = 32;  // query rows per block
@@ -56,6 +56,13 @@ constexpr unsigned DA_V3_SCRATCH_LD = DA_V3_WIN + 8;
 // Scratch f32 [64][88] | K, V [2 stages][2][64][ld] | PK, PQ [2][128][ld] | slots u32 [2][128].
 constexpr unsigned disentangled_v3_smem(unsigned d, unsigned band) { return 4 * V3_ROWS * DA_V3_SCRATCH_LD + 2 * 4 * V3_KEYS * v3_ld(d) + band * (2 * 2 * DA_V3_BAND_ROWS * v3_ld(d) + 4 * 2 * DA_V3_BAND_ROWS); }
 
+// disentangled_attention v4 (sm_90a, wgmma): v3's tiles in core-matrix order without
+// padding; the warpgroup's band products (all 128 band rows) go through an f32 scratch of
+// rows 128 + 8 floats (136 ≡ 8 mod 32 banks: conflict-free float2 stores).
+constexpr unsigned DA_V4_SCRATCH_LD = DA_V3_BAND_ROWS + 8;
+// Scratch f32 [64][136] | Q [64][d] | K, V [2 stages][2][64][d] | PK, PQ [2][128][d] | slots u32 [2][128].
+constexpr unsigned disentangled_v4_smem(unsigned d, unsigned band) { return 2 * (V3_ROWS + 4 * V3_KEYS) * d + band * (4 * V3_ROWS * DA_V4_SCRATCH_LD + 2 * 2 * DA_V3_BAND_ROWS * d + 4 * 2 * DA_V3_BAND_ROWS); }
+
 // question_loglik: f32 (v1) tiles of 16 hidden rows; bf16/f16 (v3) tiles of 32 rows by
 // 128 vocabulary words, staged in 64-column slices (rows of 64 + 8 elements), logits
 // through an f32 [32][128 + 8] tile (136 ≡ 8 mod 32 banks: the float2 stores of a
@@ -68,6 +75,9 @@ constexpr unsigned LOGLIK_TC_LD = LOGLIK_TC_COLS + 8;
 constexpr unsigned LOGLIK_TC_LDZ = LOGLIK_TC_WORDS + 8;
 // Hidden [2][32][72] and head [2][128][72] slices (16-bit), the logit tile (f32).
 constexpr unsigned LOGLIK_TC_SMEM = 2 * 2 * (LOGLIK_TC_ROWS + LOGLIK_TC_WORDS) * LOGLIK_TC_LD + 4 * LOGLIK_TC_ROWS * LOGLIK_TC_LDZ;
+
+// wgmma_check: A [64][64] and B [128][64] 16-bit tiles.
+constexpr unsigned WGMMA_CHECK_SMEM = 2 * (64 + 128) * 64;
 
 // cls_head and token_head (heads.cuh): blocks of 8 rows (sequences or tokens) staged
 // in f32, cls_head's pooler spread over chunks of 64 outputs (8 per warp).

@@ -28,8 +28,12 @@ fn probe_reports_device_or_clear_error() {
 }
 
 /// Every module is a fatbin with sm_80 and sm_90 SASS (loaded without JIT on Ampere
-/// and Hopper) and uncompressed compute_80 PTX (newer GPUs; the emulator reads its
-/// entries), and the entry list is that PTX's.
+/// and Hopper), or, for the wgmma kernels (the files with a `// hopscore-sass: sm_90a`
+/// line), sm_90a SASS alone, and uncompressed compute_80 PTX (newer GPUs; the emulator
+/// reads its entries), and the entry list is that PTX's.
+/// The modules built for sm_90a alone (wgmma).
+const WGMMA_MODULES: [&str; 2] = ["disentangled_attention_v4", "wgmma_check"];
+
 #[test]
 fn every_module_is_a_fatbin_with_sass_and_ptx() {
     use hopscore::backend::{fatbin, kernels};
@@ -43,17 +47,21 @@ fn every_module_is_a_fatbin_with_sass_and_ptx() {
     let mut entries = 0;
     for (name, image) in kernels::MODULES {
         let images = fatbin::images(image).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let kinds: Vec<(fatbin::Kind, u32)> = images.iter().map(|i| (i.kind, i.arch)).collect();
-        for want in [
-            (fatbin::Kind::Sass, 80),
-            (fatbin::Kind::Sass, 90),
-            (fatbin::Kind::Ptx, 80),
-        ] {
-            assert!(
-                kinds.contains(&want),
-                "{name}: {want:?} missing from {kinds:?}"
-            );
+        let listed = fatbin::describe(&images);
+        let hopper_only = WGMMA_MODULES.contains(name);
+        let want: &[&str] = if hopper_only {
+            &["sm_90a SASS"]
+        } else {
+            &["sm_80 SASS", "sm_90 SASS"]
+        };
+        for w in want.iter().chain(&["compute_80 PTX"]) {
+            assert!(listed.contains(w), "{name}: no {w} in {listed}");
         }
+        assert_eq!(
+            hopper_only,
+            listed.contains("sm_90a"),
+            "{name}: {listed} (sm_90a only in {WGMMA_MODULES:?})"
+        );
         for sass in images.iter().filter(|i| i.kind == fatbin::Kind::Sass) {
             assert_eq!(
                 &sass.payload[..4],

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::tensor_core_check::TensorCorePath;
-use hopscore::backend::cuda::{CudaBackend, DType};
+use hopscore::backend::cuda::{CudaBackend, DType, Version};
 use hopscore::backend::{
     AttentionShape, Backend, BatchInputs, CausalShape, ClsHead, Dense, DeviceCounts, Input,
     RelAttention, SeqLayout, SeqPooling,
@@ -1012,9 +1012,13 @@ fn table(dtype: DType) -> Vec<Op> {
 }
 
 fn check_table(ops: &[Op], dtype: DType) {
-    let Some(gpu) = common::gpu(dtype) else {
-        return;
-    };
+    if let Some(gpu) = common::gpu(dtype) {
+        check_ops(&gpu, ops, dtype);
+    }
+}
+
+/// Every op of `ops` on `gpu` against the CPU twin, within `tolerance(dtype)`.
+fn check_ops(gpu: &CudaBackend, ops: &[Op], dtype: DType) {
     let tol = tolerance(dtype);
     // HOPSCORE_PARITY_ONLY=attention,loglik: only the rows whose op name holds one of
     // the words (tools/gpu/run.sh narrows the slow racecheck run this way).
@@ -1031,12 +1035,12 @@ fn check_table(ops: &[Op], dtype: DType) {
         // Tensor-core products: exact products summed in f32, so a layout slip (an
         // O(1) error) cannot hide under the 16-bit tolerance.
         let (want, got, tol) = if let Op::TensorCore { .. } = op {
-            let (want, got) = tensor_core_case(&gpu, op, seed, dtype);
+            let (want, got) = tensor_core_case(gpu, op, seed, dtype);
             (want, got, 1e-5)
         } else {
             (
                 run(&CpuBackend, op, seed, dtype),
-                run(&gpu, op, seed, dtype),
+                run(gpu, op, seed, dtype),
                 tol,
             )
         };
@@ -1173,7 +1177,10 @@ fn check_model(what: &str, dtype: DType, err: f32, tol: f32) {
 /// A whole DeBERTa fixture model on both backends: hidden states on real tokens and
 /// every head's logits; returns the largest relative error.
 fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
-    let gpu = common::gpu(dtype)?;
+    deberta_err_on(&common::gpu(dtype)?, fixture, dtype)
+}
+
+fn deberta_err_on(gpu: &CudaBackend, fixture: &str, dtype: DType) -> Option<f32> {
     // The path without graphs (graph replay equals it: `deberta_graphs_*`).
     gpu.set_cuda_graphs(false);
     let fixture_dir = common::fixture(&format!("deberta/{fixture}"));
@@ -1185,10 +1192,10 @@ fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
     let batch = PackedBatch::pack(&case.seqs);
     let cpu_model = CrossEncoder::load(&CpuBackend, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let want = cpu_model.forward(&CpuBackend, &batch, true).unwrap();
-    let gpu_model = CrossEncoder::load(&gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
-    check_encoder_counts(fixture, &gpu, &gpu_model, &batch);
-    check_head_counts(fixture, &gpu, &gpu_model, &batch);
-    let got = gpu_model.forward(&gpu, &batch, true).unwrap();
+    let gpu_model = CrossEncoder::load(gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
+    check_encoder_counts(fixture, gpu, &gpu_model, &batch);
+    check_head_counts(fixture, gpu, &gpu_model, &batch);
+    let got = gpu_model.forward(gpu, &batch, true).unwrap();
     let real: Vec<bool> = batch.layout.mask.iter().map(|&m| m == 1.0).collect();
     let keep = |h: &HostTensor| -> Vec<f32> {
         let w = h.shape[1];
@@ -1291,6 +1298,115 @@ fn deberta_models_bf16() {
             return;
         };
         check_model(m, DType::Bf16, err, BF16_MODEL_TOLERANCE);
+    }
+}
+
+/// A device running the v4 (wgmma) disentangled attention: compute capability 9.0 (the
+/// emulator poses as one); `None` elsewhere, said on stderr.
+fn v4_gpu(dtype: DType) -> Option<CudaBackend> {
+    let gpu = common::gpu(dtype)?;
+    match gpu.set_disentangled_version(Version::V4) {
+        Ok(()) => Some(gpu),
+        Err(e) => {
+            eprintln!("v4 skipped: {e:#}");
+            None
+        }
+    }
+}
+
+/// v4 against the CPU twin on every disentangled-attention row of the table (the same
+/// cases as v3: head sizes 32–128, both bucket tables, ±c2p/p2c, 1,030 tokens).
+fn disentangled_v4(dtype: DType) {
+    if let Some(gpu) = v4_gpu(dtype) {
+        check_ops(&gpu, &attention_ops(), dtype);
+    }
+}
+
+#[test]
+fn disentangled_attention_v4_bf16() {
+    disentangled_v4(DType::Bf16);
+}
+
+#[test]
+fn disentangled_attention_v4_f16() {
+    disentangled_v4(DType::F16);
+}
+
+/// The wgmma wrappers (descriptors, core-matrix layouts, fragments) against a plain
+/// product, exact products summed in f32 as the mma.sync cases: both forms v4 uses
+/// (A and B K-major from shared memory; A from registers with B MN-major), N = 64, 128.
+fn wgmma_cases(dtype: DType) {
+    let Some(gpu) = v4_gpu(dtype) else {
+        return;
+    };
+    let cases = [
+        (64, 64, false),
+        (128, 32, false),
+        (64, 48, true),
+        (128, 64, true),
+    ];
+    for (i, &(n, k, regs)) in cases.iter().enumerate() {
+        let mut inp = Inputs::new(500 + i as u64, dtype);
+        let a = inp.matrix(64, k, 2.0);
+        let b = if regs {
+            inp.matrix(k, n, 2.0)
+        } else {
+            inp.matrix(n, k, 2.0)
+        };
+        let b_at = |kk: usize, j: usize| {
+            f64::from(if regs {
+                b.data[kk * n + j]
+            } else {
+                b.data[j * k + kk]
+            })
+        };
+        let want: Vec<f32> = (0..64 * n)
+            .map(|e| {
+                let (r, j) = (e / n, e % n);
+                (0..k)
+                    .map(|kk| f64::from(a.data[r * k + kk]) * b_at(kk, j))
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        let got = gpu
+            .wgmma_check(&gpu.upload(&a).unwrap(), &gpu.upload(&b).unwrap(), regs)
+            .unwrap();
+        let err = rel_err(&got, &want);
+        let what = format!(
+            "{dtype:?} wgmma n {n} k {k} {}",
+            if regs {
+                "A in registers, B MN-major"
+            } else {
+                "A, B K-major"
+            }
+        );
+        eprintln!(
+            "{:<5} {what}: rel err {err:.2e}",
+            if err <= 1e-5 { "ok" } else { "FAIL" }
+        );
+        assert!(err <= 1e-5, "{what}: rel err {err:e}");
+    }
+}
+
+#[test]
+fn wgmma_check_bf16() {
+    wgmma_cases(DType::Bf16);
+}
+
+#[test]
+fn wgmma_check_f16() {
+    wgmma_cases(DType::F16);
+}
+
+/// Every DeBERTa fixture with the v4 attention, to the bound of v3's.
+#[test]
+fn deberta_models_v4_bf16() {
+    let Some(gpu) = v4_gpu(DType::Bf16) else {
+        return;
+    };
+    for m in DEBERTA_MODELS {
+        let err = deberta_err_on(&gpu, m, DType::Bf16).unwrap();
+        check_model(&format!("{m} (v4)"), DType::Bf16, err, BF16_MODEL_TOLERANCE);
     }
 }
 

@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
 """Static SASS report of every kernel entry in kernels/*.cu (issue 14).
 
-Each kernel file is compiled for sm_90 with the pinned nvcc (`-cubin`, `-Xptxas -v`),
+Each kernel file is compiled for sm_90 (or the arch its `// hopscore-sass:` line names,
+sm_90a for the wgmma kernel) with the pinned nvcc (`-cubin`, `-Xptxas -v`),
 then read with `cuobjdump -sass` and `-res-usage` (PyPI nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm 13.2.51 read nvcc 13.0 cubins). For every entry (one per dtype)
 it reports registers, spill bytes, static + dynamic shared memory, resident blocks per
-SM, and instruction counts (HMMA, LDSM, LDS, STS, LDG, LDGSTS, generic LD/ST, BAR,
-SHFL, total) for the whole kernel and for its main loop.
+SM, and instruction counts (HMMA, HGMMA, LDSM, LDS, STS, LDG, LDGSTS, generic LD/ST,
+BAR, SHFL, total) for the whole kernel and for its main loop.
 
 Loops are found from backward branches (a BRA to a lower address closes the loop
 [target, branch]). The main loop is the smallest loop holding the most tensor-core
-(HMMA) instructions (for attention, the key-tile loop: its products are unrolled into
+(HMMA or HGMMA) instructions (for attention, the key-tile loop: its products are unrolled into
 it or nested in it); without HMMA, the innermost loop with the most instructions.
 Counts are static (instructions in the code, nested loops included), not executed
 ones.
 
 Entries that claim the v3 targets (CLAIMS below) must meet them, or the report exits
 with status 1 (CI fails): no generic loads or stores (bf16/f16), no spills, and for the
-attentions at least one HMMA per 8 instructions of the main loop. The vectorised
+attentions at least one HMMA per 8 instructions of the main loop; the wgmma attention
+(WGMMA_CLAIMS) HGMMA in its main loop and no spills at head size 64. The vectorised
 elementwise, norm and head kernels (VECTOR_CLAIMS) must have a 16-byte global load
 (LDG.E.128) in a loop (their vector loops sit beside element-by-element fallbacks, so
 "main loop" may name either); LDG.128 and STG.128 count those loads and stores.
@@ -51,6 +53,8 @@ GEOMETRY = {
     "disentangled_attention_f32": ("ATTENTION_THREADS", "disentangled_v1_smem(64, 1)"),
     "disentangled_attention_v3_d64": ("ATTENTION_THREADS", "disentangled_v3_smem(64, 1)"),
     "disentangled_attention_v3_d128": ("ATTENTION_THREADS", "disentangled_v3_smem(128, 1)"),
+    "disentangled_attention_v4_d64": ("ATTENTION_THREADS", "disentangled_v4_smem(64, 1)"),
+    "disentangled_attention_v4_d128": ("ATTENTION_THREADS", "disentangled_v4_smem(128, 1)"),
     "causal_attention_f32": ("ATTENTION_THREADS", "causal_v1_smem(64)"),
     "causal_attention_fma": ("ATTENTION_THREADS", "causal_v1_smem(64)"),
     "causal_attention_v3_d64": ("ATTENTION_THREADS", "causal_v3_smem(64)"),
@@ -100,18 +104,21 @@ CLAIMS = [
     (r"^question_loglik_(bf16|f16)$", None),
 ]
 
+# wgmma entries: HGMMA in the main loop, no spills, no generic loads or stores.
+WGMMA_CLAIMS = [r"^disentangled_attention_v4_d64_"]
+
 # Entries that must move global memory by 16-byte vectors (LDG.E.128) in a loop.
 VECTOR_CLAIMS = [
     r"^(gelu|gelu_new|add|gather_rows|swiglu|layer_norm|rms_norm|cls_head|token_head)_(f32|bf16|f16)$",
 ]
 
-COLUMNS = ["HMMA", "LDSM", "LDS", "STS", "LDG", "LDG.128", "STG.128", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]
+COLUMNS = ["HMMA", "HGMMA", "LDSM", "LDS", "STS", "LDG", "LDG.128", "STG.128", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]
 
 
 def category(op):
     """The report column of a SASS opcode (None: counted in `total` only)."""
     base = op.split(".")[0]
-    if base in ("HMMA", "LDSM", "LDS", "STS", "LDG", "LDGSTS", "BAR", "SHFL", "LD", "ST"):
+    if base in ("HMMA", "HGMMA", "LDSM", "LDS", "STS", "LDG", "LDGSTS", "BAR", "SHFL", "LD", "ST"):
         return base
     return None
 
@@ -179,7 +186,7 @@ def main_loop(insns):
     def contains(outer, inner):
         return outer != inner and outer[0] <= inner[0] and inner[1] <= outer[1]
 
-    hmma = {l: counts(inside(*l))["HMMA"] for l in loops}
+    hmma = {l: (lambda c: c["HMMA"] + c["HGMMA"])(counts(inside(*l))) for l in loops}
     if max(hmma.values()) > 0:
         return max(loops, key=lambda l: (hmma[l], -(l[1] - l[0])))
     innermost = [l for l in loops if not any(contains(l, o) for o in loops)]
@@ -238,10 +245,20 @@ def run(cmd):
     return r
 
 
+def file_arch(src):
+    """The arch a kernel file is reported for: its `// hopscore-sass:` line's, or ARCH."""
+    with open(src) as f:
+        for line in f:
+            if line.strip().startswith("// hopscore-sass:"):
+                return line.split(":", 1)[1].split(",")[0].strip()
+    return ARCH
+
+
 def report_file(src, nvcc, cuobjdump, tmp, names):
     cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
     include = "-I" + os.path.dirname(src)
-    r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={ARCH}", include, "-Xptxas", "-v", src, "-o", cubin])
+    arch = file_arch(src)
+    r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={arch}", include, "-Xptxas", "-v", src, "-o", cubin])
     info = ptxas_info(r.stderr)
     sass = parse_sass(run([cuobjdump, "-sass", cubin]).stdout)
     rows = []
@@ -285,6 +302,12 @@ def check_claims(rows):
                 got = f"{lp['HMMA']} HMMA in {lp['total']}" if lp else "no loop"
                 failures.append(f"{row['name']}: main loop has {got} instructions (target ≥ 1 per {every})")
     for row in rows:
+        if any(re.search(p, row["name"]) for p in WGMMA_CLAIMS):
+            a, lp = row["all"], row["loop"]
+            if a["LD"] + a["ST"] > 0 or row["spills"]:
+                failures.append(f"{row['name']}: {a['LD'] + a['ST']} generic loads/stores, {row['spills']} B spills")
+            if lp is None or lp["HGMMA"] == 0:
+                failures.append(f"{row['name']}: no HGMMA in its main loop")
         if any(re.search(p, row["name"]) for p in VECTOR_CLAIMS):
             if not row["vector_loop"]:
                 failures.append(f"{row['name']}: no loop with an LDG.E.128")

@@ -14,6 +14,8 @@ use std::fmt;
 pub const MAGIC: u32 = 0xBA55_ED50;
 /// Flag bits of a compressed payload (LZ4 and zstd).
 const COMPRESSED: u64 = 0x2000 | 0x8000;
+/// Flag bit of an arch-specific image (`sm_90a`: runs on compute capability 9.0 only).
+const ARCH_SPECIFIC: u64 = 0x10_0000;
 
 /// What an image holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +32,8 @@ pub struct Image<'a> {
     pub kind: Kind,
     /// The architecture as `10·major + minor` (80 for `sm_80` / `compute_80`).
     pub arch: u32,
+    /// An arch-specific image (`sm_90a`), for that exact compute capability only.
+    pub arch_specific: bool,
     /// PTX ISA version (major, minor) of a PTX image.
     pub ptx_isa: (u16, u16),
     pub compressed: bool,
@@ -55,7 +59,12 @@ impl Image<'_> {
 impl fmt::Display for Image<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            Kind::Sass => write!(f, "sm_{} SASS", self.arch),
+            Kind::Sass => write!(
+                f,
+                "sm_{}{} SASS",
+                self.arch,
+                if self.arch_specific { "a" } else { "" }
+            ),
             Kind::Ptx => write!(
                 f,
                 "compute_{} PTX (ISA {}.{})",
@@ -97,6 +106,7 @@ pub fn images(bytes: &[u8]) -> Result<Vec<Image<'_>>, String> {
         out.push(Image {
             kind,
             arch: u32_at(bytes, at + 28),
+            arch_specific: u64_at(bytes, at + 40) & ARCH_SPECIFIC != 0,
             ptx_isa: (u16_at(bytes, at + 26), u16_at(bytes, at + 24)),
             compressed: u64_at(bytes, at + 40) & COMPRESSED != 0,
             payload: &bytes[start..stop],
@@ -109,7 +119,7 @@ pub fn images(bytes: &[u8]) -> Result<Vec<Image<'_>>, String> {
 /// "sm_80 SASS, sm_90 SASS, compute_80 PTX (ISA 9.0)": SASS first, by architecture.
 pub fn describe(images: &[Image<'_>]) -> String {
     let mut sorted = images.to_vec();
-    sorted.sort_by_key(|i| (i.kind == Kind::Ptx, i.arch));
+    sorted.sort_by_key(|i| (i.kind == Kind::Ptx, i.arch, i.arch_specific));
     let names: Vec<String> = sorted.iter().map(ToString::to_string).collect();
     names.join(", ")
 }
@@ -172,12 +182,15 @@ mod tests {
             (1, 80, 0x11, ptx),
             (2, 80, 0x11, b"\x7fELF"),
             (2, 90, 0x11, b"\x7fELF"),
+            // nvcc 13.0's flags of an sm_90a cubin.
+            (2, 90, 0x10_0011, b"\x7fELF"),
         ]);
         let imgs = images(&bin).unwrap();
         assert_eq!(
             describe(&imgs),
-            "sm_80 SASS, sm_90 SASS, compute_80 PTX (ISA 9.0)"
+            "sm_80 SASS, sm_90 SASS, sm_90a SASS, compute_80 PTX (ISA 9.0)"
         );
+        assert!(imgs[3].arch_specific && !imgs[2].arch_specific);
         let text = imgs[0].ptx_text().unwrap();
         assert_eq!(ptx_entries(text), ["a_f32", "b"]);
         assert_eq!(imgs[1].ptx_text(), None);

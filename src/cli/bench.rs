@@ -9,6 +9,10 @@ use crate::jobs::device::with_backend;
 use crate::jobs::DeviceKind;
 
 #[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Environment: HOPSCORE_DISENTANGLED=v3|v4 picks the bf16/f16 DeBERTa \
+    attention kernel on the GPU (v4: wgmma, compute capability 9.0 only; default v3)."
+)]
 pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]
     pub shape: ModelShape,

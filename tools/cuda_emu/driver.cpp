@@ -103,6 +103,8 @@ struct Fiber {
   unsigned wide_calls;   // wide warp exchanges made (picks one of the two buffers)
   unsigned committed;    // cp.async groups committed (the open group's number)
   std::vector<AsyncCopy> async;  // cp.async copies not yet completed, in issue order
+  unsigned wgmma_committed;  // wgmma groups committed (the open group's number)
+  std::vector<std::pair<unsigned, std::function<void()>>> wgmma;  // (group, op) not yet run
 };
 
 thread_local bool t_in_kernel = false;
@@ -182,6 +184,7 @@ namespace {
 [[noreturn]] void fiber_entry() {
   g_tramp(g_params);
   Fiber& f = g_fibers[g_cur];
+  if (!f.wgmma.empty()) fatal("a thread exited with wgmma.mma_async not waited for (wgmma.wait_group)");
   f.st = DONE;
   hopscore_emu_switch(&f.sp, g_sched_sp);
   __builtin_unreachable();
@@ -280,8 +283,9 @@ void run_block(unsigned n) {
   if (g_smem_cap) memset(g_smem, 0xFF, g_smem_cap);
   for (unsigned i = 0; i < n; ++i) {
     Fiber& f = g_fibers[i];
-    f.count_calls = f.wide_calls = f.committed = 0;
+    f.count_calls = f.wide_calls = f.committed = f.wgmma_committed = 0;
     f.async.clear();  // copies a previous block never waited for are dropped
+    f.wgmma.clear();
   }
   g_count_slots[0] = g_count_slots[1] = g_count_slots[2] = 0;
   const unsigned warps = (n + 31) / 32;
@@ -360,11 +364,28 @@ uint64_t* warp_wide_buffer() {
   return &g_wide_buf[((f.linear >> 5) * 2 + parity) * 32 * kWideWords];
 }
 
+// HOPSCORE_CUDA_EMU_CP_ASYNC=issue: every cp.async copies when issued (the earliest
+// moment), so a prefetch into a buffer that other threads still read shows; by default
+// copies complete at the wait (the latest), so a read before the wait shows. CI runs the
+// parity table both ways.
+bool cp_async_at_issue() {
+  static const bool at_issue = [] {
+    const char* v = getenv("HOPSCORE_CUDA_EMU_CP_ASYNC");
+    return v != nullptr && strcmp(v, "issue") == 0;
+  }();
+  return at_issue;
+}
+
 void async_copy_16(void* dst, const void* src, unsigned src_bytes) {
   Fiber& f = current("cp.async");
   if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15u)
     fatal("cp.async of 16 bytes with an address that is not 16-byte aligned");
   if (src_bytes > 16) fatal("cp.async with a source size over 16 bytes");
+  if (cp_async_at_issue()) {
+    memcpy(dst, src, src_bytes);
+    memset(static_cast<char*>(dst) + src_bytes, 0, 16 - src_bytes);
+    return;
+  }
   f.async.push_back(AsyncCopy{dst, src, src_bytes, f.committed});
 }
 
@@ -385,6 +406,49 @@ void async_wait(unsigned pending) {
     }
   }
   f.async.resize(kept);
+}
+
+// wgmma.mma_async: an op joins the open group and runs when `wgmma_wait` completes its
+// group (the latest moment the PTX ISA allows: reading D, or overwriting a shared-memory
+// operand, before the wait then shows on the emulator as it may on a GPU).
+void wgmma_enqueue(std::function<void()> op) {
+  Fiber& f = current("wgmma.mma_async");
+  f.wgmma.emplace_back(f.wgmma_committed, std::move(op));
+}
+
+void wgmma_commit() { ++current("wgmma.commit_group").wgmma_committed; }
+
+void wgmma_wait(unsigned pending) {
+  Fiber& f = current("wgmma.wait_group");
+  size_t kept = 0;
+  for (auto& op : f.wgmma) {
+    if (op.first < f.wgmma_committed && f.wgmma_committed - op.first > pending) {
+      op.second();
+    } else {
+      f.wgmma[kept++] = std::move(op);
+    }
+  }
+  f.wgmma.resize(kept);
+}
+
+// The descriptor of PTX's "Matrix Descriptor Format" with the operand's offset in the
+// block's dynamic shared memory as its address (all wgmma operands live there).
+uint64_t wgmma_desc(const void* smem, unsigned lbo, unsigned sbo) {
+  const auto* p = static_cast<const unsigned char*>(smem);
+  if (p < g_smem || p >= g_smem + g_smem_cap) fatal("wgmma descriptor of an address outside dynamic shared memory");
+  const uint64_t off = uint64_t(p - g_smem);
+  if ((off | lbo | sbo) & 15u) fatal("wgmma descriptor: address or byte offset not a multiple of 16");
+  if (off > 0x3ffff || lbo > 0x3ffff || sbo > 0x3ffff) fatal("wgmma descriptor: a field over 18 bits");
+  return off >> 4 | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32;
+}
+
+WgmmaOperand wgmma_operand(uint64_t desc) {
+  if (desc >> 62) fatal("wgmma descriptor with a swizzle mode (only no swizzle is modelled)");
+  if ((desc >> 49) & 7u) fatal("wgmma descriptor with a base offset (only no swizzle is modelled)");
+  const unsigned off = unsigned(desc & 0x3fffu) << 4;
+  if (off >= g_smem_cap) fatal("wgmma descriptor: start address past dynamic shared memory");
+  return WgmmaOperand{g_smem + off, unsigned((desc >> 16) & 0x3fffu) << 4, unsigned((desc >> 32) & 0x3fffu) << 4,
+                      g_smem + g_smem_cap};
 }
 
 unsigned warp_live_mask() {

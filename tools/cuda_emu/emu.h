@@ -33,6 +33,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <array>
+#include <functional>
 #include <type_traits>
 #include <utility>
 
@@ -85,6 +87,17 @@ uint64_t* warp_wide_buffer();      // 32 × kWideWords for the caller's warp's n
 void async_copy_16(void* dst, const void* src, unsigned src_bytes);  // cp.async (queued)
 void async_commit();                // cp.async.commit_group
 void async_wait(unsigned pending);  // cp.async.wait_group
+// wgmma (sm_90a): ops queue per thread and run at the wait that completes their group.
+struct WgmmaOperand {
+  const unsigned char* start;  // the matrix's first core matrix
+  unsigned lbo, sbo;           // leading (K-direction) and stride (MN-direction) byte offsets
+  const unsigned char* end;    // end of dynamic shared memory (reads past it are fatal)
+};
+void wgmma_enqueue(std::function<void()> op);
+void wgmma_commit();
+void wgmma_wait(unsigned pending);
+uint64_t wgmma_desc(const void* smem, unsigned lbo, unsigned sbo);
+WgmmaOperand wgmma_operand(uint64_t desc);
 unsigned warp_live_mask();         // lanes of the caller's warp that exist and have not exited
 void* dynamic_smem();
 [[noreturn]] void fatal(const char* what);
@@ -435,6 +448,56 @@ template <int N, bool Trans> inline void ldmatrix(uint32_t (&r)[N], const void* 
   // A second barrier: the rows are read now, and no lane of the warp may write them
   // (a plain store after the instruction) before every lane has.
   warp_barrier();
+  clobber();
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} (PTX ISA, "Asynchronous
+// Warpgroup Level Matrix Multiply-Accumulate"; the fragments and the no-swizzle
+// shared-memory layouts are described in kernels/wgmma.cuh). A in registers (`a`) is
+// exchanged within the warp now, as the instruction reads its registers at issue; the
+// products are computed, and shared memory read, when the op's group is waited for.
+// Each thread computes its own D elements: rows 16w + g (+ 8) of its warp w in the
+// warpgroup, columns 8nb + 2t (+ 1), products exact in f32 summed in k order.
+template <typename T, int N>
+inline void wgmma(float (&d)[N / 2], const uint32_t* a, uint64_t da, uint64_t db, bool accumulate, bool trans_b) {
+  static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma: N is a multiple of 8 up to 256");
+  std::array<uint32_t, 128> regs{};  // with `a`: lane l's register r at 4l + r
+  if (a != nullptr) {
+    const uint64_t mine[2] = {a[0] | uint64_t(a[1]) << 32, a[2] | uint64_t(a[3]) << 32};
+    const uint64_t* buf = warp_publish(mine, 2);
+    for (unsigned l = 0; l < 32; ++l)
+      for (unsigned r = 0; r < 4; ++r) regs[4 * l + r] = uint32_t(buf[l * kWideWords + r / 2] >> (32 * (r & 1)));
+  }
+  const bool from_regs = a != nullptr;
+  const WgmmaOperand A = from_regs ? WgmmaOperand{} : wgmma_operand(da), B = wgmma_operand(db);
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned w = (linear / 32) % 4, g = (linear % 32) / 4, t = linear % 4;
+  float* dp = d;
+  wgmma_enqueue([=] {
+    auto load = [](const WgmmaOperand& m, unsigned byte) {
+      if (m.start + byte + 2 > m.end) fatal("wgmma reads past dynamic shared memory");
+      uint16_t v;
+      memcpy(&v, m.start + byte, 2);
+      return half_bits_to_f32<T>(v);
+    };
+    // Element (mn, k) of a 16-bit operand, K-major or MN-major, without swizzle.
+    auto at = [&](const WgmmaOperand& m, bool mn_major, unsigned mn, unsigned k) {
+      const unsigned inner = mn_major ? 2 * (mn % 8) + 16 * (k % 8) : 16 * (mn % 8) + 2 * (k % 8);
+      return load(m, inner + m.sbo * (mn / 8) + m.lbo * (k / 8));
+    };
+    auto a_at = [&](unsigned row, unsigned k) {  // row of the warp's 16
+      if (!from_regs) return at(A, false, 16 * w + row, k);
+      const uint32_t reg = regs[4 * ((row % 8) * 4 + (k % 8) / 2) + (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+      return half_bits_to_f32<T>((k & 1) ? reg >> 16 : reg & 0xffffu);
+    };
+    for (unsigned nb = 0; nb < N / 8; ++nb)
+      for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = g + 8 * (i / 2), col = 8 * nb + 2 * t + (i & 1);
+        float s = accumulate ? dp[4 * nb + i] : 0.0f;
+        for (unsigned k = 0; k < 16; ++k) s = fmaf(a_at(row, k), at(B, trans_b, col, k), s);
+        dp[4 * nb + i] = s;
+      }
+  });
   clobber();
 }
 }  // namespace hopscore_emu

@@ -18,6 +18,7 @@ namespace fatbin {
 
 constexpr uint32_t kMagic = 0xBA55ED50u;
 constexpr uint64_t kCompressed = 0x2000 | 0x8000;  // LZ4, zstd payloads
+constexpr uint64_t kArchSpecific = 0x100000;          // an sm_XYa image (nvcc 13.0)
 
 // The device and driver the emulator poses as: HOPSCORE_CUDA_EMU_CC ("major.minor",
 // default 9.0) as 10·major + minor, and HOPSCORE_CUDA_EMU_DRIVER (cuDriverGetVersion's
@@ -119,9 +120,12 @@ inline Chosen choose(const unsigned char* image) {
     const size_t start = off + at<uint32_t>(e, 4), size = at<uint64_t>(e, 8);
     const int arch = int(at<uint32_t>(e, 28));
     const bool compressed = at<uint64_t>(e, 40) & kCompressed;
-    if (kind == 2 && arch / 10 == cc / 10 && arch % 10 <= cc % 10 && !compressed) {
+    // An arch-specific image (sm_90a) runs on that exact compute capability only.
+    const bool specific = at<uint64_t>(e, 40) & kArchSpecific;
+    const bool runs = specific ? arch == cc : arch / 10 == cc / 10 && arch % 10 <= cc % 10;
+    if (kind == 2 && runs && !compressed) {
       c.result = Load::Ok;
-      c.what = "sm_" + std::to_string(arch) + " SASS";
+      c.what = "sm_" + std::to_string(arch) + (specific ? "a" : "") + " SASS";
       c.entries = cubin_entries(image + start, size);
       return c;
     }

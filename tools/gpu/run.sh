@@ -22,8 +22,8 @@
 #                  LEPUS prompts of every passage of the first 50 HotpotQA questions,
 #                  HF sdpa vs hopscore, per-token |Δ log p|                      (150 s)
 #   beam           random base-size Beam Retrieval; `hopscore beam --device cuda` over
-#                  600 questions (bf16) and 40 (f32) against `--device cpu` on those 40 (150 s)
-#   label          random base-size EfficientRAG Labeler + Filter; `hopscore label` on 40
+#                  600 questions (bf16) and 20 (f32) against `--device cpu` on those 20 (150 s)
+#   label          random base-size EfficientRAG Labeler + Filter; `hopscore label` on 20
 #                  questions, cuda f32 and bf16 against cpu                      (120 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
 #                  attention and loglik rows only                                (150 s)
@@ -112,7 +112,7 @@ if [[ -n $emu ]]; then
   LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
 else
   LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=512,256,128 LENS_BASE=512,128
-  DEC_PAIRS=50 NQ=600 NQ_CPU=40 CK=base ITERS=10 SMALL=()
+  DEC_PAIRS=50 NQ=600 NQ_CPU=${HOPSCORE_KIT_NQ_CPU:-20} CK=base ITERS=10 SMALL=()
 fi
 
 questions() { # questions N FILE: the first N questions of the HotpotQA sample

@@ -5,6 +5,7 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::memory::require_16_byte_aligned;
 use super::params::CausalAttentionParams;
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
@@ -66,6 +67,9 @@ pub(super) fn launch(
     let seqs = layout.num_seqs();
     let (cu, mask) = be.dev.input_layout(OP, layout)?;
     let (rows, kernel, smem) = version(be.dev.dtype, d);
+    if kernel.starts_with("causal_attention_v3") {
+        require_16_byte_aligned(OP, &[("qkv", qkv.ptr())])?;
+    }
     let cfg = LaunchConfig {
         grid_dim: (
             seqs as u32,

@@ -1,14 +1,15 @@
-//! Launcher of `kernels/disentangled_attention.cu` (CPU twin:
+//! Launcher of `kernels/disentangled_attention.cu` and `_v4.cu` (CPU twin:
 //! `backend/cpu/disentangled_attention.rs`): flash-style DeBERTa attention with the
 //! c2p/p2c position scores computed on chip. f32 runs v1 (one block per 32-row query
 //! tile, head and sequence); bf16/f16 run v3 (64-row query tiles on mma.sync, the head
 //! size padded to 64 or 128, the position band of every tile diagonal from a
-//! [`band_table`] computed once per forward pass by `prepare_batch`).
+//! [`band_table`] computed once per forward pass by `prepare_batch`) or, on compute
+//! capability 9.0, v4 (the same tiles and band table on wgmma): [`Version`].
 
 use cudarc::driver::LaunchConfig;
 
 use super::device::u32_bytes;
-use super::memory::CudaTensor;
+use super::memory::{require_16_byte_aligned, CudaTensor};
 use super::params::DisentangledAttentionParams;
 use super::DType;
 use super::{ptr_or_null, CudaBackend};
@@ -27,31 +28,63 @@ const V3_TILE: usize = g::V3_ROWS as usize;
 /// (`kBandRows`).
 const V3_BAND: usize = g::DA_V3_BAND_ROWS as usize;
 
-/// The v3 instance for head size `d`: its padded head size and kernel name (64, the
-/// head size of every DeBERTa, or 128; smaller heads are zero-padded).
-fn v3_kernel(d: usize) -> (usize, &'static str) {
-    if d <= 64 {
-        (64, "disentangled_attention_v3_d64")
-    } else {
-        (128, "disentangled_attention_v3_d128")
+/// The bf16/f16 kernel: v3 (mma.sync, any GPU from sm_80) or v4 (wgmma, sm_90a: compute
+/// capability 9.0 only). f32 always runs v1. Chosen when the backend opens, from
+/// `HOPSCORE_DISENTANGLED` (`v3`, `v4`; unset: [`Version::DEFAULT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    V3,
+    V4,
+}
+
+impl Version {
+    pub const DEFAULT: Version = Version::V3;
+    pub const ENV: &'static str = "HOPSCORE_DISENTANGLED";
+
+    /// The version `HOPSCORE_DISENTANGLED` names, [`Version::DEFAULT`] when unset.
+    pub fn from_env() -> anyhow::Result<Version> {
+        match std::env::var(Self::ENV).as_deref() {
+            Err(_) | Ok("") => Ok(Self::DEFAULT),
+            Ok("v3") => Ok(Version::V3),
+            Ok("v4") => Ok(Version::V4),
+            Ok(other) => anyhow::bail!("{}={other:?}: use v3 or v4", Self::ENV),
+        }
+    }
+
+    /// Whether a device of compute capability `cc` runs this version.
+    pub fn runs_on(self, cc: (i32, i32)) -> bool {
+        self == Version::V3 || cc == (9, 0)
     }
 }
 
-/// The kernel run for `dtype` and head size `d` (v1 for f32, v3 for bf16/f16).
-pub(super) fn kernel(dtype: DType, d: usize) -> &'static str {
+/// The bf16/f16 instance for head size `d`: its padded head size and kernel name (64,
+/// the head size of every DeBERTa, or 128; smaller heads are zero-padded).
+fn tensor_core_kernel(version: Version, d: usize) -> (usize, &'static str) {
+    match (version, d <= 64) {
+        (Version::V3, true) => (64, "disentangled_attention_v3_d64"),
+        (Version::V3, false) => (128, "disentangled_attention_v3_d128"),
+        (Version::V4, true) => (64, "disentangled_attention_v4_d64"),
+        (Version::V4, false) => (128, "disentangled_attention_v4_d128"),
+    }
+}
+
+/// The kernel run for `dtype` and head size `d` (v1 for f32, `version` for bf16/f16).
+pub(super) fn kernel(dtype: DType, version: Version, d: usize) -> &'static str {
     match dtype {
         DType::F32 => OP,
-        DType::Bf16 | DType::F16 => v3_kernel(d).1,
+        DType::Bf16 | DType::F16 => tensor_core_kernel(version, d).1,
     }
 }
 
-/// Dynamic shared memory of the kernel for `dtype` and head size `d`, in bytes, with
-/// or without the position band (geometry.cuh: v1 for f32, v3 for bf16/f16).
-pub fn smem_bytes(dtype: DType, d: usize, band: bool) -> usize {
+/// Dynamic shared memory of the kernel for `dtype`, `version` and head size `d`, in
+/// bytes, with or without the position band (geometry.cuh).
+pub fn smem_bytes(dtype: DType, version: Version, d: usize, band: bool) -> usize {
     let band = u32::from(band);
-    (match dtype {
-        DType::F32 => g::disentangled_v1_smem(d as u32, band),
-        DType::Bf16 | DType::F16 => g::disentangled_v3_smem(v3_kernel(d).0 as u32, band),
+    let padded = tensor_core_kernel(version, d).0 as u32;
+    (match (dtype, version) {
+        (DType::F32, _) => g::disentangled_v1_smem(d as u32, band),
+        (_, Version::V3) => g::disentangled_v3_smem(padded, band),
+        (_, Version::V4) => g::disentangled_v4_smem(padded, band),
     }) as usize
 }
 
@@ -177,9 +210,32 @@ pub fn disentangled_attention(
         Some(i) if !v3 => Some(dev.input_u32(OP, i)?),
         _ => None,
     };
-    let kernel = kernel(dev.dtype, d);
+    let version = be.disentangled_version();
+    let kernel = kernel(dev.dtype, version, d);
+    if v3 {
+        require_16_byte_aligned(
+            OP,
+            &[
+                ("q", q.ptr()),
+                ("k", k.ptr()),
+                ("v", v.ptr()),
+                ("pos_key", ptr_or_null(pos_key)),
+                ("pos_query", ptr_or_null(pos_query)),
+            ],
+        )?;
+    }
+    // v4 addresses a table row as (row · width) in 32 bits.
+    let table_rows = [pos_key, pos_query]
+        .into_iter()
+        .flatten()
+        .map(|t| t.dims().0);
+    if version == Version::V4 && table_rows.chain([V3_BAND]).any(|r| (r * width) >> 32 != 0) {
+        return Err(shape_err(format!(
+            "width {width} × the relative table's rows overflow 32-bit offsets: use HOPSCORE_DISENTANGLED=v3"
+        )));
+    }
 
-    let smem = smem_bytes(dev.dtype, d, band);
+    let smem = smem_bytes(dev.dtype, version, d, band);
     let cfg = LaunchConfig {
         grid_dim: (tiles as u32, heads as u32, seqs as u32),
         block_dim: (g::ATTENTION_THREADS, 1, 1),
@@ -212,15 +268,25 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_the_limits() {
+        let v3 = Version::V3;
         for dt in [DType::F32, DType::Bf16, DType::F16] {
             // sm_80 allows 163 KiB per block once opted in.
-            assert!(smem_bytes(dt, MAX_HEAD_SIZE, true) <= 160 * 1024, "{dt:?}");
+            assert!(
+                smem_bytes(dt, v3, MAX_HEAD_SIZE, true) <= 160 * 1024,
+                "{dt:?}"
+            );
         }
-        assert_eq!(smem_bytes(DType::F32, 64, true), 41_980);
-        assert!(smem_bytes(DType::F32, 64, true) <= DEFAULT_SMEM as usize);
+        assert_eq!(smem_bytes(DType::F32, v3, 64, true), 41_980);
+        assert!(smem_bytes(DType::F32, v3, 64, true) <= DEFAULT_SMEM as usize);
         // v3 at d = 64: two blocks per SM on an H100 (228 KiB, 1 KiB reserved each).
-        assert_eq!(smem_bytes(DType::Bf16, 64, true), 96_256);
-        assert!(2 * (smem_bytes(DType::Bf16, 64, true) + 1024) <= 228 * 1024);
+        assert_eq!(smem_bytes(DType::Bf16, v3, 64, true), 97_280);
+        assert!(2 * (smem_bytes(DType::Bf16, v3, 64, true) + 1024) <= 228 * 1024);
+        // v4 (Hopper only, 227 KiB per block): two blocks per SM at d = 64, one at 128.
+        let v4 = |d| smem_bytes(DType::Bf16, Version::V4, d, true);
+        assert_eq!(v4(64), 109_568);
+        assert!(2 * (v4(64) + 1024) <= 228 * 1024);
+        assert_eq!(v4(128), 183_296);
+        assert!(v4(128) <= 227 * 1024);
     }
 
     #[test]

@@ -273,6 +273,22 @@ impl Dims for CudaTensor {
     }
 }
 
+/// The operands a kernel stages by 16-byte `cp.async` must start 16-byte aligned (a GPU
+/// faults otherwise): a clear error naming the operand instead.
+pub(super) fn require_16_byte_aligned(op: &'static str, operands: &[(&str, u64)]) -> OpResult<()> {
+    match operands.iter().find(|(_, ptr)| ptr % 16 != 0) {
+        None => Ok(()),
+        Some((name, ptr)) => Err(OpError::Shape {
+            op,
+            msg: format!(
+                "{name} starts at {ptr:#x}, not 16-byte aligned: the bf16/f16 kernel stages rows by \
+                 16-byte copies; pass a tensor that starts on a 16-byte boundary (a split of a \
+                 fused projection at a multiple of 8 columns)"
+            ),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,5 +299,16 @@ mod tests {
         assert_eq!(size_class(513), 1024);
         assert_eq!(size_class(1 << 20), 1 << 20);
         assert_eq!(size_class((1 << 20) + 1), 2 << 20);
+    }
+
+    #[test]
+    fn a_misaligned_operand_is_named_not_launched() {
+        assert!(require_16_byte_aligned("op", &[("q", 0x1000), ("k", 0), ("v", 0x20)]).is_ok());
+        let err = require_16_byte_aligned("op", &[("q", 0x1000), ("k", 0x1008)]).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("k starts at 0x1008, not 16-byte aligned"),
+            "{msg}"
+        );
     }
 }

@@ -19,9 +19,12 @@ mod question_loglik;
 pub mod staging;
 pub mod tensor_core_check;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use self::device::{grid_1d, per_row, u32_bytes, Device};
+pub use self::disentangled_attention::Version;
 use self::memory::device_err;
 pub use self::memory::CudaTensor;
 use self::profile::Profiler;
@@ -48,6 +51,8 @@ pub struct CudaBackend {
     graphs: graphs::Graphs,
     dev: Device,
     profiler: Profiler,
+    /// The bf16/f16 disentangled-attention kernel (true: v4).
+    disentangled_v4: AtomicBool,
 }
 
 impl CudaBackend {
@@ -63,12 +68,42 @@ impl CudaBackend {
     }
 
     fn open(ordinal: usize, dtype: DType, poison: bool) -> anyhow::Result<Self> {
+        let version = Version::from_env()?;
         let dev = Device::open(ordinal, dtype, poison)?;
-        Ok(Self {
+        let be = Self {
             graphs: graphs::Graphs::new(dev.stream.clone()),
             dev,
             profiler: Profiler::default(),
-        })
+            disentangled_v4: AtomicBool::new(false),
+        };
+        be.set_disentangled_version(version)?;
+        Ok(be)
+    }
+
+    /// Picks the bf16/f16 disentangled-attention kernel; v4 needs compute capability 9.0
+    /// (H100, H200).
+    pub fn set_disentangled_version(&self, version: Version) -> anyhow::Result<()> {
+        let cc = self.dev.ctx.compute_capability()?;
+        anyhow::ensure!(
+            version.runs_on(cc),
+            "{}={version:?}: the wgmma kernel runs on compute capability 9.0 (H100, H200) \
+             only; this GPU is {}.{}: use v3",
+            Version::ENV,
+            cc.0,
+            cc.1
+        );
+        self.disentangled_v4
+            .store(version == Version::V4, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The bf16/f16 disentangled-attention kernel in use.
+    pub fn disentangled_version(&self) -> Version {
+        if self.disentangled_v4.load(Ordering::Relaxed) {
+            Version::V4
+        } else {
+            Version::V3
+        }
     }
 
     /// Turns CUDA graphs of whole forwards on or off (on by default, unless
@@ -731,7 +766,9 @@ mod tests {
             for d in (8..=128).step_by(4) {
                 kernels.push(causal_attention::version(dtype, d).1);
                 if d % 8 == 0 {
-                    kernels.push(disentangled_attention::kernel(dtype, d));
+                    for v in [Version::V3, Version::V4] {
+                        kernels.push(disentangled_attention::kernel(dtype, v, d));
+                    }
                 }
             }
             if dtype != DType::F32 {

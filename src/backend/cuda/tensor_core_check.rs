@@ -1,13 +1,15 @@
-//! Launcher of `kernels/tensor_core_check.cu`: a small matrix product through the
-//! tensor-core wrappers of `kernels/common.cuh` (`cp_async_16`, `ldmatrix_*`,
-//! `mma_16816`), so that the parity table can hold each wrapper to a plain product on
-//! the emulator and on a GPU alike.
+//! Launchers of `kernels/tensor_core_check.cu` and `kernels/wgmma_check.cu`: a small
+//! matrix product through the tensor-core wrappers of `kernels/common.cuh`
+//! (`cp_async_16`, `ldmatrix_*`, `mma_16816`; the wgmma ones on compute capability 9.0),
+//! so that the parity table can hold each wrapper to a plain product on the emulator
+//! and on a GPU alike.
 
 use cudarc::driver::LaunchConfig;
 
 use super::params::TensorCoreCheckParams;
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
+use crate::backend::kernels::geometry;
 use crate::backend::{OpError, OpResult};
 
 const OP: &str = "tensor_core_check";
@@ -74,11 +76,7 @@ impl CudaBackend {
         let c = self.dev.pool.alloc(m * n * 4)?;
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
-            block_dim: (
-                crate::backend::kernels::geometry::TENSOR_CORE_CHECK_THREADS,
-                1,
-                1,
-            ),
+            block_dim: (geometry::TENSOR_CORE_CHECK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let params = TensorCoreCheckParams {
@@ -89,6 +87,63 @@ impl CudaBackend {
             n: n as u32,
             k: k as u32,
             mode: path.bits(),
+        };
+        self.launch_params(OP, OP, cfg, &params)?;
+        let bytes = self.dev.download_bytes(OP, c.ptr(), m * n * 4)?;
+        Ok(DType::F32.decode(&bytes))
+    }
+}
+
+impl CudaBackend {
+    /// `a · bᵀ` with `b` `[n, k]` (A and B K-major in shared memory: `wgmma_ss`) or, with
+    /// `a_in_registers`, `a · b` with `b` `[k, n]` (A fragments in registers, B MN-major:
+    /// `wgmma_rs`), as f32 `[64, n]`, by the wgmma check kernel (compute capability 9.0).
+    /// a is `[64, k]`, k a multiple of 16 up to 64, n 64 or 128.
+    pub fn wgmma_check(
+        &self,
+        a: &CudaTensor,
+        b: &CudaTensor,
+        a_in_registers: bool,
+    ) -> OpResult<Vec<f32>> {
+        const OP: &str = "wgmma_check";
+        let shape_err = |msg: String| OpError::Shape { op: OP, msg };
+        let cc = self
+            .dev
+            .ctx
+            .compute_capability()
+            .map_err(|e| super::memory::device_err(OP, e))?;
+        if self.dev.dtype == DType::F32 || cc != (9, 0) {
+            return Err(shape_err(format!(
+                "wgmma takes bf16 or f16 on compute capability 9.0 (this: {:?} on {}.{})",
+                self.dev.dtype, cc.0, cc.1
+            )));
+        }
+        let (m, k) = a.dims();
+        let (n, kb) = if a_in_registers {
+            let (r, c) = b.dims();
+            (c, r)
+        } else {
+            b.dims()
+        };
+        if m != 64 || kb != k || k == 0 || k > MAX || k % 16 != 0 || !(n == 64 || n == 128) {
+            return Err(shape_err(format!(
+                "a [{m}, {k}] and b with k = {kb}, n = {n}: m = 64, k a multiple of 16 up to {MAX}, n 64 or 128"
+            )));
+        }
+        let c = self.dev.pool.alloc(m * n * 4)?;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (geometry::TENSOR_CORE_CHECK_THREADS, 1, 1),
+            shared_mem_bytes: geometry::WGMMA_CHECK_SMEM,
+        };
+        let params = TensorCoreCheckParams {
+            c: c.ptr(),
+            a: a.ptr(),
+            b: b.ptr(),
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            mode: u32::from(a_in_registers),
         };
         self.launch_params(OP, OP, cfg, &params)?;
         let bytes = self.dev.download_bytes(OP, c.ptr(), m * n * 4)?;
