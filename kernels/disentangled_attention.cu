@@ -361,11 +361,8 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 
   const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
-  const T* qh = q + (size_t)start * width + col0;  // row 0 of the sequence, this head
-  const T* kh = k + (size_t)start * width + col0;
-  const T* vh = v + (size_t)start * width + col0;
-  const T* pkh = c2p ? pos_key + col0 : nullptr;
-  const T* pqh = p2c ? pos_query + col0 : nullptr;
+  const HeadInputs<T> in(q, k, v, c2p ? pos_key : nullptr, p2c ? pos_query : nullptr, (size_t)start * width, col0);
+  const T *qh = in.q, *kh = in.k, *vh = in.v, *pkh = in.pos_key, *pqh = in.pos_query;
 
   // Key tile kt (K, V and, with the band, its diagonal's slots) into stage kt % 2.
   auto stage_kv = [&](int kt) {
@@ -410,28 +407,14 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
     abt<T, D, kNb>(s, qf, ks, lane);
 
     if (band) {
-      // Element (row 16w + g + 8h, column 8nb + 2t + e) of S meets offset
-      // o = 16w + g − 2t + 63 − 8(nb − h) − e, band row sl[nb − h + 1][e] (18 distinct
-      // offsets per lane, read once per tile).
-      int sl[kNb + 1][2];
-      {
-        const unsigned* my = slot + 16 * warp + g - 2 * t + kKeys - 1;
-#pragma unroll
-        for (int x = 0; x <= kNb; ++x)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) sl[x][e] = (int)my[8 - 8 * x - e];
-      }
+      const BandSlots sl(slot, warp, lane);
       float* mine = scratch + 16 * warp * kLdc;
       if (c2p) {  // c2p of this warp's rows: Q · PK[slot[16w] ..)ᵀ, gathered by the warp
         float acc[kWin / 8][4];
         abt<T, D, kWin / 8>(acc, qf, pk + slot[16 * warp] * LD, lane);
         store_scratch(mine, acc, lane);
         __syncwarp();
-        const float* row = mine + g * kLdc - (int)slot[16 * warp];
-#pragma unroll
-        for (int nb = 0; nb < kNb; ++nb)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[nb][i] += row[8 * (i / 2) * kLdc + sl[nb - i / 2 + 1][i & 1]];
+        sl.add_c2p<kLdc>(s, mine + g * kLdc - (int)slot[16 * warp]);
         __syncwarp();  // the warp's scratch rows are free again
       }
       if (p2c) {  // p2c of this warp's 16 keys: K · PQ[slot[48 − 16w] ..)ᵀ, gathered by all
@@ -445,13 +428,8 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
       if (kt + 1 < tiles) stage_pos(kt + 1);
       hopscore::cp_async_commit();
       if (p2c) {
-#pragma unroll
-        for (int nb = 0; nb < kNb; ++nb) {
-          // Keys 8nb + 2t + e: rows of warp nb / 2, whose band rows start at slot[48 − 8nb′].
-          const float* key = scratch + (8 * nb + 2 * t) * kLdc - (int)slot[48 - 16 * (nb / 2)];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[nb][i] += key[(i & 1) * kLdc + sl[nb - i / 2 + 1][i & 1]];
-        }
+        // Keys 8nb + 2t + e: rows of warp nb / 2, whose band rows start at slot[48 − 16(nb / 2)].
+        sl.add_p2c<kLdc>(s, [&](int nb) { return scratch + (8 * nb + 2 * t) * kLdc - (int)slot[48 - 16 * (nb / 2)]; });
       }
     }
 

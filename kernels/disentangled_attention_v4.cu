@@ -132,11 +132,8 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 
   const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
-  const T* qh = q + (size_t)start * width + col0;  // row 0 of the sequence, this head
-  const T* kh = k + (size_t)start * width + col0;
-  const T* vh = v + (size_t)start * width + col0;
-  const T* pkh = c2p ? pos_key + col0 : nullptr;
-  const T* pqh = p2c ? pos_query + col0 : nullptr;
+  const HeadInputs<T> in(q, k, v, c2p ? pos_key : nullptr, p2c ? pos_query : nullptr, (size_t)start * width, col0);
+  const T *qh = in.q, *kh = in.k, *vh = in.v, *pkh = in.pos_key, *pqh = in.pos_query;
   auto same = [](int r) { return r; };
   const Chunks<D> ch(tid);
 
@@ -202,25 +199,12 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
     hopscore::wgmma_wait<0>();
 
     if (band) {
-      // Element (row 16w + g + 8h, column 8nb + 2t + e) of S meets offset
-      // o = 16w + g − 2t + 63 − 8(nb − h) − e, band slot sl[nb − h + 1][e] (v3).
-      int sl[kNb + 1][2];
-      {
-        const unsigned* my = slot + 16 * warp + g - 2 * t + kKeys - 1;
-#pragma unroll
-        for (int x = 0; x <= kNb; ++x)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) sl[x][e] = (int)my[8 - 8 * x - e];
-      }
+      const BandSlots sl(slot, warp, lane);
       float* mine = scratch + 16 * warp * kLdc;
       if (c2p) {  // this warp's query rows × all band slots, gathered by the warp
         store_scratch(mine, c, lane);
         __syncwarp();
-        const float* row = mine + g * kLdc;
-#pragma unroll
-        for (int nb = 0; nb < kNb; ++nb)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[nb][i] += row[8 * (i / 2) * kLdc + sl[nb - i / 2 + 1][i & 1]];
+        sl.add_c2p<kLdc>(s, mine + g * kLdc);
         __syncwarp();  // the warp's scratch rows are free again
       }
       if (p2c) {  // P2 = K·PQᵀ: this warp's rows are keys 16w + g (+8), gathered by all
@@ -236,14 +220,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
       __syncthreads();  // P2 rows complete; the band rows are consumed (their wgmma waited for)
       if (kt + 1 < tiles) stage_pos(kt + 1);
       hopscore::cp_async_commit();
-      if (p2c) {
-#pragma unroll
-        for (int nb = 0; nb < kNb; ++nb) {
-          const float* key = scratch + (8 * nb + 2 * t) * kLdc;  // keys 8nb + 2t, + 1
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[nb][i] += key[(i & 1) * kLdc + sl[nb - i / 2 + 1][i & 1]];
-        }
-      }
+      if (p2c) sl.add_p2c<kLdc>(s, [&](int nb) { return scratch + (8 * nb + 2 * t) * kLdc; });
     }
 
     mask_keys(s, key_bits(mask + start, kt * kKeys, len, lane));

@@ -85,6 +85,56 @@ __device__ __forceinline__ void mask_keys(float (&s)[kNb][4], unsigned long long
     for (int i = 0; i < 4; ++i) s[nb][i] = (keys >> (8 * nb + (i & 1))) & 1u ? s[nb][i] : neg_inf;
 }
 
+// DeBERTa attention's inputs for one (sequence, head): the sequence's row 0 of q, k and
+// v at the head's first column, and the head's columns of the position tables (null
+// where c2p or p2c is off).
+template <typename T> struct HeadInputs {
+  const T *q, *k, *v, *pos_key, *pos_query;
+  __device__ __forceinline__ HeadInputs(const T* q_, const T* k_, const T* v_, const T* pk, const T* pq,
+                                        size_t row0, size_t col0) {
+    q = q_ + row0 + col0;
+    k = k_ + row0 + col0;
+    v = v_ + row0 + col0;
+    pos_key = pk != nullptr ? pk + col0 : nullptr;
+    pos_query = pq != nullptr ? pq + col0 : nullptr;
+  }
+};
+
+// DeBERTa's position band (disentangled_attention v3 and v4): element (row 16w + g + 8h,
+// column 8nb + 2t + e) of a warp's S tile meets offset o = 16w + g − 2t + 63 − 8(nb − h)
+// − e of the tile diagonal, whose band slot is slot[o]; a lane's elements meet 18
+// distinct offsets, read once per tile into sl[nb − h + 1][e].
+struct BandSlots {
+  int sl[kNb + 1][2];
+  __device__ __forceinline__ BandSlots(const unsigned* slot, int warp, int lane) {
+    const unsigned* my = slot + 16 * warp + lane / 4 - 2 * (lane % 4) + kKeys - 1;
+#pragma unroll
+    for (int x = 0; x <= kNb; ++x)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) sl[x][e] = (int)my[8 - 8 * x - e];
+  }
+
+  // s += c2p: `row` is this lane's query row g of an f32 scratch (stride Ldc) indexed by
+  // band slot (row g + 8 is 8 rows on).
+  template <int Ldc> __device__ __forceinline__ void add_c2p(float (&s)[kNb][4], const float* row) const {
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nb][i] += row[8 * (i / 2) * Ldc + sl[nb - i / 2 + 1][i & 1]];
+  }
+
+  // s += p2c: `key(nb)` is the scratch row (indexed by band slot, stride Ldc) of key
+  // 8nb + 2t of this lane (key 8nb + 2t + 1 is the next row).
+  template <int Ldc, typename KeyRow> __device__ __forceinline__ void add_p2c(float (&s)[kNb][4], KeyRow key) const {
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb) {
+      const float* k = key(nb);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nb][i] += k[(i & 1) * Ldc + sl[nb - i / 2 + 1][i & 1]];
+    }
+  }
+};
+
 // The running state of a warp's 16 rows: this lane holds rows g and g + 8 (g = lane / 4),
 // context columns 8nb + 2t, + 1 of each, and its part of the row sums.
 template <typename T, int D> struct Rows16 {

@@ -73,11 +73,23 @@ impl CudaBackend {
                 "a [{m}, {k}] and b with k = {kb}, n = {n}: m ≤ {MAX}, k a multiple of 8 and n of 16 up to {MAX}"
             )));
         }
+        self.run_check(OP, [a, b], [m, n, k], path.bits(), 0)
+    }
+
+    /// One block of kernel `op` on `a` and `b` with `[m, n, k]` and `mode`; C as f32.
+    fn run_check(
+        &self,
+        op: &'static str,
+        [a, b]: [&CudaTensor; 2],
+        [m, n, k]: [usize; 3],
+        mode: u32,
+        smem: u32,
+    ) -> OpResult<Vec<f32>> {
         let c = self.dev.pool.alloc(m * n * 4)?;
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (geometry::TENSOR_CORE_CHECK_THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem,
         };
         let params = TensorCoreCheckParams {
             c: c.ptr(),
@@ -86,10 +98,10 @@ impl CudaBackend {
             m: m as u32,
             n: n as u32,
             k: k as u32,
-            mode: path.bits(),
+            mode,
         };
-        self.launch_params(OP, OP, cfg, &params)?;
-        let bytes = self.dev.download_bytes(OP, c.ptr(), m * n * 4)?;
+        self.launch_params(op, op, cfg, &params)?;
+        let bytes = self.dev.download_bytes(op, c.ptr(), m * n * 4)?;
         Ok(DType::F32.decode(&bytes))
     }
 }
@@ -130,23 +142,7 @@ impl CudaBackend {
                 "a [{m}, {k}] and b with k = {kb}, n = {n}: m = 64, k a multiple of 16 up to {MAX}, n 64 or 128"
             )));
         }
-        let c = self.dev.pool.alloc(m * n * 4)?;
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (geometry::TENSOR_CORE_CHECK_THREADS, 1, 1),
-            shared_mem_bytes: geometry::WGMMA_CHECK_SMEM,
-        };
-        let params = TensorCoreCheckParams {
-            c: c.ptr(),
-            a: a.ptr(),
-            b: b.ptr(),
-            m: m as u32,
-            n: n as u32,
-            k: k as u32,
-            mode: u32::from(a_in_registers),
-        };
-        self.launch_params(OP, OP, cfg, &params)?;
-        let bytes = self.dev.download_bytes(OP, c.ptr(), m * n * 4)?;
-        Ok(DType::F32.decode(&bytes))
+        let mode = u32::from(a_in_registers);
+        self.run_check(OP, [a, b], [m, n, k], mode, geometry::WGMMA_CHECK_SMEM)
     }
 }
