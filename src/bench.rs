@@ -85,6 +85,7 @@ impl ModelShape {
             scale_factor: 3,
             pooler_hidden_size: hidden,
             architectures: Vec::new(),
+            tanh_gelu: false,
         })
     }
 }

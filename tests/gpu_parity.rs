@@ -1266,8 +1266,9 @@ fn check_head_counts(
     }
 }
 
-const DEBERTA_MODELS: [&str; 6] = [
+const DEBERTA_MODELS: [&str; 7] = [
     "v3_seqcls",
+    "v3_seqcls_gelu_tanh",
     "v3_norel",
     "v3_token_f16",
     "v2_seqcls_bf16",
@@ -1759,4 +1760,26 @@ fn bench_times_every_kernel_on_the_device() {
         "{:?}",
         r.kernels
     );
+}
+
+/// cuBLASLt's algorithm is asked for once per GEMM shape (dtype, sizes, parts,
+/// epilogue, beta), not on every call; another shape asks again.
+#[test]
+fn gemm_algorithm_is_asked_once_per_shape() {
+    use std::sync::atomic::Ordering;
+    let Some(gpu) = common::gpu(DType::Bf16) else {
+        return;
+    };
+    let mut inp = Inputs::new(41, DType::Bf16);
+    let (x, w) = (inp.matrix(9, 32, 1.0), inp.matrix(24, 32, 1.0));
+    let (x, w) = (gpu.upload(&x).unwrap(), gpu.upload(&w).unwrap());
+    let queries = || gpu.device().lt.queries.load(Ordering::Relaxed);
+    let before = queries();
+    for _ in 0..3 {
+        gpu.linear(&x, &w, None).unwrap();
+    }
+    assert_eq!(queries() - before, 1, "one shape, three calls");
+    let x2 = gpu.upload(&inp.matrix(10, 32, 1.0)).unwrap();
+    gpu.linear(&x2, &w, None).unwrap();
+    assert_eq!(queries() - before, 2, "another row count");
 }

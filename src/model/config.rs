@@ -137,6 +137,9 @@ pub struct DebertaConfig {
     pub pooler_hidden_size: usize,
     /// HF `architectures` entry, used to tell token from sequence classification.
     pub architectures: Vec<String>,
+    /// The FFN's GELU is the tanh approximation (`hidden_act` "gelu_new" or
+    /// "gelu_pytorch_tanh"), on a GPU fused into the up-projection's GEMM; else erf.
+    pub tanh_gelu: bool,
 }
 
 impl DebertaConfig {
@@ -180,13 +183,17 @@ impl RawConfig {
                 ));
             }
         }
-        if self.hidden_act != "gelu" {
-            return Err(unsupported(
-                "hidden_act",
-                &self.hidden_act,
-                "only \"gelu\" (exact erf GELU) is implemented",
-            ));
-        }
+        // HF ACT2FN: "gelu" is erf's; "gelu_new" and "gelu_pytorch_tanh" the tanh form.
+        let tanh_gelu =
+            match self.hidden_act.as_str() {
+                "gelu" => false,
+                "gelu_new" | "gelu_pytorch_tanh" => true,
+                other => return Err(unsupported(
+                    "hidden_act",
+                    other,
+                    "\"gelu\" (erf), \"gelu_new\" and \"gelu_pytorch_tanh\" (tanh) are implemented",
+                )),
+            };
         if self.pooler_hidden_act != "gelu" {
             return Err(unsupported(
                 "pooler_hidden_act",
@@ -240,6 +247,7 @@ impl RawConfig {
             scale_factor: 1 + usize::from(c2p) + usize::from(p2c),
             pooler_hidden_size: self.pooler_hidden_size.unwrap_or(self.hidden_size),
             architectures: self.architectures.unwrap_or_default(),
+            tanh_gelu,
         })
     }
 
@@ -390,6 +398,7 @@ mod tests {
                 "conv_kernel_size",
             ),
             (serde_json::json!({"hidden_act": "relu"}), "hidden_act"),
+            (serde_json::json!({"hidden_act": "gelu_fast"}), "hidden_act"),
             (
                 serde_json::json!({"relative_attention": true, "pos_att_type": ["p2p"]}),
                 "pos_att_type",

@@ -172,6 +172,8 @@ pub struct DebertaV2Layer<B: Backend> {
     intermediate: Linear<B>,
     output: Linear<B>,
     output_norm: LayerNorm<B>,
+    /// GELU's tanh form (HF `gelu_new`), as the up-projection GEMM's epilogue.
+    tanh_gelu: bool,
 }
 
 impl<B: Backend> DebertaV2Layer<B> {
@@ -189,6 +191,7 @@ impl<B: Backend> DebertaV2Layer<B> {
             intermediate: Linear::load(be, &w.pp("intermediate.dense"), h, i, true)?,
             output: Linear::load(be, &w.pp("output.dense"), i, h, true)?,
             output_norm: LayerNorm::load(be, &w.pp("output.LayerNorm"), h, eps)?,
+            tanh_gelu: c.tanh_gelu,
         })
     }
 
@@ -203,8 +206,14 @@ impl<B: Backend> DebertaV2Layer<B> {
         let ctx = self.attention.forward(be, x, index, shape, batch)?;
         let mut h = self.attention_output.forward(be, &ctx)?;
         self.attention_norm.forward(be, &mut h, Some(x))?;
-        let mut inter = self.intermediate.forward(be, &h)?;
-        be.gelu(&mut inter)?;
+        let ffn = &self.intermediate;
+        let inter = if self.tanh_gelu {
+            be.linear_gelu_new(&h, &ffn.weight, ffn.bias.as_ref())?
+        } else {
+            let mut inter = ffn.forward(be, &h)?;
+            be.gelu(&mut inter)?;
+            inter
+        };
         let mut out = self.output.forward(be, &inter)?;
         self.output_norm.forward(be, &mut out, Some(&h))?;
         Ok(out)

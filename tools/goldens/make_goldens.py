@@ -176,6 +176,16 @@ CASES = [
         heads={"sequence": "[B,3] classifier(pooler(h))"},
     ),
     Case(
+        name="v3_seqcls_gelu_tanh",
+        seed=1007,
+        config=dict(V3, hidden_act="gelu_new"),
+        build=hf.DebertaV2ForSequenceClassification,
+        run=run_hf_seqcls,
+        architectures=["DebertaV2ForSequenceClassification"],
+        num_labels=3,
+        heads={"sequence": "[B,3] classifier(pooler(h)), tanh GELU in the FFN"},
+    ),
+    Case(
         name="v3_token_f16",
         seed=1002,
         config=V3,
