@@ -1783,3 +1783,59 @@ fn gemm_algorithm_is_asked_once_per_shape() {
     gpu.linear(&x2, &w, None).unwrap();
     assert_eq!(queries() - before, 2, "another row count");
 }
+
+/// Decoder scoring with shared prefixes (`min_shared_prefix` at its default: the
+/// fixture's sequences share 30 tokens) runs as a graph too, its packed batch and
+/// virtual sequences padded to their buckets: equal to the run without graphs, over
+/// two batches of the same sharing (ids shifted by one, so the plan's shapes repeat),
+/// captured once and replayed.
+fn decoder_prefix_graphs(dtype: DType) {
+    let Some((on, off)) = graph_pair(dtype) else {
+        return;
+    };
+    for name in DECODER_MODELS {
+        let fixture = common::fixture(&format!("decoder/{name}"));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = rounded_checkpoint(&fixture, tmp.path(), dtype);
+        let model_on = DecoderForCausalLM::load(&on, DecoderSource::open(&dir).unwrap()).unwrap();
+        let model_off = DecoderForCausalLM::load(&off, DecoderSource::open(&dir).unwrap()).unwrap();
+        let vocab = model_on.config.vocab_size as u32;
+        let first = scored_sequences(vocab as usize);
+        let mut second = first.clone();
+        for s in &mut second {
+            s.ids.iter_mut().for_each(|id| *id = (*id + 1) % vocab);
+        }
+        let (saved_before, _) = model_on.token_counts();
+        for (i, seqs) in [first, second].iter().enumerate() {
+            let before = on.counts().unwrap();
+            let got = model_on.target_logprobs(&on, seqs, 1.4).unwrap();
+            let c = on.counts().unwrap().since(&before);
+            let what = format!("{name} {dtype:?} shared prefixes, batch {i}");
+            eprintln!("  {what}: {c:?}");
+            assert_eq!(
+                (c.captures, c.replays),
+                (u64::from(i == 0), 1),
+                "{what}: {c:?}"
+            );
+            assert_eq!((c.uploads, c.downloads), (1, 1), "{what}: {c:?}");
+            let want = model_off.target_logprobs(&off, seqs, 1.4).unwrap();
+            assert_replay_matches(&on, &what, &got.concat(), &want.concat());
+            eprintln!("ok    {what}: graph replay = no graph");
+        }
+        let (all, packed) = model_on.token_counts();
+        assert!(
+            packed < all && all > saved_before,
+            "{name}: prefixes were shared ({packed} of {all})"
+        );
+    }
+}
+
+#[test]
+fn decoder_prefix_graphs_f32() {
+    decoder_prefix_graphs(DType::F32);
+}
+
+#[test]
+fn decoder_prefix_graphs_bf16() {
+    decoder_prefix_graphs(DType::Bf16);
+}

@@ -49,6 +49,37 @@ impl SeqLayout {
             .max()
             .unwrap_or(0)
     }
+    pub fn shape(&self) -> BatchShape {
+        BatchShape {
+            tokens: self.num_tokens(),
+            seqs: self.num_seqs(),
+            max_len: self.max_len(),
+        }
+    }
+    /// Appends padding sequences (mask 0) up to exactly `to` (a
+    /// [`Backend::graph_bucket`] of this shape): first one of `to.max_len` tokens if no
+    /// sequence is that long, then the other padding tokens in sequences of at most that
+    /// length, then empty sequences. Returns their lengths, in order.
+    pub fn pad_to(&mut self, to: BatchShape) -> Vec<usize> {
+        let mut added = Vec::new();
+        let mut push = |l: &mut SeqLayout, n: usize| {
+            l.mask.extend(std::iter::repeat_n(0.0, n));
+            l.cu_seqlens.push(l.num_tokens() + n);
+            added.push(n);
+        };
+        if self.max_len() < to.max_len {
+            push(self, to.max_len);
+        }
+        while self.num_tokens() < to.tokens {
+            let n = (to.tokens - self.num_tokens()).min(to.max_len);
+            push(self, n);
+        }
+        while self.num_seqs() < to.seqs {
+            push(self, 0);
+        }
+        debug_assert_eq!(self.shape(), to);
+        added
+    }
     /// Row of each sequence's first token (its [CLS]).
     pub fn first_rows(&self) -> Vec<usize> {
         self.cu_seqlens[..self.num_seqs()].to_vec()

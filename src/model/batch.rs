@@ -85,24 +85,11 @@ impl PackedBatch {
     /// real rows keep their places; a row with mask 0 changes no other row.
     pub fn padded(&self, to: BatchShape) -> PackedBatch {
         let mut b = self.clone();
-        let push = |b: &mut PackedBatch, n: usize| {
+        for n in b.layout.pad_to(to) {
             b.ids.extend(std::iter::repeat_n(0, n));
             b.type_ids.extend(std::iter::repeat_n(0, n));
             b.positions.extend(0..n as u32);
-            b.layout.mask.extend(std::iter::repeat_n(0.0, n));
-            b.layout.cu_seqlens.push(b.ids.len());
-        };
-        if self.layout.max_len() < to.max_len {
-            push(&mut b, to.max_len);
         }
-        while b.num_tokens() < to.tokens {
-            let n = (to.tokens - b.num_tokens()).min(to.max_len);
-            push(&mut b, n);
-        }
-        while b.layout.num_seqs() < to.seqs {
-            push(&mut b, 0);
-        }
-        debug_assert_eq!(b.shape(), to, "padding {:?}", self.shape());
         b
     }
 }

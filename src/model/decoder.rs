@@ -338,9 +338,9 @@ impl<B: Backend> DecoderForCausalLM<B> {
 
     /// Final hidden states (before the final norm) of every packed token; `extra` are
     /// the row indices the caller reads afterwards, staged with the batch as the id
-    /// lists from the returned index on. Without shared prefixes, on a backend with
-    /// CUDA graphs the layers run on the batch padded to its bucket, as a graph (a
-    /// prefix plan's gathers depend on more than the staged shapes: no graph).
+    /// lists from the returned index on. On a backend with CUDA graphs the layers run
+    /// on the batch (and a prefix plan's virtual sequences) padded to their buckets, as
+    /// a graph.
     fn body(
         &self,
         be: &B,
@@ -349,13 +349,17 @@ impl<B: Backend> DecoderForCausalLM<B> {
         extra: &[&[u32]],
     ) -> Result<(B::Tensor, Prepared, usize)> {
         let c = &self.config;
+        let bucket = |shape| be.graph_bucket(shape, c.max_position_embeddings);
+        let padded_plan = prefix.and_then(|p| p.padded(bucket));
+        let prefix = padded_plan.as_ref().or(prefix);
         let padded = match prefix {
-            None => be
-                .graph_bucket(batch.shape(), c.max_position_embeddings)
-                .map(|to| batch.padded(to)),
+            None => bucket(batch.shape()).map(|to| batch.padded(to)),
             Some(_) => None,
         };
-        let run = padded.as_ref().unwrap_or(batch);
+        let run = match prefix {
+            Some(p) => &p.batch,
+            None => padded.as_ref().unwrap_or(batch),
+        };
         if self.embed_positions.is_some() {
             let len = run.positions.iter().max().map_or(0, |&p| p as usize + 1);
             ensure!(
@@ -374,7 +378,7 @@ impl<B: Backend> DecoderForCausalLM<B> {
         }
         let extra_at = inputs.ids.len();
         inputs.ids.extend(extra);
-        let key = prefix.is_none().then_some(self.graph_key);
+        let key = Some(self.graph_key);
         let (x, prepared) = be.run_forward(
             key,
             &inputs,

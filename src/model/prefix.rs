@@ -10,7 +10,7 @@
 //! mask makes it equal in all of them). Every other op is row-wise, so the scores
 //! equal those of the unshared batch.
 
-use crate::backend::SeqLayout;
+use crate::backend::{BatchShape, SeqLayout};
 use crate::model::batch::PackedBatch;
 
 /// How a batch of token sequences is packed with shared prefixes.
@@ -30,6 +30,31 @@ pub struct PrefixPlan {
 }
 
 impl PrefixPlan {
+    /// This plan with its packed batch and its virtual sequences each padded to their
+    /// `bucket` (a [`crate::backend::Backend::graph_bucket`]; `None` without graphs), so
+    /// that one CUDA graph serves every plan of the same buckets: padding virtual
+    /// sequences (mask 0) read packed row 0, padding packed rows take attention row 0
+    /// back, and neither reaches a real row.
+    pub fn padded(&self, bucket: impl Fn(BatchShape) -> Option<BatchShape>) -> Option<PrefixPlan> {
+        let batch = self.batch.padded(bucket(self.batch.shape())?);
+        let mut attn_layout = self.attn_layout.clone();
+        let added: usize = attn_layout
+            .pad_to(bucket(self.attn_layout.shape())?)
+            .iter()
+            .sum();
+        let mut attn_rows = self.attn_rows.clone();
+        attn_rows.extend(std::iter::repeat_n(0, added));
+        let mut back_rows = self.back_rows.clone();
+        back_rows.resize(batch.num_tokens(), 0);
+        Some(PrefixPlan {
+            batch,
+            attn_rows,
+            attn_layout,
+            back_rows,
+            token_rows: self.token_rows.clone(),
+        })
+    }
+
     /// Groups `seqs` by shared prefixes of at least `min_shared` tokens (a suffix keeps
     /// at least one token). `None` when nothing is shared.
     pub fn new(seqs: &[&[u32]], min_shared: usize) -> Option<Self> {
