@@ -1,7 +1,7 @@
 //! hopscore: batch scoring of multi-hop passage chains for question answering.
 //!
-//! Data flows `io → text → model (on a backend) → io`; see `docs` in README.md and
-//! ARCHITECTURE for the full pipeline. The API is [`jobs`]: a job built once from a
+//! Data flows `io → text → model (on a backend) → io`; see docs/architecture.md for the
+//! full pipeline. The API is [`jobs`]: a job built once from a
 //! config, fed Arrow record batches, yielding Arrow record batches (docs/library.md);
 //! [`pipeline`] runs jobs over files, and [`cli`] is arguments and one call per
 //! command.

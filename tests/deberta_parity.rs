@@ -3,7 +3,7 @@
 //!
 //! Tolerance: max abs error ≤ 1e-4 in f32 on real positions (mask = 1). Positions with
 //! mask 0 are excluded: HF gives them a uniform attention over all keys, hopscore
-//! zeros them; neither reaches real positions (SPEC §0).
+//! zeros them; neither reaches real positions (docs/spec.md §0).
 
 mod common;
 

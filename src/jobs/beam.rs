@@ -1,4 +1,4 @@
-//! The beam job: Beam Retrieval over question rows (SPEC §1) with every score kept as
+//! The beam job: Beam Retrieval over question rows (docs/spec.md §1) with every score kept as
 //! a feature. Each question's passages are rendered and tokenised, and a
 //! [`BeamSearch`] asks for the hop scores the scheduler batches across questions.
 
@@ -201,7 +201,7 @@ impl<B: Backend> QuestionScorer for BeamScorer<B> {
     }
 }
 
-/// Renders and tokenises one question (SPEC §1), or says why it cannot be searched.
+/// Renders and tokenises one question (docs/spec.md §1), or says why it cannot be searched.
 fn prepare(
     q: &Question,
     tok: &TextTokenizer,

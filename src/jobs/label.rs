@@ -1,4 +1,4 @@
-//! The label job: EfficientRAG (SPEC §2) over question rows: the Labeler tags
+//! The label job: EfficientRAG (docs/spec.md §2) over question rows: the Labeler tags
 //! retrieved chunks and keeps their useful tokens, the Filter writes the next query,
 //! for up to `max_iter` iterations; one scheduler batch may mix Labeler and Filter
 //! requests of many questions, and [`Models::score`] routes each to its model.

@@ -1,5 +1,5 @@
 //! The lepus job: LEPUS / PromptRank reranking of each question's passage pool with a
-//! causal LM (SPEC §3); or, with [`LepusScorer::Bm25`], the BM25 ranking of the same
+//! causal LM (docs/spec.md §3); or, with [`LepusScorer::Bm25`], the BM25 ranking of the same
 //! pools as a baseline.
 //!
 //! Per question (on the reader thread): the question gets `?`; each passage is cut

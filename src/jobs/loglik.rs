@@ -1,5 +1,5 @@
 //! The loglik job: log-likelihood of `target` given `prompt` under a causal LM
-//! (LEPUS scoring, SPEC §3), for `(id, prompt, target)` rows.
+//! (LEPUS scoring, docs/spec.md §3), for `(id, prompt, target)` rows.
 //!
 //! Each batch is tokenised in parallel (prompt and target separately, trailing prompt
 //! whitespace moved to the target, BOS when the tokenizer asks for it), sorted by

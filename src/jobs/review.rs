@@ -41,9 +41,9 @@ use crate::retrieve::Corpus;
 /// The LLM strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReviewStrategy {
-    /// Tree of Reviews (SPEC §4).
+    /// Tree of Reviews (docs/spec.md §4).
     Tor,
-    /// ALLIES (SPEC §5).
+    /// ALLIES (docs/spec.md §5).
     Allies,
 }
 

@@ -1,4 +1,4 @@
-//! DeBERTa-v2/v3 encoder (SPEC §0), a port of HF transformers'
+//! DeBERTa-v2/v3 encoder (docs/spec.md §0), a port of HF transformers'
 //! `models/deberta_v2/modeling_deberta_v2.py` (`DebertaV2Embeddings`,
 //! `DisentangledSelfAttention`, `DebertaV2Layer`, `DebertaV2Encoder`,
 //! `DebertaV2Model`), inference only (dropout is the identity).

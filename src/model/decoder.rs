@@ -1,4 +1,4 @@
-//! Causal LMs for LEPUS scoring (SPEC §3): GPT-2 and the Llama family (Llama,
+//! Causal LMs for LEPUS scoring (docs/spec.md §3): GPT-2 and the Llama family (Llama,
 //! Mistral, Qwen2), one definition driven by [`DecoderConfig`]. Ports of HF
 //! transformers' `models/gpt2/modeling_gpt2.py` (`GPT2Attention`, `GPT2MLP`,
 //! `GPT2Block`, `GPT2LMHeadModel`) and `models/llama/modeling_llama.py`

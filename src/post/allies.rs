@@ -1,4 +1,4 @@
-//! ALLIES (SPEC §5; microsoft/SimXNS `ALLIES/tools.py` @0163380, `ALLIES_model`), with
+//! ALLIES (docs/spec.md §5; microsoft/SimXNS `ALLIES/tools.py` @0163380, `ALLIES_model`), with
 //! this project's wording of the prompts and the official flow:
 //!
 //! - A state is `(q, queries, evidence, answer, score)`; the evidence of a query is the

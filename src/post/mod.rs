@@ -1,6 +1,6 @@
 //! The LLM post-stage: strategies that run after the scorers and talk to a chat model
-//! through an OpenAI-compatible endpoint — Tree of Reviews ([`tor`], SPEC §4) and ALLIES
-//! ([`allies`], SPEC §5).
+//! through an OpenAI-compatible endpoint — Tree of Reviews ([`tor`], docs/spec.md §4) and ALLIES
+//! ([`allies`], docs/spec.md §5).
 //!
 //! The strategies see the model only through the [`Llm`] trait (one prompt in, one reply
 //! out) and the passages only through the [`Retriever`] trait, so their tree and beam

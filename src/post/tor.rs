@@ -1,4 +1,4 @@
-//! Tree of Reviews (SPEC §4; seed 000, Li et al. 2024 — no public code; the prompts are
+//! Tree of Reviews (docs/spec.md §4; seed 000, Li et al. 2024 — no public code; the prompts are
 //! this project's wording of the paper's Tables 7, 8, 9 and 12).
 //!
 //! The root is the question; every other node is one passage. Each node's *review* reads

@@ -1,6 +1,6 @@
 //! Lexical retrieval over a question's own passages or a corpus: BM25 for first-stage
 //! search (EfficientRAG's loop, the LLM post-stage, the BM25 baseline) and TF-IDF
-//! cosine for ranking a document's expansion candidates (LEPUS, SPEC §3).
+//! cosine for ranking a document's expansion candidates (LEPUS, docs/spec.md §3).
 //!
 //! Both share one analyzer, [`terms`]: lowercase, maximal runs of Unicode
 //! alphanumerics or `_` of at least two characters (scikit-learn's default

@@ -1,4 +1,4 @@
-//! Beam Retrieval search (SPEC §1; canghongjian/beam_retriever @902980b,
+//! Beam Retrieval search (docs/spec.md §1; canghongjian/beam_retriever @902980b,
 //! `retrieval/retriever_model.py::Retriever.forward` in eval mode) as a state machine:
 //! it emits the token sequences of one hop, receives their logits, and moves on.
 //! It never touches a model, so the scheduler can batch many questions' hops together.

@@ -1,4 +1,4 @@
-//! EfficientRAG's iterative retrieval (SPEC §2; microsoft/EfficientRAG @6b2489f,
+//! EfficientRAG's iterative retrieval (docs/spec.md §2; microsoft/EfficientRAG @6b2489f,
 //! `src/efficientrag_retrieve.py::efficient_rag`) as a state machine.
 //!
 //! Each iteration retrieves the top-k chunks for the current query (the question at

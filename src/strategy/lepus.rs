@@ -1,4 +1,4 @@
-//! LEPUS / PromptRank (SPEC §3; mukhal/PromptRank @26831e6, `src/promptrank.py`,
+//! LEPUS / PromptRank (docs/spec.md §3; mukhal/PromptRank @26831e6, `src/promptrank.py`,
 //! `src/prompt_utils.py`) as a state machine over one question's candidate pool.
 //!
 //! A document's relevance is the mean log-probability of the question's tokens

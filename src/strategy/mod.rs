@@ -1,5 +1,5 @@
 //! Search strategies as pure state machines: they emit model inputs and consume
-//! scores, and never call a backend (ARCHITECTURE principle 3).
+//! scores, and never call a backend (docs/architecture.md, "The seams").
 
 pub mod beam;
 pub mod efficientrag;

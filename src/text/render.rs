@@ -1,4 +1,4 @@
-//! How each strategy turns question and passage records into text (SPEC §1, §3).
+//! How each strategy turns question and passage records into text (docs/spec.md §1, §3).
 
 /// Dataset conventions that change the passage text of Beam Retrieval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

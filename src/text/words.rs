@@ -1,4 +1,4 @@
-//! EfficientRAG's word-level input rule (SPEC §2). The official code splits every text
+//! EfficientRAG's word-level input rule (docs/spec.md §2). The official code splits every text
 //! with spaCy's `en_core_web_sm` tokenizer, drops the `,` tokens and tokenises each
 //! word on its own (so every word starts with `▁`). spaCy's model is not available to
 //! hopscore, so [`words`] is a fixed approximation of its English tokenizer, written

@@ -1,4 +1,4 @@
-//! DeBERTa disentangled attention over packed sequences (SPEC §0).
+//! DeBERTa disentangled attention over packed sequences (docs/spec.md §0).
 //! CPU twin of `kernels/disentangled_attention.cu`.
 //!
 //! For sequence `s` and head `h` (rows `i, j` of the sequence, `r = i − j`,
