@@ -241,15 +241,6 @@ pub fn gemm(
                 .map_err(err)?;
             }
         }
-        let pref = lt::create_matmul_pref().map_err(err)?;
-        descs.pref = Some(pref);
-        lt::set_matmul_pref_attribute(
-            pref,
-            sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-            (&(WORKSPACE as u64) as *const u64).cast(),
-            std::mem::size_of::<u64>(),
-        )
-        .map_err(err)?;
         let [a_l, b_l, c_l, d_l] = [0, 1, 2, 3].map(|i| descs.layouts[i]);
         let shape = Shape {
             dtype: x.dtype,
@@ -264,7 +255,17 @@ pub fn gemm(
         let algo = match cached {
             Some(a) => a,
             None => {
+                // The preference (workspace limit) matters to the query alone.
                 dev.lt.queries.fetch_add(1, Ordering::Relaxed);
+                let pref = lt::create_matmul_pref().map_err(err)?;
+                descs.pref = Some(pref);
+                lt::set_matmul_pref_attribute(
+                    pref,
+                    sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    (&(WORKSPACE as u64) as *const u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+                .map_err(err)?;
                 let h =
                     lt::get_matmul_algo_heuristic(dev.lt.handle, matmul, a_l, b_l, c_l, d_l, pref)
                         .map_err(err)?;

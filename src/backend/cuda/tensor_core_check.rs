@@ -124,7 +124,7 @@ impl CudaBackend {
             .ctx
             .compute_capability()
             .map_err(|e| super::memory::device_err(OP, e))?;
-        if self.dev.dtype == DType::F32 || cc != (9, 0) {
+        if self.dev.dtype == DType::F32 || !super::Version::V4.runs_on(cc) {
             return Err(shape_err(format!(
                 "wgmma takes bf16 or f16 on compute capability 9.0 (this: {:?} on {}.{})",
                 self.dev.dtype, cc.0, cc.1
