@@ -319,16 +319,6 @@ __device__ __forceinline__ void stage_band(T* dst, const T* table, const unsigne
   }
 }
 
-// A [16][kWin] accumulator tile → rows 0..15 of `scratch` (stride kLdc).
-__device__ __forceinline__ void store_scratch(float* scratch, const float (&acc)[kWin / 8][4], int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int nb = 0; nb < kWin / 8; ++nb) {
-    *reinterpret_cast<float2*>(scratch + g * kLdc + 8 * nb + 2 * t) = make_float2(acc[nb][0], acc[nb][1]);
-    *reinterpret_cast<float2*>(scratch + (g + 8) * kLdc + 8 * nb + 2 * t) = make_float2(acc[nb][2], acc[nb][3]);
-  }
-}
-
 template <typename T, int D>
 __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const T* __restrict__ pos_key, const T* __restrict__ pos_query,
@@ -412,7 +402,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
       if (c2p) {  // c2p of this warp's rows: Q · PK[slot[16w] ..)ᵀ, gathered by the warp
         float acc[kWin / 8][4];
         abt<T, D, kWin / 8>(acc, qf, pk + slot[16 * warp] * LD, lane);
-        store_scratch(mine, acc, lane);
+        store_scratch<kWin / 8, kLdc>(mine, acc, lane);
         __syncwarp();
         sl.add_c2p<kLdc>(s, mine + g * kLdc - (int)slot[16 * warp]);
         __syncwarp();  // the warp's scratch rows are free again
@@ -422,7 +412,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
         load_a<D>(kf, ks + 16 * warp * LD, lane);
         float acc[kWin / 8][4];
         abt<T, D, kWin / 8>(acc, kf, pq + slot[48 - 16 * warp] * LD, lane);
-        store_scratch(mine, acc, lane);
+        store_scratch<kWin / 8, kLdc>(mine, acc, lane);
       }
       __syncthreads();  // p2c rows complete; the band rows are consumed
       if (kt + 1 < tiles) stage_pos(kt + 1);

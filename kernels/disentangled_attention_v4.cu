@@ -86,17 +86,6 @@ template <int D> __device__ __forceinline__ unsigned long long mn_major(const vo
   return hopscore::wgmma_desc(at, 16 * D, 128);
 }
 
-// A [16][128] band accumulator (this warp's rows of a m64n128 D) → rows 0..15 of
-// `scratch` (stride kLdc ≡ 8 mod 32 banks: a half-warp's float2 stores are conflict-free).
-__device__ __forceinline__ void store_scratch(float* scratch, const float (&acc)[kBandRows / 8][4], int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int nb = 0; nb < kBandRows / 8; ++nb) {
-    *reinterpret_cast<float2*>(scratch + g * kLdc + 8 * nb + 2 * t) = make_float2(acc[nb][0], acc[nb][1]);
-    *reinterpret_cast<float2*>(scratch + (g + 8) * kLdc + 8 * nb + 2 * t) = make_float2(acc[nb][2], acc[nb][3]);
-  }
-}
-
 // The accumulator fragments as the flat register arrays wgmma takes.
 template <int N> __device__ __forceinline__ float (&flat(float (&acc)[N / 8][4]))[N / 2] {
   return reinterpret_cast<float(&)[N / 2]>(acc);
@@ -202,7 +191,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
       const BandSlots sl(slot, warp, lane);
       float* mine = scratch + 16 * warp * kLdc;
       if (c2p) {  // this warp's query rows × all band slots, gathered by the warp
-        store_scratch(mine, c, lane);
+        store_scratch<kBandRows / 8, kLdc>(mine, c, lane);
         __syncwarp();
         sl.add_c2p<kLdc>(s, mine + g * kLdc);
         __syncwarp();  // the warp's scratch rows are free again
@@ -215,7 +204,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
                                            wgmma_desc_add(pq_desc, 256 * kk), kk > 0);
         hopscore::wgmma_commit();
         hopscore::wgmma_wait<0>();
-        store_scratch(mine, c, lane);
+        store_scratch<kBandRows / 8, kLdc>(mine, c, lane);
       }
       __syncthreads();  // P2 rows complete; the band rows are consumed (their wgmma waited for)
       if (kt + 1 < tiles) stage_pos(kt + 1);

@@ -85,6 +85,18 @@ __device__ __forceinline__ void mask_keys(float (&s)[kNb][4], unsigned long long
     for (int i = 0; i < 4; ++i) s[nb][i] = (keys >> (8 * nb + (i & 1))) & 1u ? s[nb][i] : neg_inf;
 }
 
+// A warp's [16][8·NB] f32 accumulator tile (mma_16816 / wgmma fragments) → rows 0..15
+// of `scratch` (row stride Ldc floats); disentangled v3 and v4 gather band scores from it.
+template <int NB, int Ldc>
+__device__ __forceinline__ void store_scratch(float* scratch, const float (&acc)[NB][4], int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    *reinterpret_cast<float2*>(scratch + g * Ldc + 8 * nb + 2 * t) = make_float2(acc[nb][0], acc[nb][1]);
+    *reinterpret_cast<float2*>(scratch + (g + 8) * Ldc + 8 * nb + 2 * t) = make_float2(acc[nb][2], acc[nb][3]);
+  }
+}
+
 // DeBERTa attention's inputs for one (sequence, head): the sequence's row 0 of q, k and
 // v at the head's first column, and the head's columns of the position tables (null
 // where c2p or p2c is off).
