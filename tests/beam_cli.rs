@@ -218,3 +218,79 @@ fn merged_shards_equal_an_unsharded_run() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing shards: 1/3"));
 }
+
+/// Issue 26: a model whose scores overflow (here classifier weights of 3e38, finite,
+/// so the load check passes) ranked chains by NaN. Each such question goes to the
+/// quarantine file with the reason; the run goes on.
+#[test]
+fn non_finite_scores_quarantine_the_question() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(slice) = import("hotpotqa", tmp.path()) else {
+        return;
+    };
+    let src = common::fixture("beam/model");
+    let model = tmp.path().join("overflowing");
+    std::fs::create_dir(&model).unwrap();
+    std::fs::copy(src.join("config.json"), model.join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let huge = half::bf16::from_f32(3.0e38).to_le_bytes();
+    let tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, v)| {
+            let mut data = v.data().to_vec();
+            if name.starts_with("hop_classifier_layer.weight") {
+                assert_eq!(v.dtype(), safetensors::Dtype::BF16);
+                data.chunks_exact_mut(2)
+                    .for_each(|c| c.copy_from_slice(&huge));
+            }
+            (name, v.dtype(), v.shape().to_vec(), data)
+        })
+        .collect();
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            let view = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
+            (n.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &model.join("model.safetensors")).unwrap();
+    let out = tmp.path().join("chains.parquet");
+    let status = common::hopscore()
+        .args(["beam", "--model"])
+        .arg(&model)
+        .arg("--tokenizer")
+        .arg(common::DEBERTA_V3_TOKENIZER.path())
+        .arg("--input")
+        .arg(&slice)
+        .arg("--output")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let bad = common::read_parquet(&tmp.path().join("chains.quarantine.parquet"));
+    let reasons = bad
+        .column_by_name("reason")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    assert!(reasons.iter().all(|r| r
+        .unwrap()
+        .starts_with("the model produced a non-finite score")));
+    // Every question the model scored overflows; what is left was returned unscored
+    // (a pool no larger than the hop count).
+    let kept = common::read_parquet(&out);
+    let questions = QuestionReader::open(&slice, 64).unwrap().count();
+    assert_eq!(bad.num_rows() + kept.num_rows(), questions);
+    assert!(
+        bad.num_rows() >= questions - 1,
+        "{} quarantined",
+        bad.num_rows()
+    );
+    assert_eq!(
+        kept.column_by_name("chain_score").unwrap().null_count(),
+        kept.num_rows()
+    );
+}

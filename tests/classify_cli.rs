@@ -281,20 +281,27 @@ fn inspect_reports_heads_params_and_dtype() {
 
 /// Copies the v3_seqcls checkpoint with one tensor removed or reshaped.
 fn broken_checkpoint(dir: &Path, drop: Option<&str>, reshape: Option<&str>) {
+    edited_checkpoint(dir, |name, shape, _| {
+        if Some(name) == reshape {
+            *shape = vec![shape.iter().product()];
+        }
+        Some(name) != drop
+    });
+}
+
+/// Copies the v3_seqcls checkpoint (f32 tensors), passing each tensor's name, shape
+/// and bytes to `edit`, which may change them and says whether to keep the tensor.
+fn edited_checkpoint(dir: &Path, edit: impl Fn(&str, &mut Vec<usize>, &mut Vec<u8>) -> bool) {
     let src = common::fixture("deberta/v3_seqcls");
     std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
     let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let mut kept: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, view) in st.tensors() {
-        if Some(name.as_str()) == drop {
-            continue;
+        let (mut shape, mut data) = (view.shape().to_vec(), view.data().to_vec());
+        if edit(&name, &mut shape, &mut data) {
+            kept.push((name, shape, data));
         }
-        let mut shape = view.shape().to_vec();
-        if Some(name.as_str()) == reshape {
-            shape = vec![shape.iter().product()];
-        }
-        kept.push((name, shape, view.data().to_vec()));
     }
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = kept
         .iter()
@@ -338,6 +345,93 @@ fn broken_checkpoints_name_the_tensor() {
     );
 }
 
+/// Issue 26: NaN/Inf weights gave exit 0 with every score NaN, and a config with fewer
+/// layers than the checkpoint ignored the extra tensors; both are refused at load,
+/// naming the tensors.
+#[test]
+fn non_finite_weights_and_tensors_the_config_leaves_out_are_refused() {
+    use hopscore::backend::cpu::CpuBackend;
+    use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
+    let load = |dir: &Path| {
+        CrossEncoder::load(&CpuBackend, ModelFiles::open(dir).unwrap(), None)
+            .err()
+            .map(|e| format!("{e:#}"))
+            .expect("loading must fail")
+    };
+    let name = "deberta.encoder.layer.1.intermediate.dense.weight";
+    for (value, index) in [(f32::NAN, 5), (f32::INFINITY, 0), (f32::NEG_INFINITY, 63)] {
+        let tmp = tempfile::tempdir().unwrap();
+        edited_checkpoint(tmp.path(), |n, _, data| {
+            if n == name {
+                data[4 * index..4 * index + 4].copy_from_slice(&value.to_le_bytes());
+            }
+            true
+        });
+        let err = load(tmp.path());
+        let want = format!("tensor `{name}` holds 1 non-finite values (NaN or ±inf; the first at flat index {index})");
+        assert!(err.contains(&want), "{err}");
+    }
+    // config.json says 1 layer; the checkpoint holds 2.
+    let tmp = tempfile::tempdir().unwrap();
+    edited_checkpoint(tmp.path(), |_, _, _| true);
+    let config = tmp.path().join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(json["num_hidden_layers"], 2);
+    json["num_hidden_layers"] = 1.into();
+    std::fs::write(&config, json.to_string()).unwrap();
+    let err = load(tmp.path());
+    assert!(
+        err.contains("tensors of the checkpoint are not part of the model")
+            && err.contains("deberta.encoder.layer.1."),
+        "{err}"
+    );
+}
+
+/// Issue 26: `classify --resume` took a changed tokenizer.json and mixed rows of two
+/// tokenizers. Every input file is fingerprinted by content; the resume names it.
+#[test]
+fn resume_refuses_a_changed_tokenizer_naming_it() {
+    use hopscore::cli::row_run::PartArgs;
+    let tmp = tempfile::tempdir().unwrap();
+    let tokenizer = common::word_tokenizer(tmp.path());
+    let input = tmp.path().join("pairs.parquet");
+    let rows: Vec<_> = (0..9)
+        .map(|i| (Some("a"), Some(format!("w{} w{}", i + 3, i + 9)), None))
+        .collect();
+    write_input(&input, &rows);
+    let blocker = tmp.path().join("blocker");
+    std::fs::write(&blocker, b"a file").unwrap();
+    let args = |resume: bool, quarantine: Option<std::path::PathBuf>| ClassifyArgs {
+        model: common::fixture("deberta/v3_seqcls"),
+        tokenizer: Some(tokenizer.clone()),
+        input: input.clone(),
+        output: tmp.path().join("o.parquet"),
+        head: None,
+        max_batch_tokens: 64,
+        max_length: None,
+        quarantine,
+        parts: PartArgs {
+            resume,
+            shard: None,
+            part_rows: 4,
+        },
+        device: DeviceOpts::CPU,
+    };
+    // A run whose final merge fails keeps its committed parts.
+    assert!(run(&args(false, Some(blocker.join("q.parquet")))).is_err());
+    // The same tokenizer with one more word: other ids for the same text.
+    let mut tok: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tokenizer).unwrap()).unwrap();
+    tok["model"]["vocab"]["w1000"] = 1000.into();
+    std::fs::write(&tokenizer, tok.to_string()).unwrap();
+    let err = format!("{:#}", run(&args(true, None)).expect_err("refused"));
+    assert!(
+        err.contains("other inputs or options") && err.contains("hopscore.sha256.tokenizer"),
+        "{err}"
+    );
+}
+
 #[test]
 fn show_prints_selected_columns_and_counts() {
     let tmp = tempfile::tempdir().unwrap();
@@ -362,6 +456,10 @@ fn show_prints_selected_columns_and_counts() {
     assert!(out.contains("| demo-01"), "{out}");
     assert!(out.contains("2 of 12 rows"), "{out}");
     assert!(!out.contains("question"), "{out}");
+    // Issue 26: the columns print in the order asked, not the file's.
+    let out = show(&["question", "id"]).unwrap();
+    let header = out.lines().find(|l| l.contains("| question")).unwrap();
+    assert!(header.find("question") < header.find("| id"), "{header}");
     let err = show(&["nope"]).unwrap_err();
     assert!(err.to_string().contains("no column `nope`"));
 }
@@ -446,4 +544,116 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
         );
         assert_eq!(a.columns(), b.columns(), "{name}");
     }
+}
+
+/// Issue 26: SIGTERM on a long `classify` waited for the whole group in flight (4,096
+/// rows, 36 s there). The run now stops between forward passes and leaves the group's
+/// rows to `--resume`: nothing of it is committed, and the run exits 130.
+#[test]
+fn sigterm_leaves_the_group_in_flight_for_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tokenizer = common::word_tokenizer(tmp.path());
+    let input = tmp.path().join("pairs.parquet");
+    // One group of 4,096 long rows: many forward passes of 512 tokens.
+    let text = |i: usize| {
+        (0..500)
+            .map(|k| format!("w{}", (i * 7 + k) % 990 + 3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let rows: Vec<_> = (0..4096)
+        .map(|i| (Some("a"), Some(text(i)), None))
+        .collect();
+    write_input(&input, &rows);
+    let out = tmp.path().join("o.parquet");
+    let child = common::hopscore()
+        .args([
+            "classify",
+            "--max-batch-tokens",
+            "512",
+            "--part-rows",
+            "64",
+            "--model",
+        ])
+        .arg(common::fixture("deberta/v3_seqcls"))
+        .arg("--tokenizer")
+        .arg(&tokenizer)
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The model is loaded and rows are read once the parts directory exists; then the
+    // first forward passes run.
+    let parts = tmp.path().join("o.parquet.parts");
+    while !parts.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(130), "{err}");
+    assert!(!out.exists(), "no row of the group was finished");
+    let committed = std::fs::read_to_string(parts.join("committed.jsonl")).unwrap_or_default();
+    assert_eq!(
+        committed, "",
+        "nothing committed: the group is left for --resume"
+    );
+}
+
+/// Issue 26: a column pyarrow infers from `None`s only has type `null`; it is read as
+/// a column of nulls (the rows equal those of a string column of nulls).
+#[test]
+fn an_all_null_column_of_type_null_reads_as_nulls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tokenizer = common::word_tokenizer(tmp.path());
+    let rows: Vec<_> = (0..5)
+        .map(|i| (Some("a"), Some(format!("w{} w{}", i + 3, i + 20)), None))
+        .collect();
+    let typed = tmp.path().join("typed.parquet");
+    write_input(&typed, &rows);
+    let nulls = tmp.path().join("nulls.parquet");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("text_a", DataType::Utf8, true),
+        Field::new("text_b", DataType::Null, true),
+    ]));
+    let batch = common::read_parquet(&typed);
+    let columns = vec![
+        batch.column(0).clone(),
+        batch.column(1).clone(),
+        Arc::new(arrow::array::NullArray::new(5)) as _,
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&nulls).unwrap(), schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let scored = |input: &Path, name: &str| {
+        let output = tmp.path().join(format!("{name}.parquet"));
+        run(&ClassifyArgs {
+            model: common::fixture("deberta/v3_seqcls"),
+            tokenizer: Some(tokenizer.clone()),
+            input: input.to_path_buf(),
+            output: output.clone(),
+            head: None,
+            max_batch_tokens: 64,
+            max_length: None,
+            quarantine: None,
+            parts: Default::default(),
+            device: DeviceOpts::CPU,
+        })
+        .unwrap();
+        common::read_parquet(&output)
+    };
+    let (a, b) = (scored(&typed, "a"), scored(&nulls, "b"));
+    assert_eq!(a.num_rows(), 5);
+    assert_eq!(a.columns(), b.columns());
 }

@@ -407,8 +407,11 @@ fn merge_refuses_a_missing_shard_quarantine_and_names_a_truncated_shard() {
     assert!(!merged.exists());
 }
 
+/// The [`fake_llm`] status that never answers (the connection stays open).
+const HANG: u16 = 0;
+
 /// A server on 127.0.0.1 that answers every request with `status` (and
-/// `Retry-After: 600` for a 429); counts requests.
+/// `Retry-After: 600` for a 429), or never when `status` is [`HANG`]; counts requests.
 fn fake_llm(status: u16) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -428,6 +431,10 @@ fn fake_llm(status: u16) -> (String, Arc<AtomicUsize>) {
             let mut body = vec![0; length];
             let _ = std::io::Read::read_exact(&mut reader, &mut body);
             seen.fetch_add(1, Ordering::SeqCst);
+            if status == HANG {
+                std::mem::forget(stream); // held open, never answered
+                continue;
+            }
             let mut stream = stream;
             let _ = write!(
                 stream,
@@ -475,30 +482,31 @@ fn review_exits_3_and_counts_failures_when_no_question_is_answered() {
     assert_eq!(status, vec!["failed", "failed"]);
 }
 
-#[test]
-fn review_stops_a_retry_after_wait_at_the_first_ctrl_c() {
+/// Runs `review` on one question against [`fake_llm`]`(status)` with `extra` flags,
+/// sends SIGINT once the first request has arrived, and returns the exit code, the
+/// number of requests the server saw and the rows written.
+fn review_interrupted(status: u16, extra: &[&str]) -> (Option<i32>, usize, i64) {
     let tmp = tempfile::tempdir().unwrap();
     let q = tmp.path().join("q.parquet");
     write_questions(&q, &questions(1, "red"));
-    let (url, requests) = fake_llm(429);
+    let (url, requests) = fake_llm(status);
     let out = tmp.path().join("r.parquet");
-    let child = review(&q, &out, &url)
+    let mut child = review(&q, &out, &url)
+        .args(extra)
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Once the first 429 (Retry-After: 600) is answered, the client is waiting.
     while requests.load(Ordering::SeqCst) == 0 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let mut child = child;
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])
         .status()
         .unwrap()
         .success());
-    // A hang guard, not a speed limit: unfixed, the wait lasts 600 s per retry.
+    // A hang guard, not a speed limit: unfixed, each wait lasts its 600 s.
     let mut status = None;
     for _ in 0..6000 {
         status = child.try_wait().unwrap();
@@ -509,15 +517,29 @@ fn review_stops_a_retry_after_wait_at_the_first_ctrl_c() {
     }
     let Some(status) = status else {
         child.kill().unwrap();
-        panic!("the Ctrl-C did not end the Retry-After wait");
+        panic!("the Ctrl-C did not end the run");
     };
-    assert_eq!(status.code(), Some(130));
-    assert_eq!(
-        requests.load(Ordering::SeqCst),
-        1,
-        "no retry after the Ctrl-C"
-    );
-    assert_eq!(rows(&out), 0, "the interrupted question is left out");
+    (status.code(), requests.load(Ordering::SeqCst), rows(&out))
+}
+
+#[test]
+fn review_stops_a_retry_after_wait_at_the_first_ctrl_c() {
+    // Once the first 429 (Retry-After: 600) is answered, the client is waiting.
+    let (code, requests, rows) = review_interrupted(429, &[]);
+    assert_eq!(code, Some(130));
+    assert_eq!(requests, 1, "no retry after the Ctrl-C");
+    assert_eq!(rows, 0, "the interrupted question is left out");
+}
+
+/// Issue 26: a Ctrl-C while the endpoint hung kept sending new requests, each waiting
+/// the whole `--timeout` (481 s to exit). Now no request starts after the signal and
+/// the one in flight is abandoned.
+#[test]
+fn review_abandons_a_hung_request_and_starts_none_after_ctrl_c() {
+    let (code, requests, rows) = review_interrupted(HANG, &["--timeout", "600"]);
+    assert_eq!(code, Some(130));
+    assert_eq!(requests, 1, "no request after the Ctrl-C");
+    assert_eq!(rows, 0, "the interrupted question is left out");
 }
 
 /// A question that needs three model steps of one 10-token request each.
@@ -642,6 +664,7 @@ fn parts_commit_as_soon_as_their_rows_finish() {
         shard: None,
         part_rows: 1,
         limit: None,
+        inputs: Vec::new(),
     };
     run(&mut job, &opts).unwrap();
     let (batches, committed_midway) = (job.scorer.batches, job.scorer.committed_midway);
@@ -692,4 +715,310 @@ fn an_output_over_a_model_input_is_refused() {
         "{err}"
     );
     assert_eq!(std::fs::read(&model).unwrap(), b"weights");
+}
+
+// Issue 26, "data safety, round two".
+
+/// Two runs writing one `--output` from different inputs corrupted it. The parts
+/// directory is locked for the life of a run (the lock held here stands for a run in
+/// progress); a second writer is refused naming the holder's pid and changes nothing.
+#[test]
+fn a_second_writer_of_one_output_is_refused_naming_the_holder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a.parquet"), tmp.path().join("b.parquet"));
+    write_questions(&a, &questions(3, "red"));
+    write_questions(&b, &questions(3, "blue"));
+    let out = tmp.path().join("o.parquet");
+    let parts = tmp.path().join("o.parquet.parts");
+    std::fs::create_dir(&parts).unwrap();
+    let mut lock = std::fs::File::create(parts.join("lock")).unwrap();
+    lock.try_lock().unwrap();
+    writeln!(lock, "4242").unwrap();
+    let (code, err) = run(&mut bm25(&b, &out, &[]));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("(pid 4242) is writing") && err.contains("o.parquet"),
+        "{err}"
+    );
+    assert_eq!(files_in(&parts), ["lock"], "the refused run wrote nothing");
+    assert!(!out.exists());
+    // The lock goes with its holder (the OS releases it on any exit, SIGKILL too).
+    drop(lock);
+    let (code, err) = run(&mut bm25(&a, &out, &[]));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(rows(&out), 3);
+    assert!(!parts.exists());
+}
+
+/// An `--output` that was a character device or a FIFO was replaced by a regular file,
+/// and an existing directory was found only at the final rename. All are refused
+/// before any work.
+#[test]
+fn an_output_that_is_a_device_fifo_or_directory_is_refused_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(2, "red"));
+    let fifo = tmp.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let dir = tmp.path().join("dir.parquet");
+    std::fs::create_dir(&dir).unwrap();
+    for (output, found) in [
+        (Path::new("/dev/null"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (dir.as_path(), "a directory"),
+    ] {
+        let (code, err) = run(&mut bm25(&q, output, &[]));
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(found) && err.contains("not a regular file"),
+            "{err}"
+        );
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+    assert!(!tmp.path().join("dir.parquet.parts").exists());
+}
+
+/// A committed part missing or replaced inside `<output>.parts/` was found only at
+/// merge, or merged silently. `--resume` verifies every committed part (rows and
+/// SHA-256 recorded at commit) before any work.
+#[test]
+fn resume_verifies_the_committed_parts_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(4, "red"));
+    let out = tmp.path().join("o.parquet");
+    let parts = tmp.path().join("o.parquet.parts");
+    let bad_q = unwritable(tmp.path());
+    let failing = ["--part-rows", "1", "--quarantine", bad_q.to_str().unwrap()];
+    let good_q = tmp.path().join("o.q.parquet");
+    let resume = ["--resume", "--quarantine", good_q.to_str().unwrap()];
+    // Missing, then replaced by another part's file.
+    for damage in ["remove", "replace"] {
+        let _ = std::fs::remove_dir_all(&parts);
+        assert_eq!(run(&mut bm25(&q, &out, &failing)).0, Some(1));
+        let part = parts.join("part-000002.parquet");
+        match damage {
+            "remove" => std::fs::remove_file(&part).unwrap(),
+            _ => {
+                std::fs::copy(parts.join("part-000000.parquet"), &part).unwrap();
+            }
+        }
+        let log = std::fs::read(parts.join("committed.jsonl")).unwrap();
+        let (code, err) = run(&mut bm25(&q, &out, &resume));
+        assert_eq!(code, Some(1), "{err}");
+        let why = if damage == "remove" {
+            "is missing"
+        } else {
+            "has changed"
+        };
+        assert!(
+            err.contains("part-000002.parquet") && err.contains(why),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(parts.join("committed.jsonl")).unwrap(), log);
+        assert!(!out.exists());
+    }
+}
+
+/// Killed runs left hidden `.tmp` files that no later run removed. A run removes the
+/// temporaries of its own output and parts directory left by dead processes.
+#[test]
+fn a_run_removes_the_temporaries_killed_runs_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(2, "red"));
+    let out = tmp.path().join("o.parquet");
+    let parts = tmp.path().join("o.parquet.parts");
+    std::fs::create_dir(&parts).unwrap();
+    let dead = (1u32 << 22) + 7; // above Linux's largest pid_max: no such process
+    let stale = [
+        tmp.path().join(format!(".o.parquet.{dead}-0.tmp")),
+        tmp.path()
+            .join(format!(".o.quarantine.parquet.{dead}-1.tmp")),
+        parts.join(format!(".part-000000.parquet.{dead}-2.tmp")),
+    ];
+    let unrelated = tmp.path().join(format!(".other.parquet.{dead}-0.tmp"));
+    for p in stale.iter().chain([&unrelated]) {
+        std::fs::write(p, b"half a file").unwrap();
+    }
+    let (code, err) = run(&mut bm25(&q, &out, &[]));
+    assert_eq!(code, Some(0), "{err}");
+    for p in &stale {
+        assert!(!p.exists(), "{} is left", p.display());
+    }
+    assert!(unrelated.exists(), "another output's temporary is not ours");
+}
+
+/// The question file pyarrow or pandas writes from the rows of `src`: every nested
+/// field nullable, `answer_aliases` as `list<null>` (what an always-empty list column
+/// becomes), passage 0 of row 1 with a null title, and `hops` 0 and −1 in rows 2, 3.
+fn pandas_like(src: &Path, dest: &Path) {
+    use arrow::array::{
+        Array, ArrayRef, Int32Array, ListArray, NullArray, StringArray, StructArray,
+    };
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::{DataType, Field, Fields, Schema};
+    let batch = common::read_parquet(src);
+    let passages = batch.column_by_name("passages").unwrap().as_list::<i32>();
+    let ps = passages.values().as_struct();
+    let titles = ps.column(0).as_string::<i32>();
+    let null_at = passages.value_offsets()[1] as usize;
+    let titles: StringArray = (0..titles.len())
+        .map(|i| (i != null_at).then(|| titles.value(i)))
+        .collect();
+    let fields: Fields = ps
+        .fields()
+        .iter()
+        .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+        .collect();
+    let mut columns = ps.columns().to_vec();
+    columns[0] = Arc::new(titles);
+    let ps = StructArray::try_new(fields.clone(), columns, None).unwrap();
+    let item = Arc::new(Field::new("item", DataType::Struct(fields), true));
+    let passages =
+        ListArray::try_new(item, passages.offsets().clone(), Arc::new(ps), None).unwrap();
+    let n = batch.num_rows();
+    let aliases = ListArray::try_new(
+        Arc::new(Field::new("element", DataType::Null, true)),
+        OffsetBuffer::new_zeroed(n),
+        Arc::new(NullArray::new(0)),
+        None,
+    )
+    .unwrap();
+    let hops = Int32Array::from_iter_values((0..n as i32).map(|r| [2, 2, 0, -1][r as usize % 4]));
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        let c: ArrayRef = match f.name().as_str() {
+            "passages" => Arc::new(passages.clone()),
+            "answer_aliases" => Arc::new(aliases.clone()),
+            "hops" => Arc::new(hops.clone()),
+            _ => c.clone(),
+        };
+        fields.push(Field::new(f.name(), c.data_type().clone(), true));
+        columns.push(c);
+    }
+    let batch = arrow::array::RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(dest).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// One null passage title stopped the whole run with a message naming neither file
+/// nor row; an always-empty list column (`list<null>`) was refused; `hops` 0 and −1
+/// were handled by two different rules. Now: the null is a bad row, `list<null>` is
+/// read as empty lists, and a `hops` below 1 is one recorded gold problem, taken as
+/// absent.
+#[test]
+fn nulls_where_pyarrow_allows_them_are_bad_rows_and_hops_below_1_one_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = tmp.path().join("clean.parquet");
+    write_questions(&clean, &questions(5, "red"));
+    let q = tmp.path().join("q.parquet");
+    pandas_like(&clean, &q);
+    let out = tmp.path().join("o.parquet");
+    let (code, err) = run(&mut bm25(&q, &out, &[]));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(rows(&out), 4);
+    let bad = common::read_parquet(&tmp.path().join("o.quarantine.parquet"));
+    assert_eq!(bad.num_rows(), 1);
+    let reason = bad
+        .column_by_name("reason")
+        .unwrap()
+        .as_string::<i32>()
+        .value(0);
+    assert_eq!(reason, "title of passage 0 is null");
+    let read: Vec<_> = hopscore::io::questions::QuestionReader::open(&q, 16)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    for (row, want) in [(2, "hops is 0 ("), (3, "hops is -1 (")] {
+        let q = read[row].as_ref().unwrap();
+        assert_eq!(q.hops, None);
+        assert_eq!(q.hop_count(), q.supporting.len());
+        assert!(q.issues.iter().any(|i| i.contains(want)), "{:?}", q.issues);
+    }
+    assert!(read[0].as_ref().unwrap().answer_aliases.is_empty());
+}
+
+/// A merge refusal printed a base64 Arrow schema blob first; it now says in words
+/// which column differs (here a shard rewritten with one more column).
+#[test]
+fn merge_refusal_names_the_differing_column_not_the_schema_blob() {
+    use parquet::file::reader::FileReader;
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(4, "red"));
+    let (s0, s1) = (tmp.path().join("s0.parquet"), tmp.path().join("s1.parquet"));
+    assert_eq!(run(&mut bm25(&q, &s0, &["--shard", "0/2"])).0, Some(0));
+    assert_eq!(run(&mut bm25(&q, &s1, &["--shard", "1/2"])).0, Some(0));
+    let footer = parquet::file::serialized_reader::SerializedFileReader::new(
+        std::fs::File::open(&s1).unwrap(),
+    )
+    .unwrap()
+    .metadata()
+    .file_metadata()
+    .key_value_metadata()
+    .unwrap()
+    .iter()
+    .filter(|kv| kv.key.starts_with("hopscore."))
+    .cloned()
+    .collect::<Vec<_>>();
+    let batch = common::read_parquet(&s1);
+    let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        "extra",
+        arrow::datatypes::DataType::Int32,
+        true,
+    )));
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(arrow::array::Int32Array::from(vec![
+        7;
+        batch
+            .num_rows(
+            )
+    ])));
+    let batch = arrow::array::RecordBatch::try_new(
+        Arc::new(arrow::datatypes::Schema::new(fields)),
+        columns,
+    )
+    .unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_key_value_metadata(Some(footer))
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&s1).unwrap(),
+        batch.schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let (code, err) = run(common::hopscore()
+        .arg("merge")
+        .arg(&s0)
+        .arg(&s1)
+        .arg("-o")
+        .arg(tmp.path().join("m.parquet")));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains("ARROW:schema"), "{err}");
+    assert!(
+        err.contains("column `extra` is only in") && err.contains("s1.parquet"),
+        "{err}"
+    );
 }

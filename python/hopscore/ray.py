@@ -34,10 +34,18 @@ def actor_options(actors: int, device: str = "cpu", threads: int = 1) -> Dict[st
     """``map_batches`` keyword arguments for a pool of ``actors`` actors: one GPU each
     with ``device="cuda"`` (make ``actors`` the number of GPUs), else ``threads`` CPUs
     each (pass the same ``threads`` to the class). Leave CPUs free for Ray's read and
-    write tasks: with every CPU held by an actor, ``read_parquet`` never runs."""
+    write tasks: with every CPU held by an actor, ``read_parquet`` never runs.
+
+    The pool is ``compute=ray.data.ActorPoolStrategy(size=actors)``, as Ray documents
+    it for callable classes (``concurrency=`` is deprecated since Ray 2.51)."""
+    import ray.data
+
     if actors < 1:
         raise ValueError(f"actors must be at least 1, got {actors}")
-    opts: Dict[str, Any] = {"batch_format": "pyarrow", "concurrency": actors}
+    opts: Dict[str, Any] = {
+        "batch_format": "pyarrow",
+        "compute": ray.data.ActorPoolStrategy(size=actors),
+    }
     if device == "cuda":
         opts["num_gpus"] = 1
     elif device == "cpu":

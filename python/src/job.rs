@@ -59,7 +59,11 @@ pub struct PyJob {
 impl PyJob {
     /// Runs the job over every batch of `input`, rows numbered from 0 across them.
     fn run(&self, input: Table) -> PyResult<(Table, Table)> {
-        let mut job = self.job.lock().unwrap();
+        // A job whose last call panicked still holds consistent state between calls.
+        let mut job = self
+            .job
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let (batches, schema) = input.into_inner();
         job.check_input(&schema)
             .map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
@@ -94,7 +98,7 @@ impl PyJob {
         let (config, device) =
             parse(command, &flags).map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
         let job = py
-            .detach(|| jobs::build(config, &device))
+            .detach(|| crate::guard(|| Ok(jobs::build(config, &device))))?
             .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))?;
         Ok(Self {
             job: Mutex::new(job),
@@ -109,7 +113,7 @@ impl PyJob {
         py: Python<'_>,
         table: PyArrowType<Table>,
     ) -> PyResult<(PyArrowType<Table>, PyArrowType<Table>)> {
-        let (rows, bad) = py.detach(|| self.run(table.0))?;
+        let (rows, bad) = py.detach(|| crate::guard(|| self.run(table.0)))?;
         Ok((PyArrowType(rows), PyArrowType(bad)))
     }
 }

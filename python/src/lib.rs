@@ -9,8 +9,24 @@ use pyo3::prelude::*;
 /// Runs the `hopscore` command line `argv` (`argv[0]` is the program name) and returns
 /// its exit code. The GIL is released while the command runs.
 #[pyfunction]
-fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
-    py.detach(|| hopscore::cli::main_with_args(argv))
+fn main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
+    py.detach(|| guard(|| Ok(hopscore::cli::main_with_args(argv))))
+}
+
+/// Runs `f`, turning a panic (a hopscore bug) into a Python `RuntimeError` instead of
+/// a `PanicException`, which `except Exception` does not catch.
+pub(crate) fn guard<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "hopscore failed internally (a bug; please report it with the input that \
+             caused it): {what}"
+        )))
+    })
 }
 
 /// Sets the number of CPU worker threads of this process (once, before the first job

@@ -32,10 +32,12 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def read_output(path: Path) -> pa.Table:
-    """A Parquet file of the CLI with its footer's key-value metadata (the run
-    metadata, ``hopscore.*``) as schema metadata, as the API returns it."""
+    """A Parquet file of the CLI, checking that its run metadata (``hopscore.*``) is
+    both in the footer and in the schema, as the API's tables carry it."""
     footer = {k: v for k, v in pq.read_metadata(path).metadata.items() if k != b"ARROW:schema"}
-    return pq.read_table(path).replace_schema_metadata(footer)
+    table = pq.read_table(path)
+    assert table.schema.metadata == footer, f"{path}: schema metadata {table.schema.metadata}"
+    return table
 
 
 def cli_run(command: str, flags: "list[str]", input_path: Path, out_dir: Path):

@@ -92,3 +92,20 @@ def test_an_unknown_option_value_raises_naming_the_flag():
     with pytest.raises(ValueError, match="beam-size"):
         hopscore.BeamRetriever(fixture("beam/model"), beam_size=0)
 
+
+
+def test_a_pandas_round_trip_of_a_question_file_is_accepted(questions, request):
+    """Issue 26: pandas turns an always-empty list column into ``list<null>`` (and an
+    integer column with nulls into float64); the API took neither."""
+    pd = pytest.importorskip("pandas")
+    table = pq.read_table(questions)
+    frame = table.to_pandas()
+    frame.loc[0, "hops"] = None  # a nullable int column: float64 in pandas
+    round_trip = pa.Table.from_pandas(frame, preserve_index=False)
+    assert pa.types.is_null(round_trip.schema.field("issues").type.value_type)
+    assert pa.types.is_floating(round_trip.schema.field("hops").type)
+    job = hopscore.Lepus(scorer="bm25")
+    direct, again = job.process(table), job.process(round_trip)
+    assert again.rows.to_pylist() == direct.rows.to_pylist()
+    assert again.quarantine.column("id").to_pylist() == ["bad-no-passages"]
+    assert isinstance(frame, pd.DataFrame)

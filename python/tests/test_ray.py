@@ -50,11 +50,16 @@ def test_two_cpu_actors_give_the_clis_rows(local_ray, questions, tmp_path, token
 
 
 def test_actor_options_give_one_gpu_per_actor_or_cpu_actors():
-    assert hopscore.ray.actor_options(4, device="cuda") == {
-        "batch_format": "pyarrow",
-        "concurrency": 4,
-        "num_gpus": 1,
-    }
-    assert hopscore.ray.actor_options(2, threads=3) == {"batch_format": "pyarrow", "concurrency": 2, "num_cpus": 3}
+    def pool(opts):
+        compute = opts.pop("compute")
+        assert isinstance(compute, ray.data.ActorPoolStrategy)
+        assert compute.min_size == compute.max_size
+        return compute.min_size, opts
+
+    gpu = hopscore.ray.actor_options(4, device="cuda")
+    assert pool(gpu) == (4, {"batch_format": "pyarrow", "num_gpus": 1})
+    cpu = hopscore.ray.actor_options(2, threads=3)
+    assert pool(cpu) == (2, {"batch_format": "pyarrow", "num_cpus": 3})
+    assert "concurrency" not in cpu, "deprecated by Ray for actor pools"
     with pytest.raises(ValueError, match="device"):
         hopscore.ray.actor_options(1, device="tpu")

@@ -49,7 +49,7 @@ pub fn linear_split(
     parts: usize,
 ) -> OpResult<()> {
     let wr = w.dims().0;
-    if parts == 0 || wr % parts != 0 {
+    if parts == 0 || !wr.is_multiple_of(parts) {
         return fail(
             "linear_split",
             format!("{wr} weight rows do not split into {parts} equal parts"),
@@ -234,7 +234,7 @@ pub fn rms_norm(x: &impl Dims, weight: &impl Dims) -> OpResult<()> {
 /// Returns the `inter` width of the output.
 pub fn swiglu(x: &impl Dims) -> OpResult<usize> {
     let cols = x.dims().1;
-    if cols % 2 != 0 {
+    if !cols.is_multiple_of(2) {
         return fail("swiglu", format!("{cols} columns is not [gate | up]"));
     }
     Ok(cols / 2)
@@ -271,7 +271,7 @@ pub fn causal_attention(qkv: &impl Dims, shape: CausalShape, layout: &SeqLayout)
             format!("qkv must be [{tokens}, {width}], got [{r}, {c}]"),
         );
     }
-    if shape.kv_heads == 0 || shape.heads % shape.kv_heads != 0 {
+    if shape.kv_heads == 0 || !shape.heads.is_multiple_of(shape.kv_heads) {
         return fail(
             "causal_attention",
             format!(

@@ -71,13 +71,14 @@ fn parse_hops(s: &str) -> Result<Hops, String> {
 /// Runs `hopscore beam`.
 pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    args.run.check_paths(&super::inputs(&[
+    let run = args.run.file_run(super::inputs(&[
         ("--model", Some(&args.model)),
         ("--tokenizer", args.tokenizer.as_deref()),
-    ]))?;
+    ]));
+    run.check_paths(&[])?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = beam::job(args.config(), be)?;
-        files::run(&mut job, &args.run.file_run())
+        files::run(&mut job, &run)
     })
 }
 

@@ -66,14 +66,15 @@ impl LabelArgs {
 /// Runs `hopscore label`.
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    args.run.check_paths(&super::inputs(&[
+    let run = args.run.file_run(super::inputs(&[
         ("--labeler", Some(&args.labeler)),
         ("--filter", Some(&args.filter)),
         ("--tokenizer", args.tokenizer.as_deref()),
         ("--corpus", args.corpus.as_deref()),
-    ]))?;
+    ]));
+    run.check_paths(&[])?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = label::job(args.config(), be)?;
-        files::run(&mut job, &args.run.file_run())
+        files::run(&mut job, &run)
     })
 }

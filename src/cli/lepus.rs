@@ -130,19 +130,20 @@ impl LepusArgs {
 pub fn run(args: &LepusArgs) -> Result<RunSummary> {
     // First, so that a Ctrl-C while the model loads is handled too.
     crate::pipeline::control::install_interrupt_handler();
-    args.run.check_paths(&super::inputs(&[
+    let run = args.run.file_run(super::inputs(&[
         ("--model", args.model.as_deref()),
         ("--tokenizer", args.tokenizer.as_deref()),
         ("--templates", args.templates.as_deref()),
-    ]))?;
+    ]));
+    run.check_paths(&[])?;
     let config = args.config();
     if args.scorer == LepusScorer::Bm25 {
-        return files::run(&mut lepus::bm25_job(&config), &args.run.file_run());
+        return files::run(&mut lepus::bm25_job(&config), &run);
     }
     let templates = lepus::templates(&config)?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = lepus::lm_job(&config, templates, be)?;
-        let summary = files::run(&mut job, &args.run.file_run())?;
+        let summary = files::run(&mut job, &run)?;
         let (all, packed) = job.scorer.prefix_token_counts();
         if all > 0 {
             eprintln!(

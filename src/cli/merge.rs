@@ -54,6 +54,42 @@ fn describe(path: &PathBuf) -> Result<(BTreeMap<String, String>, arrow::datatype
     Ok((kv, builder.schema().clone()))
 }
 
+/// The first column that differs between two shards' schemas, in words.
+fn column_difference(
+    a: &arrow::datatypes::Schema,
+    b: &arrow::datatypes::Schema,
+    a_path: &std::path::Path,
+    b_path: &std::path::Path,
+) -> Option<String> {
+    let only = |x: &arrow::datatypes::Schema, y: &arrow::datatypes::Schema, p: &std::path::Path| {
+        x.fields()
+            .iter()
+            .find(|f| y.field_with_name(f.name()).is_err())
+            .map(|f| format!("column `{}` is only in {}", f.name(), p.display()))
+    };
+    let typed = a.fields().iter().find_map(|f| {
+        let other = b.field_with_name(f.name()).ok()?;
+        (other.data_type() != f.data_type()).then(|| {
+            format!(
+                "column `{}` is {} in one and {} in the other",
+                f.name(),
+                f.data_type(),
+                other.data_type()
+            )
+        })
+    });
+    let order = (a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .any(|(x, y)| x.name() != y.name()))
+    .then(|| "the same columns in another order".to_string());
+    only(a, b, a_path)
+        .or_else(|| only(b, a, b_path))
+        .or(typed)
+        .or(order)
+}
+
 /// Merges; returns the number of shards.
 pub fn run(args: &MergeArgs) -> Result<usize> {
     let quarantine_output = sibling(&args.output, "quarantine");
@@ -95,7 +131,7 @@ pub fn run(args: &MergeArgs) -> Result<usize> {
     let mut shards = BTreeMap::new();
     let mut reference: Option<BTreeMap<String, String>> = None;
     let mut metadata: Option<BTreeMap<String, String>> = None;
-    let mut schema = None;
+    let mut schema: Option<arrow::datatypes::SchemaRef> = None;
     let mut count = None;
     for (k, path) in args.inputs.iter().enumerate() {
         let (mut kv, s) = describe(path)?;
@@ -124,6 +160,15 @@ pub fn run(args: &MergeArgs) -> Result<usize> {
         metadata.get_or_insert(kv);
         if shards.insert(shard.index, k).is_some() {
             bail!("shard {shard} is given twice");
+        }
+        if let Some(first) = &schema {
+            if let Some(why) = column_difference(first.as_ref(), &s, &args.inputs[0], path) {
+                bail!(
+                    "{} has other columns than {}: {why}",
+                    path.display(),
+                    args.inputs[0].display()
+                );
+            }
         }
         schema.get_or_insert(s);
     }

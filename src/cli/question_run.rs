@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
 use clap::Args;
 
 use super::flags;
@@ -48,8 +47,9 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The file runner's options.
-    pub fn file_run(&self) -> FileRun {
+    /// The file runner's options; `inputs`: the command's other input files (a model,
+    /// a corpus, …).
+    pub fn file_run(&self, inputs: Vec<Named>) -> FileRun {
         FileRun {
             input: self.input.clone(),
             output: self.output.clone(),
@@ -58,6 +58,7 @@ impl RunArgs {
             shard: self.shard,
             part_rows: self.part_rows,
             limit: None,
+            inputs,
         }
     }
 
@@ -67,11 +68,5 @@ impl RunArgs {
             max_batch_tokens: self.max_batch_tokens,
             max_active: self.max_active,
         }
-    }
-
-    /// Refuses outputs that would overwrite an input (`extra_inputs`: the command's
-    /// other input files, e.g. a model or a corpus).
-    pub fn check_paths(&self, extra_inputs: &[Named]) -> Result<()> {
-        self.file_run().check_paths(extra_inputs, &[])
     }
 }

@@ -181,8 +181,11 @@ impl ReviewArgs {
         }
     }
 
-    /// The file runner's options.
+    /// The file runner's options (`--chains` and `--corpus` as its other inputs).
     pub fn file_run(&self) -> FileRun {
+        let mut inputs = Vec::new();
+        inputs.extend(self.chains.as_deref().map(|p| Named::new("--chains", p)));
+        inputs.extend(self.corpus.as_deref().map(|p| Named::new("--corpus", p)));
         FileRun {
             input: self.input.clone(),
             output: self.output.clone(),
@@ -191,6 +194,7 @@ impl ReviewArgs {
             shard: None,
             part_rows: self.part_rows,
             limit: self.limit,
+            inputs,
         }
     }
 }
@@ -212,9 +216,6 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
     );
     let started = Instant::now();
     let file_run = args.file_run();
-    let mut inputs = Vec::new();
-    inputs.extend(args.chains.as_deref().map(|p| Named::new("--chains", p)));
-    inputs.extend(args.corpus.as_deref().map(|p| Named::new("--corpus", p)));
     let config = args.config();
     let cache: Vec<(Named, Kind)> = config
         .cache
@@ -222,7 +223,7 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         .map(|d| (Named::new("the response cache directory", d), Kind::Dir))
         .into_iter()
         .collect();
-    file_run.check_paths(&inputs, &cache)?;
+    file_run.check_paths(&cache)?;
     let mut job = review::job(config)?;
     let run = files::run(&mut job, &file_run)?;
     Ok(ReviewSummary {

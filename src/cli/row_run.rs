@@ -92,12 +92,13 @@ impl RowFiles<'_> {
             shard: self.parts.shard,
             part_rows: self.parts.part_rows,
             limit: None,
+            inputs: self.models.clone(),
         }
     }
 
     /// Refuses outputs that would overwrite an input or the model.
     pub fn check_paths(&self) -> Result<()> {
-        self.file_run().check_paths(&self.models, &[])
+        self.file_run().check_paths(&[])
     }
 
     /// Runs `job` (loaded after [`RowFiles::check_paths`]) over the files.

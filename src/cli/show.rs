@@ -65,10 +65,24 @@ pub fn run(args: &ShowArgs) -> Result<String> {
         let mask = ProjectionMask::roots(schema, indices);
         builder.with_projection(mask)
     };
-    let batches: Vec<RecordBatch> = builder
+    let mut batches: Vec<RecordBatch> = builder
         .with_limit(args.rows)
         .build()?
         .collect::<Result<_, _>>()?;
+    if !args.columns.is_empty() {
+        // The projection reads in file order; print in the order asked.
+        batches = batches
+            .iter()
+            .map(|b| {
+                let order = args
+                    .columns
+                    .iter()
+                    .map(|c| b.schema().index_of(c))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(b.project(&order)?)
+            })
+            .collect::<Result<_>>()?;
+    }
     out.push_str(&arrow::util::pretty::pretty_format_batches(&batches)?.to_string());
     out.push_str(&format!(
         "\n{} of {total} rows\n",

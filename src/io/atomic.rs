@@ -81,6 +81,50 @@ impl Drop for PendingFile {
     }
 }
 
+/// Removes the temporaries that killed runs left for `dest` (`.<name>.<pid>-<n>.tmp`
+/// in its directory, of processes no longer alive), or every such temporary in `dest`
+/// when it is a directory. Call it only while holding the output's lock. Returns how
+/// many were removed.
+pub fn remove_stale_temporaries(dest: &Path) -> Result<usize> {
+    let (dir, prefix) = if dest.is_dir() {
+        (dest.to_path_buf(), ".".to_string())
+    } else {
+        let name = dest.file_name().unwrap_or_default().to_string_lossy();
+        (parent_dir(dest), format!(".{name}."))
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(0);
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".tmp"))
+            .and_then(|rest| rest.rsplit('.').next())
+            .and_then(|tag| tag.split_once('-'))
+            .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
+        else {
+            continue;
+        };
+        if !process_is_gone(pid) || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        std::fs::remove_file(entry.path())
+            .with_context(|| format!("cannot remove the stale {}", entry.path().display()))?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+/// Whether `pid` is known not to be running (only where `/proc` says so; elsewhere
+/// nothing is known to be gone).
+fn process_is_gone(pid: u32) -> bool {
+    pid != std::process::id()
+        && Path::new("/proc/self").exists()
+        && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Commits sealed files one after the other (renames only: every file is complete
 /// before the first rename, so a failure can only come from the file system).
 pub fn commit_all(files: impl IntoIterator<Item = PendingFile>) -> Result<()> {
@@ -133,5 +177,29 @@ mod tests {
         write_file(&dest, b"new").unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"new");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn temporaries_of_dead_runs_are_removed_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out.parquet");
+        let gone = (1u32 << 22) + 12_345; // above Linux's largest pid_max: no such process
+        let dead = [
+            dir.path().join(format!(".out.parquet.{gone}-3.tmp")),
+            dir.path().join(format!(".out.parquet.{}-0.tmp", gone + 1)),
+        ];
+        let live = dir
+            .path()
+            .join(format!(".out.parquet.{}-0.tmp", std::process::id()));
+        let other_output = dir.path().join(format!(".other.parquet.{gone}-0.tmp"));
+        for p in dead.iter().chain([&live, &other_output]) {
+            std::fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(remove_stale_temporaries(&dest).unwrap(), 2);
+        assert!(dead.iter().all(|p| !p.exists()));
+        assert!(live.exists() && other_output.exists());
+        // A directory: every dead temporary in it.
+        assert_eq!(remove_stale_temporaries(dir.path()).unwrap(), 1);
+        assert!(!other_output.exists() && live.exists());
     }
 }

@@ -8,9 +8,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
+
+use super::paths::Named;
 
 /// Metadata keys that record locations, not contents (left out of fingerprints).
 pub const LOCATION_KEYS: [&str; 6] = [
@@ -22,14 +25,77 @@ pub const LOCATION_KEYS: [&str; 6] = [
     "hopscore.chains",
 ];
 
-/// SHA-256 of a file's bytes, in hex.
+/// SHA-256 of a file's bytes, in hex. Remembered per file (path, size and
+/// modification time) for the life of the process, so that a model hashed for its
+/// identity and again as a run's input is read once.
 pub fn file_sha256(path: &Path) -> Result<String> {
+    type Key = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
+    static SEEN: Mutex<BTreeMap<Key, String>> = Mutex::new(BTreeMap::new());
     let checksum = || -> std::io::Result<String> {
+        let file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        let key = (path.canonicalize()?, meta.len(), meta.modified().ok());
+        if let Some(hash) = SEEN.lock().map_or(None, |seen| seen.get(&key).cloned()) {
+            return Ok(hash);
+        }
         let mut h = Sha256::new();
-        std::io::copy(&mut std::fs::File::open(path)?, &mut h)?;
-        Ok(hex(&h.finalize()))
+        std::io::copy(
+            &mut std::io::BufReader::with_capacity(1 << 20, file),
+            &mut h,
+        )?;
+        let hash = hex(&h.finalize());
+        if let Ok(mut seen) = SEEN.lock() {
+            seen.insert(key, hash.clone());
+        }
+        Ok(hash)
     };
     checksum().with_context(|| format!("cannot read {} to checksum it", path.display()))
+}
+
+/// Checkpoint formats hopscore never reads, left out of a directory's content hash
+/// (a directory holding `pytorch_model.bin` next to the safetensors it loads).
+const UNREAD: [&str; 8] = ["bin", "pt", "pth", "h5", "msgpack", "onnx", "ckpt", "ot"];
+
+/// SHA-256 of what `path` holds: a file's bytes, or for a directory (a model with its
+/// tokenizer and config) the hash of the `hash  name` lines of its regular files, by
+/// name (subdirectories and the checkpoint formats of [`UNREAD`] left out).
+pub fn path_sha256(path: &Path) -> Result<String> {
+    if !path.is_dir() {
+        return file_sha256(path);
+    }
+    let mut names = std::fs::read_dir(path)
+        .with_context(|| format!("cannot list {} to checksum it", path.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let ext = p.extension().unwrap_or_default().to_string_lossy();
+            !UNREAD.contains(&ext.as_ref())
+        })
+        .collect::<Vec<_>>();
+    names.sort();
+    let lines = names
+        .iter()
+        .map(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            Ok(format!("{}  {name}", file_sha256(p)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(hex(&Sha256::digest(lines.join("\n"))))
+}
+
+/// The content entries of a run's other inputs: `hopscore.sha256.<flag>` (the flag
+/// without its dashes, `-` as `_`) = [`path_sha256`] of each. One mechanism for every
+/// file that shapes a job's rows: what the command takes as an input path is hashed.
+pub fn contents(inputs: &[Named]) -> Result<Vec<(String, String)>> {
+    inputs
+        .iter()
+        .map(|n| {
+            let flag = n.what.trim_start_matches('-').replace('-', "_");
+            Ok((format!("hopscore.sha256.{flag}"), path_sha256(&n.path)?))
+        })
+        .collect()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -58,11 +124,13 @@ pub fn model_sha256(model: &Path, weights: &[std::path::PathBuf]) -> Result<Stri
     })
 }
 
-/// The identity-bearing entries of `metadata`, sorted by key.
+/// The identity-bearing entries of `metadata`, sorted by key: the `hopscore.*` ones
+/// other than locations (Parquet's own keys, such as the Arrow schema, are compared
+/// as schemas, not as text).
 pub fn identity(metadata: &[(String, String)]) -> BTreeMap<String, String> {
     metadata
         .iter()
-        .filter(|(k, _)| !LOCATION_KEYS.contains(&k.as_str()))
+        .filter(|(k, _)| k.starts_with("hopscore.") && !LOCATION_KEYS.contains(&k.as_str()))
         .cloned()
         .collect()
 }

@@ -144,14 +144,17 @@ pub fn check_column(
     match schema.field_with_name(name) {
         Ok(f) => {
             let ty = f.data_type();
-            let ok = accepted.iter().any(|a| match *a {
-                "string" => matches!(
-                    ty,
-                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-                ),
-                "integer" => ty.is_integer(),
-                _ => false,
-            });
+            // A column of nulls only (what pyarrow infers for an all-None column) is
+            // read as nulls of any kind.
+            let ok = *ty == DataType::Null
+                || accepted.iter().any(|a| match *a {
+                    "string" => matches!(
+                        ty,
+                        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                    ),
+                    "integer" => ty.is_integer(),
+                    _ => false,
+                });
             if !ok {
                 bail!(
                     "column `{name}` has type {ty}; expected {}",
@@ -375,6 +378,15 @@ pub fn create_writer(
                 .collect(),
         ))
         .build();
+    // The keys go in the footer (for Parquet readers) and in the Arrow schema (what
+    // `pyarrow.parquet.read_table(...).schema.metadata` shows), as the Python API's
+    // tables carry them.
+    let schema = Arc::new(
+        schema
+            .as_ref()
+            .clone()
+            .with_metadata(metadata.iter().cloned().collect()),
+    );
     Ok(ParquetSink {
         writer: ArrowWriter::try_new(file, schema, Some(props))?,
         pending,

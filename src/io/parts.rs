@@ -71,6 +71,67 @@ pub struct PartEntry {
     pub end_row: u64,
     pub file: String,
     pub quarantine_file: String,
+    /// Rows in `file` and in `quarantine_file`, and their SHA-256, recorded at commit
+    /// (absent in logs of earlier versions, whose parts are not verified).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<PartCheck>,
+}
+
+/// What a committed part's files held when they were committed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartCheck {
+    pub rows: u64,
+    pub sha256: String,
+    pub quarantine_rows: u64,
+    pub quarantine_sha256: String,
+}
+
+impl PartEntry {
+    /// Refuses a part whose files are missing or no longer what was committed.
+    fn verify(&self, dir: &Path) -> Result<()> {
+        let Some(check) = &self.check else {
+            return Ok(());
+        };
+        for (name, rows, sha) in [
+            (&self.file, check.rows, &check.sha256),
+            (
+                &self.quarantine_file,
+                check.quarantine_rows,
+                &check.quarantine_sha256,
+            ),
+        ] {
+            let path = dir.join(name);
+            let problem = match (path.is_file(), parquet_rows(&path)) {
+                (false, _) => Some("is missing".to_string()),
+                (true, Ok(n)) if n != rows => {
+                    Some(format!("holds {n} rows, not the {rows} committed"))
+                }
+                (true, Err(_)) => Some("is damaged (not a readable Parquet file)".to_string()),
+                (true, Ok(_)) if fingerprint::file_sha256(&path)? != *sha => {
+                    Some("has changed since it was committed (another SHA-256)".to_string())
+                }
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                bail!(
+                    "{} (input rows {}..{} of this run, committed) {problem}; the resumed run \
+                     cannot rely on it. Delete {} to start over",
+                    path.display(),
+                    self.first_row,
+                    self.end_row,
+                    dir.display()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The row count in a Parquet file's footer.
+fn parquet_rows(path: &Path) -> Result<u64> {
+    let reader = parquet::file::serialized_reader::SerializedFileReader::new(File::open(path)?)?;
+    use parquet::file::reader::FileReader;
+    Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
 }
 
 /// `manifest.json` of a parts directory (with the parts of `committed.jsonl`).
@@ -88,10 +149,59 @@ pub struct Manifest {
     pub finished: bool,
 }
 
-/// The parts directory of one output file.
+/// The parts directory of one output file, locked for the life of the run.
 pub struct Parts {
     dir: PathBuf,
     manifest: Manifest,
+    /// `<dir>/lock`, holding an advisory lock (released by the OS on any exit).
+    _lock: File,
+}
+
+/// The lock file of a parts directory; it holds the pid of the run that has it.
+const LOCK: &str = "lock";
+
+/// Takes the advisory lock of `dir` (creating both), or refuses naming the holder.
+fn lock(dir: &Path, output: &Path) -> Result<File> {
+    let path = dir.join(LOCK);
+    let mut attempts = 0;
+    let mut file = loop {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => break f,
+            // A run finishing at this moment removed the directory: make it again.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempts < 3 => attempts += 1,
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = match holder.trim() {
+                "" => "another hopscore run".to_string(),
+                pid => format!("another hopscore run (pid {pid})"),
+            };
+            bail!(
+                "{holder} is writing {}: two runs must not write one output. Wait for it \
+                 to end (or stop it), or choose another --output",
+                output.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .and_then(|()| file.sync_data())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(file)
 }
 
 /// `<output>.parts`.
@@ -115,8 +225,14 @@ impl Parts {
     /// one is an error that names the fix), continued when `resume` is true. A
     /// directory left by a run that finished its output but not its clean-up is
     /// cleaned up first.
+    ///
+    /// The directory is locked first (a second run writing the same output is
+    /// refused), then the temporaries of killed runs are removed; a resumed run
+    /// verifies every committed part before any work.
     pub fn open(output: &Path, fingerprint: &str, resume: bool) -> Result<Opened> {
         let dir = parts_dir(output);
+        let lock = lock(&dir, output)?;
+        super::atomic::remove_stale_temporaries(&dir)?;
         let manifest_path = dir.join("manifest.json");
         if manifest_path.is_file() {
             let mut manifest: Manifest = serde_json::from_str(
@@ -135,11 +251,14 @@ impl Parts {
                 Self {
                     dir: dir.clone(),
                     manifest,
+                    _lock: lock,
                 }
                 .remove()?;
                 if resume && same {
                     return Ok(Opened::AlreadyFinished);
                 }
+                // The clean-up removed the directory and its lock file: a new one.
+                return Self::start(dir.clone(), fingerprint, self::lock(&dir, output)?);
             } else {
                 if !resume {
                     bail!(
@@ -156,11 +275,21 @@ impl Parts {
                         fingerprint::differences(&manifest.fingerprint, fingerprint)
                     );
                 }
-                return Ok(Opened::Ready(Self { dir, manifest }));
+                for part in &manifest.parts {
+                    part.verify(&dir)?;
+                }
+                return Ok(Opened::Ready(Self {
+                    dir,
+                    manifest,
+                    _lock: lock,
+                }));
             }
         }
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Self::start(dir, fingerprint, lock)
+    }
+
+    /// A new run in the locked directory `dir`.
+    fn start(dir: PathBuf, fingerprint: &str, lock: File) -> Result<Opened> {
         write_file(&dir.join(LOG), b"")?; // replaces a stale log
         let parts = Self {
             dir,
@@ -169,6 +298,7 @@ impl Parts {
                 parts: Vec::new(),
                 finished: false,
             },
+            _lock: lock,
         };
         parts.write_manifest()?;
         Ok(Opened::Ready(parts))
@@ -197,12 +327,20 @@ impl Parts {
         let index = self.manifest.parts.len();
         let file = format!("part-{index:06}.parquet");
         let quarantine_file = format!("part-{index:06}.quarantine.parquet");
-        write(&self.dir.join(&file), &self.dir.join(&quarantine_file))?;
+        let (path, quarantine_path) = (self.dir.join(&file), self.dir.join(&quarantine_file));
+        write(&path, &quarantine_path)?;
+        let check = PartCheck {
+            rows: parquet_rows(&path)?,
+            sha256: fingerprint::file_sha256(&path)?,
+            quarantine_rows: parquet_rows(&quarantine_path)?,
+            quarantine_sha256: fingerprint::file_sha256(&quarantine_path)?,
+        };
         let entry = PartEntry {
             first_row,
             end_row,
             file,
             quarantine_file,
+            check: Some(check),
         };
         let log = self.dir.join(LOG);
         let mut line = serde_json::to_string(&entry)?;
@@ -324,6 +462,16 @@ impl Parts {
     }
 }
 
+impl Drop for Parts {
+    /// A run that ends (fails, or is stopped) before its first commit leaves nothing
+    /// to resume: its directory goes, so the next run needs no `--resume` or clean-up.
+    fn drop(&mut self) {
+        if !self.manifest.finished && self.manifest.parts.is_empty() && self.dir.exists() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// Writes the rows of `inputs`, in order, to `dest` in record batches of exactly
 /// [`MERGE_BATCH_ROWS`] rows (the last one shorter). Returns the complete file under
 /// its temporary name: commit it to put it in place.
@@ -426,6 +574,7 @@ mod tests {
         assert_eq!(std::fs::read(&manifest).unwrap(), before);
         let log = std::fs::read_to_string(parts_dir(&output).join(LOG)).unwrap();
         assert_eq!(log.lines().count(), 3);
+        drop(parts); // a second open while the first run holds the lock is refused
         let resumed = ready(&output, "fp", true).unwrap();
         assert_eq!(resumed.committed(), vec![(0, 4), (4, 6), (6, 9)]);
     }
@@ -439,13 +588,16 @@ mod tests {
         let log = parts_dir(&output).join(LOG);
         let mut f = OpenOptions::new().append(true).open(&log).unwrap();
         f.write_all(br#"{"first_row":5,"end_ro"#).unwrap();
+        drop(parts);
         let mut parts = ready(&output, "fp", true).unwrap();
         assert_eq!(parts.committed(), vec![(0, 2), (2, 5)]);
         // The fragment is cut off, so the next commit starts a line of its own.
         commit_parts(&mut parts, &[(5, 8)]);
+        drop(parts);
         let parts = ready(&output, "fp", true).unwrap();
         assert_eq!(parts.committed(), vec![(0, 2), (2, 5), (5, 8)]);
         let damaged = "{\"no\": 1}\n";
+        drop(parts);
         std::fs::write(&log, damaged).unwrap();
         let err = format!("{:#}", ready(&output, "fp", true).err().unwrap());
         assert!(err.contains("is damaged"), "{err}");
@@ -464,6 +616,7 @@ mod tests {
         let mut parts = ready(&output, "fp", true).unwrap();
         commit_parts(&mut parts, &[(3, 4)]);
         assert!(dir.join("part-000001.parquet").is_file());
+        drop(parts);
         let parts = ready(&output, "fp", true).unwrap();
         assert_eq!(parts.committed(), vec![(0, 3), (3, 4)]);
     }
@@ -496,10 +649,11 @@ mod tests {
         let output = tmp.path().join("o.parquet");
         let mut p = ready(&output, "fp1", false).unwrap();
         p.commit(10, 20, |a, b| {
-            write_file(a, b"x")?;
-            write_file(b, b"y")
+            write_ints(a, &schema(), &[10..15, 15..20])?;
+            write_ints(b, &schema(), &[])
         })
         .unwrap();
+        drop(p);
         let err = ready(&output, "fp1", false).err().unwrap().to_string();
         assert!(err.contains("--resume"), "{err}");
         let err = ready(&output, "fp2", true).err().unwrap().to_string();
@@ -543,6 +697,7 @@ mod tests {
         parts.write_manifest().unwrap();
         write_ints(&output, &schema(), &[0..2, 2..4]).unwrap();
         std::fs::remove_file(dir.join("part-000000.parquet")).unwrap();
+        drop(parts);
         let before = std::fs::read(&output).unwrap();
         assert!(matches!(
             Parts::open(&output, "fp", true).unwrap(),
@@ -559,6 +714,63 @@ mod tests {
         commit_parts(&mut parts, &[(0, 4)]);
         parts.manifest.finished = true;
         parts.write_manifest().unwrap();
+        drop(parts);
         assert!(ready(&output, "fp", false).is_ok());
+    }
+
+    #[test]
+    fn a_second_writer_of_one_output_is_refused_naming_the_holder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        let first = ready(&output, "fp", false).unwrap();
+        for resume in [false, true] {
+            let err = ready(&output, "other", resume).err().unwrap().to_string();
+            let pid = format!("pid {}", std::process::id());
+            assert!(err.contains(&pid) && err.contains("o.parquet"), "{err}");
+        }
+        // The refused runs changed nothing: the first one's manifest is intact.
+        let manifest = std::fs::read_to_string(parts_dir(&output).join("manifest.json")).unwrap();
+        assert!(manifest.contains("\"fp\""), "{manifest}");
+        drop(first); // what the OS does for a killed run: the lock goes with the process
+        assert!(ready(&output, "fp", true).is_ok());
+    }
+
+    #[test]
+    fn resume_verifies_every_committed_part_before_any_work() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        let dir = parts_dir(&output);
+        let fresh = || {
+            let _ = std::fs::remove_dir_all(&dir);
+            let mut parts = ready(&output, "fp", false).unwrap();
+            commit_parts(&mut parts, &[(0, 4), (4, 8)]);
+        };
+        let resume_err = || format!("{:#}", ready(&output, "fp", true).err().unwrap());
+        fresh();
+        assert_eq!(ready(&output, "fp", true).unwrap().committed().len(), 2);
+        // Missing.
+        std::fs::remove_file(dir.join("part-000001.parquet")).unwrap();
+        let err = resume_err();
+        assert!(
+            err.contains("part-000001.parquet") && err.contains("is missing"),
+            "{err}"
+        );
+        assert!(err.contains("rows 4..8"), "{err}");
+        // Replaced by another part's file: same schema, other rows.
+        fresh();
+        std::fs::copy(
+            dir.join("part-000000.parquet"),
+            dir.join("part-000001.parquet"),
+        )
+        .unwrap();
+        let err = resume_err();
+        assert!(err.contains("has changed since it was committed"), "{err}");
+        // Another row count, and a quarantine file cut short.
+        fresh();
+        write_ints(&dir.join("part-000001.parquet"), &schema(), &[4..6, 6..7]).unwrap();
+        assert!(resume_err().contains("holds 3 rows, not the 4 committed"));
+        fresh();
+        std::fs::write(dir.join("part-000000.quarantine.parquet"), b"PAR1").unwrap();
+        assert!(resume_err().contains("is damaged"));
     }
 }

@@ -57,6 +57,26 @@ pub enum OverlapError {
         input_path: PathBuf,
     },
     #[error(
+        "{output} {} is {found}, not a regular file: hopscore writes its outputs as new \
+         files renamed into place, which would replace it. Give the path of a regular \
+         file (or of none yet)",
+        .path.display()
+    )]
+    NotAFile {
+        output: String,
+        path: PathBuf,
+        found: &'static str,
+    },
+    #[error(
+        "{output} {} is {found}, not a directory; choose another output path",
+        .path.display()
+    )]
+    NotADir {
+        output: String,
+        path: PathBuf,
+        found: &'static str,
+    },
+    #[error(
         "{first} {} and {second} {} are the same file; give them different paths",
         .first_path.display(), .second_path.display()
     )]
@@ -68,11 +88,45 @@ pub enum OverlapError {
     },
 }
 
-/// Refuses when an output of `outputs` is or holds an input of `inputs`, or two
-/// outputs are the same path. Inputs that do not exist are skipped (opening them fails
-/// later with its own message).
+/// What an existing path is, in words (links followed); `None` when it does not exist.
+fn file_type(path: &Path) -> Option<(bool, bool, &'static str)> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    let what = match () {
+        _ if t.is_file() => "a regular file",
+        _ if t.is_dir() => "a directory",
+        _ if t.is_char_device() => "a character device",
+        _ if t.is_block_device() => "a block device",
+        _ if t.is_fifo() => "a FIFO (named pipe)",
+        _ if t.is_socket() => "a socket",
+        _ => "a special file",
+    };
+    Some((t.is_file(), t.is_dir(), what))
+}
+
+/// Refuses when an output of `outputs` is or holds an input of `inputs`, two outputs
+/// are the same path, or an output exists as something else than what it will be (a
+/// device, a FIFO or a directory where a file goes). Inputs that do not exist are
+/// skipped (opening them fails later with its own message).
 pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), OverlapError> {
     for (out, kind) in outputs {
+        match (kind, file_type(&out.path)) {
+            (Kind::File, Some((false, _, found))) => {
+                return Err(OverlapError::NotAFile {
+                    output: out.what.clone(),
+                    path: out.path.clone(),
+                    found,
+                })
+            }
+            (Kind::Dir, Some((_, false, found))) => {
+                return Err(OverlapError::NotADir {
+                    output: out.what.clone(),
+                    path: out.path.clone(),
+                    found,
+                })
+            }
+            _ => {}
+        }
         let out_resolved = resolve(&out.path);
         for input in inputs {
             let Ok(in_resolved) = input.path.canonicalize() else {
@@ -206,5 +260,35 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, OverlapError::SameOutput { .. }), "{err}");
         assert!(check_outputs(&inputs, &[file(&new)]).is_ok());
+    }
+
+    #[test]
+    fn an_output_that_is_a_device_fifo_or_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let file = |p: &Path| [(Named::new("--output", p), Kind::File)];
+        for (path, found) in [
+            (Path::new("/dev/null"), "a character device"),
+            (fifo.as_path(), "a FIFO (named pipe)"),
+            (dir.path(), "a directory"),
+        ] {
+            let err = check_outputs(&[], &file(path)).unwrap_err().to_string();
+            assert!(err.contains(found) && err.contains("--output"), "{err}");
+        }
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        let err = check_outputs(
+            &[],
+            &[(Named::new("the parts directory", &plain), Kind::Dir)],
+        )
+        .unwrap_err();
+        assert!(matches!(err, OverlapError::NotADir { .. }), "{err}");
+        assert!(check_outputs(&[], &file(&plain)).is_ok());
+        assert!(check_outputs(&[], &file(&dir.path().join("new"))).is_ok());
     }
 }

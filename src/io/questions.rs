@@ -109,9 +109,13 @@ pub struct Question {
 
 impl Question {
     /// The hop count to evaluate and search with: `hops`, or the number of supporting
-    /// passages when the file gives none.
+    /// passages when the file gives none. One rule for a `hops` below 1 (0, or negative
+    /// in the file): it is a broken gold label, recorded in `issues`, and counts as
+    /// absent.
     pub fn hop_count(&self) -> usize {
-        self.hops.map_or(self.supporting.len(), |h| h as usize)
+        self.hops
+            .filter(|&h| h >= 1)
+            .map_or(self.supporting.len(), |h| h as usize)
     }
 
     /// Checks what scoring needs (an id, a question, passages); the error is the
@@ -144,7 +148,7 @@ impl Question {
             problems.push("supporting passage indices are not strictly ascending".into());
         }
         if self.hops == Some(0) {
-            problems.push("hops is 0".into());
+            problems.push(hops_problem(0));
         }
         for fact in self.supporting_facts.iter().flatten() {
             if !self.passages.iter().any(|p| p.title == fact.title) {
@@ -494,8 +498,13 @@ impl Iterator for QuestionReader {
 fn compatible(found: &DataType, expected: &DataType) -> std::result::Result<(), String> {
     use DataType::*;
     match (found, expected) {
+        // A column that only holds nulls (what pandas and pyarrow make of an empty
+        // list column): read as the expected type, all null.
+        (Null, _) => Ok(()),
         (Utf8 | LargeUtf8 | Utf8View, Utf8) => Ok(()),
         (f, Int32) if f.is_integer() => Ok(()),
+        // pandas turns an integer column with nulls (`hops`) into float64.
+        (f, Int32) if f.is_floating() => Ok(()),
         (List(f) | LargeList(f), List(e)) => compatible(f.data_type(), e.data_type()),
         (Struct(ff), Struct(ef)) => ef.iter().try_for_each(|e| match ff.find(e.name()) {
             Some((_, f)) => compatible(f.data_type(), e.data_type())
@@ -527,10 +536,22 @@ fn column(batch: &RecordBatch, name: &str) -> Result<Option<ArrayRef>> {
         return Ok(None);
     };
     let expected = schema();
-    let ty = expected.field_with_name(name)?.data_type();
-    Ok(Some(arrow::compute::cast(col, ty).with_context(|| {
+    let ty = nullable(expected.field_with_name(name)?.data_type());
+    Ok(Some(arrow::compute::cast(col, &ty).with_context(|| {
         format!("column `{name}` cannot be read as {ty}")
     })?))
+}
+
+/// `ty` with every nested field nullable: a null where the schema has none (a null
+/// passage title from a writer whose fields are nullable by default) is a bad row,
+/// found by the row checks of [`decode_row`], not a failed batch.
+fn nullable(ty: &DataType) -> DataType {
+    let field = |f: &Arc<Field>| Arc::new(Field::new(f.name(), nullable(f.data_type()), true));
+    match ty {
+        DataType::List(f) => DataType::List(field(f)),
+        DataType::Struct(fs) => DataType::Struct(fs.iter().map(field).collect()),
+        other => other.clone(),
+    }
 }
 
 fn string_col(batch: &RecordBatch, name: &str) -> Result<Option<StringArray>> {
@@ -644,6 +665,11 @@ pub fn supporting_facts_at(
         .map(Some)
 }
 
+/// The gold-label problem of a `hops` value below 1 (see [`Question::hop_count`]).
+fn hops_problem(hops: i32) -> String {
+    format!("hops is {hops} (a hop count is at least 1; taken as absent)")
+}
+
 fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
     let dataset_name = text(&c.dataset, r, "dataset")?;
     let dataset = Dataset::parse(&dataset_name).ok_or_else(|| {
@@ -700,9 +726,9 @@ fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
     };
     let hops = match &c.hops {
         Some(h) if !h.is_null(r) => match u32::try_from(h.value(r)) {
-            Ok(v) => Some(v),
-            Err(_) => {
-                gold.push(format!("hops is negative ({})", h.value(r)));
+            Ok(v) if v >= 1 => Some(v),
+            _ => {
+                gold.push(hops_problem(h.value(r)));
                 None
             }
         },

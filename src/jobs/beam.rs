@@ -23,7 +23,7 @@ use crate::io::schemas::beam_schema;
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::pipeline::SchedulerConfig;
-use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode};
+use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode, MAX_LEN};
 use crate::strategy::Strategy;
 use crate::text::render::{beam_passage, beam_question, PassageStyle};
 use crate::text::TextTokenizer;
@@ -182,7 +182,13 @@ impl<B: Backend> QuestionScorer for BeamScorer<B> {
     }
 
     fn finish(output: Chain) -> Result<Chain, (String, String)> {
-        Ok(output)
+        let r = &output.result;
+        let scores = r.hop_scores.iter().chain(r.hop1_logits.iter().flatten());
+        match crate::strategy::non_finite(scores.chain(r.beams.iter().flat_map(|b| &b.hop_scores)))
+        {
+            Some(why) => Err((output.id, why)),
+            None => Ok(output),
+        }
     }
 
     fn to_batch(&self) -> ToBatch<Chain> {
@@ -210,18 +216,22 @@ fn prepare(
     tau: f32,
     max_hops: usize,
 ) -> Result<BeamTask, String> {
-    let mode =
-        match hops {
-            Hops::Fixed(h) => HopMode::Fixed(h),
-            Hops::Auto => HopMode::Auto { tau, max_hops },
-            Hops::FromData => match q.hop_count() {
-                0 => return Err(
-                    "no hop count in the data (no `hops`, no supporting passages): pass --hops N"
-                        .into(),
-                ),
-                h => HopMode::Fixed(h),
-            },
-        };
+    let mode = match hops {
+        Hops::Fixed(h) => HopMode::Fixed(h),
+        Hops::Auto => HopMode::Auto { tau, max_hops },
+        Hops::FromData => match q.hop_count() {
+            0 => {
+                let why = match q.issues.iter().find(|i| i.contains("hops is")) {
+                    Some(issue) => format!("its `hops` is unusable ({issue})"),
+                    None => "no `hops`".to_string(),
+                };
+                return Err(format!(
+                    "no hop count in the data ({why}, no supporting passages): pass --hops N"
+                ));
+            }
+            h => HopMode::Fixed(h),
+        },
+    };
     let style = PassageStyle::for_dataset(q.dataset.as_str());
     let question = tok
         .encode_plain(beam_question(&q.question))
@@ -229,7 +239,12 @@ fn prepare(
     let passages = q
         .passages
         .par_iter()
-        .map(|p| tok.encode_plain(&beam_passage(style, &p.title, &p.text)))
+        .map(|p| {
+            // Only the prefix the truncation below can keep (at most MAX_LEN ids) is
+            // tokenised: memory does not grow with a passage's length.
+            let text = beam_passage(style, &p.title, &p.text);
+            crate::text::leading_ids(|t| tok.encode_plain(t), &text, MAX_LEN)
+        })
         .collect::<Result<Vec<_>>>()
         .map_err(|e| format!("passage: {e:#}"))?;
     let (question, passages) = truncate_inputs(question, passages);

@@ -167,6 +167,7 @@ fn score<B: Backend>(
     let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
     let mut out = vec![Vec::new(); seqs.len()];
     for group in token_budget_groups(&lens, budget) {
+        crate::pipeline::control::stop_point()?;
         let batch = PackedBatch::pack(group.iter().map(|&i| &seqs[i]));
         let res = model.forward(be, &batch, false)?;
         let logits = &res.logits[0];

@@ -204,7 +204,7 @@ impl PromptEncoder for LmEncoder {
 /// The official `shorten_paragraph_if_necessary`: a text over `max_tokens` tokens is
 /// decoded from its first `max_tokens`, with `". "` appended unless it ends with `.`.
 pub fn shorten(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<String> {
-    let ids = leading_ids(tok, text, max_tokens)?;
+    let ids = crate::text::leading_ids(|t| tok.encode(t), text, max_tokens)?;
     if ids.len() <= max_tokens {
         return Ok(text.to_string());
     }
@@ -214,37 +214,6 @@ pub fn shorten(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<S
     } else {
         format!("{cut}. ")
     })
-}
-
-/// The ids of `text`, or, for a long text, at least its first `max_tokens + 1` ids
-/// without tokenising all of it (a tokenizer holds several copies of its input per
-/// byte: a 2 MB passage took hundreds of MB). Prefixes of growing length are encoded
-/// until two of them agree on the first `max_tokens + 1` ids (cutting a text changes
-/// only the tokens near the cut).
-fn leading_ids(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<Vec<u32>> {
-    let prefix = |bytes: usize| {
-        let mut end = bytes.min(text.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        &text[..end]
-    };
-    let want = max_tokens + 1;
-    let mut len = (64 * want).max(4096);
-    let mut shorter: Option<Vec<u32>> = None;
-    while len < text.len() {
-        let ids = tok.encode(prefix(len))?;
-        if ids.len() > want {
-            if let Some(s) = shorter.as_ref().filter(|s| s.len() > want) {
-                if s[..want] == ids[..want] {
-                    return Ok(ids);
-                }
-            }
-        }
-        shorter = Some(ids);
-        len *= 2;
-    }
-    tok.encode(text)
 }
 
 /// Per passage, the other non-blank passages ranked by TF-IDF cosine to the question
@@ -532,7 +501,14 @@ impl<B: Backend> QuestionScorer for LmScorer<B> {
     }
 
     fn finish(outcome: Result<Ranked, (String, String)>) -> Result<Ranked, (String, String)> {
-        outcome
+        let ranked = outcome?;
+        let r = &ranked.result;
+        let paths = r.top_paths.iter().map(|p| &p.score);
+        let singles = r.single_scores.iter().flatten();
+        match crate::strategy::non_finite(r.doc_scores.iter().chain(paths).chain(singles)) {
+            Some(why) => Err((ranked.id, why)),
+            None => Ok(ranked),
+        }
     }
 
     fn to_batch(&self) -> ToBatch<Ranked> {

@@ -239,6 +239,7 @@ pub fn token_logprobs<B: Backend>(
     let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
     let mut out = vec![Vec::new(); seqs.len()];
     for group in token_budget_groups(&lens, budget) {
+        crate::pipeline::control::stop_point()?;
         let batch: Vec<ScoredSequence> = group.iter().map(|&i| seqs[i].clone()).collect();
         let logp = model.target_logprobs(be, &batch, temperature)?;
         for (&i, lp) in group.iter().zip(logp) {

@@ -122,7 +122,7 @@ impl<S: RowScorer> RowJob<S> {
     fn score_stream(
         &mut self,
         rx: &Receiver<(u64, Admission<RecordBatch>)>,
-        tx: &Sender<(u64, Finished<RecordBatch>)>,
+        tx: &Sender<(u64, Finished<Option<RecordBatch>>)>,
     ) -> Result<PipelineStats> {
         let mut stats = PipelineStats::default();
         let group_of = |row: u64| row / S::BATCH_ROWS as u64;
@@ -139,8 +139,9 @@ impl<S: RowScorer> RowJob<S> {
                     Err(_) => break,
                 }
             }
-            stats.rows += group.len() as u64;
             for (row, item) in self.score_group(group, &mut stats)? {
+                // Rows a stop left unfinished are not counted: `--resume` scores them.
+                stats.rows += u64::from(!matches!(item, Finished::Done(None)));
                 stats.bad_rows += u64::from(matches!(item, Finished::Bad(_)));
                 tx.send((row, item))
                     .map_err(|_| anyhow::anyhow!("the writer stopped early"))?;
@@ -149,12 +150,13 @@ impl<S: RowScorer> RowJob<S> {
         Ok(stats)
     }
 
-    /// One group of admitted rows as finished rows (one-row batches of the output).
+    /// One group of admitted rows as finished rows (one-row batches of the output;
+    /// `None` for the rows a stop left unfinished).
     fn score_group(
         &mut self,
         group: Vec<(u64, Admission<RecordBatch>)>,
         stats: &mut PipelineStats,
-    ) -> Result<Vec<(u64, Finished<RecordBatch>)>> {
+    ) -> Result<Vec<(u64, Finished<Option<RecordBatch>>)>> {
         let (mut rows, mut tasks, mut out) = (Vec::new(), Vec::new(), Vec::new());
         for (row, admission) in group {
             match admission {
@@ -168,7 +170,13 @@ impl<S: RowScorer> RowJob<S> {
         let Some(first) = tasks.first() else {
             return Ok(out);
         };
-        let scored = self.score_rows(&concat_batches(&first.schema(), &tasks)?, &rows)?;
+        let scored = match self.score_rows(&concat_batches(&first.schema(), &tasks)?, &rows) {
+            Err(e) if e.is::<crate::pipeline::control::Interrupted>() => {
+                out.extend(rows.into_iter().map(|row| (row, Finished::Done(None))));
+                return Ok(out);
+            }
+            scored => scored?,
+        };
         stats.tokens += scored.tokens;
         let mut bad = scored.bad.into_iter().peekable();
         let mut next_good = 0;
@@ -176,7 +184,7 @@ impl<S: RowScorer> RowJob<S> {
             match bad.next_if(|b| b.row == row) {
                 Some(b) => out.push((row, Finished::Bad(b))),
                 None => {
-                    out.push((row, Finished::Done(scored.rows.slice(next_good, 1))));
+                    out.push((row, Finished::Done(Some(scored.rows.slice(next_good, 1)))));
                     next_good += 1;
                 }
             }
@@ -221,7 +229,8 @@ fn chunk_rows(chunk: Result<InputBatch>) -> Vec<Result<(u64, Pending<RecordBatch
 
 impl<S: RowScorer> FileJob for RowJob<S> {
     type Task = RecordBatch;
-    type Out = RecordBatch;
+    /// `None`: left unfinished by a stop.
+    type Out = Option<RecordBatch>;
     type Row = RecordBatch;
 
     fn metadata(&self) -> &[(String, String)] {
@@ -238,11 +247,14 @@ impl<S: RowScorer> FileJob for RowJob<S> {
         })
     }
 
-    fn settle(_row: u64, item: Finished<RecordBatch>) -> Option<Result<RecordBatch, BadRow>> {
-        Some(match item {
-            Finished::Done(one) => Ok(one),
-            Finished::Bad(bad) => Err(bad),
-        })
+    fn settle(
+        _row: u64,
+        item: Finished<Option<RecordBatch>>,
+    ) -> Option<Result<RecordBatch, BadRow>> {
+        match item {
+            Finished::Done(one) => one.map(Ok),
+            Finished::Bad(bad) => Some(Err(bad)),
+        }
     }
 
     fn to_batch(&self, schema: SchemaRef) -> ToBatch<RecordBatch> {
@@ -252,7 +264,7 @@ impl<S: RowScorer> FileJob for RowJob<S> {
     fn drive(
         &mut self,
         read: Reader<RecordBatch>,
-        write: Writer<RecordBatch>,
+        write: Writer<Option<RecordBatch>>,
         _bar: &ProgressBar,
     ) -> Result<PipelineStats> {
         let started = Instant::now();

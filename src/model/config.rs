@@ -218,7 +218,9 @@ impl RawConfig {
         let head_size = self
             .attention_head_size
             .unwrap_or(self.hidden_size / self.num_attention_heads);
-        if self.attention_head_size.is_none() && self.hidden_size % self.num_attention_heads != 0 {
+        if self.attention_head_size.is_none()
+            && !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return Err(unsupported(
                 "num_attention_heads",
                 self.num_attention_heads,
@@ -278,6 +280,27 @@ impl RawConfig {
             self.max_relative_positions as usize
         };
         let buckets = (self.position_buckets > 0).then_some(self.position_buckets as usize);
+        if let Some(b) = buckets.filter(|&b| max_rel <= b / 2 + 1) {
+            // HF's make_log_bucket_position divides by log((max_position − 1) / (b/2)):
+            // at or below 1 the buckets are no longer ordered by offset (or divide by 0).
+            let (field, value) = match self.max_relative_positions < 1 {
+                true => (
+                    "max_position_embeddings",
+                    self.max_position_embeddings as i64,
+                ),
+                false => ("max_relative_positions", self.max_relative_positions),
+            };
+            return Err(unsupported(
+                field,
+                value,
+                &format!(
+                    "with position_buckets {b} the relative positions must reach beyond \
+                     {} (position_buckets / 2 + 1) for the log buckets to be ordered; \
+                     raise it (DeBERTa-v3: 512) or lower position_buckets",
+                    b / 2 + 1
+                ),
+            ));
+        }
         let norm = self
             .norm_rel_ebd
             .as_deref()
@@ -408,5 +431,37 @@ mod tests {
             let err = raw(extra).resolve().unwrap_err().to_string();
             assert!(err.contains(&format!("`{field}`")), "{err}");
         }
+    }
+
+    #[test]
+    fn relative_positions_too_short_for_the_log_buckets_are_named() {
+        // Issue 26: max_position_embeddings 8–128 with 256 buckets made `beam` panic.
+        let rel = |extra: serde_json::Value| {
+            let mut v = serde_json::json!({"relative_attention": true, "position_buckets": 256,
+                "pos_att_type": ["p2c", "c2p"], "max_relative_positions": -1});
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            raw(v).resolve()
+        };
+        for (extra, field) in [
+            (
+                serde_json::json!({"max_position_embeddings": 8}),
+                "max_position_embeddings",
+            ),
+            (
+                serde_json::json!({"max_position_embeddings": 129}),
+                "max_position_embeddings",
+            ),
+            (
+                serde_json::json!({"max_relative_positions": 64}),
+                "max_relative_positions",
+            ),
+        ] {
+            let err = rel(extra).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{field}`")), "{err}");
+        }
+        assert!(rel(serde_json::json!({"max_position_embeddings": 130})).is_ok());
+        assert!(rel(serde_json::json!({"max_position_embeddings": 512})).is_ok());
     }
 }

@@ -88,7 +88,9 @@ impl<B: Backend> CrossEncoder<B> {
         config: DebertaConfig,
         heads: Vec<HeadSpec>,
     ) -> Result<Self> {
-        let encoder = DebertaV2Model::load(be, &root.encoder()?, &config)?;
+        let encoder_weights = root.encoder()?;
+        let encoder = DebertaV2Model::load(be, &encoder_weights, &config)?;
+        encoder_weights.refuse_unread(&["embeddings.", "encoder."])?;
         let heads = heads
             .into_iter()
             .map(|s| Head::load(be, root, &config, s))

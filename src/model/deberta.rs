@@ -238,7 +238,14 @@ impl<B: Backend> DebertaV2Model<B> {
             .context("loading the embeddings")?;
         let rel = match &c.relative {
             Some(rc) => Some(be.upload(&relative_table(w, c, rc)?)?),
-            None => None,
+            None => {
+                // HF's DebertaV2Encoder makes `LayerNorm` from `norm_rel_ebd` alone and
+                // uses it only with relative attention: present, and unused, in such
+                // checkpoints.
+                w.pp("encoder.LayerNorm")
+                    .unused_by_design(&["weight", "bias"]);
+                None
+            }
         };
         let layers = (0..c.num_layers)
             .map(|i| {

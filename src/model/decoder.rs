@@ -309,6 +309,9 @@ impl<B: Backend> DecoderForCausalLM<B> {
             })
             .collect::<Result<Vec<_>>>()?;
         let final_norm = Norm::load(be, &body.pp(norm_name), &c)?;
+        // A config with fewer layers than the checkpoint is refused, naming the rest.
+        let (layers_part, norm_part) = (format!("{layers_name}."), format!("{norm_name}."));
+        body.refuse_unread(&[embed_name, &layers_part, &norm_part])?;
         let lm_head = if c.tie_word_embeddings {
             None
         } else {

@@ -245,7 +245,7 @@ impl DecoderConfig {
             ));
         }
         let head_dim = r.head_dim.unwrap_or(hidden / heads.max(1));
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             return Err(unsupported(
                 "head_dim",
                 head_dim,

@@ -607,7 +607,7 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 pub fn unpermute_rows(t: &HostTensor, heads: usize) -> Result<HostTensor, String> {
     let rows = t.shape[0];
     let cols = t.data.len() / rows.max(1);
-    if heads == 0 || rows % (2 * heads) != 0 {
+    if heads == 0 || !rows.is_multiple_of(2 * heads) {
         return Err(format!(
             "{rows} rows do not split into {heads} heads of even size"
         ));

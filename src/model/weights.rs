@@ -61,7 +61,43 @@ pub enum WeightError {
     },
     #[error("tensor `{name}` has dtype {dtype}; hopscore reads f32, f16 and bf16 weights")]
     Dtype { name: String, dtype: String },
+    #[error(
+        "tensor `{name}` holds {count} non-finite values (NaN or ±inf; the first at flat \
+         index {first}): the checkpoint is damaged or was saved from a diverged run"
+    )]
+    NonFinite {
+        name: String,
+        count: usize,
+        first: usize,
+    },
+    #[error(
+        "{count} tensors of the checkpoint are not part of the model that config.json \
+         describes: {names}. Check config.json (its layer count, heads or sizes) against \
+         the checkpoint"
+    )]
+    Unused { count: usize, names: String },
 }
+
+/// Refuses a tensor with NaN or infinite values.
+fn check_finite(name: &str, t: HostTensor) -> Result<HostTensor, WeightError> {
+    let mut bad = t.data.iter().enumerate().filter(|(_, v)| !v.is_finite());
+    match bad.next() {
+        None => Ok(t),
+        Some((first, _)) => Err(WeightError::NonFinite {
+            name: name.to_string(),
+            count: 1 + bad.count(),
+            first,
+        }),
+    }
+}
+
+/// Tensors that checkpoints carry as buffers, not parameters (never read).
+const BUFFERS: [&str; 4] = [
+    "position_ids",
+    "inv_freq",
+    ".attn.bias",
+    ".attn.masked_bias",
+];
 
 struct Entry {
     file: usize,
@@ -78,6 +114,8 @@ pub struct WeightStore {
     paths: Vec<PathBuf>,
     /// Keyed by the name with any leading `module.` removed.
     entries: BTreeMap<String, Entry>,
+    /// The names read so far ([`WeightStore::get`]).
+    read: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl WeightStore {
@@ -96,6 +134,7 @@ impl WeightStore {
             files: Vec::new(),
             paths: Vec::new(),
             entries: BTreeMap::new(),
+            read: Default::default(),
         };
         for f in files {
             store.add_file(&f)?;
@@ -174,9 +213,12 @@ impl WeightStore {
         &self.paths
     }
 
-    /// Reads a tensor as f32, checking its shape.
+    /// Reads a tensor as f32, checking its shape and that every value is finite.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<HostTensor, WeightError> {
         let e = self.entries.get(name).ok_or_else(|| self.missing(name))?;
+        if let Ok(mut read) = self.read.lock() {
+            read.insert(name.to_string());
+        }
         if e.shape != shape {
             return Err(WeightError::Shape {
                 name: name.to_string(),
@@ -196,7 +238,28 @@ impl WeightStore {
                 })
             }
         };
-        Ok(HostTensor::new(shape.to_vec(), data))
+        check_finite(name, HostTensor::new(shape.to_vec(), data))
+    }
+
+    /// Refuses tensors under any of `prefixes` that no [`WeightStore::get`] read (a
+    /// config with fewer layers than the checkpoint), buffers aside.
+    pub fn refuse_unread(&self, prefixes: &[String]) -> Result<(), WeightError> {
+        let read = self.read.lock().map(|r| r.clone()).unwrap_or_default();
+        let unread: Vec<&str> = self
+            .names()
+            .filter(|n| prefixes.iter().any(|p| n.starts_with(p.as_str())))
+            .filter(|n| !read.contains(*n) && !BUFFERS.iter().any(|b| n.ends_with(b)))
+            .collect();
+        match unread.len() {
+            0 => Ok(()),
+            count => Err(WeightError::Unused {
+                count,
+                names: match count {
+                    1..=4 => unread.join(", "),
+                    _ => format!("{}, … {}", unread[..3].join(", "), unread[count - 1]),
+                },
+            }),
+        }
     }
 
     fn missing(&self, name: &str) -> WeightError {
@@ -289,16 +352,16 @@ impl GgufSource {
             Some((_, kv)) if g.contains(".attn_k.") => Some(kv),
             _ => None,
         };
-        match heads {
+        let t = match heads {
             Some(h) => super::gguf::unpermute_rows(&t, h).map_err(|reason| {
-                GgufError::Format {
+                WeightError::from(GgufError::Format {
                     path: self.file.path().display().to_string(),
                     reason: format!("`{g}`: {reason}"),
-                }
-                .into()
-            }),
-            None => Ok(t),
-        }
+                })
+            })?,
+            None => t,
+        };
+        check_finite(&format!("{name} (GGUF `{g}`)"), t)
     }
 
     fn contains(&self, name: &str) -> bool {
@@ -404,6 +467,29 @@ impl Weights {
             Source::Store(s) => s.get(&full, shape),
             Source::Random { seed } => Ok(random_tensor(*seed, &full, shape)),
             Source::Gguf(g) => g.get(&full, shape),
+        }
+    }
+
+    /// Refuses checkpoint tensors under `{prefix}{part}` for each of `parts` that the
+    /// model did not read (see [`WeightStore::refuse_unread`]); random and GGUF weights
+    /// (whose metadata is the config) have nothing to check.
+    pub fn refuse_unread(&self, parts: &[&str]) -> Result<(), WeightError> {
+        match self.store() {
+            Some(store) => store.refuse_unread(
+                &parts
+                    .iter()
+                    .map(|p| format!("{}{p}", self.prefix))
+                    .collect::<Vec<_>>(),
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks `names` as accounted for without reading them: tensors that HF's model
+    /// creates for this config and never uses (see [`Weights::refuse_unread`]).
+    pub fn unused_by_design(&self, names: &[&str]) {
+        if let Some(Ok(mut read)) = self.store().map(|s| s.read.lock()) {
+            read.extend(names.iter().map(|n| self.full(n)));
         }
     }
 

@@ -7,6 +7,22 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// flight, commit them, and exit so that `--resume` continues.
 pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// What a long computation returns when it stops at [`stop_point`]: its rows are left
+/// unfinished, for `--resume`.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted (Ctrl-C or SIGTERM): the rows in flight are left for --resume")]
+pub struct Interrupted;
+
+/// Fails with [`Interrupted`] once [`INTERRUPTED`] is set: called between the forward
+/// passes of work that takes long (a group of thousands of rows), so that a stop is
+/// not held up by it.
+pub fn stop_point() -> Result<(), Interrupted> {
+    match INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        true => Err(Interrupted),
+        false => Ok(()),
+    }
+}
+
 /// Installs the Ctrl-C handler that sets [`INTERRUPTED`] (once per process).
 pub fn install_interrupt_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();

@@ -122,6 +122,11 @@ pub struct FileRun {
     pub part_rows: u64,
     /// Process only the first `limit` rows of the input (before sharding).
     pub limit: Option<u64>,
+    /// The job's other input files (`--model`, `--tokenizer`, `--templates`,
+    /// `--corpus`, …): no output may be or hold one, and the resume fingerprint and
+    /// the outputs' metadata hold the SHA-256 of their contents
+    /// ([`fingerprint::contents`]), so a changed file is never mixed into a run.
+    pub inputs: Vec<Named>,
 }
 
 impl FileRun {
@@ -132,16 +137,11 @@ impl FileRun {
             .unwrap_or_else(|| sibling(&self.output, "quarantine"))
     }
 
-    /// Refuses outputs that would overwrite an input (`extra_inputs`: the job's other
-    /// input files, e.g. a corpus or a model; `extra_outputs`: its other outputs, e.g.
-    /// a cache directory).
-    pub fn check_paths(
-        &self,
-        extra_inputs: &[Named],
-        extra_outputs: &[(Named, Kind)],
-    ) -> Result<()> {
+    /// Refuses outputs that would overwrite an input (`extra_outputs`: the job's other
+    /// outputs, e.g. a cache directory) or that are not files.
+    pub fn check_paths(&self, extra_outputs: &[(Named, Kind)]) -> Result<()> {
         let mut inputs = vec![Named::new("--input", &self.input)];
-        inputs.extend_from_slice(extra_inputs);
+        inputs.extend_from_slice(&self.inputs);
         let quarantine = self.quarantine_path();
         let parts = parts_dir(&self.output);
         let mut outputs = vec![
@@ -173,7 +173,7 @@ pub struct RunSummary {
 /// ([`super::control::install_interrupt_handler`]) before loading its models, so that
 /// a Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
 pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
-    opts.check_paths(&[], &[])?;
+    opts.check_paths(&[])?;
     let quarantine_path = opts.quarantine_path();
     let source = job.open(&opts.input)?;
     let schema = source.schema.clone();
@@ -191,6 +191,7 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     .collect();
     // The footer's metadata; the resume fingerprint also covers the input and limit.
     let mut metadata = job.metadata().to_vec();
+    metadata.extend(fingerprint::contents(&opts.inputs)?);
     let mut identity = Vec::new();
     match job.records_input() {
         true => metadata.extend(input_keys),
@@ -216,6 +217,10 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
             return Ok(summary(PipelineStats::default(), end - start, false));
         }
     };
+    // Under the lock: what killed runs left of this output is ours to remove.
+    for dest in [&opts.output, &quarantine_path] {
+        crate::io::atomic::remove_stale_temporaries(dest)?;
+    }
     let committed = parts.committed();
     let done_rows: u64 = committed.iter().map(|(a, b)| b - a).sum();
     if done_rows > 0 {

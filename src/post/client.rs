@@ -8,9 +8,10 @@
 //!   (jitter, so that workers do not retry in lockstep) — or, when the server sends
 //!   `Retry-After: <seconds>`, that long (capped at [`RETRY_AFTER_CAP`]).
 //! - Other 4xx replies (bad key, unknown model) fail at once: retrying cannot help.
-//! - Waits between retries end early when the `stop` flag is set (Ctrl-C): the call
-//!   then fails as interrupted, so a graceful stop never waits out a long
-//!   `Retry-After`.
+//! - Once the `stop` flag is set (Ctrl-C) no request starts, a request in flight is
+//!   abandoned (its thread is left to the timeout; its reply is dropped) and waits
+//!   between retries end: the call fails as interrupted within ≈ 50 ms, so a graceful
+//!   stop never waits out a hung endpoint or a long `Retry-After`.
 //! - Successful replies are stored in the [`ResponseCache`] when one is configured, and
 //!   served from it without a request afterwards.
 //!
@@ -42,12 +43,13 @@ pub struct ClientConfig {
     pub max_retries: u32,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
-    /// When set (Ctrl-C), waits between retries end and the call fails as interrupted.
+    /// When set (Ctrl-C), no request starts, one in flight is abandoned, waits
+    /// between retries end, and the call fails as interrupted.
     pub stop: Option<&'static AtomicBool>,
 }
 
-/// The reason of a call interrupted while it waited to retry.
-pub const INTERRUPTED_REASON: &str = "interrupted while waiting to retry";
+/// The reason of a call cut short by the stop flag.
+pub const INTERRUPTED_REASON: &str = "interrupted (Ctrl-C)";
 
 /// Sleeps `wait`, in slices of at most 50 ms, until `stop` is set; returns whether the
 /// whole wait elapsed.
@@ -88,10 +90,17 @@ enum Attempt {
     Fatal(String),
 }
 
-/// The HTTP client with its cache.
-pub struct ChatClient {
+/// Where requests go: the agent (with its timeout), the URL and the key.
+#[derive(Clone)]
+struct Endpoint {
     agent: ureq::Agent,
     url: String,
+    api_key: Option<String>,
+}
+
+/// The HTTP client with its cache.
+pub struct ChatClient {
+    endpoint: Endpoint,
     config: ClientConfig,
     cache: Option<ResponseCache>,
 }
@@ -111,19 +120,51 @@ impl ChatClient {
             .build()
             .into();
         Ok(Self {
-            agent,
-            url: format!("{base}/v1/chat/completions"),
+            endpoint: Endpoint {
+                agent,
+                url: format!("{base}/v1/chat/completions"),
+                api_key: config.api_key.clone(),
+            },
             config,
             cache,
         })
     }
 
+    /// One attempt, or `None` when the stop flag was set before it started or while
+    /// it was in flight (the request then runs on, detached, until its timeout).
+    fn attempt_unless_stopped(&self, body: &str) -> Option<Attempt> {
+        let Some(stop) = self.config.stop else {
+            return Some(self.endpoint.attempt(body));
+        };
+        let stopped = || stop.load(Ordering::SeqCst);
+        if stopped() {
+            return None;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (endpoint, body) = (self.endpoint.clone(), body.to_string());
+        std::thread::spawn(move || {
+            let _ = tx.send(endpoint.attempt(&body));
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(attempt) => return Some(attempt),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if stopped() => return None,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Some(Attempt::Retry("the request thread ended".into(), None))
+                }
+            }
+        }
+    }
+}
+
+impl Endpoint {
     fn attempt(&self, body: &str) -> Attempt {
         let mut request = self
             .agent
             .post(&self.url)
             .header("Content-Type", "application/json");
-        if let Some(key) = &self.config.api_key {
+        if let Some(key) = &self.api_key {
             request = request.header("Authorization", format!("Bearer {key}"));
         }
         let mut response = match request.send(body) {
@@ -162,7 +203,9 @@ impl ChatClient {
             )),
         }
     }
+}
 
+impl ChatClient {
     /// The wait before retry number `attempt` (0-based) without a `Retry-After`.
     fn backoff(&self, attempt: u32) -> Duration {
         let exp = self
@@ -228,8 +271,15 @@ impl Llm for ChatClient {
             });
         }
         let mut retries = 0;
+        let interrupted = |retries, last: &str| LlmError {
+            reason: format!("{INTERRUPTED_REASON}{last}"),
+            retries,
+        };
         loop {
-            let (why, wait) = match self.attempt(&body) {
+            let Some(attempt) = self.attempt_unless_stopped(&body) else {
+                return Err(interrupted(retries, ""));
+            };
+            let (why, wait) = match attempt {
                 Attempt::Done(text, usage) => {
                     if let Some(cache) = &self.cache {
                         let entry = Entry {
@@ -259,10 +309,10 @@ impl Llm for ChatClient {
                 });
             }
             if !wait_unless_stopped(wait.unwrap_or_else(|| self.backoff(retries)), c.stop) {
-                return Err(LlmError {
-                    reason: format!("{INTERRUPTED_REASON} (last: {why})"),
+                return Err(interrupted(
                     retries,
-                });
+                    &format!(" while waiting to retry (last: {why})"),
+                ));
             }
             retries += 1;
         }
@@ -331,7 +381,10 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(client.url, "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(
+            client.endpoint.url,
+            "http://127.0.0.1:9/v1/chat/completions"
+        );
         for (attempt, full) in [
             (0, 100.0),
             (1, 200.0),

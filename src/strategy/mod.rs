@@ -19,3 +19,13 @@ pub trait Strategy: Send {
     /// The output, once finished (taken at most once).
     fn take_output(&mut self) -> Option<Self::Output>;
 }
+
+/// The quarantine reason of a search whose scores hold a NaN or an infinity (a model
+/// that overflowed: its ranking would be arbitrary), or `None` when all are finite.
+pub fn non_finite<'a>(scores: impl IntoIterator<Item = &'a f32>) -> Option<String> {
+    let bad = scores.into_iter().find(|s| !s.is_finite())?;
+    Some(format!(
+        "the model produced a non-finite score ({bad}): its ranking would be arbitrary \
+         (try --dtype f32, or check the checkpoint)"
+    ))
+}

@@ -23,7 +23,7 @@ const MAX_D: usize = g::ATTENTION_MAX_D as usize;
 /// v3: padded head size 64 or 128 (45 KB at D = 64, 85 KB at D = 128, opted in above
 /// 48 KiB); v1: f32 tiles, 37 KB at d = 128 (layouts: geometry.cuh).
 pub(super) fn version(dtype: DType, d: usize) -> (usize, &'static str, u32) {
-    if dtype != DType::F32 && d % 8 == 0 {
+    if dtype != DType::F32 && d.is_multiple_of(8) {
         let (dp, kernel) = if d <= 64 {
             (64, "causal_attention_v3_d64")
         } else {
