@@ -193,6 +193,14 @@ fn lock(dir: &Path, output: &Path) -> Result<File> {
                 output.display()
             );
         }
+        // A file system without locks (some network mounts): run unguarded, said once.
+        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+            eprintln!(
+                "warning: {} cannot be locked here ({e}); make sure no other run writes {}",
+                path.display(),
+                output.display()
+            );
+        }
         Err(std::fs::TryLockError::Error(e)) => {
             return Err(e).with_context(|| format!("cannot lock {}", path.display()))
         }
@@ -772,5 +780,21 @@ mod tests {
         fresh();
         std::fs::write(dir.join("part-000000.quarantine.parquet"), b"PAR1").unwrap();
         assert!(resume_err().contains("is damaged"));
+    }
+
+    #[test]
+    fn a_run_ending_before_its_first_commit_leaves_no_parts_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("o.parquet");
+        drop(ready(&output, "fp", false).unwrap()); // failed or stopped: nothing to resume
+        assert!(!parts_dir(&output).exists());
+        assert!(ready(&output, "fp", false).is_ok(), "no --resume needed");
+        let mut parts = ready(&output, "fp", false).unwrap();
+        commit_parts(&mut parts, &[(0, 2)]);
+        drop(parts);
+        assert!(
+            parts_dir(&output).join("committed.jsonl").is_file(),
+            "kept for --resume"
+        );
     }
 }
