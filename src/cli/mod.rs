@@ -129,3 +129,34 @@ pub fn inputs(paths: &[(&str, Option<&Path>)]) -> Vec<Named> {
         .filter_map(|&(flag, path)| path.map(|p| Named::new(flag, p)))
         .collect()
 }
+
+/// Prints the library's `log` records on stderr, as the command line shows them: info
+/// as written, warnings and errors after their level. The CLI and the Python module
+/// install it (the library itself only logs).
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        match record.level() {
+            _ if !self.enabled(record.metadata()) => {}
+            log::Level::Error => eprintln!("error: {}", record.args()),
+            log::Level::Warn => eprintln!("warning: {}", record.args()),
+            _ => eprintln!("{}", record.args()),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Sends the library's log to stderr (once per process; a logger the host program
+/// installed first is kept).
+pub fn init_logging() {
+    static LOG: StderrLog = StderrLog;
+    if log::set_logger(&LOG).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+}

@@ -195,8 +195,8 @@ fn lock(dir: &Path, output: &Path) -> Result<File> {
         }
         // A file system without locks (some network mounts): run unguarded, said once.
         Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
-            eprintln!(
-                "warning: {} cannot be locked here ({e}); make sure no other run writes {}",
+            log::warn!(
+                "{} cannot be locked here ({e}); make sure no other run writes {}",
                 path.display(),
                 output.display()
             );

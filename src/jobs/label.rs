@@ -271,13 +271,6 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
             if c.is_empty() {
                 bail!("the corpus {} has no usable rows", path.display());
             }
-            if c.skipped > 0 {
-                eprintln!(
-                    "corpus: {} rows skipped (first: {})",
-                    c.skipped,
-                    c.first_skip_reason.as_deref().unwrap_or("?")
-                );
-            }
             Some(Arc::new(CorpusChunks(c)))
         }
     };

@@ -124,13 +124,6 @@ pub fn job(config: ReviewConfig) -> Result<ReviewJob> {
         .as_deref()
         .map(|p| {
             let c = Corpus::from_parquet(p)?;
-            if c.skipped > 0 {
-                eprintln!(
-                    "corpus: {} rows skipped (first: {})",
-                    c.skipped,
-                    c.first_skip_reason.as_deref().unwrap_or("?")
-                );
-            }
             anyhow::ensure!(
                 !c.is_empty(),
                 "the corpus {} has no usable passage",

@@ -31,7 +31,7 @@ pub fn install_interrupt_handler() {
             if INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 std::process::exit(130); // a second Ctrl-C stops at once
             }
-            eprintln!("\ninterrupted: finishing the rows in flight (Ctrl-C again to abort)");
+            log::info!("\ninterrupted: finishing the rows in flight (Ctrl-C again to abort)");
         });
     });
 }

@@ -210,7 +210,7 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     let parts = match Parts::open(&opts.output, &fingerprint::of(&identity), opts.resume)? {
         Opened::Ready(p) => p,
         Opened::AlreadyFinished => {
-            eprintln!(
+            log::info!(
                 "{} is already complete (the interrupted clean-up of its parts is now done)",
                 opts.output.display()
             );
@@ -224,7 +224,7 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     let committed = parts.committed();
     let done_rows: u64 = committed.iter().map(|(a, b)| b - a).sum();
     if done_rows > 0 {
-        eprintln!("resuming: {done_rows} rows already committed");
+        log::info!("resuming: {done_rows} rows already committed");
     }
     let plan = Arc::new(plan_parts(&committed, end - start, opts.part_rows));
     let bar = progress_bar(end - start, "rows");

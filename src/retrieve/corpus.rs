@@ -73,6 +73,13 @@ impl Corpus {
             .map(|(t, x)| format!("{t} {x}"))
             .collect();
         let index = Bm25Index::new(&docs);
+        if skipped > 0 {
+            log::warn!(
+                "corpus {}: {skipped} rows skipped (first: {})",
+                path.display(),
+                first_skip_reason.as_deref().unwrap_or("?")
+            );
+        }
         Ok(Self {
             ids,
             titles,

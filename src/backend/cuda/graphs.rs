@@ -169,8 +169,8 @@ pub fn run(
             // this shape tries again.
             Err(Capture::Forward(e)) => return Err(e),
             Err(Capture::Graph(e)) => {
-                eprintln!(
-                    "hopscore: capturing a CUDA graph failed ({e:#}); batches of this shape \
+                log::warn!(
+                    "capturing a CUDA graph failed ({e:#}); batches of this shape \
                      run without one (HOPSCORE_CUDA_GRAPHS=off turns graphs off)"
                 );
                 Entry::Failed
