@@ -316,20 +316,22 @@ fn edited_checkpoint(dir: &Path, edit: impl Fn(&str, &mut Vec<usize>, &mut Vec<u
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
 }
 
-#[test]
-fn broken_checkpoints_name_the_tensor() {
+/// The error of loading the cross-encoder in `dir` (which must fail).
+fn load_error(dir: &Path) -> String {
     use hopscore::backend::cpu::CpuBackend;
     use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
-    let load = |dir: &Path| {
-        CrossEncoder::load(&CpuBackend, ModelFiles::open(dir).unwrap(), None)
-            .err()
-            .map(|e| format!("{e:#}"))
-            .expect("loading must fail")
-    };
+    CrossEncoder::load(&CpuBackend, ModelFiles::open(dir).unwrap(), None)
+        .err()
+        .map(|e| format!("{e:#}"))
+        .expect("loading must fail")
+}
+
+#[test]
+fn broken_checkpoints_name_the_tensor() {
     let tmp = tempfile::tempdir().unwrap();
     let name = "deberta.encoder.layer.1.attention.self.key_proj.weight";
     broken_checkpoint(tmp.path(), Some(name), None);
-    let err = load(tmp.path());
+    let err = load_error(tmp.path());
     assert!(
         err.contains(&format!("tensor `{name}` is missing")),
         "{err}"
@@ -338,7 +340,7 @@ fn broken_checkpoints_name_the_tensor() {
     let tmp = tempfile::tempdir().unwrap();
     let name = "deberta.encoder.layer.0.output.dense.weight";
     broken_checkpoint(tmp.path(), None, Some(name));
-    let err = load(tmp.path());
+    let err = load_error(tmp.path());
     assert!(
         err.contains(&format!("tensor `{name}` has shape [2048]")) && err.contains("[32, 64]"),
         "{err}"
@@ -350,14 +352,6 @@ fn broken_checkpoints_name_the_tensor() {
 /// naming the tensors.
 #[test]
 fn non_finite_weights_and_tensors_the_config_leaves_out_are_refused() {
-    use hopscore::backend::cpu::CpuBackend;
-    use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
-    let load = |dir: &Path| {
-        CrossEncoder::load(&CpuBackend, ModelFiles::open(dir).unwrap(), None)
-            .err()
-            .map(|e| format!("{e:#}"))
-            .expect("loading must fail")
-    };
     let name = "deberta.encoder.layer.1.intermediate.dense.weight";
     for (value, index) in [(f32::NAN, 5), (f32::INFINITY, 0), (f32::NEG_INFINITY, 63)] {
         let tmp = tempfile::tempdir().unwrap();
@@ -367,7 +361,7 @@ fn non_finite_weights_and_tensors_the_config_leaves_out_are_refused() {
             }
             true
         });
-        let err = load(tmp.path());
+        let err = load_error(tmp.path());
         let want = format!("tensor `{name}` holds 1 non-finite values (NaN or ±inf; the first at flat index {index})");
         assert!(err.contains(&want), "{err}");
     }
@@ -380,7 +374,7 @@ fn non_finite_weights_and_tensors_the_config_leaves_out_are_refused() {
     assert_eq!(json["num_hidden_layers"], 2);
     json["num_hidden_layers"] = 1.into();
     std::fs::write(&config, json.to_string()).unwrap();
-    let err = load(tmp.path());
+    let err = load_error(tmp.path());
     assert!(
         err.contains("tensors of the checkpoint are not part of the model")
             && err.contains("deberta.encoder.layer.1."),

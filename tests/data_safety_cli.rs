@@ -51,6 +51,14 @@ fn questions(n: usize, tag: &str) -> Vec<Question> {
     (0..n).map(|i| question(&format!("q{i}"), tag)).collect()
 }
 
+/// A temporary directory holding `q.parquet`, a question file of `n` questions.
+fn question_file(n: usize) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(n, "red"));
+    (tmp, q)
+}
+
 fn bm25(input: &Path, output: &Path, extra: &[&str]) -> Command {
     let mut c = common::hopscore();
     c.args(["lepus", "--scorer", "bm25", "--input"])
@@ -95,9 +103,7 @@ fn unwritable(dir: &Path) -> PathBuf {
 
 #[test]
 fn output_equal_to_input_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(3, "red"));
+    let (tmp, q) = question_file(3);
     let before = std::fs::read(&q).unwrap();
     let same_file_spellings = [
         q.clone(),
@@ -182,9 +188,7 @@ fn resume_refuses_other_input_with_same_row_count() {
 
 #[test]
 fn failed_run_leaves_earlier_outputs_untouched() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(3, "red"));
+    let (tmp, q) = question_file(3);
     let out = tmp.path().join("o.parquet");
     assert_eq!(run(&mut bm25(&q, &out, &[])).0, Some(0));
     let good = std::fs::read(&out).unwrap();
@@ -226,9 +230,7 @@ fn failed_run_leaves_earlier_outputs_untouched() {
 
 #[test]
 fn zero_negative_and_nan_numeric_flags_are_refused_naming_the_flag() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(2, "red"));
+    let (tmp, q) = question_file(2);
     let out = tmp.path().join("o.parquet");
     for (flag, value) in [
         ("--max-active", "0"),
@@ -273,9 +275,7 @@ fn zero_negative_and_nan_numeric_flags_are_refused_naming_the_flag() {
 
 #[test]
 fn a_run_killed_during_clean_up_resumes_to_completion() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(3, "red"));
+    let (tmp, q) = question_file(3);
     let out = tmp.path().join("o.parquet");
     let good_q = tmp.path().join("o.q.parquet");
     assert_eq!(
@@ -376,9 +376,7 @@ fn invalid_utf8_row_goes_to_quarantine_and_the_run_goes_on() {
 
 #[test]
 fn merge_refuses_a_missing_shard_quarantine_and_names_a_truncated_shard() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(4, "red"));
+    let (tmp, q) = question_file(4);
     let s0 = tmp.path().join("s0.parquet");
     let s1 = tmp.path().join("s1.parquet");
     assert_eq!(run(&mut bm25(&q, &s0, &["--shard", "0/2"])).0, Some(0));
@@ -464,9 +462,7 @@ fn review(input: &Path, output: &Path, url: &str) -> Command {
 
 #[test]
 fn review_exits_3_and_counts_failures_when_no_question_is_answered() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(2, "red"));
+    let (tmp, q) = question_file(2);
     let (url, _) = fake_llm(401);
     let out = tmp.path().join("r.parquet");
     let (code, err) = run(&mut review(&q, &out, &url));
@@ -486,9 +482,7 @@ fn review_exits_3_and_counts_failures_when_no_question_is_answered() {
 /// sends SIGINT once the first request has arrived, and returns the exit code, the
 /// number of requests the server saw and the rows written.
 fn review_interrupted(status: u16, extra: &[&str]) -> (Option<i32>, usize, i64) {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(1, "red"));
+    let (tmp, q) = question_file(1);
     let (url, requests) = fake_llm(status);
     let out = tmp.path().join("r.parquet");
     let mut child = review(&q, &out, &url)
@@ -640,9 +634,7 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
 fn parts_commit_as_soon_as_their_rows_finish() {
     use hopscore::jobs::questions::QuestionJob;
     use hopscore::pipeline::files::{run, FileRun};
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(6, "red"));
+    let (tmp, q) = question_file(6);
     let out = tmp.path().join("o.parquet");
     let mut job = QuestionJob::new(
         ThreeStepsScorer {
@@ -677,9 +669,7 @@ fn parts_commit_as_soon_as_their_rows_finish() {
 
 #[test]
 fn an_output_over_a_model_input_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(2, "red"));
+    let (tmp, q) = question_file(2);
     let model = tmp.path().join("model.bin");
     std::fs::write(&model, b"weights").unwrap();
     let label = |output: &Path| {
@@ -755,9 +745,7 @@ fn a_second_writer_of_one_output_is_refused_naming_the_holder() {
 /// before any work.
 #[test]
 fn an_output_that_is_a_device_fifo_or_directory_is_refused_at_start() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(2, "red"));
+    let (tmp, q) = question_file(2);
     let fifo = tmp.path().join("fifo");
     assert!(Command::new("mkfifo")
         .arg(&fifo)
@@ -793,9 +781,7 @@ fn an_output_that_is_a_device_fifo_or_directory_is_refused_at_start() {
 /// SHA-256 recorded at commit) before any work.
 #[test]
 fn resume_verifies_the_committed_parts_before_any_work() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(4, "red"));
+    let (tmp, q) = question_file(4);
     let out = tmp.path().join("o.parquet");
     let parts = tmp.path().join("o.parquet.parts");
     let bad_q = unwritable(tmp.path());
@@ -834,9 +820,7 @@ fn resume_verifies_the_committed_parts_before_any_work() {
 /// temporaries of its own output and parts directory left by dead processes.
 #[test]
 fn a_run_removes_the_temporaries_killed_runs_left() {
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(2, "red"));
+    let (tmp, q) = question_file(2);
     let out = tmp.path().join("o.parquet");
     let parts = tmp.path().join("o.parquet.parts");
     std::fs::create_dir(&parts).unwrap();
@@ -961,9 +945,7 @@ fn nulls_where_pyarrow_allows_them_are_bad_rows_and_hops_below_1_one_rule() {
 #[test]
 fn merge_refusal_names_the_differing_column_not_the_schema_blob() {
     use parquet::file::reader::FileReader;
-    let tmp = tempfile::tempdir().unwrap();
-    let q = tmp.path().join("q.parquet");
-    write_questions(&q, &questions(4, "red"));
+    let (tmp, q) = question_file(4);
     let (s0, s1) = (tmp.path().join("s0.parquet"), tmp.path().join("s1.parquet"));
     assert_eq!(run(&mut bm25(&q, &s0, &["--shard", "0/2"])).0, Some(0));
     assert_eq!(run(&mut bm25(&q, &s1, &["--shard", "1/2"])).0, Some(0));

@@ -118,6 +118,14 @@ impl Question {
             .map_or(self.supporting.len(), |h| h as usize)
     }
 
+    /// The recorded problem of a `hops` below 1 (see [`Question::hop_count`]), if any.
+    pub fn hops_issue(&self) -> Option<&str> {
+        self.issues
+            .iter()
+            .map(String::as_str)
+            .find(|i| i.contains(HOPS_PROBLEM))
+    }
+
     /// Checks what scoring needs (an id, a question, passages); the error is the
     /// quarantine reason. Problems with the gold labels do not make a question
     /// unusable for scoring: see [`Question::gold_problems`].
@@ -665,9 +673,12 @@ pub fn supporting_facts_at(
         .map(Some)
 }
 
+/// What every `hops` problem says (found again by [`Question::hops_issue`]).
+const HOPS_PROBLEM: &str = "(a hop count is at least 1; taken as absent)";
+
 /// The gold-label problem of a `hops` value below 1 (see [`Question::hop_count`]).
 fn hops_problem(hops: i32) -> String {
-    format!("hops is {hops} (a hop count is at least 1; taken as absent)")
+    format!("hops is {hops} {HOPS_PROBLEM}")
 }
 
 fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {

@@ -221,7 +221,7 @@ fn prepare(
         Hops::Auto => HopMode::Auto { tau, max_hops },
         Hops::FromData => match q.hop_count() {
             0 => {
-                let why = match q.issues.iter().find(|i| i.contains("hops is")) {
+                let why = match q.hops_issue() {
                     Some(issue) => format!("its `hops` is unusable ({issue})"),
                     None => "no `hops`".to_string(),
                 };

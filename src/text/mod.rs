@@ -66,6 +66,7 @@ mod tests {
         assert_eq!(ids[..513], whole[..513]);
         longest.set(0);
         super::leading_ids(encode, &text, 512).unwrap();
+        // The first prefix is 64 × 513 bytes; two doublings reach agreement here.
         assert!(
             longest.get() <= 4 * 64 * 513,
             "encoded {} of {} bytes",
