@@ -16,6 +16,7 @@ fn main() -> anyhow::Result<()> {
                 iters: 3,
                 peak_gemm: 0,
                 profile: false,
+                tanh_gelu: false,
             },
         )?;
         println!(

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::backend::{Backend, DeviceCounts, KernelTime};
 use crate::model::batch::{PackedBatch, Sequence};
-use crate::model::config::{DebertaConfig, RelativeConfig};
+use crate::model::config::{DebertaConfig, RelativeConfig, DEBERTA_PROJECTIONS};
 use crate::model::cross_encoder::CrossEncoder;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
 use crate::model::decoder_config::{DecoderConfig, Family};
@@ -86,6 +86,7 @@ impl ModelShape {
             pooler_hidden_size: hidden,
             architectures: Vec::new(),
             tanh_gelu: false,
+            projections: DEBERTA_PROJECTIONS,
         })
     }
 }
@@ -102,6 +103,9 @@ pub struct BenchSpec {
     pub peak_gemm: usize,
     /// Count the launches and copies of the profiled pass (devices only).
     pub profile: bool,
+    /// Encoders: the FFN's GELU in its tanh form (`hidden_act: gelu_new`), on a GPU
+    /// the up-projection GEMM's epilogue.
+    pub tanh_gelu: bool,
 }
 
 /// Measured throughput (one JSON line with `--json`).
@@ -208,10 +212,13 @@ pub fn run<B: Backend>(be: &B, spec: BenchSpec) -> Result<BenchResult> {
             model.target_logprobs(be, &seqs, 1.0).map(|_| ())
         });
     }
-    let config = spec
-        .shape
-        .encoder_config()
-        .expect("every shape is an encoder or a decoder");
+    let config = DebertaConfig {
+        tanh_gelu: spec.tanh_gelu,
+        ..spec
+            .shape
+            .encoder_config()
+            .expect("every shape is an encoder or a decoder")
+    };
     let model = CrossEncoder::from_weights(be, &Weights::random(7), config.clone(), Vec::new())?;
     let seqs: Vec<Sequence> = random_ids(spec.batch, spec.seq_len, config.vocab_size)
         .into_iter()

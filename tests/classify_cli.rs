@@ -509,12 +509,7 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
         0,
         "every row was committed"
     );
-    let bytes = |name: &str| std::fs::read(tmp.path().join(name)).unwrap();
-    assert_eq!(bytes("whole.parquet"), bytes("parts.parquet"));
-    assert_eq!(
-        bytes("whole.quarantine.parquet"),
-        bytes("parts.quarantine.parquet")
-    );
+    common::assert_parts_equal_whole(tmp.path());
 
     for i in 0..3 {
         let shard = PartArgs {
@@ -523,21 +518,7 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
         };
         run(&args(&format!("s{i}"), shard, None)).unwrap();
     }
-    let status = common::hopscore()
-        .arg("merge")
-        .args((0..3).map(|i| tmp.path().join(format!("s{i}.parquet"))))
-        .arg("--output")
-        .arg(tmp.path().join("merged.parquet"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    for name in ["", ".quarantine"] {
-        let (a, b) = (
-            common::read_parquet(&tmp.path().join(format!("whole{name}.parquet"))),
-            common::read_parquet(&tmp.path().join(format!("merged{name}.parquet"))),
-        );
-        assert_eq!(a.columns(), b.columns(), "{name}");
-    }
+    common::assert_merged_shards_equal_whole(tmp.path(), 3);
 }
 
 /// Issue 26: SIGTERM on a long `classify` waited for the whole group in flight (4,096

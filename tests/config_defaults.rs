@@ -6,8 +6,8 @@
 use clap::Parser;
 use hopscore::cli::{Cli, Command};
 use hopscore::jobs::{
-    beam::BeamConfig, classify::ClassifyConfig, label::LabelConfig, lepus::LepusConfig,
-    loglik::LoglikConfig,
+    beam::BeamConfig, classify::ClassifyConfig, embed::EmbedConfig, label::LabelConfig,
+    lepus::LepusConfig, loglik::LoglikConfig,
 };
 
 /// The subcommand parsed from `args` plus an input and an output.
@@ -55,5 +55,10 @@ fn library_config_constructors_equal_the_cli_defaults() {
         &["loglik", "--model", "m"],
         Loglik,
         LoglikConfig::new("m".into())
+    );
+    same_defaults!(
+        &["embed", "--model", "m"],
+        Embed,
+        EmbedConfig::new("m".into())
     );
 }

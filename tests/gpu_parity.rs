@@ -2,7 +2,7 @@
 //! test-backend-ops) — encoder ops, DeBERTa's disentangled attention and the decoder
 //! ops — each run by one generic `run` on the CUDA backend and on the CPU backend (the
 //! executable specification) with the same fresh seeded inputs; then whole models
-//! (DeBERTa fixtures, GPT-2 / Llama-GQA / Qwen2 decoders) on both backends.
+//! (DeBERTa fixtures, the BERT embedder, GPT-2 / Llama-GQA / Qwen2 decoders) on both backends.
 //!
 //! Every device buffer is filled with NaN bytes when handed out (`CudaBackend::
 //! poisoned`), so an output element a kernel leaves unwritten fails (a non-finite
@@ -1302,6 +1302,60 @@ fn deberta_models_bf16() {
     }
 }
 
+/// The random BERT of tests/fixtures/bert (Contriever layout: absolute positions, token
+/// types, BERT's projection names) through the embedder on both backends: the last
+/// hidden state and the mean-pooled, normalised embedding of each sequence.
+fn check_bert(dtype: DType, tol: f32) {
+    use hopscore::model::bert::{BertEmbedder, EmbeddingHead, Pooling};
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
+    gpu.set_cuda_graphs(false);
+    let fixture_dir = common::fixture("bert/random_plain");
+    let case = common::golden_sequences(&common::read_golden(
+        &fixture_dir.join("golden.safetensors"),
+    ));
+    let batch = PackedBatch::pack(&case.seqs);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
+    let head = EmbeddingHead {
+        pooling: Pooling::Mean,
+        normalize: true,
+        max_seq_length: None,
+    };
+    let cpu = BertEmbedder::load(&CpuBackend, &dir, Some(head.clone())).unwrap();
+    let dev = BertEmbedder::load(&gpu, &dir, Some(head)).unwrap();
+    for (what, got, want) in [
+        (
+            "bert hidden",
+            dev.last_hidden_state(&gpu, &batch).unwrap(),
+            cpu.last_hidden_state(&CpuBackend, &batch).unwrap(),
+        ),
+        (
+            "bert embedding",
+            dev.embed(&gpu, &batch).unwrap(),
+            cpu.embed(&CpuBackend, &batch).unwrap(),
+        ),
+    ] {
+        check_model(what, dtype, rel_err(&got.data, &want.data), tol);
+    }
+}
+
+#[test]
+fn bert_models_f32() {
+    check_bert(DType::F32, tolerance(DType::F32));
+}
+
+#[test]
+fn bert_models_bf16() {
+    check_bert(DType::Bf16, BF16_MODEL_TOLERANCE);
+}
+
+#[test]
+fn bert_models_f16() {
+    check_bert(DType::F16, tolerance(DType::F16));
+}
+
 /// A device running the v4 (wgmma) disentangled attention: compute capability 9.0 (the
 /// emulator poses as one); `None` elsewhere, said on stderr.
 fn v4_gpu(dtype: DType) -> Option<CudaBackend> {
@@ -1769,6 +1823,7 @@ fn bench_times_every_kernel_on_the_device() {
         iters: 1,
         peak_gemm: 0,
         profile: true,
+        tanh_gelu: false,
     };
     let r = hopscore::bench::run(&gpu, spec).expect("bench on the device");
     // 4 layers: one attention and four GEMMs (QKV, output, FFN in and out) each.

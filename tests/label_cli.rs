@@ -285,3 +285,92 @@ fn corpus_mode_searches_one_shared_corpus() {
         "every retrieval stayed in the question's own passages"
     );
 }
+
+/// `--retriever dense`: each iteration's query embedded by the bi-encoder (MiniLM),
+/// the pool's or the corpus's chunks ranked by inner product. The first iteration's
+/// query is the question, so its retrieval must equal a brute-force ranking of the
+/// library's vectors; a corpus run takes the corpus's vectors from `--index`.
+#[test]
+fn dense_retrieval_ranks_by_the_bi_encoder() {
+    use hopscore::backend::cpu::CpuBackend;
+    use hopscore::jobs::embed::{embedder, EmbedConfig};
+    use hopscore::retrieve::dense::top_k_inner_product;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(qs) = questions(tmp.path(), 3) else {
+        return;
+    };
+    let Some(minilm) = common::MINILM.require() else {
+        return;
+    };
+    let encoder = minilm.parent().unwrap().to_path_buf();
+    let enc = embedder(EmbedConfig::new(encoder.clone()), CpuBackend).unwrap();
+    let input = tmp.path().join("q.parquet");
+    write_questions(&input, &qs);
+    let dense = [
+        "--retriever",
+        "dense",
+        "--top-k",
+        "3",
+        "--encoder",
+        encoder.to_str().unwrap(),
+    ];
+
+    let out = tmp.path().join("pool.parquet");
+    assert!(label(&input, &out, &dense).status().unwrap().success());
+    for (q, its) in qs.iter().zip(iterations(&common::read_parquet(&out))) {
+        let vectors = enc.embed_passages(&q.passages).unwrap();
+        let query = enc.embed_texts(&[&q.question]).unwrap();
+        let want: Vec<String> = top_k_inner_product(&query, &vectors, 3)
+            .into_iter()
+            .map(|(doc, _)| doc.to_string())
+            .collect();
+        assert_eq!(its[0].0, q.question);
+        assert_eq!(its[0].1, want, "{}", q.id);
+    }
+
+    // Over a corpus: vectors from the index that `embed` wrote of the same file.
+    let corpus = tmp.path().join("corpus.parquet");
+    let ids = write_corpus(&corpus, &qs);
+    let index = tmp.path().join("index.parquet");
+    let st = common::hopscore()
+        .arg("embed")
+        .arg("--model")
+        .arg(&encoder)
+        .arg("--input")
+        .arg(&corpus)
+        .arg("--output")
+        .arg(&index)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = tmp.path().join("corpus-run.parquet");
+    let mut cmd = label(&input, &out, &dense);
+    cmd.arg("--corpus").arg(&corpus).arg("--index").arg(&index);
+    assert!(cmd.status().unwrap().success());
+    let b = common::read_parquet(&out);
+    let index_batch = common::read_parquet(&index);
+    let list = index_batch.column_by_name("embedding").unwrap();
+    let list = list
+        .as_any()
+        .downcast_ref::<arrow::array::FixedSizeListArray>()
+        .unwrap();
+    let values = list
+        .values()
+        .as_any()
+        .downcast_ref::<arrow::array::Float32Array>()
+        .unwrap();
+    for (q, its) in qs.iter().zip(iterations(&b)) {
+        let query = enc.embed_texts(&[&q.question]).unwrap();
+        let want: Vec<String> = top_k_inner_product(&query, values.values(), 3)
+            .into_iter()
+            .map(|(row, _)| ids[row].clone())
+            .collect();
+        assert_eq!(its[0].1, want, "{}", q.id);
+    }
+
+    // A corpus run without the index is refused with what to do.
+    let mut cmd = label(&input, &tmp.path().join("no-index.parquet"), &dense);
+    let o = cmd.arg("--corpus").arg(&corpus).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--index"));
+}

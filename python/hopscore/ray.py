@@ -105,6 +105,13 @@ class Classify(_Actor):
     job_class = hopscore.CrossEncoder
 
 
+class Embed(_Actor):
+    """Bi-encoder vectors of (id, text[, title]) rows: keyword arguments of
+    :class:`hopscore.Embedder`."""
+
+    job_class = hopscore.Embedder
+
+
 class Loglik(_Actor):
     """Causal-LM log-likelihoods of (id, prompt, target) rows: keyword arguments of
     :class:`hopscore.CausalLM`."""

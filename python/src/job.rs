@@ -30,8 +30,11 @@ fn parse(command: &str, flags: &[String]) -> Result<(JobConfig, DeviceConfig)> {
         Command::Label(a) => (JobConfig::Label(a.config()), a.device.config()),
         Command::Lepus(a) => (JobConfig::Lepus(a.config()), a.device.config()),
         Command::Classify(a) => (JobConfig::Classify(a.config()), a.device.config()),
+        Command::Embed(a) => (JobConfig::Embed(a.config()), a.device.config()),
         Command::Loglik(a) => (JobConfig::Loglik(a.config()), a.device.config()),
-        _ => bail!("`{command}` is not a scoring job: use beam, label, lepus, classify or loglik"),
+        _ => bail!(
+            "`{command}` is not a scoring job: use beam, label, lepus, classify, embed or loglik"
+        ),
     };
     Ok((
         config,

@@ -123,6 +123,18 @@ def pairs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def passages(tmp_path_factory) -> Path:
+    """(id, title, text) rows for ``embed`` in the words of :func:`word_tokenizer`; the
+    third has no text."""
+    return rows_file(tmp_path_factory, "passages", ("id", "title", "text"), [
+        ("e0", "w10", "w11 w12 w13 w14"),
+        ("e1", None, "w30 w31 w32"),
+        ("bad-null", "w50", None),
+        ("e3", "w60 w61", "w70 w71 w72 unknown w73"),
+    ])
+
+
+@pytest.fixture(scope="session")
 def loglik_rows(tmp_path_factory) -> Path:
     """(id, prompt, target) rows for ``loglik``; the third has a null target."""
     return rows_file(tmp_path_factory, "loglik", ("id", "prompt", "target"), [

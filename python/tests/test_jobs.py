@@ -22,10 +22,11 @@ CASES = {
     "lepus-lm": ("lepus", hopscore.Lepus, {"model": fixture("lepus/gpt2_bytes"), "first_hops": 3}, "questions"),
     "classify": ("classify", hopscore.CrossEncoder, {"model": fixture("deberta/v3_seqcls")}, "pairs"),
     "loglik": ("loglik", hopscore.CausalLM, {"model": fixture("lepus/gpt2_bytes")}, "loglik_rows"),
+    "embed": ("embed", hopscore.Embedder, {"model": fixture("bert/random_plain"), "float16": True}, "passages"),
 }
-BAD_ID = {"questions": "bad-no-passages", "pairs": "bad-null", "loglik_rows": "bad-null"}
+BAD_ID = {"questions": "bad-no-passages", "pairs": "bad-null", "loglik_rows": "bad-null", "passages": "bad-null"}
 #: The tokenizer fixture of jobs whose model directory has no tokenizer.json.
-TOKENIZER = {"beam": "tokenizer", "label": "tokenizer", "classify": "word_tokenizer"}
+TOKENIZER = {"beam": "tokenizer", "label": "tokenizer", "classify": "word_tokenizer", "embed": "word_tokenizer"}
 
 
 def options(name: str, request) -> dict:

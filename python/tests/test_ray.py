@@ -1,6 +1,6 @@
 """A Ray Data pipeline on a local Ray (2 CPUs) with two CPU actors of
-``hopscore.ray.Beam`` gives the rows of the CLI's output file; the bad row of the
-question file is written to the quarantine folder."""
+``hopscore.ray.Beam`` (or ``hopscore.ray.Embed``) gives the rows of the CLI's output
+file; the bad row of the input is written to the quarantine folder."""
 
 import glob
 
@@ -47,6 +47,27 @@ def test_two_cpu_actors_give_the_clis_rows(local_ray, questions, tmp_path, token
     bad = pa.concat_tables([pq.read_table(f) for f in glob.glob(f"{quarantine}/*.parquet")])
     assert bad.column("id").to_pylist() == cli_bad.column("id").to_pylist() == ["bad-no-passages"]
     assert bad.column("reason").to_pylist() == cli_bad.column("reason").to_pylist()
+
+
+def test_embed_actors_give_the_clis_rows(local_ray, passages, tmp_path, word_tokenizer):
+    job = {"model": fixture("bert/random_plain"), "tokenizer": word_tokenizer}
+    cli_rows, cli_bad = cli_run("embed", hopscore._flags(job), passages, tmp_path)
+
+    quarantine = tmp_path / "quarantine"
+    table = pq.read_table(passages)
+    ds = ray.data.from_arrow([table.slice(i, 2) for i in range(0, table.num_rows, 2)])
+    out = ds.map_batches(
+        hopscore.ray.Embed,
+        batch_size=2,
+        fn_constructor_kwargs=dict(job, threads=1, quarantine_dir=str(quarantine)),
+        **hopscore.ray.actor_options(actors=2, device="cpu", threads=1),
+    )
+    rows = pa.concat_tables(ray.get(out.to_arrow_refs()))
+
+    assert rows.schema.equals(cli_rows.schema, check_metadata=False)
+    assert by_id(rows.to_pylist()) == by_id(cli_rows.to_pylist())
+    bad = pa.concat_tables([pq.read_table(f) for f in glob.glob(f"{quarantine}/*.parquet")])
+    assert bad.column("id").to_pylist() == cli_bad.column("id").to_pylist() == ["bad-null"]
 
 
 def test_actor_options_give_one_gpu_per_actor_or_cpu_actors():

@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// outside and inside its CUDA graph replay.
     #[arg(long)]
     pub profile: bool,
+    /// Encoder shapes: the FFN's GELU in its tanh form (`hidden_act: gelu_new`, on a
+    /// GPU fused into the up-projection GEMM) instead of erf.
+    #[arg(long)]
+    pub tanh_gelu: bool,
     /// Print one JSON line instead of a table (for tools/bench_reference.py).
     #[arg(long)]
     pub json: bool,
@@ -65,6 +69,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         iters: args.iters,
         peak_gemm: args.peak_gemm,
         profile: args.profile,
+        tanh_gelu: args.tanh_gelu,
     };
     with_backend!(&args.device.config(), be => crate::bench::run(be, spec))
 }

@@ -144,6 +144,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             eprintln!("merged {n} shards into {}", args.output.display());
         }
         Command::Classify(args) => return Ok(report_rows(&cli::classify::run(&args)?)),
+        Command::Embed(args) => return Ok(report_rows(&cli::embed::run(&args)?)),
+        Command::Retrieve(args) => eprintln!("{}", cli::retrieve::run(&args)?),
         Command::Loglik(args) => return Ok(report_rows(&cli::loglik::run(&args)?)),
         Command::BenchLoglik(args) => {
             let r = cli::bench_loglik::run(&args)?;

@@ -8,8 +8,10 @@ use clap::Args;
 
 use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
+use crate::io::paths::Named;
 use crate::jobs::device::with_backend;
-use crate::jobs::label::{self, LabelConfig, TagPooling};
+use crate::jobs::embed::EmbedConfig;
+use crate::jobs::label::{self, LabelConfig, LabelRetriever, TagPooling};
 use crate::pipeline::files;
 use crate::strategy::efficientrag::{MAX_ITER, TOP_K};
 
@@ -41,6 +43,20 @@ pub struct LabelArgs {
     /// Chunks retrieved per iteration.
     #[arg(long, default_value_t = TOP_K, value_parser = super::flags::positive_usize)]
     pub top_k: usize,
+    /// `bm25`, or `dense` as the official code retrieves (a bi-encoder such as
+    /// Contriever-MSMARCO: --encoder; over --corpus, its vectors: --index).
+    #[arg(long, value_enum, default_value_t = LabelRetriever::Bm25)]
+    pub retriever: LabelRetriever,
+    /// The bi-encoder of `--retriever dense` (a BERT-family directory as for `embed`);
+    /// it embeds each iteration's query on the CPU.
+    #[arg(long, env = "HOPSCORE_ENCODER")]
+    pub encoder: Option<PathBuf>,
+    /// `hopscore embed` outputs of the --corpus file (dense retrieval over a corpus).
+    #[arg(long, num_args = 1..)]
+    pub index: Vec<PathBuf>,
+    /// Text put before every query (E5: "query: ").
+    #[arg(long, default_value = "")]
+    pub query_prefix: String,
     #[command(flatten)]
     pub run: RunArgs,
     #[command(flatten)]
@@ -58,6 +74,12 @@ impl LabelArgs {
             tag_pooling: self.tag_pooling,
             max_iter: self.max_iter,
             top_k: self.top_k,
+            retriever: self.retriever,
+            encoder: self.encoder.clone().map(|model| EmbedConfig {
+                prefix: self.query_prefix.clone(),
+                ..EmbedConfig::new(model)
+            }),
+            index: self.index.clone(),
             scheduler: self.run.scheduler(),
         }
     }
@@ -66,12 +88,15 @@ impl LabelArgs {
 /// Runs `hopscore label`.
 pub fn run(args: &LabelArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    let run = args.run.file_run(super::inputs(&[
+    let mut inputs = super::inputs(&[
         ("--labeler", Some(&args.labeler)),
         ("--filter", Some(&args.filter)),
         ("--tokenizer", args.tokenizer.as_deref()),
         ("--corpus", args.corpus.as_deref()),
-    ]));
+        ("--encoder", args.encoder.as_deref()),
+    ]);
+    inputs.extend(args.index.iter().map(|p| Named::new("--index", p)));
+    let run = args.run.file_run(inputs);
     run.check_paths(&[])?;
     with_backend!(owned &args.device.config(), be => {
         let mut job = label::job(args.config(), be)?;

@@ -6,6 +6,7 @@ pub mod beam;
 pub mod bench;
 pub mod bench_loglik;
 pub mod classify;
+pub mod embed;
 pub mod entry;
 pub mod eval;
 pub mod flags;
@@ -16,6 +17,7 @@ pub mod lepus;
 pub mod loglik;
 pub mod merge;
 pub mod question_run;
+pub mod retrieve;
 pub mod review;
 pub mod row_run;
 pub mod show;
@@ -57,6 +59,10 @@ pub enum Command {
     Show(show::ShowArgs),
     /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
     Classify(classify::ClassifyArgs),
+    /// Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE).
+    Embed(embed::EmbedArgs),
+    /// Candidate pools for a question file from a corpus: dense (an `embed` index), BM25 or hybrid.
+    Retrieve(retrieve::RetrieveArgs),
     /// Describe a model directory: config, parameters, dtypes, heads, tokenizer.
     Inspect(inspect::InspectArgs),
     /// Encoder throughput on random weights of a standard shape.

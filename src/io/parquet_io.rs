@@ -463,6 +463,14 @@ pub fn write_in_batches<R>(
 /// long is almost certainly a data error, and no model here reads that many tokens).
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
 
+/// Column `name` as strings when `batch` has it (an optional input column).
+pub fn optional_string_column(batch: &RecordBatch, name: &str) -> Result<Option<StringArray>> {
+    batch
+        .column_by_name(name)
+        .map(|_| string_column(batch, name))
+        .transpose()
+}
+
 /// `Ok(None)` for null, the text when usable, `Err` with a reason otherwise.
 pub fn check_text<'a>(
     col: &'a arrow::array::StringArray,
@@ -472,7 +480,11 @@ pub fn check_text<'a>(
     if col.is_null(r) {
         return Ok(None);
     }
-    let t = col.value(r);
+    check_str(col.value(r), name).map(Some)
+}
+
+/// The text of column `name` when usable: not blank, at most [`MAX_TEXT_BYTES`].
+pub fn check_str<'a>(t: &'a str, name: &str) -> Result<&'a str, String> {
     if t.trim().is_empty() {
         return Err(format!("{name} is empty"));
     }
@@ -482,7 +494,7 @@ pub fn check_text<'a>(
             t.len()
         ));
     }
-    Ok(Some(t))
+    Ok(t)
 }
 
 /// Output path with a suffix before the extension: `out.parquet` → `out.quarantine.parquet`.

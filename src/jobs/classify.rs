@@ -10,13 +10,12 @@ use std::sync::Arc;
 use anyhow::Result;
 use arrow::array::{ArrayRef, Float32Builder, ListBuilder, RecordBatch};
 use arrow::datatypes::Field;
-use rayon::prelude::*;
 
-use super::rows::{InputColumn, RowJob, RowScorer};
+use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer};
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
-use crate::io::parquet_io::{check_text, string_column};
-use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
+use crate::io::parquet_io::check_str;
+use crate::model::batch::Sequence;
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::select;
 use crate::text::TextTokenizer;
@@ -120,25 +119,10 @@ impl<B: Backend> RowScorer for Classifier<B> {
     }
 
     fn prepare(&self, batch: &RecordBatch) -> Result<Vec<Result<Sequence, String>>> {
-        let a = string_column(batch, "text_a")?;
-        let b = match batch.column_by_name("text_b") {
-            Some(_) => Some(string_column(batch, "text_b")?),
-            None => None,
-        };
-        Ok((0..batch.num_rows())
-            .into_par_iter()
-            .map(|r| {
-                let text_a =
-                    check_text(&a, r, "text_a")?.ok_or_else(|| "text_a is null".to_string())?;
-                let text_b = match &b {
-                    Some(b) => check_text(b, r, "text_b")?,
-                    None => None,
-                };
-                self.tok
-                    .encode_pair(text_a, text_b)
-                    .map_err(|e| format!("{e:#}"))
-            })
-            .collect())
+        map_text_rows(batch, "text_a", "text_b", |a, b| {
+            let b = b.map(|b| check_str(b, "text_b")).transpose()?;
+            self.tok.encode_pair(a, b).map_err(|e| format!("{e:#}"))
+        })
     }
 
     fn tokens(row: &Sequence) -> usize {
@@ -156,25 +140,16 @@ impl<B: Backend> RowScorer for Classifier<B> {
     }
 }
 
-/// Logits of the first head for every sequence, in the order given. Sequences are
-/// sorted by length and packed into batches of at most `budget` tokens.
+/// Logits of the first head for every sequence, in the order given (batches of at
+/// most `budget` tokens, longest first).
 fn score<B: Backend>(
     be: &B,
     model: &CrossEncoder<B>,
     seqs: &[Sequence],
     budget: usize,
 ) -> Result<Vec<Vec<f32>>> {
-    let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
-    let mut out = vec![Vec::new(); seqs.len()];
-    for group in token_budget_groups(&lens, budget) {
-        crate::pipeline::control::stop_point()?;
-        let batch = PackedBatch::pack(group.iter().map(|&i| &seqs[i]));
-        let res = model.forward(be, &batch, false)?;
-        let logits = &res.logits[0];
-        let labels = logits.shape[1];
-        for (k, &i) in group.iter().enumerate() {
-            out[i] = logits.data[k * labels..(k + 1) * labels].to_vec();
-        }
-    }
-    Ok(out)
+    rows_by_budget(seqs, budget, true, |batch| {
+        let mut res = model.forward(be, batch, false)?;
+        Ok(res.logits.swap_remove(0))
+    })
 }

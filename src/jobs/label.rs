@@ -14,7 +14,9 @@ use arrow::array::{
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, SchemaRef};
 
+use super::embed::{embedder, EmbedConfig, Embedder};
 use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::io::fingerprint::{file_sha256, model_sha256};
 use crate::io::metadata::run_metadata;
@@ -24,6 +26,7 @@ use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
 use crate::pipeline::SchedulerConfig;
+use crate::retrieve::dense::{top_k_inner_product, DenseIndex};
 use crate::retrieve::Corpus;
 use crate::strategy::efficientrag::{
     ChunkSource, EfficientRag, Iteration, LabelResult, LoopConfig, PoolChunks, FILTER, LABELER,
@@ -50,7 +53,23 @@ pub struct LabelConfig {
     pub max_iter: usize,
     /// Chunks retrieved per iteration.
     pub top_k: usize,
+    /// BM25, or dense with `encoder` (the official code's Contriever retrieval).
+    pub retriever: LabelRetriever,
+    /// The bi-encoder of dense retrieval (its `prefix` is the query prefix); it runs
+    /// on the CPU, one query per iteration.
+    pub encoder: Option<EmbedConfig>,
+    /// With `corpus` and dense retrieval: `hopscore embed` outputs of that corpus.
+    pub index: Vec<PathBuf>,
     pub scheduler: SchedulerConfig,
+}
+
+/// How the loop retrieves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LabelRetriever {
+    /// BM25 over `title + " " + text` (only chunks that share a term with the query).
+    Bm25,
+    /// Inner product of bi-encoder vectors (`--encoder`; over a corpus, `--index`).
+    Dense,
 }
 
 impl LabelConfig {
@@ -64,6 +83,9 @@ impl LabelConfig {
             tag_pooling: TagPooling::Cls,
             max_iter: MAX_ITER,
             top_k: TOP_K,
+            retriever: LabelRetriever::Bm25,
+            encoder: None,
+            index: Vec::new(),
             scheduler: SchedulerConfig::default(),
         }
     }
@@ -193,27 +215,121 @@ impl<B: Backend> Models<B> {
     }
 }
 
+/// Dense retrieval over a chunk source's chunks (the official code's Contriever
+/// index): the query embedded on the CPU each iteration, the `k` chunks of largest
+/// inner product, best first.
+struct DenseVectors {
+    encoder: Arc<Embedder<CpuBackend>>,
+    /// `[chunks, dim]`, in the source's chunk order.
+    vectors: Vec<f32>,
+}
+
+impl DenseVectors {
+    fn search(&self, query: &str, k: usize) -> Vec<usize> {
+        match self.encoder.embed_texts(&[query]) {
+            Ok(q) => top_k_inner_product(&q, &self.vectors, k)
+                .into_iter()
+                .map(|(doc, _)| doc)
+                .collect(),
+            Err(e) => {
+                // Only a tokenizer failure gets here (the CPU backend has no device
+                // errors); the question then ends with nothing retrieved.
+                log::error!("dense retrieval: cannot embed the query: {e:#}");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// A question's own passages searched densely.
+struct DensePool {
+    chunks: Vec<String>,
+    dense: DenseVectors,
+}
+
+impl ChunkSource for DensePool {
+    fn search(&self, query: &str, k: usize) -> Vec<usize> {
+        self.dense.search(query, k)
+    }
+    fn chunk(&self, doc: usize) -> String {
+        self.chunks[doc].clone()
+    }
+}
+
 /// A corpus as a chunk source: chunks `"{title}: {text}"` (just the text when the
-/// title is empty); BM25 over `title + " " + text`.
-struct CorpusChunks(Corpus);
+/// title is empty); BM25 over `title + " " + text`, or dense over its index vectors.
+struct CorpusChunks {
+    corpus: Corpus,
+    dense: Option<DenseVectors>,
+}
 
 impl ChunkSource for CorpusChunks {
     fn search(&self, query: &str, k: usize) -> Vec<usize> {
-        self.0
-            .index
-            .search(query, k)
-            .iter()
-            .map(|h| h.doc)
-            .collect()
+        match &self.dense {
+            Some(d) => d.search(query, k),
+            None => self
+                .corpus
+                .index
+                .search(query, k)
+                .iter()
+                .map(|h| h.doc)
+                .collect(),
+        }
     }
     fn chunk(&self, doc: usize) -> String {
-        let (title, text) = (&self.0.titles[doc], &self.0.texts[doc]);
+        let (title, text) = (&self.corpus.titles[doc], &self.corpus.texts[doc]);
         if title.is_empty() {
             text.clone()
         } else {
             efficientrag_chunk(title, text, None)
         }
     }
+}
+
+/// The query encoder of dense retrieval, and its checksum for the metadata.
+fn dense_encoder(config: &LabelConfig) -> Result<Option<Arc<Embedder<CpuBackend>>>> {
+    if config.retriever == LabelRetriever::Bm25 {
+        return Ok(None);
+    }
+    let encoder = config
+        .encoder
+        .clone()
+        .context("--retriever dense needs the bi-encoder (--encoder DIR)")?;
+    Ok(Some(Arc::new(embedder(encoder, CpuBackend)?)))
+}
+
+/// The corpus's vectors from its index, in corpus order (every row must have one).
+fn corpus_vectors(
+    corpus: &Corpus,
+    index: &[PathBuf],
+    encoder: &Embedder<CpuBackend>,
+) -> Result<Vec<f32>> {
+    anyhow::ensure!(
+        !index.is_empty(),
+        "--retriever dense with --corpus needs the corpus's vectors (--index FILE, written \
+         by `hopscore embed` from the same corpus file)"
+    );
+    let index = DenseIndex::open(index)?;
+    anyhow::ensure!(
+        index.dim == encoder.dim() && index.model_sha256.as_deref() == encoder.model_sha256(),
+        "the index was embedded with another model than --encoder (width or \
+         hopscore.model_sha256 differs): embed the corpus with the same model"
+    );
+    let (ids, vectors) = index.load_all()?;
+    let row: std::collections::HashMap<&str, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(r, id)| (id.as_str(), r))
+        .collect();
+    let dim = index.dim;
+    let mut out = Vec::with_capacity(corpus.len() * dim);
+    for id in &corpus.ids {
+        let r = *row.get(id.as_str()).with_context(|| {
+            format!("corpus row `{id}` has no vector in the index: embed this corpus file")
+        })?;
+        out.extend_from_slice(&vectors[r * dim..(r + 1) * dim]);
+    }
+    Ok(out)
 }
 
 /// One question's loop plus its id.
@@ -248,6 +364,8 @@ pub struct LabelScorer<B: Backend> {
     models: Models<B>,
     tok: Arc<TextTokenizer>,
     corpus: Option<Arc<CorpusChunks>>,
+    /// Dense retrieval over each question's pool (without a corpus).
+    pool_encoder: Option<Arc<Embedder<CpuBackend>>>,
     loop_config: LoopConfig,
     metadata: Vec<(String, String)>,
 }
@@ -264,6 +382,7 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
     let n_tags = models.n_tags();
     let tok_path = TextTokenizer::locate(&config.labeler, config.tokenizer.as_deref())?;
     let tok = Arc::new(TextTokenizer::from_file(&tok_path, None)?);
+    let encoder = dense_encoder(&config)?;
     let corpus = match &config.corpus {
         None => None,
         Some(path) => {
@@ -271,7 +390,14 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
             if c.is_empty() {
                 bail!("the corpus {} has no usable rows", path.display());
             }
-            Some(Arc::new(CorpusChunks(c)))
+            let dense = match &encoder {
+                Some(e) => Some(DenseVectors {
+                    vectors: corpus_vectors(&c, &config.index, e)?,
+                    encoder: e.clone(),
+                }),
+                None => None,
+            };
+            Some(Arc::new(CorpusChunks { corpus: c, dense }))
         }
     };
     let mut options = vec![
@@ -295,6 +421,16 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
         options.push(("corpus", path.display().to_string()));
         options.push(("corpus_sha256", file_sha256(path)?));
     }
+    options.push((
+        "retriever",
+        format!("{:?}", config.retriever).to_lowercase(),
+    ));
+    if let Some(e) = &encoder {
+        options.push((
+            "encoder_sha256",
+            e.model_sha256().unwrap_or_default().to_string(),
+        ));
+    }
     let metadata = run_metadata(&be, &config.labeler, &models.labeler.weights, &options)?;
     let loop_config = LoopConfig {
         max_iter: config.max_iter,
@@ -306,6 +442,7 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
             be,
             models,
             tok,
+            pool_encoder: encoder.filter(|_| corpus.is_none()),
             corpus,
             loop_config,
             metadata,
@@ -328,16 +465,30 @@ impl<B: Backend> QuestionScorer for LabelScorer<B> {
 
     fn prepare(&self) -> Prepare<LabelTask> {
         let (source, tok, config) = (self.corpus.clone(), self.tok.clone(), self.loop_config);
+        let encoder = self.pool_encoder.clone();
         Arc::new(move |q: &Question| {
-            let source: Arc<dyn ChunkSource> = match &source {
-                Some(c) => c.clone(),
-                // The question reader has checked that there are passages.
-                None => Arc::new(PoolChunks::new(
-                    q.passages
-                        .iter()
-                        .map(|p| efficientrag_chunk(&p.title, &p.text, p.sentences.as_deref()))
-                        .collect(),
-                )),
+            // The question reader has checked that there are passages.
+            let chunks = || {
+                q.passages
+                    .iter()
+                    .map(|p| efficientrag_chunk(&p.title, &p.text, p.sentences.as_deref()))
+                    .collect()
+            };
+            let source: Arc<dyn ChunkSource> = match (&source, &encoder) {
+                (Some(c), _) => c.clone(),
+                (None, None) => Arc::new(PoolChunks::new(chunks())),
+                (None, Some(e)) => {
+                    let vectors = e
+                        .embed_passages(&q.passages)
+                        .map_err(|e| format!("{e:#}"))?;
+                    Arc::new(DensePool {
+                        chunks: chunks(),
+                        dense: DenseVectors {
+                            encoder: e.clone(),
+                            vectors,
+                        },
+                    })
+                }
             };
             Ok(LabelTask {
                 id: q.id.clone(),
@@ -375,7 +526,7 @@ fn doc_lists<'a>(lists: impl Iterator<Item = &'a [usize]>, ids: Option<&DocIds>)
             let mut b = ListBuilder::new(StringBuilder::new());
             for l in lists {
                 for &d in l {
-                    b.values().append_value(&c.0.ids[d]);
+                    b.values().append_value(&c.corpus.ids[d]);
                 }
                 b.append(true);
             }

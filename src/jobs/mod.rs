@@ -7,10 +7,12 @@ pub mod beam;
 pub mod classify;
 pub mod decoder;
 pub mod device;
+pub mod embed;
 pub mod label;
 pub mod lepus;
 pub mod loglik;
 pub mod questions;
+pub mod retrieve;
 pub mod review;
 pub mod review_io;
 pub mod rows;
@@ -97,6 +99,7 @@ impl std::ops::DerefMut for Stream {
 pub enum JobConfig {
     Beam(beam::BeamConfig),
     Classify(classify::ClassifyConfig),
+    Embed(embed::EmbedConfig),
     Label(label::LabelConfig),
     Lepus(lepus::LepusConfig),
     Loglik(loglik::LoglikConfig),
@@ -110,6 +113,7 @@ pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
     device::with_backend!(owned device, be => Ok(match config {
         JobConfig::Beam(c) => Box::new(beam::job(c, be)?) as Box<dyn Job>,
         JobConfig::Classify(c) => Box::new(classify::job(c, be)?),
+        JobConfig::Embed(c) => Box::new(embed::job(c, be)?),
         JobConfig::Label(c) => Box::new(label::job(c, be)?),
         JobConfig::Lepus(c) => match c.scorer {
             lepus::LepusScorer::Bm25 => Box::new(lepus::bm25_job(&c)),

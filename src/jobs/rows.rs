@@ -18,10 +18,15 @@ use indicatif::ProgressBar;
 
 use super::questions::ToBatch;
 use super::{with_metadata, Job, JobOutput};
-use crate::io::parquet_io::{check_column, display_column, InputBatch, ParquetInput};
+use crate::io::parquet_io::{
+    check_column, check_text, display_column, optional_string_column, string_column, InputBatch,
+    ParquetInput,
+};
 use crate::io::quarantine::{self, BadRow};
+use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
 use crate::pipeline::files::{FileJob, Pending, Reader, Source, Writer};
 use crate::pipeline::{Admission, Finished, PipelineStats};
+use crate::tensor::HostTensor;
 
 /// An input column a job reads: name, accepted kinds (`string`, `integer`), required.
 pub type InputColumn = (&'static str, &'static [&'static str], bool);
@@ -323,4 +328,53 @@ impl<S: RowScorer> Job for RowJob<S> {
             tokens: scored.tokens,
         })
     }
+}
+
+/// `forward`'s rows for `seqs`, in the order given: sequences are packed longest first
+/// into batches of at most `budget` tokens (a longer one alone), and `forward` returns
+/// `[sequences of the batch, width]`. With `interruptible`, a stop request ends it
+/// between batches ([`crate::pipeline::control::Interrupted`]).
+pub fn rows_by_budget(
+    seqs: &[Sequence],
+    budget: usize,
+    interruptible: bool,
+    mut forward: impl FnMut(&PackedBatch) -> Result<HostTensor>,
+) -> Result<Vec<Vec<f32>>> {
+    let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+    let mut out = vec![Vec::new(); seqs.len()];
+    for group in token_budget_groups(&lens, budget) {
+        if interruptible {
+            crate::pipeline::control::stop_point()?;
+        }
+        let rows = forward(&PackedBatch::pack(group.iter().map(|&i| &seqs[i])))?;
+        let width = rows.shape.get(1).copied().unwrap_or(0);
+        for (k, &i) in group.iter().enumerate() {
+            out[i] = rows.data[k * width..(k + 1) * width].to_vec();
+        }
+    }
+    Ok(out)
+}
+
+/// `f(text, other)` for each row of `batch`, in parallel: `text` the row's value of the
+/// string column `required` (null, empty or oversized: the row's error), `other` its
+/// non-null value of the optional string column `optional`.
+pub fn map_text_rows<T: Send>(
+    batch: &RecordBatch,
+    required: &str,
+    optional: &str,
+    f: impl Fn(&str, Option<&str>) -> Result<T, String> + Sync,
+) -> Result<Vec<Result<T, String>>> {
+    use rayon::prelude::*;
+    let text = string_column(batch, required)?;
+    let other = optional_string_column(batch, optional)?;
+    Ok((0..batch.num_rows())
+        .into_par_iter()
+        .map(|r| {
+            let t = check_text(&text, r, required)?.ok_or_else(|| format!("{required} is null"))?;
+            f(
+                t,
+                other.as_ref().filter(|c| !c.is_null(r)).map(|c| c.value(r)),
+            )
+        })
+        .collect())
 }

@@ -140,21 +140,34 @@ pub struct DebertaConfig {
     /// The FFN's GELU is the tanh approximation (`hidden_act` "gelu_new" or
     /// "gelu_pytorch_tanh"), on a GPU fused into the up-projection's GEMM; else erf.
     pub tanh_gelu: bool,
+    /// Names of the query, key and value projections under `attention.self`:
+    /// [`DEBERTA_PROJECTIONS`], or BERT's (`crate::model::bert`).
+    pub projections: [&'static str; 3],
+}
+
+/// DeBERTa's attention projection names (`DisentangledSelfAttention.query_proj`, …).
+pub const DEBERTA_PROJECTIONS: [&str; 3] = ["query_proj", "key_proj", "value_proj"];
+
+/// `config.json` at `path` parsed as `T`, the config of a `kind` model (for messages).
+pub fn read_config<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    kind: &'static str,
+) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
+        path: path.display().to_string(),
+        kind,
+        source,
+    })
 }
 
 impl DebertaConfig {
     /// Reads and resolves `config.json`.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let raw: RawConfig = serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.display().to_string(),
-            kind: "DeBERTa",
-            source,
-        })?;
-        raw.resolve()
+        read_config::<RawConfig>(path, "DeBERTa")?.resolve()
     }
 
     /// Size of the attention projections (`num_heads · head_size`).
@@ -163,7 +176,8 @@ impl DebertaConfig {
     }
 }
 
-fn unsupported(field: &'static str, value: impl std::fmt::Debug, why: &str) -> ConfigError {
+/// The error for a config field the engine does not implement.
+pub fn unsupported(field: &'static str, value: impl std::fmt::Debug, why: &str) -> ConfigError {
     ConfigError::Unsupported {
         field,
         value: format!("{value:?}"),
@@ -250,6 +264,7 @@ impl RawConfig {
             pooler_hidden_size: self.pooler_hidden_size.unwrap_or(self.hidden_size),
             architectures: self.architectures.unwrap_or_default(),
             tanh_gelu,
+            projections: DEBERTA_PROJECTIONS,
         })
     }
 

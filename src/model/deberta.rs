@@ -114,13 +114,8 @@ pub struct DisentangledSelfAttention<B: Backend> {
 impl<B: Backend> DisentangledSelfAttention<B> {
     fn load(be: &B, w: &Weights, c: &DebertaConfig, rel: Option<&B::Tensor>) -> Result<Self> {
         let (h, a) = (c.hidden_size, c.all_head_size());
-        let qkv = Linear::load_fused(
-            be,
-            w,
-            &[("query_proj", a), ("key_proj", a), ("value_proj", a)],
-            h,
-            true,
-        )?;
+        let [q, k, v] = c.projections;
+        let qkv = Linear::load_fused(be, w, &[(q, a), (k, a), (v, a)], h, true)?;
         // PK = key_proj(rel) (or pos_key_proj), PQ = query_proj(rel) (or pos_query_proj).
         let project = |shared: &str, own: &str, rc: &RelativeConfig, rel: &B::Tensor| {
             let name = if rc.share_att_key { shared } else { own };

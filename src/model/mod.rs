@@ -1,6 +1,7 @@
 //! Model definitions, written once against the [`crate::backend::Backend`] ops.
 
 pub mod batch;
+pub mod bert;
 pub mod config;
 pub mod cross_encoder;
 pub mod deberta;

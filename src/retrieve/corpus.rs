@@ -21,71 +21,88 @@ pub struct Corpus {
     pub index: Bm25Index,
 }
 
+/// Rows of a corpus file that have no usable text.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Skipped {
+    pub rows: u64,
+    /// The first reason seen (`row <id>: why`).
+    pub first: Option<String>,
+}
+
+impl Skipped {
+    fn note(&mut self, why: String) {
+        self.rows += 1;
+        self.first.get_or_insert(why);
+    }
+}
+
+/// Calls `f(id, title, text)` for each usable row of the corpus file `path`, in file
+/// order (a missing title is empty), without holding more than one batch; returns
+/// the rows skipped for a null, empty or oversized text or invalid UTF-8.
+pub fn for_each_passage(path: &Path, mut f: impl FnMut(&str, &str, &str)) -> Result<Skipped> {
+    // The reader's errors name the file.
+    let mut input = ParquetInput::open(path, 8192).context("cannot read the corpus")?;
+    input.check_column("id", &["string", "integer"], true)?;
+    input.check_column("text", &["string"], true)?;
+    let has_title = input.check_column("title", &["string"], false)?;
+    let mut skipped = Skipped::default();
+    for batch in input.by_ref() {
+        let batch = batch.with_context(|| format!("corrupt corpus file {}", path.display()))?;
+        for bad in &batch.bad {
+            skipped.note(format!("row {}: {}", bad.row, bad.reason));
+        }
+        let batch = batch.batch;
+        let id = display_column(batch.column_by_name("id").expect("checked"))?;
+        let text = string_column(&batch, "text")?;
+        let title = has_title
+            .then(|| string_column(&batch, "title"))
+            .transpose()?;
+        for r in 0..batch.num_rows() {
+            match check_text(&text, r, "text") {
+                Ok(Some(t)) => {
+                    let title = title
+                        .as_ref()
+                        .filter(|c| !c.is_null(r))
+                        .map_or("", |c| c.value(r));
+                    f(id.value(r), title, t);
+                }
+                Ok(None) => skipped.note(format!("row {}: text is null", id.value(r))),
+                Err(why) => skipped.note(format!("row {}: {why}", id.value(r))),
+            }
+        }
+    }
+    if skipped.rows > 0 {
+        log::warn!(
+            "corpus {}: {} rows skipped (first: {})",
+            path.display(),
+            skipped.rows,
+            skipped.first.as_deref().unwrap_or("?")
+        );
+    }
+    Ok(skipped)
+}
+
 impl Corpus {
     /// Reads the whole file and builds the index.
     pub fn from_parquet(path: &Path) -> Result<Self> {
-        // The reader's errors name the file.
-        let mut input = ParquetInput::open(path, 8192).context("cannot read the corpus")?;
-        input.check_column("id", &["string", "integer"], true)?;
-        input.check_column("text", &["string"], true)?;
-        let has_title = input.check_column("title", &["string"], false)?;
         let (mut ids, mut titles, mut texts) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut skipped, mut first_skip_reason) = (0u64, None);
-        for batch in input.by_ref() {
-            let batch = batch.with_context(|| format!("corrupt corpus file {}", path.display()))?;
-            for bad in &batch.bad {
-                skipped += 1;
-                first_skip_reason.get_or_insert_with(|| format!("row {}: {}", bad.row, bad.reason));
-            }
-            let batch = batch.batch;
-            let id = display_column(batch.column_by_name("id").expect("checked"))?;
-            let text = string_column(&batch, "text")?;
-            let title = has_title
-                .then(|| string_column(&batch, "title"))
-                .transpose()?;
-            for r in 0..batch.num_rows() {
-                match check_text(&text, r, "text") {
-                    Ok(Some(t)) => {
-                        ids.push(id.value(r).to_string());
-                        texts.push(t.to_string());
-                        titles.push(
-                            title
-                                .as_ref()
-                                .filter(|c| !c.is_null(r))
-                                .map_or(String::new(), |c| c.value(r).to_string()),
-                        );
-                    }
-                    Ok(None) | Err(_) => {
-                        skipped += 1;
-                        if first_skip_reason.is_none() {
-                            let why = check_text(&text, r, "text")
-                                .err()
-                                .unwrap_or_else(|| "text is null".into());
-                            first_skip_reason = Some(format!("row {}: {why}", id.value(r)));
-                        }
-                    }
-                }
-            }
-        }
+        let skipped = for_each_passage(path, |id, title, text| {
+            ids.push(id.to_string());
+            titles.push(title.to_string());
+            texts.push(text.to_string());
+        })?;
         let docs: Vec<String> = titles
             .iter()
             .zip(&texts)
             .map(|(t, x)| format!("{t} {x}"))
             .collect();
         let index = Bm25Index::new(&docs);
-        if skipped > 0 {
-            log::warn!(
-                "corpus {}: {skipped} rows skipped (first: {})",
-                path.display(),
-                first_skip_reason.as_deref().unwrap_or("?")
-            );
-        }
         Ok(Self {
             ids,
             titles,
             texts,
-            skipped,
-            first_skip_reason,
+            skipped: skipped.rows,
+            first_skip_reason: skipped.first,
             index,
         })
     }

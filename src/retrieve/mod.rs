@@ -8,6 +8,7 @@
 
 pub mod bm25;
 pub mod corpus;
+pub mod dense;
 pub mod tfidf;
 
 pub use bm25::Bm25Index;

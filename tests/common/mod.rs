@@ -36,6 +36,12 @@ pub const SMOLLM2_GGUF: WeightsFile = WeightsFile {
     fetch: "tools/fetch_smollm2.sh",
 };
 
+/// all-MiniLM-L6-v2 (sentence-transformers, safetensors) fetched by tools/fetch_minilm.sh.
+pub const MINILM: WeightsFile = WeightsFile {
+    rel: "all-minilm-l6-v2/model.safetensors",
+    fetch: "tools/fetch_minilm.sh",
+};
+
 impl WeightsFile {
     /// Its path, whether or not it is there (for tests that called [`Self::require`]).
     pub fn path(&self) -> PathBuf {
@@ -348,4 +354,67 @@ pub fn word_tokenizer(dir: &Path) -> PathBuf {
     let path = dir.join("tokenizer.json");
     std::fs::write(&path, tok.to_string()).unwrap();
     path
+}
+
+/// The 60 texts of the MiniLM golden (tests/fixtures/bert/minilm/refs.json), rebuilt
+/// from the HotpotQA slice: `(title, text)`, a question without a title, a gold
+/// passage as its title and its sentences joined.
+pub fn minilm_golden_texts() -> Vec<(Option<String>, String)> {
+    let records = data_records("hotpotqa");
+    let refs = fixture_json("bert/minilm/refs.json");
+    refs.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let rec = find_record(&records, r["id"].as_str().unwrap()).unwrap();
+            if r["kind"] == "question" {
+                return (None, rec["question"].as_str().unwrap().to_string());
+            }
+            let title = r["title"].as_str().unwrap();
+            let ctx = rec["context"].as_array().unwrap();
+            let sents = &ctx.iter().find(|c| c[0] == title).unwrap()[1];
+            let body: String = sents
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap())
+                .collect();
+            (Some(title.to_string()), body)
+        })
+        .collect()
+}
+
+/// Asserts that `dir/parts.parquet` (a run cut into committed parts, then resumed) has
+/// the bytes of `dir/whole.parquet`, quarantine files included.
+pub fn assert_parts_equal_whole(dir: &Path) {
+    let bytes = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    assert!(
+        bytes("whole.parquet") == bytes("parts.parquet"),
+        "parts differ from the whole run"
+    );
+    assert!(
+        bytes("whole.quarantine.parquet") == bytes("parts.quarantine.parquet"),
+        "the parts' quarantine differs from the whole run's"
+    );
+}
+
+/// Merges `dir/s0.parquet` … `dir/s{n-1}.parquet` (a run's `--shard i/n` outputs) into
+/// `dir/merged.parquet` and asserts that its rows and quarantine rows are the columns
+/// of `dir/whole.parquet` and its quarantine.
+pub fn assert_merged_shards_equal_whole(dir: &Path, n: usize) {
+    let status = hopscore()
+        .arg("merge")
+        .args((0..n).map(|i| dir.join(format!("s{i}.parquet"))))
+        .arg("--output")
+        .arg(dir.join("merged.parquet"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for name in ["", ".quarantine"] {
+        let (a, b) = (
+            read_parquet(&dir.join(format!("whole{name}.parquet"))),
+            read_parquet(&dir.join(format!("merged{name}.parquet"))),
+        );
+        assert_eq!(a.columns(), b.columns(), "{name}");
+    }
 }

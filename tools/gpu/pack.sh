@@ -6,8 +6,9 @@
 #
 #   NVCC=/path/to/nvcc bash tools/gpu/pack.sh
 #
-# Needs: nvcc (CUDA 13.0, see .ci/run), the DeBERTa-v3 tokenizer and SmolLM2
-# (tools/fetch_tokenizer.sh, tools/fetch_smollm2.sh), the HotpotQA dev sample in
+# Needs: nvcc (CUDA 13.0, see .ci/run), $PYTHON (default python3) with pyarrow, the
+# DeBERTa-v3 tokenizer, all-MiniLM-L6-v2 and SmolLM2
+# (tools/fetch_tokenizer.sh, tools/fetch_minilm.sh, tools/fetch_smollm2.sh), the HotpotQA dev sample in
 # ../shared/data (or HOPSCORE_SHARED_DATA), and pip (for the reference kernels' wheels).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +18,7 @@ hotpot=$data/hotpot_dev_distractor_sample600.json.gz
 [[ -f $hotpot ]] || { echo "pack.sh: $hotpot missing (set HOPSCORE_SHARED_DATA)" >&2; exit 1; }
 [[ -f weights/deberta-v3-tokenizer/tokenizer.json ]] || bash tools/fetch_tokenizer.sh
 [[ -f weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]] || bash tools/fetch_smollm2.sh
+[[ -f weights/all-minilm-l6-v2/tokenizer.json ]] || bash tools/fetch_minilm.sh
 
 export HOPSCORE_REQUIRE_NVCC=1
 cargo build --release --features cuda --bin hopscore
@@ -31,13 +33,22 @@ for l in sys.stdin:
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/data" "$stage/weights/deberta-v3-tokenizer" "$stage/wheels"
+mkdir -p "$stage/bin" "$stage/data" "$stage/weights/deberta-v3-tokenizer" "$stage/wheels" \
+  "$stage/weights/minilm-files/1_Pooling"
 strip -o "$stage/bin/hopscore" target/release/hopscore
 for t in "${tests[@]}"; do
   set -- $t
   strip -o "$stage/bin/$1" "$2"
 done
 cp "$hotpot" "$stage/data/"
+# The embed step: the HotpotQA sample's passages as a corpus, and MiniLM's small files
+# (tokenizer, sentence-transformers modules) for the random BERTs made there.
+target/release/hopscore import hotpotqa "$hotpot" --output "$stage/q600.parquet" 2>/dev/null
+"${PYTHON:-python3}" tools/questions_to_corpus.py "$stage/q600.parquet" "$stage/data/hotpot600-corpus.parquet"
+rm -f "$stage"/q600*.parquet
+for f in tokenizer.json modules.json sentence_bert_config.json 1_Pooling/config.json; do
+  cp "weights/all-minilm-l6-v2/$f" "$stage/weights/minilm-files/$f"
+done
 cp weights/deberta-v3-tokenizer/{tokenizer.json,spm.model} "$stage/weights/deberta-v3-tokenizer/"
 python3 tools/gpu/gguf_metadata.py weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
   "$stage/weights/smollm2-metadata.gguf"

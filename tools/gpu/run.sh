@@ -25,6 +25,12 @@
 #                  600 questions (bf16) and 20 (f32) against `--device cpu` on those 20 (150 s)
 #   label          random base-size EfficientRAG Labeler + Filter; `hopscore label` on 20
 #                  questions, cuda f32 and bf16 against cpu                      (120 s)
+#   embed          random MiniLM-shaped (sentence-transformers layout) and bert-base-shaped
+#                  (Contriever layout) bi-encoders: tools/bench_embed_reference.py, the
+#                  HotpotQA sample's 5,912 passages ×10 (bf16; MiniLM also f32), hopscore
+#                  vs sentence-transformers on the GPU; then `retrieve` cuda f32 vs cpu (240 s)
+#   gelu-tanh      `bench` deberta-v3-large L = 512 bf16 with the erf GELU and with
+#                  --tanh-gelu (the GEMM epilogue)                                 (90 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
 #                  attention and loglik rows only                                (150 s)
 #
@@ -40,7 +46,7 @@ R=$work/results # logs, JSON rows and reports, tarred into $OUT after every step
 mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=220 [deberta-base]=120 [ncu]=150
-  [lepus]=150 [beam]=150 [label]=120 [sanitize]=150)
+  [lepus]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
 # the NVIDIA pip wheels of the machine's Python; empty when none has it.
@@ -111,9 +117,11 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
 # Shapes and sizes: the real ones on a GPU, seconds-long ones in an emulator dry run.
 if [[ -n $emu ]]; then
   LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
+  EMBED_REPEAT=1
 else
   LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=512,256,128 LENS_BASE=512,128
   DEC_PAIRS=50 NQ=600 NQ_CPU=${HOPSCORE_KIT_NQ_CPU:-20} CK=base ITERS=10 SMALL=()
+  EMBED_REPEAT=10
 fi
 
 questions() { # questions N FILE: the first N questions of the HotpotQA sample
@@ -255,6 +263,38 @@ step_label() {
   return $rc
 }
 
+step_embed() {
+  local rc=0 m dt corpus=$kit/data/hotpot600-corpus.parquet files=$kit/weights/minilm-files
+  python3 tools/random_bert.py --shape minilm --files "$files" --sentence-transformers -o "$work/minilm-random" &&
+    python3 tools/random_bert.py --shape base --files "$files" -o "$work/contriever-random" || return 1
+  for m in minilm-random:bf16 contriever-random:bf16 minilm-random:f32; do
+    python3 tools/bench_embed_reference.py --corpus "$corpus" --model "$work/${m%%:*}" --hopscore "$H" \
+      --device cuda --dtype ${m##*:} --threads 16 --repeat $EMBED_REPEAT --batch-size 256 \
+      --max-batch-tokens 65536 --json | tee -a "$R/embed.jsonl" || rc=1
+  done
+  # Dense retrieval on the device (f32 scores) against the CPU: the same pools.
+  local q=$work/q600.parquet idx=$work/index.parquet
+  questions $NQ "$q" || return 1
+  "$H" embed --model "$work/minilm-random" --input "$corpus" --output "$idx" --device cuda --dtype f32 \
+    --max-batch-tokens 65536 || rc=1
+  for dev in cuda cpu; do
+    "$H" retrieve --questions "$q" --corpus "$corpus" --index "$idx" --encoder "$work/minilm-random" \
+      --device $dev --dtype f32 --k 20 --output "$work/retrieved-$dev.parquet" 2>&1 | tail -2 || rc=1
+  done
+  compare "retrieve cpu vs cuda f32" "$work/retrieved-cpu.retrieval.parquet" "$work/retrieved-cuda.retrieval.parquet" || rc=1
+  return $rc
+}
+
+step_gelu-tanh() {
+  local rc=0 flag
+  for flag in "" --tanh-gelu; do
+    echo "== bench deberta-v3-large L=512 bf16 ${flag:-erf GELU}"
+    "$H" bench --device cuda --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} --iters $ITERS \
+      "${SMALL[@]}" $flag --json | tee -a "$R/gelu-tanh.jsonl" || rc=1
+  done
+  return $rc
+}
+
 step_sanitize() {
   local rc=0 cs=(compute-sanitizer --print-limit 20 --error-exitcode 3)
   [[ -n $emu ]] && { echo "sanitize: skipped in an emulator dry run"; return 0; }
@@ -278,7 +318,7 @@ fi
 t_setup=$(date +%s)
 setup || { pack_results; exit 1; }
 ATTENTION=$("$H" bench --help | grep -q HOPSCORE_DISENTANGLED && echo v3,v4 || echo v3)
-export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS
+export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT
 echo "setup ok in $(($(date +%s) - t_setup)) s; attention kernels: $ATTENTION" | tee -a "$OUT/summary.txt"
 status=0
 for arg in "$@"; do

@@ -1,0 +1,438 @@
+//! The retrieve job: a question file and a passage corpus in, the same questions with
+//! the corpus's top-k passages as their candidate pool out (the question file that
+//! `beam`, `lepus` and `label` read), with the scores in a sibling file.
+//!
+//! Rankers: dense (exact inner product over an `embed` index, [`DenseIndex`]), BM25
+//! over the corpus, or both fused by reciprocal rank. Questions are read in chunks of
+//! `question_rows`; each chunk scans the index once. Gold labels carry over by passage:
+//! a retrieved passage with the title and text of a gold passage of the input is gold
+//! in the output, and a gold passage not retrieved is noted in `issues`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use arrow::array::{Float32Builder, ListBuilder, RecordBatch, StringBuilder};
+use arrow::datatypes::{DataType, Field, Schema};
+
+use super::embed::{embedder, EmbedConfig, Embedder};
+use crate::backend::Backend;
+use crate::io::metadata::tool_metadata;
+use crate::io::parquet_io::{create_writer, sibling};
+use crate::io::paths::{check_outputs, Kind, Named};
+use crate::io::quarantine::QuarantineWriter;
+use crate::io::questions::{Passage, Question, QuestionReader, QuestionWriter};
+use crate::retrieve::corpus::for_each_passage;
+use crate::retrieve::dense::{reciprocal_rank_fusion, DenseIndex};
+use crate::retrieve::Corpus;
+
+/// How passages are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Retriever {
+    /// Inner product of the encoder's vectors (needs --encoder and --index).
+    Dense,
+    /// BM25 over the corpus's `title + " " + text`.
+    Bm25,
+    /// Reciprocal rank fusion (c = 60) of the dense and BM25 rankings.
+    Hybrid,
+}
+
+impl Retriever {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Retriever::Dense => "dense",
+            Retriever::Bm25 => "bm25",
+            Retriever::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// The RRF constant of Cormack et al. (2009).
+const RRF_C: f64 = 60.0;
+
+/// What to read, how to rank, where to write.
+#[derive(Debug, Clone)]
+pub struct RetrieveConfig {
+    pub questions: PathBuf,
+    /// Passage Parquet (`id`, `text`, optionally `title`): the texts of the hits.
+    pub corpus: PathBuf,
+    /// `hopscore embed` outputs over the corpus (dense and hybrid).
+    pub index: Vec<PathBuf>,
+    /// The query encoder (the index's model; its `prefix` is the query prefix).
+    pub encoder: Option<EmbedConfig>,
+    pub retriever: Retriever,
+    /// Passages per question.
+    pub k: usize,
+    /// Depth of each ranking that hybrid fuses.
+    pub fusion_depth: usize,
+    pub output: PathBuf,
+    /// Default: `<output stem>.quarantine.parquet`.
+    pub quarantine: Option<PathBuf>,
+    /// Questions per chunk (one index scan each).
+    pub question_rows: usize,
+}
+
+/// Counts and recalls of a run.
+#[derive(Debug, Clone, Default)]
+pub struct RetrieveSummary {
+    pub questions: u64,
+    pub quarantined: u64,
+    pub quarantine_path: PathBuf,
+    pub scores_path: PathBuf,
+    /// Questions with gold passages, over which `recall` averages.
+    pub with_gold: u64,
+    /// `(k, mean R@k)`: the share of a question's gold passages among its top k.
+    pub recall: Vec<(usize, f64)>,
+    pub seconds: f64,
+}
+
+/// The ranked hits of one question: corpus ids and scores, best first.
+type Ranking = Vec<(String, f64)>;
+
+/// The recall cut-offs reported (those ≤ k).
+const RECALL_AT: [usize; 4] = [2, 5, 10, 20];
+
+/// Runs the job on `be` (the dense encoder's backend).
+pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary> {
+    let started = Instant::now();
+    let c = config;
+    anyhow::ensure!(c.k > 0, "--k must be at least 1");
+    let quarantine = c
+        .quarantine
+        .clone()
+        .unwrap_or_else(|| sibling(&c.output, "quarantine"));
+    let scores_path = sibling(&c.output, "retrieval");
+    let mut inputs = vec![
+        Named::new("--questions", &c.questions),
+        Named::new("--corpus", &c.corpus),
+    ];
+    inputs.extend(c.index.iter().map(|p| Named::new("--index", p)));
+    if let Some(e) = &c.encoder {
+        inputs.push(Named::new("--encoder", &e.model));
+    }
+    check_outputs(
+        &inputs,
+        &[
+            (Named::new("--output", &c.output), Kind::File),
+            (Named::new("the quarantine file", &quarantine), Kind::File),
+            (Named::new("the scores file", &scores_path), Kind::File),
+        ],
+    )?;
+    let dense = match c.retriever {
+        Retriever::Bm25 => None,
+        Retriever::Dense | Retriever::Hybrid => Some(DenseSearch::open(c, be)?),
+    };
+    let lexical = match c.retriever {
+        Retriever::Dense => None,
+        Retriever::Bm25 | Retriever::Hybrid => Some(Corpus::from_parquet(&c.corpus)?),
+    };
+    let mut options = vec![
+        ("retriever", c.retriever.as_str().to_string()),
+        ("k", c.k.to_string()),
+        ("corpus", c.corpus.display().to_string()),
+    ];
+    if let Some(d) = &dense {
+        options.push((
+            "index_model_sha256",
+            d.index.model_sha256.clone().unwrap_or_default(),
+        ));
+    }
+    let metadata = tool_metadata(&options);
+    let mut writer = QuestionWriter::create(&c.output, &metadata)?;
+    let mut scores = ScoresWriter::create(&scores_path, &metadata)?;
+    let mut bad = QuarantineWriter::create(&quarantine, &metadata)?;
+    let mut reader = QuestionReader::open(&c.questions, c.question_rows.max(1))?;
+    let total = reader.total_rows();
+    let mut tally = Tally::default();
+    loop {
+        let mut chunk = Vec::new();
+        for row in reader.by_ref().take(c.question_rows.max(1)) {
+            match row? {
+                Ok(q) => match q.check() {
+                    Ok(()) => chunk.push(q),
+                    Err(reason) => bad.write(&[crate::io::quarantine::BadRow {
+                        row: tally.seen,
+                        id: Some(q.id.clone()),
+                        reason,
+                    }])?,
+                },
+                Err(b) => bad.write(&[b])?,
+            }
+            tally.seen += 1;
+        }
+        if chunk.is_empty() && tally.seen >= total {
+            break;
+        }
+        let texts: Vec<&str> = chunk.iter().map(|q| q.question.as_str()).collect();
+        let dense_rankings = dense
+            .as_ref()
+            .map(|d| d.rank(&texts, c.k.max(c.fusion_depth), tally.seen, total))
+            .transpose()?;
+        let lexical_rankings = lexical.as_ref().map(|corpus| {
+            texts
+                .iter()
+                .map(|t| {
+                    corpus
+                        .index
+                        .search(t, c.k.max(c.fusion_depth))
+                        .into_iter()
+                        .map(|h| (corpus.ids[h.doc].clone(), h.score))
+                        .collect()
+                })
+                .collect::<Vec<Ranking>>()
+        });
+        let mut rankings: Vec<Ranking> = match (dense_rankings, lexical_rankings) {
+            (Some(d), Some(l)) => d
+                .iter()
+                .zip(&l)
+                .map(|(d, l)| {
+                    let ids = |r: &Ranking| r.iter().map(|(id, _)| id.clone()).collect();
+                    reciprocal_rank_fusion(&[ids(d), ids(l)], RRF_C, c.k)
+                })
+                .collect(),
+            (Some(r), None) | (None, Some(r)) => r
+                .into_iter()
+                .map(|mut r| {
+                    r.truncate(c.k);
+                    r
+                })
+                .collect(),
+            (None, None) => unreachable!("every retriever ranks"),
+        };
+        let passages = match &lexical {
+            Some(corpus) => from_corpus(corpus, &rankings),
+            None => lookup(&c.corpus, &rankings)?,
+        };
+        // An index id the corpus lacks (or holds without usable text) is left out.
+        for r in &mut rankings {
+            r.retain(|(id, _)| passages.contains_key(id));
+        }
+        let out: Vec<Question> = chunk
+            .into_iter()
+            .zip(&rankings)
+            .map(|(q, r)| tally.retrieved(q, r, &passages))
+            .collect();
+        writer.write(&out)?;
+        scores.write(&out, &rankings)?;
+        log::info!(
+            "retrieve: {}/{total} questions, {:.1} s",
+            tally.seen,
+            started.elapsed().as_secs_f64()
+        );
+        if tally.seen >= total {
+            break;
+        }
+    }
+    let (questions, _) = writer.finish()?;
+    scores.finish()?;
+    let (quarantine_path, quarantined) = bad.finish()?;
+    Ok(RetrieveSummary {
+        questions,
+        quarantined,
+        quarantine_path,
+        scores_path,
+        with_gold: tally.with_gold,
+        recall: RECALL_AT
+            .iter()
+            .filter(|&&k| k <= c.k)
+            .map(|&k| {
+                (
+                    k,
+                    tally.recall.get(&k).copied().unwrap_or(0.0) / tally.with_gold.max(1) as f64,
+                )
+            })
+            .collect(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The dense side: the query encoder and the index.
+struct DenseSearch<B: Backend> {
+    embedder: Embedder<B>,
+    index: DenseIndex,
+}
+
+impl<B: Backend> DenseSearch<B> {
+    fn open(c: &RetrieveConfig, be: B) -> Result<Self> {
+        let encoder = c
+            .encoder
+            .clone()
+            .context("dense retrieval needs the query encoder (--encoder DIR)")?;
+        let index = DenseIndex::open(&c.index)?;
+        let embedder = embedder(encoder, be)?;
+        anyhow::ensure!(
+            embedder.dim() == index.dim,
+            "the encoder gives {}-wide vectors, the index holds {}-wide ones",
+            embedder.dim(),
+            index.dim
+        );
+        let sha = embedder.model_sha256();
+        if index.model_sha256.is_some() && index.model_sha256.as_deref() != sha {
+            anyhow::bail!(
+                "the index was embedded with another model than --encoder (hopscore.model_sha256 \
+                 differs): embed the corpus with the same model"
+            );
+        }
+        Ok(Self { embedder, index })
+    }
+
+    fn rank(&self, texts: &[&str], k: usize, done: u64, total: u64) -> Result<Vec<Ranking>> {
+        let seqs = texts
+            .iter()
+            .map(|t| self.embedder.encode(t))
+            .collect::<Result<Vec<_>>>()?;
+        let queries = self.embedder.embed(&seqs)?;
+        let rows = self.index.rows;
+        let hits = self
+            .index
+            .search(self.embedder.backend(), &queries, k, |r| {
+                log::debug!("questions to {done} of {total}: index rows {r}/{rows}");
+            })?;
+        Ok(hits
+            .into_iter()
+            .map(|h| h.into_iter().map(|h| (h.id, f64::from(h.score))).collect())
+            .collect())
+    }
+}
+
+/// Every id the rankings name.
+fn hit_ids(rankings: &[Ranking]) -> HashSet<&str> {
+    rankings
+        .iter()
+        .flatten()
+        .map(|(id, _)| id.as_str())
+        .collect()
+}
+
+/// The hits' passages from a loaded corpus (ids are unique in it: the first wins).
+fn from_corpus(corpus: &Corpus, rankings: &[Ranking]) -> HashMap<String, Passage> {
+    let wanted = hit_ids(rankings);
+    let mut out = HashMap::new();
+    for (i, id) in corpus.ids.iter().enumerate() {
+        if wanted.contains(id.as_str()) && !out.contains_key(id) {
+            out.insert(id.clone(), passage(&corpus.titles[i], &corpus.texts[i]));
+        }
+    }
+    out
+}
+
+/// The hits' passages, read from the corpus file in one pass (only they are kept).
+fn lookup(corpus: &Path, rankings: &[Ranking]) -> Result<HashMap<String, Passage>> {
+    let wanted = hit_ids(rankings);
+    let mut out = HashMap::new();
+    for_each_passage(corpus, |id, title, text| {
+        if wanted.contains(id) && !out.contains_key(id) {
+            out.insert(id.to_string(), passage(title, text));
+        }
+    })?;
+    Ok(out)
+}
+
+fn passage(title: &str, text: &str) -> Passage {
+    Passage {
+        title: title.to_string(),
+        text: text.to_string(),
+        sentences: None,
+    }
+}
+
+/// Running counts: rows read, recall sums.
+#[derive(Default)]
+struct Tally {
+    seen: u64,
+    with_gold: u64,
+    recall: HashMap<usize, f64>,
+}
+
+impl Tally {
+    /// `q` with the retrieved passages as its pool; gold carried over by title and text.
+    fn retrieved(
+        &mut self,
+        mut q: Question,
+        ranking: &Ranking,
+        passages: &HashMap<String, Passage>,
+    ) -> Question {
+        let gold: Vec<&Passage> = q
+            .supporting
+            .iter()
+            .filter_map(|&i| q.passages.get(i))
+            .collect();
+        let pool: Vec<Passage> = ranking
+            .iter()
+            .filter_map(|(id, _)| passages.get(id).cloned())
+            .collect();
+        let same = |a: &Passage, b: &Passage| a.title == b.title && a.text == b.text;
+        let supporting: Vec<usize> = (0..pool.len())
+            .filter(|&i| gold.iter().any(|g| same(g, &pool[i])))
+            .collect();
+        let missing: Vec<String> = gold
+            .iter()
+            .filter(|g| !pool.iter().any(|p| same(g, p)))
+            .map(|g| format!("gold passage `{}` was not retrieved", g.title))
+            .collect();
+        if !gold.is_empty() {
+            self.with_gold += 1;
+            // Over all of the question's gold passages, retrieved or not.
+            for k in RECALL_AT {
+                let found = supporting.iter().filter(|&&i| i < k).count();
+                *self.recall.entry(k).or_default() += found as f64 / gold.len() as f64;
+            }
+        }
+        q.passages = pool;
+        q.supporting = supporting;
+        q.issues.extend(missing);
+        q
+    }
+}
+
+/// The sibling file of the scores: `id`, `passage_ids` and `scores`, one row per
+/// question in output order.
+struct ScoresWriter {
+    sink: crate::io::parquet_io::ParquetSink,
+    schema: Arc<Schema>,
+}
+
+impl ScoresWriter {
+    fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self> {
+        let list = |t: DataType| DataType::List(Arc::new(Field::new("item", t, true)));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("passage_ids", list(DataType::Utf8), false),
+            Field::new("scores", list(DataType::Float32), false),
+        ]));
+        Ok(Self {
+            sink: create_writer(path, schema.clone(), metadata)?,
+            schema,
+        })
+    }
+
+    fn write(&mut self, questions: &[Question], rankings: &[Ranking]) -> Result<()> {
+        let mut ids = StringBuilder::new();
+        let mut pids = ListBuilder::new(StringBuilder::new());
+        let mut scores = ListBuilder::new(Float32Builder::new());
+        for (q, r) in questions.iter().zip(rankings) {
+            ids.append_value(&q.id);
+            for (id, s) in r {
+                pids.values().append_value(id);
+                scores.values().append_value(*s as f32);
+            }
+            pids.append(true);
+            scores.append(true);
+        }
+        self.sink.write(&RecordBatch::try_new(
+            self.schema.clone(),
+            vec![
+                Arc::new(ids.finish()),
+                Arc::new(pids.finish()),
+                Arc::new(scores.finish()),
+            ],
+        )?)?;
+        Ok(())
+    }
+
+    fn finish(self) -> Result<()> {
+        self.sink.seal()?.commit()
+    }
+}

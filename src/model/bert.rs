@@ -1,0 +1,376 @@
+//! BERT-family bi-encoders (Contriever, all-MiniLM-L6-v2, E5, BGE): HF transformers'
+//! `models/bert/modeling_bert.py` `BertModel` (v5.2, lines 53–450) followed by
+//! sentence-transformers' `Pooling` and `Normalize` modules.
+//!
+//! BERT's layer is DeBERTa's without relative attention: `BertEmbeddings` (word +
+//! absolute position + token type → LayerNorm, lines 68–108), `BertSelfAttention`
+//! (scores · d^-1/2, line 152), `BertSelfOutput` / `BertOutput` (post-LN residuals,
+//! lines 289–292 and 347–350) and an erf GELU (`BertIntermediate`, line 334). So the
+//! encoder is [`DebertaV2Model`] built from a [`DebertaConfig`] with BERT's projection
+//! names and no relative positions; this file reads BERT's `config.json` into it and
+//! pools its last hidden state into one vector per text.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use super::batch::PackedBatch;
+use super::config::{self, unsupported, ConfigError, DebertaConfig};
+use super::deberta::DebertaV2Model;
+use super::weights::{WeightStore, Weights};
+use crate::backend::{Backend, ClsHead, Dense, SeqPooling};
+use crate::tensor::HostTensor;
+
+/// BERT's attention projection names (`BertSelfAttention.query`, …).
+pub const BERT_PROJECTIONS: [&str; 3] = ["query", "key", "value"];
+
+/// BERT's `config.json` (the fields `BertModel` reads; defaults of `BertConfig`).
+#[derive(Debug, Clone, Deserialize)]
+struct RawBertConfig {
+    model_type: Option<String>,
+    vocab_size: usize,
+    hidden_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    intermediate_size: usize,
+    #[serde(default = "default_act")]
+    hidden_act: String,
+    #[serde(default = "default_max_pos")]
+    max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    layer_norm_eps: f64,
+    #[serde(default = "default_position_type")]
+    position_embedding_type: String,
+    #[serde(default)]
+    architectures: Option<Vec<String>>,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_max_pos() -> usize {
+    512
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_position_type() -> String {
+    "absolute".into()
+}
+
+/// Reads a BERT `config.json` as the encoder config it amounts to.
+pub fn read_config(path: &Path) -> Result<DebertaConfig, ConfigError> {
+    resolve(config::read_config(path, "BERT")?)
+}
+
+fn resolve(raw: RawBertConfig) -> Result<DebertaConfig, ConfigError> {
+    if let Some(mt) = raw.model_type.as_deref().filter(|&mt| mt != "bert") {
+        return Err(unsupported(
+            "model_type",
+            mt,
+            "the embedder implements model_type \"bert\" (Contriever, MiniLM, E5, BGE)",
+        ));
+    }
+    let tanh_gelu = match raw.hidden_act.as_str() {
+        "gelu" => false,
+        "gelu_new" | "gelu_pytorch_tanh" => true,
+        other => {
+            return Err(unsupported(
+                "hidden_act",
+                other,
+                "\"gelu\" (erf), \"gelu_new\" and \"gelu_pytorch_tanh\" are implemented",
+            ))
+        }
+    };
+    if raw.position_embedding_type != "absolute" {
+        return Err(unsupported(
+            "position_embedding_type",
+            &raw.position_embedding_type,
+            "only \"absolute\" positions are implemented",
+        ));
+    }
+    if raw.num_attention_heads == 0 || !raw.hidden_size.is_multiple_of(raw.num_attention_heads) {
+        return Err(unsupported(
+            "num_attention_heads",
+            raw.num_attention_heads,
+            &format!("must divide hidden_size {}", raw.hidden_size),
+        ));
+    }
+    Ok(DebertaConfig {
+        vocab_size: raw.vocab_size,
+        hidden_size: raw.hidden_size,
+        embedding_size: raw.hidden_size,
+        num_layers: raw.num_hidden_layers,
+        num_heads: raw.num_attention_heads,
+        head_size: raw.hidden_size / raw.num_attention_heads,
+        intermediate_size: raw.intermediate_size,
+        max_position_embeddings: raw.max_position_embeddings,
+        type_vocab_size: raw.type_vocab_size,
+        position_biased_input: true,
+        layer_norm_eps: raw.layer_norm_eps as f32,
+        relative: None,
+        scale_factor: 1,
+        pooler_hidden_size: raw.hidden_size,
+        architectures: raw.architectures.unwrap_or_default(),
+        tanh_gelu,
+        projections: BERT_PROJECTIONS,
+    })
+}
+
+/// How the token vectors of a text become its embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Pooling {
+    /// The mean of the token vectors (sentence-transformers `pooling_mode_mean_tokens`,
+    /// Contriever, E5).
+    Mean,
+    /// The [CLS] vector (`pooling_mode_cls_token`, BGE).
+    Cls,
+}
+
+impl Pooling {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+        }
+    }
+}
+
+/// The sentence-transformers modules of a model directory (`modules.json`), or what a
+/// plain HF directory is given by flag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddingHead {
+    pub pooling: Pooling,
+    /// L2-normalise the pooled vector (`sentence_transformers.models.Normalize`).
+    pub normalize: bool,
+    /// Truncation length, special tokens included (`sentence_bert_config.json`
+    /// `max_seq_length`), when the directory says.
+    pub max_seq_length: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct Module {
+    path: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct PoolingFile {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pooling_mode_weightedmean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
+}
+
+#[derive(Deserialize)]
+struct SentenceBertFile {
+    max_seq_length: Option<usize>,
+    #[serde(default)]
+    do_lower_case: bool,
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+impl EmbeddingHead {
+    /// The head that `dir`'s sentence-transformers files describe; `None` for a plain
+    /// HF directory (no `modules.json`).
+    pub fn from_dir(dir: &Path) -> Result<Option<Self>> {
+        let modules = dir.join("modules.json");
+        if !modules.is_file() {
+            return Ok(None);
+        }
+        let modules: Vec<Module> = read_json(&modules)?;
+        let mut head = EmbeddingHead {
+            pooling: Pooling::Mean,
+            normalize: false,
+            max_seq_length: None,
+        };
+        let mut pooled = false;
+        for m in &modules {
+            match m.kind.rsplit('.').next().unwrap_or_default() {
+                "Transformer" => {
+                    let file = dir.join(&m.path).join("sentence_bert_config.json");
+                    if file.is_file() {
+                        let st: SentenceBertFile = read_json(&file)?;
+                        anyhow::ensure!(
+                            !st.do_lower_case,
+                            "{}: do_lower_case = true (sentence-transformers lower-cases the \
+                             text itself) is not implemented; lower-case the input instead",
+                            file.display()
+                        );
+                        head.max_seq_length = st.max_seq_length;
+                    }
+                }
+                "Pooling" => {
+                    head.pooling = read_pooling(&dir.join(&m.path).join("config.json"))?;
+                    pooled = true;
+                }
+                "Normalize" => head.normalize = true,
+                other => anyhow::bail!(
+                    "{}: module `{}` ({other}) is not implemented; the embedder runs \
+                     Transformer → Pooling → Normalize",
+                    dir.join("modules.json").display(),
+                    m.kind
+                ),
+            }
+        }
+        anyhow::ensure!(
+            pooled,
+            "{}: no Pooling module; pass --pooling",
+            dir.join("modules.json").display()
+        );
+        Ok(Some(head))
+    }
+}
+
+fn read_pooling(path: &Path) -> Result<Pooling> {
+    let p: PoolingFile = read_json(path)?;
+    let unsupported = [
+        ("pooling_mode_max_tokens", p.pooling_mode_max_tokens),
+        (
+            "pooling_mode_mean_sqrt_len_tokens",
+            p.pooling_mode_mean_sqrt_len_tokens,
+        ),
+        (
+            "pooling_mode_weightedmean_tokens",
+            p.pooling_mode_weightedmean_tokens,
+        ),
+        ("pooling_mode_lasttoken", p.pooling_mode_lasttoken),
+    ];
+    if let Some((field, _)) = unsupported.iter().find(|(_, on)| *on) {
+        anyhow::bail!(
+            "{}: `{field}` is not implemented (mean and cls pooling are)",
+            path.display()
+        );
+    }
+    match (p.pooling_mode_mean_tokens, p.pooling_mode_cls_token) {
+        (true, false) => Ok(Pooling::Mean),
+        (false, true) => Ok(Pooling::Cls),
+        _ => anyhow::bail!(
+            "{}: exactly one of `pooling_mode_mean_tokens` and `pooling_mode_cls_token` \
+             must be true",
+            path.display()
+        ),
+    }
+}
+
+/// A BERT encoder with its pooling: texts in, one vector per text out.
+pub struct BertEmbedder<B: Backend> {
+    pub config: DebertaConfig,
+    pub head: EmbeddingHead,
+    encoder: DebertaV2Model<B>,
+    /// `I [H, H]`: the fused sequence-head op with this classifier and no pooler is
+    /// the pooling alone (`x·Iᵀ = x` exactly in f32), so a device pools in one launch
+    /// and sends back `[sequences, H]` instead of every token's state.
+    identity: B::Tensor,
+    /// Checkpoint files (their checksums identify the model in output metadata).
+    pub weights_paths: Vec<PathBuf>,
+}
+
+impl<B: Backend> BertEmbedder<B> {
+    /// Loads `dir` (config.json, model.safetensors or a sharded index); `head`
+    /// replaces what the directory's sentence-transformers files say (needed for a
+    /// plain HF directory, else mean pooling without normalisation, as Contriever).
+    pub fn load(be: &B, dir: &Path, head: Option<EmbeddingHead>) -> Result<Self> {
+        let config = read_config(&dir.join("config.json"))?;
+        let head = match head {
+            Some(h) => h,
+            None => EmbeddingHead::from_dir(dir)?.unwrap_or(EmbeddingHead {
+                pooling: Pooling::Mean,
+                normalize: false,
+                max_seq_length: None,
+            }),
+        };
+        let root = Weights::new(WeightStore::open(dir)?);
+        let weights_paths = root.store().map(|s| s.paths().to_vec()).unwrap_or_default();
+        let mut model = Self::from_weights(be, &root, config, head)
+            .with_context(|| format!("loading the BERT model in {}", dir.display()))?;
+        model.weights_paths = weights_paths;
+        Ok(model)
+    }
+
+    /// The encoder from any weight source; BERT's pooler (`BertPooler`, unused by
+    /// sentence embeddings) and the `position_ids` buffer are accounted for unread.
+    pub fn load_encoder(
+        be: &B,
+        root: &Weights,
+        config: &DebertaConfig,
+    ) -> Result<DebertaV2Model<B>> {
+        let w = root.encoder()?;
+        let encoder = DebertaV2Model::load(be, &w, config)?;
+        w.pp("embeddings").unused_by_design(&["position_ids"]);
+        w.pp("pooler.dense").unused_by_design(&["weight", "bias"]);
+        w.refuse_unread(&["embeddings.", "encoder.", "pooler."])?;
+        Ok(encoder)
+    }
+
+    /// Builds from any weight source and head (tests, benchmarks).
+    pub fn from_weights(
+        be: &B,
+        root: &Weights,
+        config: DebertaConfig,
+        head: EmbeddingHead,
+    ) -> Result<Self> {
+        let encoder = Self::load_encoder(be, root, &config)?;
+        let h = config.hidden_size;
+        let mut eye = vec![0f32; h * h];
+        eye.iter_mut().step_by(h + 1).for_each(|v| *v = 1.0);
+        Ok(Self {
+            identity: be.upload(&HostTensor::new(vec![h, h], eye))?,
+            config,
+            head,
+            encoder,
+            weights_paths: Vec::new(),
+        })
+    }
+
+    /// The last hidden state `[tokens, H]` of a packed batch, in f32.
+    pub fn last_hidden_state(&self, be: &B, batch: &PackedBatch) -> Result<HostTensor> {
+        Ok(be.download(&self.encoder.forward(be, batch)?)?)
+    }
+
+    /// The embeddings `[sequences, H]` of a packed batch, in f32.
+    pub fn embed(&self, be: &B, batch: &PackedBatch) -> Result<HostTensor> {
+        let (hidden, staged) = self.encoder.forward_staged(be, batch)?;
+        let head = ClsHead {
+            pooling: match self.head.pooling {
+                Pooling::Mean => SeqPooling::Mean,
+                Pooling::Cls => SeqPooling::First,
+            },
+            pooler: None,
+            classifier: Dense {
+                weight: &self.identity,
+                bias: None,
+            },
+        };
+        let mut pooled = be.cls_head(&hidden, staged.layout_input(), &head)?;
+        let h = self.config.hidden_size;
+        if self.head.normalize {
+            // torch.nn.functional.normalize(p=2, eps=1e-12).
+            for row in pooled.data.chunks_mut(h) {
+                let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+                row.iter_mut().for_each(|v| *v /= norm);
+            }
+        }
+        Ok(pooled)
+    }
+}

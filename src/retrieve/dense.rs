@@ -1,0 +1,333 @@
+//! Exact maximum inner product search over an embedding index: the Parquet files of
+//! `hopscore embed` (`id`, `embedding`), streamed in blocks. Each block is one GEMM
+//! (queries × blockᵀ, on the backend: the CPU or the GPU) and a bounded top-k per
+//! query, so memory is the block plus `queries × k` hits, whatever the index size.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{Array, AsArray, FixedSizeListArray};
+use arrow::datatypes::{DataType, Float16Type, Float32Type};
+
+use crate::backend::Backend;
+use crate::io::parquet_io::{display_column, ParquetInput};
+use crate::tensor::HostTensor;
+
+/// Index rows per block (one GEMM each): 8192 × 768 f32 is 24 MiB.
+pub const BLOCK_ROWS: usize = 8192;
+
+/// One index entry found for a query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenseHit {
+    /// The passage id (the index's `id`, as text).
+    pub id: String,
+    pub score: f32,
+    /// Row over all index files, in the order given (ties go to the lower row).
+    pub row: u64,
+}
+
+/// Heap order: the worst hit on top (lower score, then higher row).
+struct Worst(DenseHit);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .0
+            .score
+            .total_cmp(&self.0.score)
+            .then(self.0.row.cmp(&other.0.row))
+    }
+}
+
+/// The `k` best hits of one query seen so far.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Worst>,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        Self {
+            k: k.max(1),
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    fn offer(&mut self, score: f32, row: u64, id: impl FnOnce() -> String) {
+        if self.heap.len() == self.k {
+            let worst = &self.heap.peek().expect("k > 0").0;
+            if score < worst.score || (score == worst.score && row > worst.row) {
+                return;
+            }
+            self.heap.pop();
+        }
+        self.heap.push(Worst(DenseHit {
+            id: id(),
+            score,
+            row,
+        }));
+    }
+
+    fn into_sorted(self) -> Vec<DenseHit> {
+        // Ascending in `Worst` order is best first.
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|w| w.0)
+            .collect()
+    }
+}
+
+/// The embedding index: one or more `hopscore embed` outputs, read in order.
+pub struct DenseIndex {
+    pub files: Vec<PathBuf>,
+    pub dim: usize,
+    /// `hopscore.model_sha256` of the files (all equal).
+    pub model_sha256: Option<String>,
+    pub rows: u64,
+}
+
+/// `fixed_size_list<float32|float16>` of width `dim`: the row-major f32 values.
+fn vectors(col: &dyn Array, dim: usize, path: &Path) -> Result<Vec<f32>> {
+    let list: &FixedSizeListArray = col
+        .as_fixed_size_list_opt()
+        .with_context(|| format!("{}: `embedding` is not a fixed_size_list", path.display()))?;
+    if list.value_length() as usize != dim || list.null_count() > 0 {
+        bail!(
+            "{}: `embedding` has width {} or null rows; expected {dim} wide, no nulls",
+            path.display(),
+            list.value_length()
+        );
+    }
+    let values = list.values();
+    let start = list.offset() * dim;
+    let n = list.len() * dim;
+    Ok(match values.data_type() {
+        DataType::Float32 => {
+            values.as_primitive::<Float32Type>().values()[start..start + n].to_vec()
+        }
+        DataType::Float16 => values.as_primitive::<Float16Type>().values()[start..start + n]
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        other => bail!(
+            "{}: `embedding` holds {other}; expected float32 or float16",
+            path.display()
+        ),
+    })
+}
+
+impl DenseIndex {
+    /// Opens `files` and checks that they agree on the width and the model.
+    pub fn open(files: &[PathBuf]) -> Result<Self> {
+        anyhow::ensure!(!files.is_empty(), "no index file given (--index)");
+        let (mut dim, mut model, mut rows) = (None, None, 0);
+        for path in files {
+            let input = ParquetInput::open(path, 1)?;
+            input.check_column("id", &["string", "integer"], true)?;
+            let width = match input
+                .schema
+                .field_with_name("embedding")
+                .map(|f| f.data_type())
+            {
+                Ok(DataType::FixedSizeList(_, w)) => *w as usize,
+                _ => bail!(
+                    "{} has no `embedding` column of fixed_size_list type: write the index \
+                     with `hopscore embed`",
+                    path.display()
+                ),
+            };
+            let sha = input
+                .schema
+                .metadata()
+                .get("hopscore.model_sha256")
+                .cloned();
+            match (dim, &model) {
+                (Some(d), _) if d != width => bail!(
+                    "{} holds {width}-wide vectors, the other index files {d}",
+                    path.display()
+                ),
+                (Some(_), m) if m != &sha => bail!(
+                    "{} was embedded with another model (hopscore.model_sha256 differs)",
+                    path.display()
+                ),
+                _ => {}
+            }
+            dim = Some(width);
+            model = sha;
+            rows += input.total_rows;
+        }
+        Ok(Self {
+            files: files.to_vec(),
+            dim: dim.expect("one file at least"),
+            model_sha256: model,
+            rows,
+        })
+    }
+
+    /// Calls `f(first_row, ids, vectors)` for each block of up to [`BLOCK_ROWS`]
+    /// rows, in file order (`vectors`: `[rows, dim]` row-major; `first_row` counts
+    /// over all files).
+    fn for_each_block(
+        &self,
+        mut f: impl FnMut(u64, &arrow::array::StringArray, Vec<f32>) -> Result<()>,
+    ) -> Result<()> {
+        let mut row0 = 0u64;
+        for path in &self.files {
+            let mut input = ParquetInput::open(path, BLOCK_ROWS)?;
+            let total = input.total_rows;
+            for batch in input.by_ref() {
+                crate::pipeline::control::stop_point()?;
+                let batch = batch.with_context(|| format!("reading {}", path.display()))?;
+                if let Some(bad) = batch.bad.first() {
+                    bail!("{}: row {}: {}", path.display(), bad.row, bad.reason);
+                }
+                let b = &batch.batch;
+                let ids = display_column(b.column_by_name("id").context("no id")?)?;
+                let block = vectors(
+                    b.column_by_name("embedding").context("no embedding")?,
+                    self.dim,
+                    path,
+                )?;
+                f(row0 + batch.rows.first().copied().unwrap_or(0), &ids, block)?;
+            }
+            row0 += total;
+        }
+        Ok(())
+    }
+
+    /// Every row in memory: ids and `[rows, dim]` vectors (for sources searched many
+    /// times, such as EfficientRAG's loop over a corpus).
+    pub fn load_all(&self) -> Result<(Vec<String>, Vec<f32>)> {
+        let (mut ids, mut vectors) = (Vec::new(), Vec::new());
+        self.for_each_block(|_, block_ids, block| {
+            ids.extend((0..block_ids.len()).map(|r| block_ids.value(r).to_string()));
+            vectors.extend(block);
+            Ok(())
+        })?;
+        Ok((ids, vectors))
+    }
+
+    /// The `k` best index rows by inner product for each query (`queries`: `[n, dim]`
+    /// row-major), best first. `progress` gets the index rows done after each block.
+    pub fn search<B: Backend>(
+        &self,
+        be: &B,
+        queries: &[f32],
+        k: usize,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Vec<Vec<DenseHit>>> {
+        let dim = self.dim;
+        let n = queries.len() / dim;
+        let mut best: Vec<TopK> = (0..n).map(|_| TopK::new(k)).collect();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let q = be.upload(&HostTensor::new(vec![n, dim], queries.to_vec()))?;
+        self.for_each_block(|row0, ids, block| {
+            let rows = ids.len();
+            let w = be.upload(&HostTensor::new(vec![rows, dim], block))?;
+            let scores = be.download(&be.linear(&q, &w, None)?)?;
+            for (qi, top) in best.iter_mut().enumerate() {
+                for (r, &s) in scores.data[qi * rows..(qi + 1) * rows].iter().enumerate() {
+                    if !ids.is_null(r) {
+                        top.offer(s, row0 + r as u64, || ids.value(r).to_string());
+                    }
+                }
+            }
+            progress(row0 + rows as u64);
+            Ok(())
+        })?;
+        Ok(best.into_iter().map(TopK::into_sorted).collect())
+    }
+}
+
+/// The `k` rows of `vectors` (`[rows, dim]`) with the largest inner product with
+/// `query`, best first (ties to the lower row): `(row, score)`.
+pub fn top_k_inner_product(query: &[f32], vectors: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut top = TopK::new(k);
+    for (r, v) in vectors.chunks_exact(query.len().max(1)).enumerate() {
+        let s = v.iter().zip(query).map(|(a, b)| a * b).sum();
+        top.offer(s, r as u64, String::new);
+    }
+    top.into_sorted()
+        .into_iter()
+        .map(|h| (h.row as usize, h.score))
+        .collect()
+}
+
+/// Reciprocal rank fusion (Cormack et al. 2009): `Σ 1 / (c + rank)` over the rankings
+/// (rank from 1), the `k` best ids first; ties go to the id first seen.
+pub fn reciprocal_rank_fusion(rankings: &[Vec<String>], c: f64, k: usize) -> Vec<(String, f64)> {
+    let mut order: Vec<String> = Vec::new();
+    let mut score: std::collections::HashMap<String, f64> = Default::default();
+    for ranking in rankings {
+        for (rank, id) in ranking.iter().enumerate() {
+            let s = score.entry(id.clone()).or_insert_with(|| {
+                order.push(id.clone());
+                0.0
+            });
+            *s += 1.0 / (c + rank as f64 + 1.0);
+        }
+    }
+    let mut fused: Vec<(usize, String, f64)> = order
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let s = score[&id];
+            (i, id, s)
+        })
+        .collect();
+    fused.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    fused
+        .into_iter()
+        .take(k)
+        .map(|(_, id, s)| (id, s))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_keeps_the_best_and_breaks_ties_by_row() {
+        let mut t = TopK::new(3);
+        for (row, s) in [(0, 0.5), (1, 0.9), (2, 0.1), (3, 0.9), (4, 0.7), (5, 0.5)] {
+            t.offer(s, row, || format!("p{row}"));
+        }
+        let got: Vec<(String, f32)> = t
+            .into_sorted()
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("p1".into(), 0.9), ("p3".into(), 0.9), ("p4".into(), 0.7)]
+        );
+    }
+
+    #[test]
+    fn fusion_sums_reciprocal_ranks() {
+        let a = vec!["x".to_string(), "y".to_string(), "z".to_string()];
+        let b = vec!["y".to_string(), "w".to_string()];
+        let fused = reciprocal_rank_fusion(&[a, b], 60.0, 3);
+        let ids: Vec<&str> = fused.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["y", "x", "w"]);
+        assert!((fused[0].1 - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-12);
+        assert!((fused[1].1 - 1.0 / 61.0).abs() < 1e-12);
+    }
+}
