@@ -27,29 +27,38 @@ pub const LOCATION_KEYS: [&str; 6] = [
 
 /// SHA-256 of a file's bytes, in hex. Remembered per file (path, size and
 /// modification time) for the life of the process, so that a model hashed for its
-/// identity and again as a run's input is read once.
+/// identity and again as a run's input is read once. A file rewritten with the same
+/// size within one timestamp tick keeps its old entry: checks of files this process
+/// writes and rereads (committed parts) use [`read_sha256`].
 pub fn file_sha256(path: &Path) -> Result<String> {
     type Key = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
     static SEEN: Mutex<BTreeMap<Key, String>> = Mutex::new(BTreeMap::new());
-    let checksum = || -> std::io::Result<String> {
-        let file = std::fs::File::open(path)?;
-        let meta = file.metadata()?;
-        let key = (path.canonicalize()?, meta.len(), meta.modified().ok());
-        if let Some(hash) = SEEN.lock().map_or(None, |seen| seen.get(&key).cloned()) {
-            return Ok(hash);
-        }
+    let key = || -> std::io::Result<Key> {
+        let meta = std::fs::metadata(path)?;
+        Ok((path.canonicalize()?, meta.len(), meta.modified().ok()))
+    };
+    let key = key().with_context(|| format!("cannot read {} to checksum it", path.display()))?;
+    if let Some(hash) = SEEN.lock().map_or(None, |seen| seen.get(&key).cloned()) {
+        return Ok(hash);
+    }
+    let hash = read_sha256(path)?;
+    if let Ok(mut seen) = SEEN.lock() {
+        seen.insert(key, hash.clone());
+    }
+    Ok(hash)
+}
+
+/// SHA-256 of a file's bytes, in hex, read now.
+pub fn read_sha256(path: &Path) -> Result<String> {
+    let hash = || -> std::io::Result<String> {
         let mut h = Sha256::new();
         std::io::copy(
-            &mut std::io::BufReader::with_capacity(1 << 20, file),
+            &mut std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?),
             &mut h,
         )?;
-        let hash = hex(&h.finalize());
-        if let Ok(mut seen) = SEEN.lock() {
-            seen.insert(key, hash.clone());
-        }
-        Ok(hash)
+        Ok(hex(&h.finalize()))
     };
-    checksum().with_context(|| format!("cannot read {} to checksum it", path.display()))
+    hash().with_context(|| format!("cannot read {} to checksum it", path.display()))
 }
 
 /// Checkpoint formats hopscore never reads, left out of a directory's content hash

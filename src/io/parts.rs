@@ -107,7 +107,7 @@ impl PartEntry {
                     Some(format!("holds {n} rows, not the {rows} committed"))
                 }
                 (true, Err(_)) => Some("is damaged (not a readable Parquet file)".to_string()),
-                (true, Ok(_)) if fingerprint::file_sha256(&path)? != *sha => {
+                (true, Ok(_)) if fingerprint::read_sha256(&path)? != *sha => {
                     Some("has changed since it was committed (another SHA-256)".to_string())
                 }
                 _ => None,
@@ -154,14 +154,39 @@ pub struct Parts {
     dir: PathBuf,
     manifest: Manifest,
     /// `<dir>/lock`, holding an advisory lock (released by the OS on any exit).
-    _lock: File,
+    _lock: Lock,
 }
+
+/// The held lock of a parts directory: its file, and the directory's entry in the
+/// set of locks this process holds.
+struct Lock {
+    _file: File,
+    dir: PathBuf,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let Ok(mut held) = HELD.lock() {
+            held.remove(&self.dir);
+        }
+    }
+}
+
+/// The parts directories whose lock this process holds. A lock file naming this
+/// process, of a directory not in the set, is one a child forked by another thread
+/// still holds until its `exec` (the lock belongs to the open file, which the child
+/// shares until then): [`lock`] waits for that instead of refusing.
+static HELD: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// How long [`lock`] waits for a forked child to drop this process's released lock.
+const FORK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The lock file of a parts directory; it holds the pid of the run that has it.
 const LOCK: &str = "lock";
 
 /// Takes the advisory lock of `dir` (creating both), or refuses naming the holder.
-fn lock(dir: &Path, output: &Path) -> Result<File> {
+fn lock(dir: &Path, output: &Path) -> Result<Lock> {
     let path = dir.join(LOCK);
     let mut attempts = 0;
     let mut file = loop {
@@ -179,37 +204,53 @@ fn lock(dir: &Path, output: &Path) -> Result<File> {
             Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         }
     };
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            let holder = match holder.trim() {
-                "" => "another hopscore run".to_string(),
-                pid => format!("another hopscore run (pid {pid})"),
-            };
-            bail!(
-                "{holder} is writing {}: two runs must not write one output. Wait for it \
-                 to end (or stop it), or choose another --output",
-                output.display()
-            );
-        }
-        // A file system without locks (some network mounts): run unguarded, said once.
-        Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
-            log::warn!(
-                "{} cannot be locked here ({e}); make sure no other run writes {}",
-                path.display(),
-                output.display()
-            );
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("cannot lock {}", path.display()))
+    let started = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                let ours = holder.trim() == std::process::id().to_string()
+                    && HELD.lock().is_ok_and(|held| !held.contains(dir));
+                if ours && started.elapsed() < FORK_GRACE {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                }
+                let holder = match holder.trim() {
+                    "" => "another hopscore run".to_string(),
+                    pid => format!("another hopscore run (pid {pid})"),
+                };
+                bail!(
+                    "{holder} is writing {}: two runs must not write one output. Wait for it \
+                     to end (or stop it), or choose another --output",
+                    output.display()
+                );
+            }
+            // A file system without locks (some network mounts): run unguarded, said once.
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+                log::warn!(
+                    "{} cannot be locked here ({e}); make sure no other run writes {}",
+                    path.display(),
+                    output.display()
+                );
+                break;
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()))
+            }
         }
     }
     file.set_len(0)
         .and_then(|()| writeln!(file, "{}", std::process::id()))
         .and_then(|()| file.sync_data())
         .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(file)
+    if let Ok(mut held) = HELD.lock() {
+        held.insert(dir.to_path_buf());
+    }
+    Ok(Lock {
+        _file: file,
+        dir: dir.to_path_buf(),
+    })
 }
 
 /// `<output>.parts`.
@@ -297,7 +338,7 @@ impl Parts {
     }
 
     /// A new run in the locked directory `dir`.
-    fn start(dir: PathBuf, fingerprint: &str, lock: File) -> Result<Opened> {
+    fn start(dir: PathBuf, fingerprint: &str, lock: Lock) -> Result<Opened> {
         write_file(&dir.join(LOG), b"")?; // replaces a stale log
         let parts = Self {
             dir,
@@ -339,9 +380,9 @@ impl Parts {
         write(&path, &quarantine_path)?;
         let check = PartCheck {
             rows: parquet_rows(&path)?,
-            sha256: fingerprint::file_sha256(&path)?,
+            sha256: fingerprint::read_sha256(&path)?,
             quarantine_rows: parquet_rows(&quarantine_path)?,
-            quarantine_sha256: fingerprint::file_sha256(&quarantine_path)?,
+            quarantine_sha256: fingerprint::read_sha256(&quarantine_path)?,
         };
         let entry = PartEntry {
             first_row,
@@ -776,10 +817,12 @@ mod tests {
         // Another row count, and a quarantine file cut short.
         fresh();
         write_ints(&dir.join("part-000001.parquet"), &schema(), &[4..6, 6..7]).unwrap();
-        assert!(resume_err().contains("holds 3 rows, not the 4 committed"));
+        let err = resume_err();
+        assert!(err.contains("holds 3 rows, not the 4 committed"), "{err}");
         fresh();
         std::fs::write(dir.join("part-000000.quarantine.parquet"), b"PAR1").unwrap();
-        assert!(resume_err().contains("is damaged"));
+        let err = resume_err();
+        assert!(err.contains("is damaged"), "{err}");
     }
 
     #[test]

@@ -44,14 +44,22 @@ pub fn disentangled_attention(a: &AttentionArgs<'_>) -> Vec<f32> {
         .flat_map(|s| (0..heads).map(move |h| (s, h)))
         .collect();
     let parts: Vec<Vec<f32>> = tasks.par_iter().map(|&(s, h)| one_head(a, s, h)).collect();
+    // Each sequence's rows gather their heads' contexts, sequences in parallel.
     let mut out = vec![0f32; tokens * width];
-    for (&(s, h), ctx) in tasks.iter().zip(&parts) {
-        let start = a.layout.cu_seqlens[s];
-        for (i, row) in ctx.chunks_exact(d).enumerate() {
-            let o = (start + i) * width + h * d;
-            out[o..o + d].copy_from_slice(row);
-        }
+    let mut rest = out.as_mut_slice();
+    let mut per_seq = Vec::with_capacity(a.layout.num_seqs());
+    for w in a.layout.cu_seqlens.windows(2) {
+        let (mine, tail) = rest.split_at_mut((w[1] - w[0]) * width);
+        per_seq.push(mine);
+        rest = tail;
     }
+    per_seq.into_par_iter().enumerate().for_each(|(s, rows)| {
+        for (h, ctx) in parts[s * heads..(s + 1) * heads].iter().enumerate() {
+            for (row, c) in rows.chunks_exact_mut(width).zip(ctx.chunks_exact(d)) {
+                row[h * d..(h + 1) * d].copy_from_slice(c);
+            }
+        }
+    });
     out
 }
 

@@ -136,10 +136,11 @@ pub fn linear(
     } else {
         x
     };
-    let mut out = match bias {
-        Some(b) => b.repeat(rows),
-        None => vec![0f32; rows * n],
-    };
+    let mut out = vec![0f32; rows * n];
+    if let Some(b) = bias {
+        use rayon::prelude::*;
+        out.par_chunks_mut(n).for_each(|row| row.copy_from_slice(b));
+    }
     matmul(
         &mut out,
         n,

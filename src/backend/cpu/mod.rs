@@ -107,13 +107,15 @@ impl Backend for CpuBackend {
         let y = self.linear(x, w, bias)?;
         let out = w.rows / parts;
         Ok((0..parts)
+            .into_par_iter()
             .map(|p| {
-                let data = y
-                    .data
-                    .chunks_exact(w.rows.max(1))
-                    .flat_map(|row| &row[p * out..(p + 1) * out])
-                    .copied()
-                    .collect();
+                let mut data = vec![0f32; x.rows * out];
+                for (dst, row) in data
+                    .chunks_exact_mut(out.max(1))
+                    .zip(y.data.chunks_exact(w.rows.max(1)))
+                {
+                    dst.copy_from_slice(&row[p * out..(p + 1) * out]);
+                }
                 CpuTensor::like(x.rows, out, data)
             })
             .collect())
