@@ -26,17 +26,19 @@ def by_id(rows):
     return sorted(rows, key=lambda r: r["id"])
 
 
-def test_two_cpu_actors_give_the_clis_rows(local_ray, questions, tmp_path, tokenizer):
-    job = {"model": fixture("beam/model"), "tokenizer": tokenizer, "beam_size": 2}
-    cli_rows, cli_bad = cli_run("beam", hopscore._flags(job), questions, tmp_path)
+def assert_actors_give_the_clis_rows(actor, command, job, input_path, tmp_path, block_rows, bad_id):
+    """Two CPU actors of ``actor`` over ``input_path`` in blocks of ``block_rows`` give
+    the rows of ``hopscore command`` and write its one bad row (``bad_id``) to the
+    quarantine folder."""
+    cli_rows, cli_bad = cli_run(command, hopscore._flags(job), input_path, tmp_path)
 
     quarantine = tmp_path / "quarantine"
     # Blocks in memory: the 2 CPUs go to the 2 actors, none is left for read tasks.
-    table = pq.read_table(questions)
-    ds = ray.data.from_arrow([table.slice(i, 6) for i in range(0, table.num_rows, 6)])
+    table = pq.read_table(input_path)
+    ds = ray.data.from_arrow([table.slice(i, block_rows) for i in range(0, table.num_rows, block_rows)])
     out = ds.map_batches(
-        hopscore.ray.Beam,
-        batch_size=8,
+        actor,
+        batch_size=block_rows + 2,
         fn_constructor_kwargs=dict(job, threads=1, quarantine_dir=str(quarantine)),
         **hopscore.ray.actor_options(actors=2, device="cpu", threads=1),
     )
@@ -45,29 +47,18 @@ def test_two_cpu_actors_give_the_clis_rows(local_ray, questions, tmp_path, token
     assert rows.schema.equals(cli_rows.schema, check_metadata=False)
     assert by_id(rows.to_pylist()) == by_id(cli_rows.to_pylist())
     bad = pa.concat_tables([pq.read_table(f) for f in glob.glob(f"{quarantine}/*.parquet")])
-    assert bad.column("id").to_pylist() == cli_bad.column("id").to_pylist() == ["bad-no-passages"]
+    assert bad.column("id").to_pylist() == cli_bad.column("id").to_pylist() == [bad_id]
     assert bad.column("reason").to_pylist() == cli_bad.column("reason").to_pylist()
+
+
+def test_two_cpu_actors_give_the_clis_rows(local_ray, questions, tmp_path, tokenizer):
+    job = {"model": fixture("beam/model"), "tokenizer": tokenizer, "beam_size": 2}
+    assert_actors_give_the_clis_rows(hopscore.ray.Beam, "beam", job, questions, tmp_path, 6, "bad-no-passages")
 
 
 def test_embed_actors_give_the_clis_rows(local_ray, passages, tmp_path, word_tokenizer):
     job = {"model": fixture("bert/random_plain"), "tokenizer": word_tokenizer}
-    cli_rows, cli_bad = cli_run("embed", hopscore._flags(job), passages, tmp_path)
-
-    quarantine = tmp_path / "quarantine"
-    table = pq.read_table(passages)
-    ds = ray.data.from_arrow([table.slice(i, 2) for i in range(0, table.num_rows, 2)])
-    out = ds.map_batches(
-        hopscore.ray.Embed,
-        batch_size=2,
-        fn_constructor_kwargs=dict(job, threads=1, quarantine_dir=str(quarantine)),
-        **hopscore.ray.actor_options(actors=2, device="cpu", threads=1),
-    )
-    rows = pa.concat_tables(ray.get(out.to_arrow_refs()))
-
-    assert rows.schema.equals(cli_rows.schema, check_metadata=False)
-    assert by_id(rows.to_pylist()) == by_id(cli_rows.to_pylist())
-    bad = pa.concat_tables([pq.read_table(f) for f in glob.glob(f"{quarantine}/*.parquet")])
-    assert bad.column("id").to_pylist() == cli_bad.column("id").to_pylist() == ["bad-null"]
+    assert_actors_give_the_clis_rows(hopscore.ray.Embed, "embed", job, passages, tmp_path, 2, "bad-null")
 
 
 def test_actor_options_give_one_gpu_per_actor_or_cpu_actors():

@@ -14,6 +14,7 @@ use arrow::array::{ArrayRef, FixedSizeListArray, Float16Array, Float32Array, Rec
 use arrow::datatypes::{DataType, Field, FieldRef};
 
 use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer};
+use super::value_name;
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
 use crate::model::batch::Sequence;
@@ -76,19 +77,9 @@ pub type EmbedJob<B> = RowJob<Embedder<B>>;
 
 /// Loads the model and tokenizer of `config` on `be`.
 pub fn embedder<B: Backend>(config: EmbedConfig, be: B) -> Result<Embedder<B>> {
-    let found = EmbeddingHead::from_dir(&config.model)?;
-    let head = EmbeddingHead {
-        pooling: config
-            .pooling
-            .or(found.as_ref().map(|h| h.pooling))
-            .unwrap_or(Pooling::Mean),
-        normalize: config
-            .normalize
-            .or(found.as_ref().map(|h| h.normalize))
-            .unwrap_or(false),
-        max_seq_length: found.as_ref().and_then(|h| h.max_seq_length),
-    };
-    let model = BertEmbedder::load(&be, &config.model, Some(head.clone()))?;
+    let head = EmbeddingHead::resolve(&config.model, config.pooling, config.normalize)?;
+    let model = BertEmbedder::load(&be, &config.model, Some(head))?;
+    let head = &model.head;
     let positions = model.config.max_position_embeddings;
     let max_len = config
         .max_length
@@ -107,7 +98,7 @@ pub fn embedder<B: Backend>(config: EmbedConfig, be: B) -> Result<Embedder<B>> {
         &config.model,
         &model.weights_paths,
         &[
-            ("pooling", head.pooling.as_str().to_string()),
+            ("pooling", value_name(head.pooling)),
             ("normalize", head.normalize.to_string()),
             ("max_length", max_len.to_string()),
             ("prefix", config.prefix.clone()),

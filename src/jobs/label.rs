@@ -16,6 +16,7 @@ use arrow::datatypes::{DataType, Field, SchemaRef};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
 use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use super::value_name;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::io::fingerprint::{file_sha256, model_sha256};
@@ -286,7 +287,7 @@ impl ChunkSource for CorpusChunks {
     }
 }
 
-/// The query encoder of dense retrieval, and its checksum for the metadata.
+/// The query encoder of dense retrieval (`None` for BM25).
 fn dense_encoder(config: &LabelConfig) -> Result<Option<Arc<Embedder<CpuBackend>>>> {
     if config.retriever == LabelRetriever::Bm25 {
         return Ok(None);
@@ -310,11 +311,7 @@ fn corpus_vectors(
          by `hopscore embed` from the same corpus file)"
     );
     let index = DenseIndex::open(index)?;
-    anyhow::ensure!(
-        index.dim == encoder.dim() && index.model_sha256.as_deref() == encoder.model_sha256(),
-        "the index was embedded with another model than --encoder (width or \
-         hopscore.model_sha256 differs): embed the corpus with the same model"
-    );
+    index.check_encoder(encoder.dim(), encoder.model_sha256())?;
     let (ids, vectors) = index.load_all()?;
     let row: std::collections::HashMap<&str, usize> = ids
         .iter()
@@ -408,10 +405,7 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
             "filter_sha256",
             model_sha256(&config.filter, &models.filter.weights)?,
         ),
-        (
-            "tag_pooling",
-            format!("{:?}", config.tag_pooling).to_lowercase(),
-        ),
+        ("tag_pooling", value_name(config.tag_pooling)),
         ("n_tags", n_tags.to_string()),
         ("max_iter", config.max_iter.to_string()),
         ("top_k", config.top_k.to_string()),
@@ -421,10 +415,7 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
         options.push(("corpus", path.display().to_string()));
         options.push(("corpus_sha256", file_sha256(path)?));
     }
-    options.push((
-        "retriever",
-        format!("{:?}", config.retriever).to_lowercase(),
-    ));
+    options.push(("retriever", value_name(config.retriever)));
     if let Some(e) = &encoder {
         options.push((
             "encoder_sha256",

@@ -124,6 +124,13 @@ pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
     }))
 }
 
+/// The name of a flag's value on the command line, as run metadata records it.
+pub fn value_name(value: impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
+}
+
 /// `schema` with `metadata` as its key-value metadata.
 pub fn with_metadata(schema: &Schema, metadata: &[(String, String)]) -> SchemaRef {
     std::sync::Arc::new(

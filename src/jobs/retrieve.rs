@@ -18,7 +18,9 @@ use arrow::array::{Float32Builder, ListBuilder, RecordBatch, StringBuilder};
 use arrow::datatypes::{DataType, Field, Schema};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
+use super::value_name;
 use crate::backend::Backend;
+use crate::io::atomic::commit_all;
 use crate::io::metadata::tool_metadata;
 use crate::io::parquet_io::{create_writer, sibling};
 use crate::io::paths::{check_outputs, Kind, Named};
@@ -37,16 +39,6 @@ pub enum Retriever {
     Bm25,
     /// Reciprocal rank fusion (c = 60) of the dense and BM25 rankings.
     Hybrid,
-}
-
-impl Retriever {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Retriever::Dense => "dense",
-            Retriever::Bm25 => "bm25",
-            Retriever::Hybrid => "hybrid",
-        }
-    }
 }
 
 /// The RRF constant of Cormack et al. (2009).
@@ -128,8 +120,20 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
         Retriever::Dense => None,
         Retriever::Bm25 | Retriever::Hybrid => Some(Corpus::from_parquet(&c.corpus)?),
     };
+    // The corpus row of each id (the first, if an id repeats).
+    let doc_of: HashMap<&str, usize> = lexical
+        .iter()
+        .flat_map(|corpus| {
+            corpus
+                .ids
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, id)| (id.as_str(), i))
+        })
+        .collect();
     let mut options = vec![
-        ("retriever", c.retriever.as_str().to_string()),
+        ("retriever", value_name(c.retriever)),
         ("k", c.k.to_string()),
         ("corpus", c.corpus.display().to_string()),
     ];
@@ -147,7 +151,7 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
     let total = reader.total_rows();
     let mut tally = Tally::default();
     loop {
-        let mut chunk = Vec::new();
+        let (mut chunk, seen) = (Vec::new(), tally.seen);
         for row in reader.by_ref().take(c.question_rows.max(1)) {
             match row? {
                 Ok(q) => match q.check() {
@@ -162,13 +166,13 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             }
             tally.seen += 1;
         }
-        if chunk.is_empty() && tally.seen >= total {
-            break;
+        if tally.seen == seen {
+            break; // the reader is done
         }
         let texts: Vec<&str> = chunk.iter().map(|q| q.question.as_str()).collect();
         let dense_rankings = dense
             .as_ref()
-            .map(|d| d.rank(&texts, c.k.max(c.fusion_depth), tally.seen, total))
+            .map(|d| d.rank(&texts, c.k.max(c.fusion_depth)))
             .transpose()?;
         let lexical_rankings = lexical.as_ref().map(|corpus| {
             texts
@@ -202,7 +206,7 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             (None, None) => unreachable!("every retriever ranks"),
         };
         let passages = match &lexical {
-            Some(corpus) => from_corpus(corpus, &rankings),
+            Some(corpus) => from_corpus(corpus, &doc_of, &rankings),
             None => lookup(&c.corpus, &rankings)?,
         };
         // An index id the corpus lacks (or holds without usable text) is left out.
@@ -221,13 +225,12 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             tally.seen,
             started.elapsed().as_secs_f64()
         );
-        if tally.seen >= total {
-            break;
-        }
     }
-    let (questions, _) = writer.finish()?;
-    scores.finish()?;
-    let (quarantine_path, quarantined) = bad.finish()?;
+    // All three files are complete before any is put in place.
+    let (questions_file, questions, _) = writer.seal()?;
+    let (quarantine_file, quarantined) = bad.seal()?;
+    let quarantine_path = quarantine_file.dest().to_path_buf();
+    commit_all([questions_file, scores.sink.seal()?, quarantine_file])?;
     Ok(RetrieveSummary {
         questions,
         quarantined,
@@ -236,13 +239,9 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
         with_gold: tally.with_gold,
         recall: RECALL_AT
             .iter()
-            .filter(|&&k| k <= c.k)
-            .map(|&k| {
-                (
-                    k,
-                    tally.recall.get(&k).copied().unwrap_or(0.0) / tally.with_gold.max(1) as f64,
-                )
-            })
+            .zip(tally.recall)
+            .filter(|(&k, _)| k <= c.k)
+            .map(|(&k, sum)| (k, sum / tally.with_gold.max(1) as f64))
             .collect(),
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -262,34 +261,17 @@ impl<B: Backend> DenseSearch<B> {
             .context("dense retrieval needs the query encoder (--encoder DIR)")?;
         let index = DenseIndex::open(&c.index)?;
         let embedder = embedder(encoder, be)?;
-        anyhow::ensure!(
-            embedder.dim() == index.dim,
-            "the encoder gives {}-wide vectors, the index holds {}-wide ones",
-            embedder.dim(),
-            index.dim
-        );
-        let sha = embedder.model_sha256();
-        if index.model_sha256.is_some() && index.model_sha256.as_deref() != sha {
-            anyhow::bail!(
-                "the index was embedded with another model than --encoder (hopscore.model_sha256 \
-                 differs): embed the corpus with the same model"
-            );
-        }
+        index.check_encoder(embedder.dim(), embedder.model_sha256())?;
         Ok(Self { embedder, index })
     }
 
-    fn rank(&self, texts: &[&str], k: usize, done: u64, total: u64) -> Result<Vec<Ranking>> {
+    fn rank(&self, texts: &[&str], k: usize) -> Result<Vec<Ranking>> {
         let seqs = texts
             .iter()
             .map(|t| self.embedder.encode(t))
             .collect::<Result<Vec<_>>>()?;
         let queries = self.embedder.embed(&seqs)?;
-        let rows = self.index.rows;
-        let hits = self
-            .index
-            .search(self.embedder.backend(), &queries, k, |r| {
-                log::debug!("questions to {done} of {total}: index rows {r}/{rows}");
-            })?;
+        let hits = self.index.search(self.embedder.backend(), &queries, k)?;
         Ok(hits
             .into_iter()
             .map(|h| h.into_iter().map(|h| (h.id, f64::from(h.score))).collect())
@@ -306,16 +288,19 @@ fn hit_ids(rankings: &[Ranking]) -> HashSet<&str> {
         .collect()
 }
 
-/// The hits' passages from a loaded corpus (ids are unique in it: the first wins).
-fn from_corpus(corpus: &Corpus, rankings: &[Ranking]) -> HashMap<String, Passage> {
-    let wanted = hit_ids(rankings);
-    let mut out = HashMap::new();
-    for (i, id) in corpus.ids.iter().enumerate() {
-        if wanted.contains(id.as_str()) && !out.contains_key(id) {
-            out.insert(id.clone(), passage(&corpus.titles[i], &corpus.texts[i]));
-        }
-    }
-    out
+/// The hits' passages from a loaded corpus, `doc_of` its row of each id.
+fn from_corpus(
+    corpus: &Corpus,
+    doc_of: &HashMap<&str, usize>,
+    rankings: &[Ranking],
+) -> HashMap<String, Passage> {
+    hit_ids(rankings)
+        .into_iter()
+        .filter_map(|id| {
+            let i = *doc_of.get(id)?;
+            Some((id.to_string(), passage(&corpus.titles[i], &corpus.texts[i])))
+        })
+        .collect()
 }
 
 /// The hits' passages, read from the corpus file in one pass (only they are kept).
@@ -338,12 +323,12 @@ fn passage(title: &str, text: &str) -> Passage {
     }
 }
 
-/// Running counts: rows read, recall sums.
+/// Running counts: rows read, recall sums (per cut-off of [`RECALL_AT`]).
 #[derive(Default)]
 struct Tally {
     seen: u64,
     with_gold: u64,
-    recall: HashMap<usize, f64>,
+    recall: [f64; RECALL_AT.len()],
 }
 
 impl Tally {
@@ -375,9 +360,9 @@ impl Tally {
         if !gold.is_empty() {
             self.with_gold += 1;
             // Over all of the question's gold passages, retrieved or not.
-            for k in RECALL_AT {
+            for (sum, k) in self.recall.iter_mut().zip(RECALL_AT) {
                 let found = supporting.iter().filter(|&&i| i < k).count();
-                *self.recall.entry(k).or_default() += found as f64 / gold.len() as f64;
+                *sum += found as f64 / gold.len() as f64;
             }
         }
         q.passages = pool;
@@ -430,9 +415,5 @@ impl ScoresWriter {
             ],
         )?)?;
         Ok(())
-    }
-
-    fn finish(self) -> Result<()> {
-        self.sink.seal()?.commit()
     }
 }

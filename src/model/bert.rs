@@ -133,15 +133,6 @@ pub enum Pooling {
     Cls,
 }
 
-impl Pooling {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pooling::Mean => "mean",
-            Pooling::Cls => "cls",
-        }
-    }
-}
-
 /// The sentence-transformers modules of a model directory (`modules.json`), or what a
 /// plain HF directory is given by flag.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,6 +182,22 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 }
 
 impl EmbeddingHead {
+    /// The head of `dir`: what its sentence-transformers files say, else mean pooling
+    /// without normalisation (a plain HF directory: Contriever); `pooling` and
+    /// `normalize` replace either.
+    pub fn resolve(dir: &Path, pooling: Option<Pooling>, normalize: Option<bool>) -> Result<Self> {
+        let found = Self::from_dir(dir)?;
+        Ok(Self {
+            pooling: pooling
+                .or(found.as_ref().map(|h| h.pooling))
+                .unwrap_or(Pooling::Mean),
+            normalize: normalize
+                .or(found.as_ref().map(|h| h.normalize))
+                .unwrap_or(false),
+            max_seq_length: found.and_then(|h| h.max_seq_length),
+        })
+    }
+
     /// The head that `dir`'s sentence-transformers files describe; `None` for a plain
     /// HF directory (no `modules.json`).
     pub fn from_dir(dir: &Path) -> Result<Option<Self>> {
@@ -287,18 +294,13 @@ pub struct BertEmbedder<B: Backend> {
 }
 
 impl<B: Backend> BertEmbedder<B> {
-    /// Loads `dir` (config.json, model.safetensors or a sharded index); `head`
-    /// replaces what the directory's sentence-transformers files say (needed for a
-    /// plain HF directory, else mean pooling without normalisation, as Contriever).
+    /// Loads `dir` (config.json, model.safetensors or a sharded index) with `head`,
+    /// by default [`EmbeddingHead::resolve`]'s.
     pub fn load(be: &B, dir: &Path, head: Option<EmbeddingHead>) -> Result<Self> {
         let config = read_config(&dir.join("config.json"))?;
         let head = match head {
             Some(h) => h,
-            None => EmbeddingHead::from_dir(dir)?.unwrap_or(EmbeddingHead {
-                pooling: Pooling::Mean,
-                normalize: false,
-                max_seq_length: None,
-            }),
+            None => EmbeddingHead::resolve(dir, None, None)?,
         };
         let root = Weights::new(WeightStore::open(dir)?);
         let weights_paths = root.store().map(|s| s.paths().to_vec()).unwrap_or_default();
@@ -308,29 +310,19 @@ impl<B: Backend> BertEmbedder<B> {
         Ok(model)
     }
 
-    /// The encoder from any weight source; BERT's pooler (`BertPooler`, unused by
+    /// Builds from any weight source and head. BERT's pooler (`BertPooler`, unused by
     /// sentence embeddings) and the `position_ids` buffer are accounted for unread.
-    pub fn load_encoder(
-        be: &B,
-        root: &Weights,
-        config: &DebertaConfig,
-    ) -> Result<DebertaV2Model<B>> {
-        let w = root.encoder()?;
-        let encoder = DebertaV2Model::load(be, &w, config)?;
-        w.pp("embeddings").unused_by_design(&["position_ids"]);
-        w.pp("pooler.dense").unused_by_design(&["weight", "bias"]);
-        w.refuse_unread(&["embeddings.", "encoder.", "pooler."])?;
-        Ok(encoder)
-    }
-
-    /// Builds from any weight source and head (tests, benchmarks).
     pub fn from_weights(
         be: &B,
         root: &Weights,
         config: DebertaConfig,
         head: EmbeddingHead,
     ) -> Result<Self> {
-        let encoder = Self::load_encoder(be, root, &config)?;
+        let w = root.encoder()?;
+        let encoder = DebertaV2Model::load(be, &w, &config)?;
+        w.pp("embeddings").unused_by_design(&["position_ids"]);
+        w.pp("pooler.dense").unused_by_design(&["weight", "bias"]);
+        w.refuse_unread(&["embeddings.", "encoder.", "pooler."])?;
         let h = config.hidden_size;
         let mut eye = vec![0f32; h * h];
         eye.iter_mut().step_by(h + 1).for_each(|v| *v = 1.0);

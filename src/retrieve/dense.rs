@@ -44,12 +44,14 @@ impl PartialOrd for Worst {
 }
 impl Ord for Worst {
     fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .0
-            .score
-            .total_cmp(&self.0.score)
-            .then(self.0.row.cmp(&other.0.row))
+        worse(self.0.score, self.0.row, &other.0)
     }
+}
+
+/// How a hit of `score` at `row` compares with `than` in badness: `Greater` when it
+/// is worse (a lower score, or an equal score at a later row).
+fn worse(score: f32, row: u64, than: &DenseHit) -> Ordering {
+    than.score.total_cmp(&score).then(row.cmp(&than.row))
 }
 
 /// The `k` best hits of one query seen so far.
@@ -68,8 +70,7 @@ impl TopK {
 
     fn offer(&mut self, score: f32, row: u64, id: impl FnOnce() -> String) {
         if self.heap.len() == self.k {
-            let worst = &self.heap.peek().expect("k > 0").0;
-            if score < worst.score || (score == worst.score && row > worst.row) {
+            if worse(score, row, &self.heap.peek().expect("k > 0").0) == Ordering::Greater {
                 return;
             }
             self.heap.pop();
@@ -178,6 +179,23 @@ impl DenseIndex {
         })
     }
 
+    /// Refuses an encoder of another width, or of another model than the one the
+    /// index names (`hopscore.model_sha256`).
+    pub fn check_encoder(&self, dim: usize, model_sha256: Option<&str>) -> Result<()> {
+        anyhow::ensure!(
+            dim == self.dim,
+            "the encoder gives {dim}-wide vectors, the index holds {}-wide ones",
+            self.dim
+        );
+        if self.model_sha256.is_some() && self.model_sha256.as_deref() != model_sha256 {
+            bail!(
+                "the index was embedded with another model than --encoder \
+                 (hopscore.model_sha256 differs): embed the corpus with the same model"
+            );
+        }
+        Ok(())
+    }
+
     /// Calls `f(first_row, ids, vectors)` for each block of up to [`BLOCK_ROWS`]
     /// rows, in file order (`vectors`: `[rows, dim]` row-major; `first_row` counts
     /// over all files).
@@ -222,13 +240,12 @@ impl DenseIndex {
     }
 
     /// The `k` best index rows by inner product for each query (`queries`: `[n, dim]`
-    /// row-major), best first. `progress` gets the index rows done after each block.
+    /// row-major), best first.
     pub fn search<B: Backend>(
         &self,
         be: &B,
         queries: &[f32],
         k: usize,
-        mut progress: impl FnMut(u64),
     ) -> Result<Vec<Vec<DenseHit>>> {
         let dim = self.dim;
         let n = queries.len() / dim;
@@ -248,7 +265,6 @@ impl DenseIndex {
                     }
                 }
             }
-            progress(row0 + rows as u64);
             Ok(())
         })?;
         Ok(best.into_iter().map(TopK::into_sorted).collect())
