@@ -1,6 +1,8 @@
 //! Throughput on random weights of standard shapes — DeBERTa-v3 encoders and the
 //! causal LMs LEPUS scores with — shared by `hopscore bench` and `benches/encoder.rs`.
 
+pub mod loglik;
+
 use std::time::Instant;
 
 use anyhow::Result;
@@ -15,7 +17,8 @@ use crate::model::decoder_config::{DecoderConfig, Family};
 use crate::model::weights::Weights;
 
 /// Model shapes with published configs (random weights).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelShape {
     /// 4 layers, hidden 256 (quick checks).

@@ -8,6 +8,7 @@
 
 pub mod backend;
 pub mod bench;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod io;
 pub mod jobs;

@@ -430,7 +430,7 @@ fn resume_refuses_a_changed_tokenizer_naming_it() {
 fn show_prints_selected_columns_and_counts() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("questions.parquet");
-    hopscore::cli::import::run(&hopscore::cli::import::ImportArgs {
+    hopscore::io::importer::import(&hopscore::io::importer::ImportOptions {
         dataset: hopscore::io::questions::Dataset::HotpotQa,
         files: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo/questions.json")],
         output: file.clone(),

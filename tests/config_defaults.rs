@@ -1,14 +1,15 @@
-//! The library's config constructors (`BeamConfig::new`, …) promise "the CLI's
-//! defaults"; both are written by hand, so this holds them together, field by field
-//! (their `Debug` forms), for every scoring job (issue 23, item 3: until one source of
-//! defaults serves both, a drift fails here).
+//! One source of defaults: the library's configs (`BeamConfig::new`, …, built on
+//! `Options::defaults`), the CLI's flags (clap's defaults read the same) and Python's
+//! keyword arguments (`JobConfig::from_options`) give the same config, field by field
+//! (their `Debug` forms), for every scoring job.
 
 use clap::Parser;
-use hopscore::cli::{Cli, Command};
+use hopscore::cli::{Cli, Command, JobCommand};
 use hopscore::jobs::{
     beam::BeamConfig, classify::ClassifyConfig, embed::EmbedConfig, label::LabelConfig,
     lepus::LepusConfig, loglik::LoglikConfig,
 };
+use hopscore::jobs::{DeviceConfig, JobConfig};
 
 /// The subcommand parsed from `args` plus an input and an output.
 fn parse(args: &[&str]) -> Command {
@@ -21,44 +22,163 @@ fn parse(args: &[&str]) -> Command {
     Cli::try_parse_from(argv).unwrap().command
 }
 
-/// Parses `$args` as `Command::$variant` and compares its config with `$library`.
-macro_rules! same_defaults {
-    ($args:expr, $variant:ident, $library:expr) => {
-        match parse($args) {
-            Command::$variant(a) => {
-                assert_eq!(format!("{:?}", a.config()), format!("{:?}", $library))
-            }
-            _ => unreachable!(),
-        }
+/// The job config and device the CLI parses from `args`.
+fn cli_config(args: &[&str]) -> (JobConfig, DeviceConfig) {
+    let Command::Job(job) = parse(args) else {
+        unreachable!("{args:?} is not a job")
     };
+    match job {
+        JobCommand::Beam(a) => (JobConfig::Beam(a.config()), a.device.config()),
+        JobCommand::Label(a) => (JobConfig::Label(a.config()), a.device.config()),
+        JobCommand::Lepus(a) => (JobConfig::Lepus(a.config()), a.device.config()),
+        JobCommand::Classify(a) => (JobConfig::Classify(a.config()), a.device.config()),
+        JobCommand::Embed(a) => (JobConfig::Embed(a.config()), a.device.config()),
+        JobCommand::Loglik(a) => (JobConfig::Loglik(a.config()), a.device.config()),
+        JobCommand::Review(_) => unreachable!("review has no options by name"),
+    }
 }
 
 #[test]
 fn library_config_constructors_equal_the_cli_defaults() {
-    same_defaults!(&["beam", "--model", "m"], Beam, BeamConfig::new("m".into()));
-    same_defaults!(
-        &["label", "--labeler", "l", "--filter", "f"],
-        Label,
-        LabelConfig::new("l".into(), "f".into())
+    let cases = [
+        (
+            vec!["beam", "--model", "m"],
+            JobConfig::Beam(BeamConfig::new("m".into())),
+        ),
+        (
+            vec!["label", "--labeler", "l", "--filter", "f"],
+            JobConfig::Label(LabelConfig::new("l".into(), "f".into())),
+        ),
+        (
+            vec!["lepus", "--model", "m"],
+            JobConfig::Lepus(LepusConfig::new("m".into())),
+        ),
+        (
+            vec!["classify", "--model", "m"],
+            JobConfig::Classify(ClassifyConfig::new("m".into())),
+        ),
+        (
+            vec!["loglik", "--model", "m"],
+            JobConfig::Loglik(LoglikConfig::new("m".into())),
+        ),
+        (
+            vec!["embed", "--model", "m"],
+            JobConfig::Embed(EmbedConfig::new("m".into())),
+        ),
+    ];
+    for (args, library) in cases {
+        let (cli, device) = cli_config(&args);
+        assert_eq!(format!("{cli:?}"), format!("{library:?}"));
+        assert_eq!(format!("{device:?}"), format!("{:?}", DeviceConfig::CPU));
+    }
+}
+
+/// The config Python's keyword arguments build (`JobConfig::from_options`) for
+/// `options`, next to the one the CLI parses from `args`.
+fn same_as_cli(command: &str, options: serde_json::Value, args: &[&str]) {
+    let serde_json::Value::Object(options) = options else {
+        unreachable!()
+    };
+    let (config, device) = JobConfig::from_options(command, &options).unwrap();
+    let mut argv = vec![command];
+    argv.extend(args);
+    let (cli, cli_device) = cli_config(&argv);
+    assert_eq!(format!("{config:?}"), format!("{cli:?}"), "{command}");
+    assert_eq!(
+        format!("{device:?}"),
+        format!("{cli_device:?}"),
+        "{command}"
     );
-    same_defaults!(
-        &["lepus", "--model", "m"],
-        Lepus,
-        LepusConfig::new("m".into())
+}
+
+#[test]
+fn python_options_build_the_config_the_cli_flags_do() {
+    use serde_json::json;
+    same_as_cli("beam", json!({"model": "m"}), &["--model", "m"]);
+    same_as_cli(
+        "beam",
+        json!({"model": "m", "beam_size": 1, "hops": "auto", "tau": -0.5, "max_active": 8, "dtype": "f32"}),
+        &[
+            "--model",
+            "m",
+            "--beam-size",
+            "1",
+            "--hops",
+            "auto",
+            "--tau",
+            "-0.5",
+            "--max-active",
+            "8",
+            "--dtype",
+            "f32",
+        ],
     );
-    same_defaults!(
-        &["classify", "--model", "m"],
-        Classify,
-        ClassifyConfig::new("m".into())
+    same_as_cli(
+        "beam",
+        json!({"model": "m", "hops": 3}),
+        &["--model", "m", "--hops", "3"],
     );
-    same_defaults!(
-        &["loglik", "--model", "m"],
-        Loglik,
-        LoglikConfig::new("m".into())
+    same_as_cli(
+        "label",
+        json!({"labeler": "l", "filter": "f", "tag_pooling": "mean", "top_k": 5}),
+        &[
+            "--labeler",
+            "l",
+            "--filter",
+            "f",
+            "--tag-pooling",
+            "mean",
+            "--top-k",
+            "5",
+        ],
     );
-    same_defaults!(
-        &["embed", "--model", "m"],
-        Embed,
-        EmbedConfig::new("m".into())
+    same_as_cli("lepus", json!({"scorer": "bm25"}), &["--scorer", "bm25"]);
+    same_as_cli(
+        "lepus",
+        json!({"model": "m", "ensemble": "max", "instruction_position": "before", "title": true, "temperature": 0.5}),
+        &[
+            "--model",
+            "m",
+            "--ensemble",
+            "max",
+            "--instruction-position",
+            "before",
+            "--title",
+            "--temperature",
+            "0.5",
+        ],
+    );
+    same_as_cli(
+        "classify",
+        json!({"model": "m", "max_length": 128, "device": "cuda", "gpu": 1}),
+        &[
+            "--model",
+            "m",
+            "--max-length",
+            "128",
+            "--device",
+            "cuda",
+            "--gpu",
+            "1",
+        ],
+    );
+    same_as_cli(
+        "embed",
+        json!({"model": "m", "pooling": "cls", "normalize": false, "prefix": "passage: "}),
+        &[
+            "--model",
+            "m",
+            "--pooling",
+            "cls",
+            "--normalize",
+            "off",
+            "--prefix",
+            "passage: ",
+        ],
+    );
+    same_as_cli(
+        "loglik",
+        json!({"model": "m", "min_shared_prefix": 0}),
+        &["--model", "m", "--min-shared-prefix", "0"],
     );
 }

@@ -599,7 +599,7 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
     fn finish(id: String) -> Result<String, (String, String)> {
         Ok(id)
     }
-    fn to_batch(&self) -> hopscore::jobs::questions::ToBatch<String> {
+    fn to_batch(&self) -> hopscore::pipeline::files::ToBatch<String> {
         let schema = self.schema();
         Arc::new(move |chunk: &[String]| {
             Ok(arrow::array::RecordBatch::try_new(

@@ -91,7 +91,7 @@ fn qwen2_bias_tied_matches_transformers() {
 /// reports the mean of the per-pair means.
 #[test]
 fn bench_loglik_scores_file_holds_every_token() {
-    use hopscore::cli::bench_loglik::{run, BenchLoglikArgs};
+    use hopscore::bench::loglik::{run, LoglikBench};
     let dir = common::fixture("decoder/gpt2");
     let g = common::read_golden(&dir.join("golden.safetensors"));
     let seqs = causal_sequences(&g);
@@ -109,17 +109,18 @@ fn bench_loglik_scores_file_holds_every_token() {
     .unwrap();
     let scores_path = tmp.path().join("scores.json");
     let longest = seqs.iter().map(|s| s.ids.len()).max().unwrap();
-    let r = run(&BenchLoglikArgs {
-        model: dir,
-        pairs: pairs_path,
-        max_batch_tokens: longest, // one or two sequences per forward
-        temperature: 1.0,
-        warmup: 0,
-        iters: 1,
-        device: hopscore::cli::DeviceOpts::CPU,
-        json: true,
-        scores: Some(scores_path.clone()),
-    })
+    let r = run(
+        &CpuBackend,
+        &LoglikBench {
+            model: dir,
+            pairs: pairs_path,
+            max_batch_tokens: longest, // one or two sequences per forward
+            temperature: 1.0,
+            warmup: 0,
+            iters: 1,
+            scores: Some(scores_path.clone()),
+        },
+    )
     .unwrap();
     let file: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&scores_path).unwrap()).unwrap();

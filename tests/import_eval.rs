@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int32Builder, ListBuilder, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use hopscore::cli::import::{run as import, ImportArgs, ImportSummary};
+use hopscore::io::importer::{import, ImportOptions, ImportSummary};
 use hopscore::io::parquet_io::{create_writer, string_column, ParquetInput};
 use hopscore::io::questions::{to_batch, Dataset, Question, QuestionReader, SupportingFact};
 use hopscore::metrics::eval::{evaluate, EvalReport};
 
 fn import_files(dataset: Dataset, files: &[PathBuf], out: &Path) -> ImportSummary {
-    import(&ImportArgs {
+    import(&ImportOptions {
         dataset,
         files: files.to_vec(),
         output: out.to_path_buf(),

@@ -196,7 +196,7 @@ fn loglik_job_batches_equal_the_cli_files() {
 /// The HotpotQA slice as a question file in `dir`, and its rows as one batch.
 fn question_file(dir: &Path) -> (std::path::PathBuf, RecordBatch) {
     let path = dir.join("questions.parquet");
-    hopscore::cli::import::run(&hopscore::cli::import::ImportArgs {
+    hopscore::io::importer::import(&hopscore::io::importer::ImportOptions {
         dataset: hopscore::io::questions::Dataset::HotpotQa,
         files: vec![common::data_file("hotpotqa")],
         output: path.clone(),
@@ -246,7 +246,8 @@ fn question_job_batches_equal_the_cli_files() {
     let cli = <hopscore::cli::Cli as clap::Parser>::parse_from([
         "hopscore", "lepus", "--scorer", "bm25", "--input", "i", "--output", "o",
     ]);
-    let hopscore::cli::Command::Lepus(mut args) = cli.command else {
+    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(mut args)) = cli.command
+    else {
         unreachable!("a lepus command line")
     };
     args.run = run_args(&input, &bm25);

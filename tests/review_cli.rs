@@ -579,7 +579,7 @@ fn review_job_batches_equal_the_cli_file() {
     let mut line = vec!["hopscore".to_string()];
     line.extend(review_line(&server, &input, &output, &flags));
     let cli = <hopscore::cli::Cli as clap::Parser>::parse_from(line);
-    let hopscore::cli::Command::Review(args) = cli.command else {
+    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Review(args)) = cli.command else {
         unreachable!("a review command line")
     };
     let mut job = Stream::new(build(JobConfig::Review(args.config()), &DeviceConfig::CPU).unwrap());

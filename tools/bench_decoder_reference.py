@@ -51,7 +51,7 @@ against an f32 PyTorch reference on the same GPU, and between the two engines.
 
 ``--all-passages`` scores every passage of each question (as LEPUS's first hop does)
 instead of one gold passage; ``--data-dir`` names the folder of the HotpotQA sample
-(default: ``../shared/data`` beside the checkout).
+(default: ``data/`` in the checkout, or ``$HOPSCORE_DATA``).
 """
 
 from __future__ import annotations

@@ -9,14 +9,14 @@
 #
 # Needs: a release build (cargo build --release), $PYTHON (default .venv/bin/python or
 # python3) with pyarrow (and torch + sentence-transformers for the throughput step;
-# SKIP_BENCH=1 skips it), the HotpotQA sample in ../shared/data (or
-# HOPSCORE_SHARED_DATA).
+# SKIP_BENCH=1 skips it), the HotpotQA dev sample in data/ (or
+# $HOPSCORE_DATA; see tools/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${1:-target/dense-eval}
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 H=target/release/hopscore
-DATA=${HOPSCORE_SHARED_DATA:-../shared/data}
+DATA=${HOPSCORE_DATA:-data}
 M=weights/all-minilm-l6-v2
 mkdir -p "$W"
 [ -f $M/model.safetensors ] || bash tools/fetch_minilm.sh

@@ -21,7 +21,7 @@ N=${N:-10}
 PORT=${PORT:-8765}
 OUT=${OUT:-target/review-smollm2}
 VENV=${VENV:-target/llama-venv}
-DATA=${DATA:-../shared/data/hotpot_dev_distractor_sample600.json.gz}
+DATA=${DATA:-${HOPSCORE_DATA:-data}/hotpot_dev_distractor_sample600.json.gz}
 GGUF=weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p "$OUT"
 

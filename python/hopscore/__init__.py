@@ -10,11 +10,14 @@ Parquet files (``docs/cli.md``)::
     pq.write_table(result.rows, "chains.parquet")
     print(result.quarantine.to_pylist())   # bad rows with their reasons
 
-Options are the CLI's flags with ``_`` for ``-`` (``beam_size=2`` is ``--beam-size 2``);
-``None`` leaves a flag at the CLI's default. ``device`` is ``"cpu"`` or ``"cuda"``,
+Options are the CLI's flags with ``_`` for ``-`` (``beam_size=2`` is ``--beam-size 2``),
+set by name on the job's config; ``None`` leaves an option at its default, the same one
+the CLI has. An unknown option or a value of the wrong type raises ``ValueError`` naming
+it. ``device`` is ``"cpu"`` or ``"cuda"``,
 ``gpu`` the CUDA ordinal, ``dtype`` ``"bf16"``, ``"f16"`` or ``"f32"``.
 """
 
+import json
 import os
 from typing import Any, NamedTuple, Optional, Union
 
@@ -56,17 +59,11 @@ class Result(NamedTuple):
     quarantine: pa.Table
 
 
-def _flags(options: "dict[str, Any]") -> "list[str]":
-    """``{"beam_size": 2, "title": True}`` → ``["--beam-size", "2", "--title"]``
-    (``None`` and ``False`` leave the flag out)."""
-    out = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            out.append(flag)
-        elif value is not None and value is not False:
-            out.extend([flag, str(value)])
-    return out
+def _json(options: "dict[str, Any]") -> str:
+    """The options as the native job reads them: a JSON object of option names and
+    values (paths as strings); ``None`` leaves an option at its default."""
+    return json.dumps({k: os.fspath(v) if isinstance(v, os.PathLike) else v
+                       for k, v in options.items() if v is not None})
 
 
 def _options(call_locals: "dict[str, Any]") -> "dict[str, Any]":
@@ -81,7 +78,7 @@ class Job:
     command = ""
 
     def __init__(self, **options: Any) -> None:
-        self._job = _native.Job(self.command, _flags(options))
+        self._job = _native.Job(self.command, _json(options))
 
     def process(self, data: Tabular) -> Result:
         """Scores every row of ``data`` (rows numbered from 0 in ``Result.quarantine``).
@@ -180,10 +177,7 @@ class Embedder(Job):
                  float16: bool = False, max_batch_tokens: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
-        options = _options(locals())
-        if normalize is not None:
-            options["normalize"] = "on" if normalize else "off"
-        super().__init__(**options)
+        super().__init__(**_options(locals()))
 
     embed = Job.process
 

@@ -15,8 +15,9 @@ def set_threads(threads: int) -> None:
     """Sets the CPU worker threads of this process (once, before the first job runs)."""
 
 class Job:
-    """A loaded job of the CLI subcommand ``command`` with ``flags``."""
+    """A loaded job ``command`` (``beam``, ``label``, ``lepus``, ``classify``, ``embed``,
+    ``loglik``) with ``options``: a JSON object of option names and values."""
 
-    def __init__(self, command: str, flags: List[str]) -> None: ...
+    def __init__(self, command: str, options: str) -> None: ...
     def process(self, table: pa.Table) -> Tuple[pa.Table, pa.Table]:
         """(rows, quarantine) tables with the CLI's schemas."""

@@ -1,49 +1,18 @@
-//! `hopscore._native.Job`: one library job (`hopscore::jobs`) built from a CLI
-//! subcommand and its flags, fed Arrow tables across the C data interface (no copy in
-//! either direction) and answering (rows, quarantine) tables with the CLI's schemas.
+//! `hopscore._native.Job`: one library job (`hopscore::jobs`) built from its options by
+//! name (the keyword arguments of the Python class, as JSON: `JobConfig::from_options`
+//! fills in the config's own defaults), fed Arrow tables across the C data interface
+//! (no copy in either direction) and answering (rows, quarantine) tables with the CLI's
+//! schemas.
 
 use std::sync::Mutex;
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::pyarrow::{PyArrowType, Table};
-use clap::Parser;
-use hopscore::cli::{Cli, Command};
-use hopscore::jobs::{self, DeviceConfig, Job, JobConfig};
+use hopscore::jobs::{self, Job, JobConfig};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-
-/// Placeholder for the file flags a subcommand requires and a job never reads.
-const NO_FILE: &str = "<python>";
-
-/// The job config and device that `hopscore <command> <flags>` would run with.
-fn parse(command: &str, flags: &[String]) -> Result<(JobConfig, DeviceConfig)> {
-    let argv = ["hopscore", command]
-        .into_iter()
-        .map(String::from)
-        .chain(flags.iter().cloned())
-        .chain(["--input", NO_FILE, "--output", NO_FILE].map(String::from));
-    let cli = Cli::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.render()))?;
-    let (config, device) = match &cli.command {
-        Command::Beam(a) => (JobConfig::Beam(a.config()), a.device.config()),
-        Command::Label(a) => (JobConfig::Label(a.config()), a.device.config()),
-        Command::Lepus(a) => (JobConfig::Lepus(a.config()), a.device.config()),
-        Command::Classify(a) => (JobConfig::Classify(a.config()), a.device.config()),
-        Command::Embed(a) => (JobConfig::Embed(a.config()), a.device.config()),
-        Command::Loglik(a) => (JobConfig::Loglik(a.config()), a.device.config()),
-        _ => bail!(
-            "`{command}` is not a scoring job: use beam, label, lepus, classify, embed or loglik"
-        ),
-    };
-    Ok((
-        config,
-        DeviceConfig {
-            threads: cli.threads,
-            ..device
-        },
-    ))
-}
 
 /// `batch` under `schema` (same columns, the job's metadata); no data is copied.
 fn with_schema(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
@@ -95,11 +64,14 @@ fn score(job: &mut dyn Job, batches: &[RecordBatch], schema: &SchemaRef) -> Resu
 
 #[pymethods]
 impl PyJob {
-    /// Loads the job of `hopscore <command> <flags>` (weights load here, once).
+    /// Loads the job `command` with `options` (a JSON object of option names and
+    /// values; weights load here, once).
     #[new]
-    fn new(py: Python<'_>, command: &str, flags: Vec<String>) -> PyResult<Self> {
-        let (config, device) =
-            parse(command, &flags).map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
+    fn new(py: Python<'_>, command: &str, options: &str) -> PyResult<Self> {
+        let (config, device) = serde_json::from_str(options)
+            .context("the options are not a JSON object")
+            .and_then(|o| JobConfig::from_options(command, &o))
+            .map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
         let job = py
             .detach(|| crate::guard(|| Ok(jobs::build(config, &device))))?
             .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))?;

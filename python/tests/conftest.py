@@ -40,10 +40,26 @@ def read_output(path: Path) -> pa.Table:
     return table
 
 
-def cli_run(command: str, flags: "list[str]", input_path: Path, out_dir: Path):
-    """``hopscore <command> <flags> --input … --output …``: (rows, quarantine) tables."""
+def flags(options: "dict") -> "list[str]":
+    """A job's keyword arguments as the CLI's flags: ``{"beam_size": 2, "title": True}``
+    → ``["--beam-size", "2", "--title"]`` (``None`` and ``False`` leave the flag out;
+    a boolean-valued flag such as ``--normalize`` takes ``on``/``off``)."""
+    out = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if key in ("normalize",) and isinstance(value, bool):
+            out.extend([flag, "on" if value else "off"])
+        elif value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out.extend([flag, str(value)])
+    return out
+
+
+def cli_run(command: str, args: "list[str]", input_path: Path, out_dir: Path):
+    """``hopscore <command> <args> --input … --output …``: (rows, quarantine) tables."""
     out = out_dir / f"{command}.parquet"
-    cli(command, *flags, "--input", str(input_path), "--output", str(out))
+    cli(command, *args, "--input", str(input_path), "--output", str(out))
     return read_output(out), read_output(out_dir / f"{command}.quarantine.parquet")
 
 

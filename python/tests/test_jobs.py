@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import hopscore
-from conftest import cli_run, fixture
+from conftest import cli_run, fixture, flags
 
 #: name → (CLI command, API class, options, input fixture, id of the bad row)
 CASES = {
@@ -59,7 +59,7 @@ def test_api_rows_equal_the_cli_output(name, request, tmp_path):
     command, job_class, _, input_name = CASES[name]
     opts = options(name, request)
     input_path = request.getfixturevalue(input_name)
-    cli_rows, cli_bad = cli_run(command, hopscore._flags(opts), input_path, tmp_path)
+    cli_rows, cli_bad = cli_run(command, flags(opts), input_path, tmp_path)
 
     job = job_class(**opts)
     result = job.process(pq.read_table(input_path))
@@ -94,9 +94,20 @@ def test_a_bad_input_schema_raises_naming_the_column(request):
         job.process(pa.table({"id": ["x"], "text_b": ["y"]}))
 
 
-def test_an_unknown_option_value_raises_naming_the_flag():
-    with pytest.raises(ValueError, match="beam-size"):
+def test_an_out_of_range_option_raises_naming_it():
+    with pytest.raises(ValueError, match=r"--beam-size \(beam_size\) must be at least 1"):
         hopscore.BeamRetriever(fixture("beam/model"), beam_size=0)
+    with pytest.raises(ValueError, match=r"--temperature \(temperature\) must be a positive number"):
+        hopscore.CausalLM(fixture("lepus/gpt2_bytes"), temperature=0.0)
+
+
+def test_an_unknown_option_or_a_value_of_the_wrong_type_raises_naming_it():
+    with pytest.raises(ValueError, match="option `beam_size` of `beam`: invalid type"):
+        hopscore.BeamRetriever(fixture("beam/model"), beam_size="two")
+    with pytest.raises(ValueError, match="option `dtype` of the device"):
+        hopscore.BeamRetriever(fixture("beam/model"), dtype="fp8")
+    with pytest.raises(ValueError, match="`beam_width` is not an option of `beam`; its options are beam_size, hops, "):
+        hopscore._native.Job("beam", '{"model": "m", "beam_width": 2}')
 
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import hopscore
 import hopscore.ray
-from conftest import cli_run, fixture
+from conftest import cli_run, fixture, flags
 
 ray = pytest.importorskip("ray", reason="ray is installed by .ci/run; pip install 'hopscore[ray]'")
 
@@ -30,7 +30,7 @@ def assert_actors_give_the_clis_rows(actor, command, job, input_path, tmp_path, 
     """Two CPU actors of ``actor`` over ``input_path`` in blocks of ``block_rows`` give
     the rows of ``hopscore command`` and write its one bad row (``bad_id``) to the
     quarantine folder."""
-    cli_rows, cli_bad = cli_run(command, hopscore._flags(job), input_path, tmp_path)
+    cli_rows, cli_bad = cli_run(command, flags(job), input_path, tmp_path)
 
     quarantine = tmp_path / "quarantine"
     # Blocks in memory: the 2 CPUs go to the 2 actors, none is left for read tasks.

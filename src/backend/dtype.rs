@@ -1,7 +1,8 @@
 //! Element types of device tensors and their host encodings.
 
 /// Element type of device activations and weights (accumulation is always f32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     F32,

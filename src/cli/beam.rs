@@ -10,6 +10,7 @@ use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
 use crate::jobs::beam::{self, BeamConfig, Hops};
 use crate::jobs::device::with_backend;
+use crate::jobs::options::Options;
 use crate::pipeline::files;
 
 #[derive(Debug, Clone, Args)]
@@ -22,17 +23,17 @@ pub struct BeamArgs {
     #[arg(long, env = "HOPSCORE_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
     /// Beams kept per hop (the official models were trained with 1 or 2).
-    #[arg(long, default_value_t = 2, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = BeamConfig::defaults().beam_size, value_parser = super::flags::positive_usize)]
     pub beam_size: usize,
     /// Hop count: a number, `from-data` (the question file's `hops`, as the official
     /// evaluation does), or `auto` (the paper's τ rule, with --tau and --max-hops).
-    #[arg(long, default_value = "from-data", value_parser = parse_hops)]
+    #[arg(long, default_value_t = BeamConfig::defaults().hops, value_parser = str::parse::<Hops>)]
     pub hops: Hops,
     /// `--hops auto`: continue while the best score of a hop is at least this.
-    #[arg(long, default_value_t = -1.0, allow_hyphen_values = true, value_parser = super::flags::finite_f32)]
+    #[arg(long, default_value_t = BeamConfig::defaults().tau, allow_hyphen_values = true, value_parser = super::flags::finite_f32)]
     pub tau: f32,
     /// `--hops auto`: most hops searched (truncation budgets use this count).
-    #[arg(long, default_value_t = 4, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = BeamConfig::defaults().max_hops, value_parser = super::flags::positive_usize)]
     pub max_hops: usize,
     #[command(flatten)]
     pub run: RunArgs,
@@ -55,19 +56,6 @@ impl BeamArgs {
     }
 }
 
-fn parse_hops(s: &str) -> Result<Hops, String> {
-    match s {
-        "from-data" => Ok(Hops::FromData),
-        "auto" => Ok(Hops::Auto),
-        n => match n.parse::<usize>() {
-            Ok(h) if h >= 1 => Ok(Hops::Fixed(h)),
-            _ => Err(format!(
-                "`{s}`: expected a hop count ≥ 1, `from-data` or `auto`"
-            )),
-        },
-    }
-}
-
 /// Runs `hopscore beam`.
 pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     crate::pipeline::control::install_interrupt_handler();
@@ -82,9 +70,19 @@ pub fn run(args: &BeamArgs) -> Result<RunSummary> {
     })
 }
 
+impl super::Run for BeamArgs {
+    fn run(&self) -> Result<i32> {
+        Ok(super::question_run::report(&run(self)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_hops(s: &str) -> Result<Hops, String> {
+        s.parse()
+    }
 
     #[test]
     fn hops_flag_parses() {

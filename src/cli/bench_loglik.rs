@@ -1,19 +1,15 @@
-//! `hopscore bench-loglik`: causal-LM scoring throughput on fixed token ids, for the
-//! comparison with PyTorch in tools/bench_decoder_reference.py (both engines read the
-//! same ids, so tokenisation is outside the measurement).
+//! `hopscore bench-loglik`: causal-LM scoring throughput on fixed token ids
+//! ([`crate::bench::loglik`]).
 
 use std::path::PathBuf;
-use std::time::Instant;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::Result;
 use clap::Args;
-use serde::{Deserialize, Serialize};
 
 use super::DeviceOpts;
-use crate::backend::Backend;
+pub use crate::bench::loglik::BenchLoglikResult;
+use crate::bench::loglik::LoglikBench;
 use crate::jobs::device::with_backend;
-use crate::jobs::loglik::{token_logprobs, Loglik};
-use crate::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchLoglikArgs {
@@ -47,91 +43,18 @@ pub struct BenchLoglikArgs {
     pub scores: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-struct PairsFile {
-    pairs: Vec<Pair>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Pair {
-    ids: Vec<u32>,
-    target_start: usize,
-}
-
-/// Measured throughput.
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchLoglikResult {
-    pub engine: &'static str,
-    pub device: String,
-    pub model_type: String,
-    pub threads: usize,
-    pub pairs: usize,
-    /// Prompt + target tokens per pass.
-    pub tokens: usize,
-    pub target_tokens: usize,
-    pub iters: usize,
-    pub seconds_per_pass: f64,
-    pub tokens_per_s: f64,
-    /// Mean of the per-pair mean log-likelihoods (a check that both engines agree).
-    pub mean_loglik: f64,
-}
-
 /// Runs `hopscore bench-loglik`.
 pub fn run(args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
-    ensure!(args.iters >= 1, "--iters must be at least 1");
-    with_backend!(&args.device.config(), be => run_on(be, args))
-}
-
-fn run_on<B: Backend>(be: &B, args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
-    let text = std::fs::read_to_string(&args.pairs)
-        .with_context(|| format!("cannot read {}", args.pairs.display()))?;
-    let file: PairsFile = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a pairs file", args.pairs.display()))?;
-    let seqs: Vec<ScoredSequence> = file
-        .pairs
-        .into_iter()
-        .map(|p| ScoredSequence {
-            ids: p.ids,
-            target_start: p.target_start,
-        })
-        .collect();
-    ensure!(!seqs.is_empty(), "{} has no pairs", args.pairs.display());
-    // Token ids in, so no tokenizer: the model alone.
-    let model = DecoderForCausalLM::load(be, DecoderSource::open(&args.model)?)
-        .with_context(|| format!("loading {}", args.model.display()))?;
-    let pass = || token_logprobs(be, &model, &seqs, args.temperature, args.max_batch_tokens);
-    let mut results = Vec::new();
-    for _ in 0..args.warmup {
-        results = pass()?;
-    }
-    let t = Instant::now();
-    for _ in 0..args.iters {
-        results = pass()?;
-    }
-    let per_pass = t.elapsed().as_secs_f64() / args.iters as f64;
-    if let Some(path) = &args.scores {
-        let json = serde_json::json!({ "logprobs": results });
-        std::fs::write(path, json.to_string())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    let means: Vec<f64> = results
-        .iter()
-        .map(|lp| Loglik::from_tokens(lp).mean)
-        .collect();
-    let tokens = seqs.iter().map(|s| s.ids.len()).sum::<usize>();
-    Ok(BenchLoglikResult {
-        engine: "hopscore",
-        device: be.name(),
-        model_type: model.config.model_type.clone(),
-        threads: rayon::current_num_threads(),
-        pairs: seqs.len(),
-        tokens,
-        target_tokens: seqs.iter().map(ScoredSequence::n_targets).sum(),
+    let bench = LoglikBench {
+        model: args.model.clone(),
+        pairs: args.pairs.clone(),
+        max_batch_tokens: args.max_batch_tokens,
+        temperature: args.temperature,
+        warmup: args.warmup,
         iters: args.iters,
-        seconds_per_pass: per_pass,
-        tokens_per_s: tokens as f64 / per_pass,
-        mean_loglik: means.iter().sum::<f64>() / means.len() as f64,
-    })
+        scores: args.scores.clone(),
+    };
+    with_backend!(&args.device.config(), be => crate::bench::loglik::run(be, &bench))
 }
 
 /// Human-readable form of a result.

@@ -10,6 +10,7 @@ use super::row_run::{run_rows, PartArgs, RowSummary};
 use super::DeviceOpts;
 use crate::jobs::classify;
 use crate::jobs::classify::ClassifyConfig;
+use crate::jobs::options::Options;
 
 #[derive(Debug, Clone, Args)]
 pub struct ClassifyArgs {
@@ -33,7 +34,7 @@ pub struct ClassifyArgs {
     pub head: Option<String>,
     /// Token budget of one forward pass. Larger batches use the cores better and
     /// need more memory (about 4·H·(12 + L) bytes per token on CPU).
-    #[arg(long, default_value_t = 16384, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = ClassifyConfig::defaults().max_batch_tokens, value_parser = super::flags::positive_usize)]
     pub max_batch_tokens: usize,
     /// Truncation length of a pair, special tokens included (longest-first).
     /// Default: the model's max_position_embeddings.
@@ -64,4 +65,10 @@ impl ClassifyArgs {
 /// Runs `hopscore classify`.
 pub fn run(args: &ClassifyArgs) -> Result<RowSummary> {
     run_rows!(args, classify::job)
+}
+
+impl super::Run for ClassifyArgs {
+    fn run(&self) -> Result<i32> {
+        Ok(super::row_run::report(&run(self)?))
+    }
 }

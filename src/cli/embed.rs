@@ -9,6 +9,7 @@ use clap::Args;
 use super::row_run::{run_rows, PartArgs, RowSummary};
 use super::DeviceOpts;
 use crate::jobs::embed::{self, EmbedConfig};
+use crate::jobs::options::Options;
 use crate::model::bert::Pooling;
 
 #[derive(Debug, Clone, Args)]
@@ -47,7 +48,7 @@ pub struct EmbedArgs {
     pub float16: bool,
     /// Token budget of one forward pass. The default suits CPUs (activations stay in
     /// cache); on a GPU use 16384 or more.
-    #[arg(long, default_value_t = 4096, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = EmbedConfig::defaults().max_batch_tokens, value_parser = super::flags::positive_usize)]
     pub max_batch_tokens: usize,
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
     #[arg(long)]
@@ -77,4 +78,10 @@ impl EmbedArgs {
 /// Runs `hopscore embed`.
 pub fn run(args: &EmbedArgs) -> Result<RowSummary> {
     run_rows!(args, embed::job)
+}
+
+impl super::Run for EmbedArgs {
+    fn run(&self) -> Result<i32> {
+        Ok(super::row_run::report(&run(self)?))
+    }
 }

@@ -12,8 +12,8 @@ use crate::io::paths::Named;
 use crate::jobs::device::with_backend;
 use crate::jobs::embed::EmbedConfig;
 use crate::jobs::label::{self, LabelConfig, LabelRetriever, TagPooling};
+use crate::jobs::options::Options;
 use crate::pipeline::files;
-use crate::strategy::efficientrag::{MAX_ITER, TOP_K};
 
 #[derive(Debug, Clone, Args)]
 pub struct LabelArgs {
@@ -35,17 +35,17 @@ pub struct LabelArgs {
     pub corpus: Option<PathBuf>,
     /// Tag-head pooling: `cls` (the official code: ContextPooler on [CLS]) or `mean`
     /// (the paper: the pooler on the mean of the token states).
-    #[arg(long, value_enum, default_value_t = TagPooling::Cls)]
+    #[arg(long, value_enum, default_value_t = LabelConfig::defaults().tag_pooling)]
     pub tag_pooling: TagPooling,
     /// Most iterations (retrieve, label, filter) per question.
-    #[arg(long, default_value_t = MAX_ITER, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = LabelConfig::defaults().max_iter, value_parser = super::flags::positive_usize)]
     pub max_iter: usize,
     /// Chunks retrieved per iteration.
-    #[arg(long, default_value_t = TOP_K, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = LabelConfig::defaults().top_k, value_parser = super::flags::positive_usize)]
     pub top_k: usize,
     /// `bm25`, or `dense` as the official code retrieves (a bi-encoder such as
     /// Contriever-MSMARCO: --encoder; over --corpus, its vectors: --index).
-    #[arg(long, value_enum, default_value_t = LabelRetriever::Bm25)]
+    #[arg(long, value_enum, default_value_t = LabelConfig::defaults().retriever)]
     pub retriever: LabelRetriever,
     /// The bi-encoder of `--retriever dense` (a BERT-family directory as for `embed`);
     /// it embeds each iteration's query on the CPU.
@@ -102,4 +102,10 @@ pub fn run(args: &LabelArgs) -> Result<RunSummary> {
         let mut job = label::job(args.config(), be)?;
         files::run(&mut job, &run)
     })
+}
+
+impl super::Run for LabelArgs {
+    fn run(&self) -> Result<i32> {
+        Ok(super::question_run::report(&run(self)?))
+    }
 }

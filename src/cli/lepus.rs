@@ -10,6 +10,7 @@ use super::question_run::{RunArgs, RunSummary};
 use super::DeviceOpts;
 use crate::jobs::device::with_backend;
 use crate::jobs::lepus::{self, LepusConfig, LepusScorer};
+use crate::jobs::options::Options;
 use crate::pipeline::files;
 use crate::strategy::lepus::{Ensemble, InstructionPosition};
 
@@ -34,7 +35,7 @@ pub struct LepusArgs {
     pub templates: Option<PathBuf>,
     /// Templates used (the first N of the set); scores are combined by --ensemble.
     /// 1 is the official code's default; each template multiplies the work.
-    #[arg(long, default_value_t = 1, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = LepusConfig::defaults().num_templates, value_parser = super::flags::positive_usize)]
     pub num_templates: usize,
     /// Where instruction lines go relative to the documents.
     #[arg(long, value_enum, default_value_t = PositionArg::After)]
@@ -47,29 +48,29 @@ pub struct LepusArgs {
     #[arg(long, value_enum, default_value_t = EnsembleArg::Mean)]
     pub path_ensemble: EnsembleArg,
     /// K1: the best single documents expanded into two-document paths.
-    #[arg(long, default_value_t = 5, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = LepusConfig::defaults().first_hops, value_parser = super::flags::positive_usize)]
     pub first_hops: usize,
     /// K2: second documents per expanded document (the TF-IDF best of the pool).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = LepusConfig::defaults().second_hops)]
     pub second_hops: usize,
     /// Prepend `Title: {title}. ` to every document.
     #[arg(long)]
     pub title: bool,
     /// Documents are cut to this many tokens.
-    #[arg(long, default_value_t = 230, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = LepusConfig::defaults().max_doc_tokens, value_parser = super::flags::positive_usize)]
     pub max_doc_tokens: usize,
     /// Prompt + question are cut to this many tokens (the question's tail is lost, as
     /// in the official code); a prompt that leaves no question token fails the
     /// question.
-    #[arg(long, default_value_t = 600, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = LepusConfig::defaults().max_prompt_tokens, value_parser = super::flags::positive_usize)]
     pub max_prompt_tokens: usize,
     /// Logits are divided by T before the log-softmax (1.4 is best in the paper).
-    #[arg(long, default_value_t = 1.0, value_parser = super::flags::positive_f32)]
+    #[arg(long, default_value_t = LepusConfig::defaults().temperature, value_parser = super::flags::positive_f32)]
     pub temperature: f32,
     /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
     /// the same first passage) run those tokens through the model once; scores are
     /// unchanged. 0 turns the reuse off.
-    #[arg(long, default_value_t = crate::model::decoder::MIN_SHARED_PREFIX)]
+    #[arg(long, default_value_t = LepusConfig::defaults().min_shared_prefix)]
     pub min_shared_prefix: usize,
     #[command(flatten)]
     pub device: DeviceOpts,
@@ -155,4 +156,10 @@ pub fn run(args: &LepusArgs) -> Result<RunSummary> {
         }
         Ok(summary)
     })
+}
+
+impl super::Run for LepusArgs {
+    fn run(&self) -> Result<i32> {
+        Ok(super::question_run::report(&run(self)?))
+    }
 }

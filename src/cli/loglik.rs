@@ -10,6 +10,7 @@ use super::row_run::{run_rows, PartArgs, RowSummary};
 use super::DeviceOpts;
 use crate::jobs::loglik;
 use crate::jobs::loglik::LoglikConfig;
+use crate::jobs::options::Options;
 
 #[derive(Debug, Clone, Args)]
 pub struct LoglikArgs {
@@ -29,16 +30,16 @@ pub struct LoglikArgs {
     pub output: PathBuf,
     /// Logits are divided by T before the log-softmax (LEPUS: 1.4 is best in the
     /// paper; 1.0 gives plain log-likelihoods).
-    #[arg(long, default_value_t = 1.0, value_parser = super::flags::positive_f32)]
+    #[arg(long, default_value_t = LoglikConfig::defaults().temperature, value_parser = super::flags::positive_f32)]
     pub temperature: f32,
     /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
     /// the same first passage) run those tokens through the model once; scores are
     /// unchanged. 0 turns the reuse off.
-    #[arg(long, default_value_t = crate::model::decoder::MIN_SHARED_PREFIX)]
+    #[arg(long, default_value_t = LoglikConfig::defaults().min_shared_prefix)]
     pub min_shared_prefix: usize,
     /// Token budget of one forward pass. Larger batches use the cores better and need
     /// more memory (about 4·(6·H + 2·I) bytes per token on CPU, plus attention scores).
-    #[arg(long, default_value_t = 8192, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = LoglikConfig::defaults().max_batch_tokens, value_parser = super::flags::positive_usize)]
     pub max_batch_tokens: usize,
     /// Longest prompt + target accepted, in tokens; longer rows are quarantined.
     /// Default: the model's context length.
@@ -70,4 +71,10 @@ impl LoglikArgs {
 /// Runs `hopscore loglik`.
 pub fn run(args: &LoglikArgs) -> Result<RowSummary> {
     run_rows!(args, loglik::job)
+}
+
+impl super::Run for LoglikArgs {
+    fn run(&self) -> Result<i32> {
+        Ok(super::row_run::report(&run(self)?))
+    }
 }

@@ -45,22 +45,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Beam Retrieval over a question file: chains, scores and features.
-    Beam(beam::BeamArgs),
-    /// EfficientRAG over a question file: Labeler tags and kept text, Filter queries.
-    Label(label::LabelArgs),
-    /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
-    Review(review::ReviewArgs),
-    /// LEPUS reranking of each question's passages with a causal LM (or BM25).
-    Lepus(lepus::LepusArgs),
+    /// The jobs' subcommands (`beam`, `label`, `review`, `lepus`, `classify`, `embed`,
+    /// `loglik`).
+    #[command(flatten)]
+    Job(JobCommand),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
     /// Print the rows and run metadata of a Parquet file.
     Show(show::ShowArgs),
-    /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
-    Classify(classify::ClassifyArgs),
-    /// Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE).
-    Embed(embed::EmbedArgs),
     /// Candidate pools for a question file from a corpus: dense (an `embed` index), BM25 or hybrid.
     Retrieve(retrieve::RetrieveArgs),
     /// Describe a model directory: config, parameters, dtypes, heads, tokenizer.
@@ -71,23 +63,46 @@ pub enum Command {
     Import(import::ImportArgs),
     /// Score predicted passage chains (and answers) against a question file.
     Eval(eval::EvalArgs),
-    /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM (LEPUS).
-    Loglik(loglik::LoglikArgs),
     /// Causal-LM scoring throughput on fixed token ids (see tools/bench_decoder_reference.py).
     BenchLoglik(bench_loglik::BenchLoglikArgs),
 }
 
+/// A job's subcommand: runs, prints its summary and returns the exit code.
+pub trait Run {
+    fn run(&self) -> Result<i32>;
+}
+
+/// The subcommands of the registered jobs ([`crate::jobs::for_each_job`]).
+macro_rules! job_commands {
+    ($($(#[$doc:meta])* $variant:ident($config:ty, $args:ty)),* $(,)?) => {
+        /// The subcommands of the jobs, one per registered job.
+        #[derive(Debug, Subcommand)]
+        pub enum JobCommand {
+            $($(#[$doc])* $variant($args)),*
+        }
+
+        impl Run for JobCommand {
+            fn run(&self) -> Result<i32> {
+                match self {
+                    $(JobCommand::$variant(args) => args.run()),*
+                }
+            }
+        }
+    };
+}
+crate::jobs::for_each_job!(job_commands);
+
 /// `--device`, `--gpu`, `--dtype`: where the model runs and in which element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct DeviceOpts {
-    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.kind)]
     pub device: DeviceKind,
     /// CUDA device ordinal (with `--device cuda`).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DeviceConfig::CPU.gpu)]
     pub gpu: usize,
     /// Element type of weights and activations on the GPU (accumulation is f32; the
     /// CPU backend always runs f32).
-    #[arg(long, value_enum, default_value_t = DType::Bf16)]
+    #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.dtype)]
     pub dtype: DType,
     /// Run each forward as a CUDA graph, captured once per batch bucket (batches are
     /// padded to token/sequence/length buckets) and replayed: far fewer launches for
@@ -164,5 +179,26 @@ pub fn init_logging() {
     static LOG: StderrLog = StderrLog;
     if log::set_logger(&LOG).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::jobs::{label, retrieve, value_name};
+
+    /// Every value of `E` as run metadata names it is its spelling on the command line.
+    fn metadata_names_are_flag_values<E: clap::ValueEnum + serde::Serialize>() {
+        for v in E::value_variants() {
+            let flag = v.to_possible_value().expect("a visible value");
+            assert_eq!(value_name(v), flag.get_name());
+        }
+    }
+
+    #[test]
+    fn metadata_spells_values_as_the_flags_do() {
+        metadata_names_are_flag_values::<retrieve::Retriever>();
+        metadata_names_are_flag_values::<crate::model::bert::Pooling>();
+        metadata_names_are_flag_values::<label::LabelRetriever>();
+        metadata_names_are_flag_values::<label::TagPooling>();
     }
 }

@@ -23,11 +23,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub output: PathBuf,
     /// Token budget of one forward pass.
-    #[arg(long, default_value_t = 16384, value_parser = flags::positive_usize)]
+    #[arg(long, default_value_t = SchedulerConfig::default().max_batch_tokens, value_parser = flags::positive_usize)]
     pub max_batch_tokens: usize,
     /// Questions in flight at once: more mixes the steps of different questions
     /// better, and holds more memory.
-    #[arg(long, default_value_t = 64, value_parser = flags::positive_usize)]
+    #[arg(long, default_value_t = SchedulerConfig::default().max_active, value_parser = flags::positive_usize)]
     pub max_active: usize,
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
     #[arg(long)]
@@ -69,4 +69,29 @@ impl RunArgs {
             max_active: self.max_active,
         }
     }
+}
+
+/// Prints the summary of a question-file run; 130 when it was interrupted, else 0.
+pub fn report(s: &RunSummary) -> i32 {
+    let st = &s.stats;
+    let secs = st.wall.as_secs_f64().max(1e-9);
+    eprintln!(
+        "{} questions ({} quarantined → {}), {} hypotheses, {} tokens in {:.1} s: \
+         {:.2} questions/s, {:.1} hypotheses/s, {:.0} tokens/s, forward {:.0}% of wall time",
+        st.rows,
+        st.bad_rows,
+        s.quarantine_path.display(),
+        st.hypotheses,
+        st.tokens,
+        secs,
+        st.rows as f64 / secs,
+        st.hypotheses as f64 / secs,
+        st.tokens as f64 / secs,
+        100.0 * st.forward.as_secs_f64() / secs
+    );
+    if s.interrupted {
+        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
+        return super::entry::EXIT_INTERRUPTED;
+    }
+    0
 }

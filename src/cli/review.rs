@@ -235,3 +235,66 @@ pub fn run(args: &ReviewArgs) -> Result<ReviewSummary> {
         interrupted: run.interrupted,
     })
 }
+
+/// `review` ran but answered no question.
+const EXIT_NOTHING_ANSWERED: i32 = 3;
+
+/// Prints the summary of a review run; 130 when it was interrupted, 3 when no question
+/// was answered, else 0.
+fn report(s: &ReviewSummary) -> i32 {
+    let (t, c) = (&s.tally, &s.tally.calls);
+    eprintln!(
+        "{} questions: {} answered, {} failed, {} quarantined → {}; {} LLM calls ({} from \
+         the cache{}), {} retries, {} prompt + {} completion tokens, {} parse failures, \
+         {:.1} s",
+        t.answered + t.failed,
+        t.answered,
+        t.failed,
+        s.quarantined,
+        s.quarantine_path.display(),
+        c.llm_calls,
+        c.cached_calls,
+        s.cache_dir
+            .as_ref()
+            .map_or(String::new(), |d| format!(" {}", d.display())),
+        c.retries,
+        c.prompt_tokens,
+        c.completion_tokens,
+        t.parse_failures,
+        s.seconds
+    );
+    if s.interrupted {
+        eprintln!(
+            "interrupted: the rows finished so far are written ({} interrupted questions \
+             left out); run the same command with --resume (the cache answers the calls \
+             already made)",
+            t.interrupted
+        );
+        return super::entry::EXIT_INTERRUPTED;
+    }
+    let why = t
+        .first_failure
+        .as_ref()
+        .map_or("see the quarantine file", |(_, why)| why.as_str());
+    if t.answered == 0 && t.failed + s.quarantined > 0 {
+        eprintln!(
+            "error: no question was answered ({} failed, {} quarantined); first failure: {why}",
+            t.failed, s.quarantined
+        );
+        return EXIT_NOTHING_ANSWERED;
+    }
+    if t.failed > 0 {
+        eprintln!(
+            "warning: {} of {} questions failed (`status` = failed); first failure: {why}",
+            t.failed,
+            t.answered + t.failed
+        );
+    }
+    0
+}
+
+impl super::Run for ReviewArgs {
+    fn run(&self) -> Result<i32> {
+        Ok(report(&run(self)?))
+    }
+}

@@ -142,3 +142,14 @@ macro_rules! run_rows {
     }};
 }
 pub(crate) use run_rows;
+
+/// Prints the summary of a row run (`classify`, `loglik`); 130 when it was
+/// interrupted, else 0.
+pub fn report(s: &RowSummary) -> i32 {
+    eprintln!("{s}");
+    if s.interrupted {
+        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
+        return super::entry::EXIT_INTERRUPTED;
+    }
+    0
+}

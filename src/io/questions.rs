@@ -40,16 +40,17 @@ use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema, SchemaRef};
 
 /// The source dataset of a question; decides the hop-count rule on import and the
 /// passage rendering in the strategies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Dataset {
     /// HotpotQA (distractor or fullwiki JSON: `_id`, `context`, `supporting_facts`).
-    #[value(name = "hotpotqa")]
+    #[cfg_attr(feature = "cli", value(name = "hotpotqa"))]
     HotpotQa,
     /// MuSiQue (JSON lines: `id`, `paragraphs` with `is_supporting`).
-    #[value(name = "musique")]
+    #[cfg_attr(feature = "cli", value(name = "musique"))]
     Musique,
     /// 2WikiMultihopQA (HotpotQA-like JSON with `evidences`).
-    #[value(name = "2wiki")]
+    #[cfg_attr(feature = "cli", value(name = "2wiki"))]
     TwoWiki,
 }
 

@@ -13,23 +13,27 @@ use arrow::array::{
 use arrow::datatypes::SchemaRef;
 use rayon::prelude::*;
 
-use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use super::questions::{Prepare, QuestionJob, QuestionScorer};
 use crate::backend::Backend;
 use crate::io::columns::ScoredChainsBuilder;
 use crate::io::fingerprint::file_sha256;
 use crate::io::metadata::run_metadata;
 use crate::io::questions::Question;
 use crate::io::schemas::beam_schema;
+use crate::jobs::options::{self, Options};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
+use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode, MAX_LEN};
 use crate::strategy::Strategy;
 use crate::text::render::{beam_passage, beam_question, PassageStyle};
 use crate::text::TextTokenizer;
 
-/// How many hops a question's chain has.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How many hops a question's chain has: a number, `from-data` or `auto` (on the
+/// command line and as an option: a number or one of the two words).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "HopsValue", try_from = "HopsValue")]
 pub enum Hops {
     /// This many.
     Fixed(usize),
@@ -39,8 +43,61 @@ pub enum Hops {
     Auto,
 }
 
+impl std::str::FromStr for Hops {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "from-data" => Ok(Hops::FromData),
+            "auto" => Ok(Hops::Auto),
+            n => match n.parse::<usize>() {
+                Ok(h) if h >= 1 => Ok(Hops::Fixed(h)),
+                _ => Err(format!(
+                    "`{s}`: expected a hop count ≥ 1, `from-data` or `auto`"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Hops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hops::Fixed(n) => write!(f, "{n}"),
+            Hops::FromData => f.write_str("from-data"),
+            Hops::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+/// [`Hops`] as an option's value: a number or a word.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum HopsValue {
+    Count(usize),
+    Word(String),
+}
+
+impl From<Hops> for HopsValue {
+    fn from(h: Hops) -> Self {
+        match h {
+            Hops::Fixed(n) => HopsValue::Count(n),
+            word => HopsValue::Word(word.to_string()),
+        }
+    }
+}
+
+impl TryFrom<HopsValue> for Hops {
+    type Error = String;
+    fn try_from(v: HopsValue) -> Result<Self, String> {
+        match v {
+            HopsValue::Count(n) => n.to_string().parse(),
+            HopsValue::Word(w) => w.parse(),
+        }
+    }
+}
+
 /// What to load and how to search.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct BeamConfig {
     /// Beam Retrieval checkpoint directory (config.json + safetensors with the
     /// `hop_classifier_layer` and `hop_n_classifier_layer` heads).
@@ -54,14 +111,25 @@ pub struct BeamConfig {
     pub tau: f32,
     /// [`Hops::Auto`]: most hops searched (truncation budgets use this count).
     pub max_hops: usize,
+    #[serde(flatten)]
     pub scheduler: SchedulerConfig,
 }
 
 impl BeamConfig {
-    /// The CLI's defaults for the model in `model`.
+    /// The defaults (the command line's) for `model`.
     pub fn new(model: PathBuf) -> Self {
         Self {
             model,
+            ..Self::defaults()
+        }
+    }
+}
+
+impl Options for BeamConfig {
+    /// Every option at the command line's default; the paths empty.
+    fn defaults() -> Self {
+        Self {
+            model: PathBuf::new(),
             tokenizer: None,
             beam_size: 2,
             hops: Hops::FromData,
@@ -69,6 +137,13 @@ impl BeamConfig {
             max_hops: 4,
             scheduler: SchedulerConfig::default(),
         }
+    }
+
+    fn check(&self) -> Result<()> {
+        options::at_least_one("beam_size", self.beam_size)?;
+        options::at_least_one("max_hops", self.max_hops)?;
+        options::finite("tau", self.tau, false)?;
+        self.scheduler.check()
     }
 }
 
@@ -118,8 +193,7 @@ pub type BeamJob<B> = QuestionJob<BeamScorer<B>>;
 
 /// Loads the checkpoint and tokenizer of `config` on `be`.
 pub fn job<B: Backend>(config: BeamConfig, be: B) -> Result<BeamJob<B>> {
-    anyhow::ensure!(config.beam_size >= 1, "--beam-size must be at least 1");
-    anyhow::ensure!(config.max_hops >= 1, "--max-hops must be at least 1");
+    config.check()?;
     let files = ModelFiles::open(&config.model)?;
     let names: Vec<&str> = files.heads().iter().map(|h| h.name).collect();
     if !(names.contains(&"hop1") && names.contains(&"hop_n")) {
@@ -300,3 +374,5 @@ fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
     ];
     RecordBatch::try_new(beam_schema(), columns).context("building the output batch")
 }
+
+super::job_kind!(BeamConfig, "beam", ["model"]);

@@ -15,13 +15,14 @@ use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer}
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
 use crate::io::parquet_io::check_str;
+use crate::jobs::options::{self, Options};
 use crate::model::batch::Sequence;
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::select;
 use crate::text::TextTokenizer;
 
 /// What to load and how to batch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ClassifyConfig {
     /// Model directory: config.json, model.safetensors (or a sharded index) and,
     /// unless `tokenizer` is given, tokenizer.json.
@@ -39,15 +40,30 @@ pub struct ClassifyConfig {
 }
 
 impl ClassifyConfig {
-    /// The CLI's defaults for the model in `model`.
+    /// The defaults (the command line's) for `model`.
     pub fn new(model: PathBuf) -> Self {
         Self {
             model,
+            ..Self::defaults()
+        }
+    }
+}
+
+impl Options for ClassifyConfig {
+    /// Every option at the command line's default; the paths empty.
+    fn defaults() -> Self {
+        Self {
+            model: PathBuf::new(),
             tokenizer: None,
             head: None,
             max_batch_tokens: 16384,
             max_length: None,
         }
+    }
+
+    fn check(&self) -> Result<()> {
+        options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
+        options::none_or_at_least_one("max_length", self.max_length)
     }
 }
 
@@ -65,6 +81,7 @@ pub type ClassifyJob<B> = RowJob<Classifier<B>>;
 
 /// Loads the model, head and tokenizer of `config` on `be`.
 pub fn job<B: Backend>(config: ClassifyConfig, be: B) -> Result<ClassifyJob<B>> {
+    config.check()?;
     let files = ModelFiles::open(&config.model)?;
     let model_config = files.config.clone();
     let head = select(&files.heads(), config.head.as_deref())?.clone();
@@ -153,3 +170,5 @@ fn score<B: Backend>(
         Ok(res.logits.swap_remove(0))
     })
 }
+
+super::job_kind!(ClassifyConfig, "classify", ["model"]);

@@ -4,7 +4,9 @@
 use crate::backend::dtype::DType;
 
 /// The backend a job runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
     /// The CPU backend (rayon + gemm, f32).
     Cpu,
@@ -14,8 +16,9 @@ pub enum DeviceKind {
 
 /// Device, element type and threads of a job (the CLI's `--device`, `--gpu`,
 /// `--dtype` and `--threads`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceConfig {
+    #[serde(rename = "device")]
     pub kind: DeviceKind,
     /// CUDA device ordinal (with [`DeviceKind::Cuda`]).
     pub gpu: usize,
@@ -93,3 +96,10 @@ macro_rules! with_backend {
     };
 }
 pub(crate) use with_backend;
+
+impl crate::jobs::options::Options for DeviceConfig {
+    /// The CPU, as the command line's `--device` defaults to.
+    fn defaults() -> Self {
+        Self::CPU
+    }
+}

@@ -17,12 +17,13 @@ use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer}
 use super::value_name;
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
+use crate::jobs::options::{self, Options};
 use crate::model::batch::Sequence;
 use crate::model::bert::{BertEmbedder, EmbeddingHead, Pooling};
 use crate::text::TextTokenizer;
 
 /// What to load, how to pool and how to write.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EmbedConfig {
     /// Model directory: config.json, model.safetensors (or a sharded index),
     /// tokenizer.json and, for sentence-transformers models, modules.json.
@@ -46,10 +47,20 @@ pub struct EmbedConfig {
 }
 
 impl EmbedConfig {
-    /// The CLI's defaults for the model in `model`.
+    /// The defaults (the command line's) for `model`.
     pub fn new(model: PathBuf) -> Self {
         Self {
             model,
+            ..Self::defaults()
+        }
+    }
+}
+
+impl Options for EmbedConfig {
+    /// Every option at the command line's default; the paths empty.
+    fn defaults() -> Self {
+        Self {
+            model: PathBuf::new(),
             tokenizer: None,
             pooling: None,
             normalize: None,
@@ -58,6 +69,11 @@ impl EmbedConfig {
             float16: false,
             max_batch_tokens: 4096,
         }
+    }
+
+    fn check(&self) -> Result<()> {
+        options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
+        options::none_or_at_least_one("max_length", self.max_length)
     }
 }
 
@@ -77,6 +93,7 @@ pub type EmbedJob<B> = RowJob<Embedder<B>>;
 
 /// Loads the model and tokenizer of `config` on `be`.
 pub fn embedder<B: Backend>(config: EmbedConfig, be: B) -> Result<Embedder<B>> {
+    config.check()?;
     let head = EmbeddingHead::resolve(&config.model, config.pooling, config.normalize)?;
     let model = BertEmbedder::load(&be, &config.model, Some(head))?;
     let head = &model.head;
@@ -266,3 +283,5 @@ impl<B: Backend> RowScorer for Embedder<B> {
         )?)])
     }
 }
+
+super::job_kind!(EmbedConfig, "embed", ["model"]);

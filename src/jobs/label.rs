@@ -15,7 +15,7 @@ use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, SchemaRef};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
-use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use super::questions::{Prepare, QuestionJob, QuestionScorer};
 use super::value_name;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
@@ -23,9 +23,11 @@ use crate::io::fingerprint::{file_sha256, model_sha256};
 use crate::io::metadata::run_metadata;
 use crate::io::questions::Question;
 use crate::io::schemas::{iteration_fields, label_schema};
+use crate::jobs::options::{self, Options};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
+use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
 use crate::retrieve::dense::{top_k_inner_product, DenseIndex};
 use crate::retrieve::Corpus;
@@ -38,7 +40,7 @@ use crate::text::render::efficientrag_chunk;
 use crate::text::TextTokenizer;
 
 /// What to load and how to search.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LabelConfig {
     /// EfficientRAG Labeler checkpoint directory.
     pub labeler: PathBuf,
@@ -61,11 +63,14 @@ pub struct LabelConfig {
     pub encoder: Option<EmbedConfig>,
     /// With `corpus` and dense retrieval: `hopscore embed` outputs of that corpus.
     pub index: Vec<PathBuf>,
+    #[serde(flatten)]
     pub scheduler: SchedulerConfig,
 }
 
 /// How the loop retrieves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum LabelRetriever {
     /// BM25 over `title + " " + text` (only chunks that share a term with the query).
     Bm25,
@@ -74,11 +79,22 @@ pub enum LabelRetriever {
 }
 
 impl LabelConfig {
-    /// The CLI's defaults for these checkpoints.
+    /// The defaults (the command line's) for `labeler` and `filter`.
     pub fn new(labeler: PathBuf, filter: PathBuf) -> Self {
         Self {
             labeler,
             filter,
+            ..Self::defaults()
+        }
+    }
+}
+
+impl Options for LabelConfig {
+    /// Every option at the command line's default; the paths empty.
+    fn defaults() -> Self {
+        Self {
+            labeler: PathBuf::new(),
+            filter: PathBuf::new(),
             tokenizer: None,
             corpus: None,
             tag_pooling: TagPooling::Cls,
@@ -90,11 +106,22 @@ impl LabelConfig {
             scheduler: SchedulerConfig::default(),
         }
     }
+
+    fn check(&self) -> Result<()> {
+        options::at_least_one("max_iter", self.max_iter)?;
+        options::at_least_one("top_k", self.top_k)?;
+        if let Some(encoder) = &self.encoder {
+            encoder.check()?;
+        }
+        self.scheduler.check()
+    }
 }
 
 /// Pooling of the Labeler's tag head: `Cls` (the official code: ContextPooler on
 /// [CLS]) or `Mean` (the paper: the pooler on the mean of the token states).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum TagPooling {
     Cls,
     Mean,
@@ -372,8 +399,7 @@ pub type LabelJob<B> = QuestionJob<LabelScorer<B>>;
 
 /// Loads both checkpoints, the tokenizer and the corpus of `config` on `be`.
 pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
-    anyhow::ensure!(config.max_iter >= 1, "--max-iter must be at least 1");
-    anyhow::ensure!(config.top_k >= 1, "--top-k must be at least 1");
+    config.check()?;
 
     let models = Models::load(&be, &config.labeler, &config.filter, config.tag_pooling)?;
     let n_tags = models.n_tags();
@@ -608,3 +634,5 @@ fn label_batch(chunk: &[Labeled], ids: Option<&DocIds>) -> Result<RecordBatch> {
         RecordBatch::try_new(schema.clone(), columns).context("building the output batch")
     }
 }
+
+super::job_kind!(LabelConfig, "label", ["labeler", "filter"]);

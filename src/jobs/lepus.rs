@@ -23,14 +23,16 @@ use arrow::array::{
 use arrow::datatypes::SchemaRef;
 use rayon::prelude::*;
 
-use super::questions::{Prepare, QuestionJob, QuestionScorer, ToBatch};
+use super::questions::{Prepare, QuestionJob, QuestionScorer};
 use crate::backend::Backend;
 use crate::io::columns::ScoredChainsBuilder;
 use crate::io::metadata::{run_metadata, tool_metadata};
 use crate::io::questions::Question;
 use crate::io::schemas::lepus_schema;
+use crate::jobs::options::{self, Options};
 use crate::model::batch::Sequence;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
+use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
 use crate::retrieve::tfidf::TfIdfOptions;
 use crate::retrieve::{Bm25Index, TfIdf};
@@ -43,14 +45,16 @@ use crate::text::causal_tokenizer::CausalTokenizer;
 use crate::text::words::clean_up_tokenization;
 
 /// Which scorer ranks the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum LepusScorer {
     Lm,
     Bm25,
 }
 
 /// What to load and how to rank.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LepusConfig {
     /// A GGUF file, a directory holding one, or an HF directory (not needed with
     /// [`LepusScorer::Bm25`]).
@@ -82,14 +86,25 @@ pub struct LepusConfig {
     /// Shared leading tokens from which sequences of a batch reuse one prefix pass
     /// (0: off).
     pub min_shared_prefix: usize,
+    #[serde(flatten)]
     pub scheduler: SchedulerConfig,
 }
 
 impl LepusConfig {
-    /// The CLI's defaults for the LM in `model`.
+    /// The defaults (the command line's) for `model`.
     pub fn new(model: PathBuf) -> Self {
         Self {
             model: Some(model),
+            ..Self::defaults()
+        }
+    }
+}
+
+impl Options for LepusConfig {
+    /// Every option at the command line's default; no model.
+    fn defaults() -> Self {
+        Self {
+            model: None,
             tokenizer: None,
             scorer: LepusScorer::Lm,
             templates: None,
@@ -106,6 +121,15 @@ impl LepusConfig {
             min_shared_prefix: crate::model::decoder::MIN_SHARED_PREFIX,
             scheduler: SchedulerConfig::default(),
         }
+    }
+
+    fn check(&self) -> Result<()> {
+        options::at_least_one("num_templates", self.num_templates)?;
+        options::at_least_one("first_hops", self.first_hops)?;
+        options::at_least_one("max_doc_tokens", self.max_doc_tokens)?;
+        options::at_least_one("max_prompt_tokens", self.max_prompt_tokens)?;
+        options::finite("temperature", self.temperature, true)?;
+        self.scheduler.check()
     }
 }
 
@@ -376,16 +400,7 @@ pub type LmJob<B> = QuestionJob<LmScorer<B>>;
 /// Checks the settings of `config` and reads its instruction templates (before any
 /// model loads).
 pub fn templates(config: &LepusConfig) -> Result<Vec<Template>> {
-    ensure!(
-        config.temperature > 0.0 && config.temperature.is_finite(),
-        "--temperature must be positive, got {}",
-        config.temperature
-    );
-    ensure!(config.first_hops >= 1, "--first-hops must be at least 1");
-    ensure!(
-        config.max_doc_tokens >= 1,
-        "--max-doc-tokens must be at least 1"
-    );
+    config.check()?;
     model_path(config)?;
     let instructions = match &config.templates {
         Some(p) => std::fs::read_to_string(p)
@@ -587,6 +602,21 @@ fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
         Arc::new(single.finish()),
     ];
     RecordBatch::try_new(lepus_schema(), columns).context("building the output batch")
+}
+
+impl crate::jobs::JobKind for LepusConfig {
+    const NAME: &'static str = "lepus";
+
+    fn from_options(options: &crate::jobs::options::OptionMap) -> Result<Self> {
+        crate::jobs::options::with_options(options, &[], "`lepus`")
+    }
+
+    fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn crate::jobs::Job>> {
+        Ok(match self.scorer {
+            LepusScorer::Bm25 => Box::new(bm25_job(&self)),
+            LepusScorer::Lm => Box::new(lm_job(&self, templates(&self)?, be)?),
+        })
+    }
 }
 
 #[cfg(test)]

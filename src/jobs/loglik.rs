@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use arrow::array::{Array, ArrayRef, Float64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::Field;
 use rayon::prelude::*;
@@ -19,12 +19,13 @@ use super::rows::{InputColumn, RowJob, RowScorer};
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
 use crate::io::parquet_io::{check_text, string_column};
+use crate::jobs::options::{self, Options};
 use crate::model::batch::token_budget_groups;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
 use crate::text::causal_tokenizer::CausalTokenizer;
 
 /// What to load and how to score.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LoglikConfig {
     /// A GGUF file, a directory holding one, or an HF directory.
     pub model: PathBuf,
@@ -42,16 +43,32 @@ pub struct LoglikConfig {
 }
 
 impl LoglikConfig {
-    /// The CLI's defaults for the model in `model`.
+    /// The defaults (the command line's) for `model`.
     pub fn new(model: PathBuf) -> Self {
         Self {
             model,
+            ..Self::defaults()
+        }
+    }
+}
+
+impl Options for LoglikConfig {
+    /// Every option at the command line's default; the paths empty.
+    fn defaults() -> Self {
+        Self {
+            model: PathBuf::new(),
             tokenizer: None,
             temperature: 1.0,
             min_shared_prefix: crate::model::decoder::MIN_SHARED_PREFIX,
             max_batch_tokens: 8192,
             max_length: None,
         }
+    }
+
+    fn check(&self) -> Result<()> {
+        options::finite("temperature", self.temperature, true)?;
+        options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
+        options::none_or_at_least_one("max_length", self.max_length)
     }
 }
 
@@ -90,11 +107,7 @@ pub type LoglikJob<B> = RowJob<LoglikScorer<B>>;
 
 /// Loads the decoder and tokenizer of `config` on `be`.
 pub fn job<B: Backend>(config: LoglikConfig, be: B) -> Result<LoglikJob<B>> {
-    ensure!(
-        config.temperature > 0.0 && config.temperature.is_finite(),
-        "--temperature must be positive, got {}",
-        config.temperature
-    );
+    config.check()?;
     let mut loaded = load_decoder(&be, &config.model, config.tokenizer.as_deref())?;
     loaded.model.min_shared_prefix = config.min_shared_prefix;
     let max_len = config
@@ -248,3 +261,5 @@ pub fn token_logprobs<B: Backend>(
     }
     Ok(out)
 }
+
+super::job_kind!(LoglikConfig, "loglik", ["model"]);

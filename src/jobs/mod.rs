@@ -11,6 +11,7 @@ pub mod embed;
 pub mod label;
 pub mod lepus;
 pub mod loglik;
+pub mod options;
 pub mod questions;
 pub mod retrieve;
 pub mod review;
@@ -22,6 +23,8 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 
 pub use device::{DeviceConfig, DeviceKind};
+
+use crate::backend::Backend;
 
 /// What one batch of input rows gives.
 #[derive(Debug, Clone)]
@@ -94,41 +97,131 @@ impl std::ops::DerefMut for Stream {
     }
 }
 
-/// The config of any job, to build it without naming its type.
-#[derive(Debug, Clone)]
-pub enum JobConfig {
-    Beam(beam::BeamConfig),
-    Classify(classify::ClassifyConfig),
-    Embed(embed::EmbedConfig),
-    Label(label::LabelConfig),
-    Lepus(lepus::LepusConfig),
-    Loglik(loglik::LoglikConfig),
-    Review(review::ReviewConfig),
+/// Every scoring job, registered once: its [`JobConfig`] variant, its config type
+/// (which implements [`JobKind`] in the job's module) and its command-line arguments
+/// (`cli::<name>`, which implement `cli::Run`), with the subcommand's help line.
+/// `for_each_job!(m)` calls the macro `m` with the list: the library makes
+/// [`JobConfig`], [`JobConfig::from_options`] and [`build`] of it (below), the command
+/// line its job subcommands (`cli::JobCommand`). docs/architecture.md, "Adding a
+/// scorer".
+macro_rules! for_each_job {
+    ($m:ident) => {
+        $m! {
+            /// Beam Retrieval over a question file: chains, scores and features.
+            Beam(crate::jobs::beam::BeamConfig, crate::cli::beam::BeamArgs),
+            /// EfficientRAG over a question file: Labeler tags and kept text, Filter queries.
+            Label(crate::jobs::label::LabelConfig, crate::cli::label::LabelArgs),
+            /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
+            Review(crate::jobs::review::ReviewConfig, crate::cli::review::ReviewArgs),
+            /// LEPUS reranking of each question's passages with a causal LM (or BM25).
+            Lepus(crate::jobs::lepus::LepusConfig, crate::cli::lepus::LepusArgs),
+            /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
+            Classify(crate::jobs::classify::ClassifyConfig, crate::cli::classify::ClassifyArgs),
+            /// Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE).
+            Embed(crate::jobs::embed::EmbedConfig, crate::cli::embed::EmbedArgs),
+            /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM (LEPUS).
+            Loglik(crate::jobs::loglik::LoglikConfig, crate::cli::loglik::LoglikArgs),
+        }
+    };
+}
+#[cfg(feature = "cli")]
+pub(crate) use for_each_job;
+
+/// What the registry ([`for_each_job`]) needs of a job's config.
+pub trait JobKind: Sized {
+    /// The job's name: its subcommand, and `command` in [`JobConfig::from_options`].
+    const NAME: &'static str;
+    /// The config with `options` set by name ([`options::with_options`]).
+    fn from_options(options: &options::OptionMap) -> Result<Self>;
+    /// Loads the job on `be`.
+    fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
 }
 
-/// Loads the job `config` describes on `device` (sizing the CPU worker pool first
-/// when `device.threads` is set; `review` runs no model: give it [`DeviceConfig::CPU`]).
-pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
-    device.init_threads()?;
-    device::with_backend!(owned device, be => Ok(match config {
-        JobConfig::Beam(c) => Box::new(beam::job(c, be)?) as Box<dyn Job>,
-        JobConfig::Classify(c) => Box::new(classify::job(c, be)?),
-        JobConfig::Embed(c) => Box::new(embed::job(c, be)?),
-        JobConfig::Label(c) => Box::new(label::job(c, be)?),
-        JobConfig::Lepus(c) => match c.scorer {
-            lepus::LepusScorer::Bm25 => Box::new(lepus::bm25_job(&c)),
-            lepus::LepusScorer::Lm => Box::new(lepus::lm_job(&c, lepus::templates(&c)?, be)?),
-        },
-        JobConfig::Loglik(c) => Box::new(loglik::job(c, be)?),
-        JobConfig::Review(c) => Box::new(review::job(c)?), // calls an endpoint, no model
-    }))
-}
+/// `impl JobKind` for a config `$config` named `$name` whose job loads with the
+/// `job(config, backend)` of the module it is used in; `$required`: the options
+/// without a default.
+macro_rules! job_kind {
+    ($config:ty, $name:literal, [$($required:literal),*]) => {
+        impl $crate::jobs::JobKind for $config {
+            const NAME: &'static str = $name;
 
-/// The name of a flag's value on the command line, as run metadata records it.
-pub fn value_name(value: impl clap::ValueEnum) -> String {
-    value
-        .to_possible_value()
-        .map_or_else(String::new, |v| v.get_name().to_string())
+            fn from_options(options: &$crate::jobs::options::OptionMap) -> anyhow::Result<Self> {
+                $crate::jobs::options::with_options(options, &[$($required),*], concat!("`", $name, "`"))
+            }
+
+            fn load<B: $crate::backend::Backend + 'static>(
+                self,
+                be: B,
+            ) -> anyhow::Result<Box<dyn $crate::jobs::Job>> {
+                Ok(Box::new(job(self, be)?))
+            }
+        }
+    };
+}
+pub(crate) use job_kind;
+
+/// The options of the device among a job's options (Python's keyword arguments).
+const DEVICE_OPTIONS: [&str; 5] = ["device", "gpu", "dtype", "cuda_graphs", "threads"];
+
+/// [`JobConfig`], [`JobConfig::from_options`] and [`build`] for the registered jobs.
+macro_rules! job_configs {
+    ($($(#[$doc:meta])* $variant:ident($config:ty, $args:ty)),* $(,)?) => {
+        /// The config of any job, to build it without naming its type.
+        #[derive(Debug, Clone)]
+        pub enum JobConfig {
+            $($(#[$doc])* $variant($config)),*
+        }
+
+        impl JobConfig {
+            /// The names of the jobs.
+            pub const NAMES: &'static [&'static str] = &[$(<$config as JobKind>::NAME),*];
+
+            /// The job `command` names with `options` set by name — its config's field
+            /// names (the command line's flags with `_` for `-`) — and the device among
+            /// them (`device`, `gpu`, `dtype`, `cuda_graphs`, `threads`); every option
+            /// not given keeps the default the command line has. What Python's keyword
+            /// arguments build.
+            pub fn from_options(
+                command: &str,
+                options: &options::OptionMap,
+            ) -> Result<(JobConfig, DeviceConfig)> {
+                let (device, job): (options::OptionMap, options::OptionMap) = options
+                    .clone()
+                    .into_iter()
+                    .partition(|(name, _)| DEVICE_OPTIONS.contains(&name.as_str()));
+                let config = match command {
+                    $(<$config as JobKind>::NAME => {
+                        JobConfig::$variant(<$config as JobKind>::from_options(&job)?)
+                    })*
+                    _ => anyhow::bail!(
+                        "`{command}` is not a job: use one of {}",
+                        Self::NAMES.join(", ")
+                    ),
+                };
+                Ok((config, options::with_options(&device, &[], "the device")?))
+            }
+        }
+
+        /// Loads the job `config` describes on `device` (sizing the CPU worker pool
+        /// first when `device.threads` is set; `review` runs no model: give it
+        /// [`DeviceConfig::CPU`]).
+        pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
+            device.init_threads()?;
+            device::with_backend!(owned device, be => match config {
+                $(JobConfig::$variant(c) => c.load(be),)*
+            })
+        }
+    };
+}
+for_each_job!(job_configs);
+
+/// The name of an option's value as run metadata records it: its serde name
+/// (kebab-case, the command line's spelling; `cli::tests` holds the two together).
+pub fn value_name(value: impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 /// `schema` with `metadata` as its key-value metadata.

@@ -6,24 +6,25 @@
 //! [`crate::pipeline::files`], of the whole file) into token-budget forward passes.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Result;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
+use crossbeam_channel::{Receiver, Sender};
 
 use super::{with_metadata, Job, JobOutput};
 use crate::io::quarantine::{self, BadRow};
-use crate::io::questions::{check_schema, decode_batch, Question};
+use crate::io::questions::{check_schema, decode_batch, Question, QuestionReader};
 use crate::model::batch::Sequence;
-use crate::pipeline::files::{question_source, FileJob, Reader, Source, Writer};
-use crate::pipeline::{self, Admission, Finished, PipelineStats, SchedulerConfig};
+use crate::pipeline::engine::{finish_all, Status};
+use crate::pipeline::files::{FileJob, Pending, Source, ToBatch};
+use crate::pipeline::{scheduler, Admission, Engine, Finished, PipelineStats, SchedulerConfig};
 use crate::strategy::Strategy;
 
 /// Builds a question's search, or says why the question cannot be searched.
 pub type Prepare<T> = Arc<dyn Fn(&Question) -> Result<T, String> + Send + Sync>;
-/// Builds one record batch of output rows.
-pub type ToBatch<R> = Arc<dyn Fn(&[R]) -> Result<RecordBatch> + Send + Sync>;
 
 /// The output of a finished search of `S`.
 pub type Output<S> = <<S as QuestionScorer>::Task as Strategy>::Output;
@@ -75,6 +76,27 @@ pub fn admit<T>(prepare: &Prepare<T>, row: u64, item: Result<Question, BadRow>) 
     }
 }
 
+/// A question file as a [`Source`] of the tasks `prepare` builds.
+pub fn question_source<T: 'static>(
+    input: &Path,
+    schema: SchemaRef,
+    prepare: Prepare<T>,
+) -> Result<Source<T>> {
+    let reader = QuestionReader::open(input, 256)?;
+    Ok(Source {
+        total_rows: reader.total_rows(),
+        schema,
+        rows: Box::new((0u64..).zip(reader).map(move |(row, item)| {
+            let prepare = prepare.clone();
+            let item = item?;
+            Ok((
+                row,
+                Box::new(move || admit(&prepare, row, item)) as Pending<T>,
+            ))
+        })),
+    })
+}
+
 /// Processes the rows `rows` of `batch` with `job`'s engine (the whole batch in
 /// flight at once) and returns them in row order; rows left unfinished are left out.
 pub fn process_batch<J: FileJob>(
@@ -84,27 +106,12 @@ pub fn process_batch<J: FileJob>(
     rows: &[u64],
     schemas: (SchemaRef, SchemaRef),
 ) -> Result<JobOutput> {
-    let decoded = decode_batch(batch, rows)?;
-    let items: Vec<(u64, Result<Question, BadRow>)> = rows.iter().copied().zip(decoded).collect();
-    let finished = Arc::new(Mutex::new(Vec::new()));
-    let sink = finished.clone();
-    let stats = job.drive(
-        Box::new(move |tx| {
-            for (row, item) in items {
-                if tx.send((row, admit(&prepare, row, item))).is_err() {
-                    break; // the engine stopped; its error is reported
-                }
-            }
-            Ok(())
-        }),
-        Box::new(move |rx| {
-            sink.lock().expect("results lock").extend(rx);
-            Ok(())
-        }),
-        &indicatif::ProgressBar::hidden(),
-    )?;
-    let mut finished = std::mem::take(&mut *finished.lock().expect("results lock"));
-    finished.sort_by_key(|(row, _)| *row);
+    let admitted = rows
+        .iter()
+        .zip(decode_batch(batch, rows)?)
+        .map(|(&row, item)| (row, admit(&prepare, row, item)))
+        .collect();
+    let (stats, finished) = finish_all(job, admitted)?;
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for (row, item) in finished {
         match J::settle(row, item) {
@@ -121,9 +128,39 @@ pub fn process_batch<J: FileJob>(
     })
 }
 
-impl<S: QuestionScorer> FileJob for QuestionJob<S> {
+impl<S: QuestionScorer> Engine for QuestionJob<S> {
     type Task = S::Task;
     type Out = Output<S>;
+
+    fn queue_rows(&self) -> usize {
+        self.scheduler.max_active
+    }
+
+    fn run(
+        &mut self,
+        rx: Receiver<(u64, Admission<S::Task>)>,
+        tx: Sender<(u64, Finished<Output<S>>)>,
+        status: Status,
+    ) -> Result<PipelineStats> {
+        let started = Instant::now();
+        scheduler::run(
+            self.scheduler,
+            rx,
+            tx,
+            |seqs, heads| self.scorer.score(seqs, heads),
+            |s| {
+                let secs = started.elapsed().as_secs_f64().max(1e-9);
+                status(format!(
+                    "{:.0} hyp/s {:.0} tok/s",
+                    s.hypotheses as f64 / secs,
+                    s.tokens as f64 / secs
+                ))
+            },
+        )
+    }
+}
+
+impl<S: QuestionScorer> FileJob for QuestionJob<S> {
     type Row = S::Row;
 
     fn metadata(&self) -> &[(String, String)] {
@@ -147,29 +184,6 @@ impl<S: QuestionScorer> FileJob for QuestionJob<S> {
 
     fn to_batch(&self, _schema: SchemaRef) -> ToBatch<S::Row> {
         self.scorer.to_batch()
-    }
-
-    fn drive(
-        &mut self,
-        read: Reader<S::Task>,
-        write: Writer<Output<S>>,
-        bar: &indicatif::ProgressBar,
-    ) -> Result<PipelineStats> {
-        let progress = bar.clone();
-        pipeline::run(
-            self.scheduler,
-            read,
-            |seqs, heads| self.scorer.score(seqs, heads),
-            write,
-            move |s| {
-                let secs = progress.elapsed().as_secs_f64().max(1e-9);
-                progress.set_message(format!(
-                    "{:.0} hyp/s {:.0} tok/s",
-                    s.hypotheses as f64 / secs,
-                    s.tokens as f64 / secs
-                ));
-            },
-        )
     }
 }
 

@@ -31,7 +31,9 @@ use crate::retrieve::dense::{reciprocal_rank_fusion, DenseIndex};
 use crate::retrieve::Corpus;
 
 /// How passages are ranked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum Retriever {
     /// Inner product of the encoder's vectors (needs --encoder and --index).
     Dense,

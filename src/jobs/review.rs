@@ -14,23 +14,22 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use anyhow::Result;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
-use crossbeam_channel::bounded;
-use indicatif::ProgressBar;
+use crossbeam_channel::{Receiver, Sender};
 
-use super::questions::{process_batch, Prepare, ToBatch};
+use super::questions::{process_batch, question_source, Prepare};
 use super::review_io::{read_chains, review_batch, ReviewRow};
 use super::{with_metadata, Job, JobOutput};
 use crate::io::metadata::tool_metadata;
 use crate::io::quarantine::BadRow;
 use crate::io::questions::{check_schema, Question};
 use crate::io::schemas::review_schema;
-use crate::pipeline::files::{question_source, FileJob, Reader, Source, Writer};
-use crate::pipeline::{Admission, Finished, PipelineStats};
+use crate::pipeline::engine::Status;
+use crate::pipeline::files::{FileJob, Source, ToBatch};
+use crate::pipeline::{Admission, Engine, Finished, PipelineStats};
 use crate::post::allies::{self, AlliesConfig};
 use crate::post::cache::ResponseCache;
 use crate::post::client::{ChatClient, ClientConfig};
@@ -39,7 +38,8 @@ use crate::post::{Bm25Retriever, CallStats, Doc, Retriever, Session};
 use crate::retrieve::Corpus;
 
 /// The LLM strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum ReviewStrategy {
     /// Tree of Reviews (docs/spec.md §4).
     Tor,
@@ -202,7 +202,7 @@ impl ReviewJob {
     }
 
     /// Reviews one question; `None` when a stop cut it short.
-    fn review(&self, row: u64, q: &Question, bar: &ProgressBar) -> Finished<Option<ReviewRow>> {
+    fn review(&self, row: u64, q: &Question, status: Status) -> Finished<Option<ReviewRow>> {
         let r = match self.review_row(row, q) {
             Ok(r) => r,
             Err(bad) => return Finished::Bad(bad),
@@ -214,7 +214,7 @@ impl ReviewJob {
         }
         tally.add(row, &r);
         let c = tally.calls;
-        bar.set_message(format!(
+        status(format!(
             "{} calls ({} cached), {} retries",
             c.llm_calls, c.cached_calls, c.retries
         ));
@@ -313,9 +313,59 @@ fn as_task() -> Prepare<Question> {
     Arc::new(|q: &Question| Ok(q.clone()))
 }
 
-impl FileJob for ReviewJob {
+/// `concurrency` workers, each reviewing one question at a time; `None`: a question
+/// a stop cut short.
+impl Engine for ReviewJob {
     type Task = Question;
     type Out = Option<ReviewRow>;
+
+    fn queue_rows(&self) -> usize {
+        2 * self.config.concurrency
+    }
+
+    fn run(
+        &mut self,
+        rx: Receiver<(u64, Admission<Question>)>,
+        tx: Sender<(u64, Finished<Option<ReviewRow>>)>,
+        status: Status,
+    ) -> Result<PipelineStats> {
+        let this = &*self;
+        let (rows, bad_rows) = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..this.config.concurrency)
+                .map(|_| {
+                    let (rx, tx) = (rx.clone(), tx.clone());
+                    scope.spawn(move || {
+                        let (mut rows, mut bad) = (0u64, 0u64);
+                        for (row, admission) in rx {
+                            rows += 1;
+                            let item = match admission {
+                                Admission::Bad(b) => Finished::Bad(b),
+                                Admission::Task(q) => this.review(row, &q, status),
+                            };
+                            bad += u64::from(matches!(item, Finished::Bad(_)));
+                            if tx.send((row, item)).is_err() {
+                                break; // the writer stopped; its error is reported
+                            }
+                        }
+                        (rows, bad)
+                    })
+                })
+                .collect();
+            drop((rx, tx));
+            workers.into_iter().fold((0, 0), |(r, b), w| {
+                let (wr, wb) = w.join().expect("a review worker panicked");
+                (r + wr, b + wb)
+            })
+        });
+        Ok(PipelineStats {
+            rows,
+            bad_rows,
+            ..Default::default()
+        })
+    }
+}
+
+impl FileJob for ReviewJob {
     type Row = ReviewRow;
 
     fn metadata(&self) -> &[(String, String)] {
@@ -339,67 +389,11 @@ impl FileJob for ReviewJob {
     }
 
     fn settle(_row: u64, item: Finished<Option<ReviewRow>>) -> Option<Result<ReviewRow, BadRow>> {
-        match item {
-            Finished::Done(r) => r.map(Ok),
-            Finished::Bad(bad) => Some(Err(bad)),
-        }
+        item.settled()
     }
 
     fn to_batch(&self, _schema: SchemaRef) -> ToBatch<ReviewRow> {
         Arc::new(review_batch)
-    }
-
-    fn drive(
-        &mut self,
-        read: Reader<Question>,
-        write: Writer<Option<ReviewRow>>,
-        bar: &ProgressBar,
-    ) -> Result<PipelineStats> {
-        let started = Instant::now();
-        let n = self.config.concurrency;
-        let (admit_tx, admit_rx) = bounded::<(u64, Admission<Question>)>(2 * n);
-        let (done_tx, done_rx) = bounded(2 * n);
-        let this = &*self;
-        let ((rows, bad_rows), read_result, write_result) = std::thread::scope(|scope| {
-            let reader = scope.spawn(move || read(admit_tx));
-            let writer = scope.spawn(move || write(done_rx));
-            let workers: Vec<_> = (0..n)
-                .map(|_| {
-                    let (rx, tx) = (admit_rx.clone(), done_tx.clone());
-                    scope.spawn(move || {
-                        let (mut rows, mut bad) = (0u64, 0u64);
-                        for (row, admission) in rx {
-                            rows += 1;
-                            let item = match admission {
-                                Admission::Bad(b) => Finished::Bad(b),
-                                Admission::Task(q) => this.review(row, &q, bar),
-                            };
-                            bad += u64::from(matches!(item, Finished::Bad(_)));
-                            if tx.send((row, item)).is_err() {
-                                break; // the writer stopped; its error is reported
-                            }
-                        }
-                        (rows, bad)
-                    })
-                })
-                .collect();
-            drop((admit_rx, done_tx));
-            let counts = workers.into_iter().fold((0, 0), |(r, b), w| {
-                let (wr, wb) = w.join().expect("a review worker panicked");
-                (r + wr, b + wb)
-            });
-            let read_result = reader.join().expect("the reader thread panicked");
-            let write_result = writer.join().expect("the writer thread panicked");
-            (counts, read_result, write_result)
-        });
-        write_result?;
-        read_result?;
-        Ok(PipelineStats {
-            rows,
-            bad_rows,
-            wall: started.elapsed(),
-            ..Default::default()
-        })
     }
 }
 
@@ -427,5 +421,22 @@ impl Job for ReviewJob {
             self.quarantine_schema(),
         );
         process_batch(self, as_task(), batch, rows, schemas)
+    }
+}
+
+impl crate::jobs::JobKind for ReviewConfig {
+    const NAME: &'static str = "review";
+
+    /// Refused: a review's endpoint client and stop flag are built in Rust.
+    fn from_options(_: &crate::jobs::options::OptionMap) -> Result<Self> {
+        anyhow::bail!(
+            "`review` is not built from options by name: build a `ReviewConfig` in Rust, or \
+             run `hopscore review`"
+        )
+    }
+
+    /// Runs no model: `be` is not used.
+    fn load<B: crate::backend::Backend + 'static>(self, _be: B) -> Result<Box<dyn Job>> {
+        Ok(Box::new(job(self)?))
     }
 }

@@ -7,16 +7,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use crossbeam_channel::{bounded, Receiver, Sender};
-use indicatif::ProgressBar;
+use crossbeam_channel::{Receiver, Sender};
 
-use super::questions::ToBatch;
 use super::{with_metadata, Job, JobOutput};
 use crate::io::parquet_io::{
     check_column, check_text, display_column, optional_string_column, string_column, InputBatch,
@@ -24,8 +21,9 @@ use crate::io::parquet_io::{
 };
 use crate::io::quarantine::{self, BadRow};
 use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
-use crate::pipeline::files::{FileJob, Pending, Reader, Source, Writer};
-use crate::pipeline::{Admission, Finished, PipelineStats};
+use crate::pipeline::engine::Status;
+use crate::pipeline::files::{FileJob, Pending, Source, ToBatch};
+use crate::pipeline::{Admission, Engine, Finished, PipelineStats};
 use crate::tensor::HostTensor;
 
 /// An input column a job reads: name, accepted kinds (`string`, `integer`), required.
@@ -122,39 +120,6 @@ impl<S: RowScorer> RowJob<S> {
         })
     }
 
-    /// The engine of a file run: scores the admitted rows in groups of
-    /// [`RowScorer::BATCH_ROWS`] that never cross a multiple of it.
-    fn score_stream(
-        &mut self,
-        rx: &Receiver<(u64, Admission<RecordBatch>)>,
-        tx: &Sender<(u64, Finished<Option<RecordBatch>>)>,
-    ) -> Result<PipelineStats> {
-        let mut stats = PipelineStats::default();
-        let group_of = |row: u64| row / S::BATCH_ROWS as u64;
-        let mut carried = None;
-        while let Some(first) = carried.take().or_else(|| rx.recv().ok()) {
-            let mut group = vec![first];
-            while group.len() < S::BATCH_ROWS {
-                match rx.recv() {
-                    Ok(item) if group_of(item.0) == group_of(group[0].0) => group.push(item),
-                    Ok(item) => {
-                        carried = Some(item);
-                        break;
-                    }
-                    Err(_) => break,
-                }
-            }
-            for (row, item) in self.score_group(group, &mut stats)? {
-                // Rows a stop left unfinished are not counted: `--resume` scores them.
-                stats.rows += u64::from(!matches!(item, Finished::Done(None)));
-                stats.bad_rows += u64::from(matches!(item, Finished::Bad(_)));
-                tx.send((row, item))
-                    .map_err(|_| anyhow::anyhow!("the writer stopped early"))?;
-            }
-        }
-        Ok(stats)
-    }
-
     /// One group of admitted rows as finished rows (one-row batches of the output;
     /// `None` for the rows a stop left unfinished).
     fn score_group(
@@ -232,10 +197,51 @@ fn chunk_rows(chunk: Result<InputBatch>) -> Vec<Result<(u64, Pending<RecordBatch
     items.into_iter().map(Ok).collect()
 }
 
-impl<S: RowScorer> FileJob for RowJob<S> {
+/// `None`: a row left unfinished by a stop.
+impl<S: RowScorer> Engine for RowJob<S> {
     type Task = RecordBatch;
-    /// `None`: left unfinished by a stop.
     type Out = Option<RecordBatch>;
+
+    fn queue_rows(&self) -> usize {
+        S::BATCH_ROWS
+    }
+
+    /// Scores the admitted rows in groups of [`RowScorer::BATCH_ROWS`] that never
+    /// cross a multiple of it.
+    fn run(
+        &mut self,
+        rx: Receiver<(u64, Admission<RecordBatch>)>,
+        tx: Sender<(u64, Finished<Option<RecordBatch>>)>,
+        _status: Status,
+    ) -> Result<PipelineStats> {
+        let mut stats = PipelineStats::default();
+        let group_of = |row: u64| row / S::BATCH_ROWS as u64;
+        let mut carried = None;
+        while let Some(first) = carried.take().or_else(|| rx.recv().ok()) {
+            let mut group = vec![first];
+            while group.len() < S::BATCH_ROWS {
+                match rx.recv() {
+                    Ok(item) if group_of(item.0) == group_of(group[0].0) => group.push(item),
+                    Ok(item) => {
+                        carried = Some(item);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            for (row, item) in self.score_group(group, &mut stats)? {
+                // Rows a stop left unfinished are not counted: `--resume` scores them.
+                stats.rows += u64::from(!matches!(item, Finished::Done(None)));
+                stats.bad_rows += u64::from(matches!(item, Finished::Bad(_)));
+                tx.send((row, item))
+                    .map_err(|_| anyhow::anyhow!("the writer stopped early"))?;
+            }
+        }
+        Ok(stats)
+    }
+}
+
+impl<S: RowScorer> FileJob for RowJob<S> {
     type Row = RecordBatch;
 
     fn metadata(&self) -> &[(String, String)] {
@@ -256,44 +262,11 @@ impl<S: RowScorer> FileJob for RowJob<S> {
         _row: u64,
         item: Finished<Option<RecordBatch>>,
     ) -> Option<Result<RecordBatch, BadRow>> {
-        match item {
-            Finished::Done(one) => one.map(Ok),
-            Finished::Bad(bad) => Some(Err(bad)),
-        }
+        item.settled()
     }
 
     fn to_batch(&self, schema: SchemaRef) -> ToBatch<RecordBatch> {
         Arc::new(move |rows: &[RecordBatch]| Ok(concat_batches(&schema, rows)?))
-    }
-
-    fn drive(
-        &mut self,
-        read: Reader<RecordBatch>,
-        write: Writer<Option<RecordBatch>>,
-        _bar: &ProgressBar,
-    ) -> Result<PipelineStats> {
-        let started = Instant::now();
-        let (admit_tx, admit_rx) = bounded(S::BATCH_ROWS);
-        let (done_tx, done_rx) = bounded(S::BATCH_ROWS);
-        let (stats, read_result, write_result) = std::thread::scope(|scope| {
-            let reader = scope.spawn(move || read(admit_tx));
-            let writer = scope.spawn(move || write(done_rx));
-            let stats = self.score_stream(&admit_rx, &done_tx);
-            drop((admit_rx, done_tx));
-            let read_result = reader.join().expect("the reader thread panicked");
-            (
-                stats,
-                read_result,
-                writer.join().expect("the writer thread panicked"),
-            )
-        });
-        // The writer's and reader's own errors explain an engine send failure best.
-        write_result?;
-        read_result?;
-        Ok(PipelineStats {
-            wall: started.elapsed(),
-            ..stats?
-        })
     }
 }
 

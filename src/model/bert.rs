@@ -124,7 +124,9 @@ fn resolve(raw: RawBertConfig) -> Result<DebertaConfig, ConfigError> {
 }
 
 /// How the token vectors of a text become its embedding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum Pooling {
     /// The mean of the token vectors (sentence-transformers `pooling_mode_mean_tokens`,
     /// Contriever, E5).

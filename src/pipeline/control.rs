@@ -1,7 +1,5 @@
 //! What every file run shares: the Ctrl-C flag that ends a run cleanly, the progress
-//! bar, and `--shard i/N` row ranges.
-
-use indicatif::{ProgressBar, ProgressStyle};
+//! display, and `--shard i/N` row ranges.
 
 /// Set by Ctrl-C (SIGINT/SIGTERM): long runs stop reading input, finish the rows in
 /// flight, commit them, and exit so that `--resume` continues.
@@ -23,7 +21,9 @@ pub fn stop_point() -> Result<(), Interrupted> {
     }
 }
 
-/// Installs the Ctrl-C handler that sets [`INTERRUPTED`] (once per process).
+/// Installs the Ctrl-C handler that sets [`INTERRUPTED`] (once per process; the
+/// command line's, so a library user sets [`INTERRUPTED`] from handlers of its own).
+#[cfg(feature = "cli")]
 pub fn install_interrupt_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -73,17 +73,58 @@ pub fn parse_shard(s: &str) -> Result<Shard, String> {
     Ok(Shard { index, count })
 }
 
-/// A progress bar with rate and ETA on stderr (hidden when stderr is not a terminal).
-pub fn progress_bar(total: u64, unit: &str) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(&format!(
-            "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}}"
-        ))
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    bar
+/// The progress of a run over `total` rows, with a status line: a bar with rate and
+/// ETA on stderr (hidden when stderr is not a terminal) with the `cli` feature; a
+/// library built without it shows nothing.
+pub struct Progress {
+    #[cfg(feature = "cli")]
+    bar: indicatif::ProgressBar,
+}
+
+#[cfg(feature = "cli")]
+impl Progress {
+    pub fn new(total: u64, unit: &str) -> Self {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(&format!(
+                "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}}"
+            ))
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        Self { bar }
+    }
+
+    pub fn set_position(&self, rows: u64) {
+        self.bar.set_position(rows);
+    }
+
+    pub fn inc(&self, rows: u64) {
+        self.bar.inc(rows);
+    }
+
+    pub fn set_status(&self, status: String) {
+        self.bar.set_message(status);
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(not(feature = "cli"))]
+impl Progress {
+    pub fn new(_total: u64, _unit: &str) -> Self {
+        Self {}
+    }
+
+    pub fn set_position(&self, _rows: u64) {}
+
+    pub fn inc(&self, _rows: u64) {}
+
+    pub fn set_status(&self, _status: String) {}
+
+    pub fn finish(&self) {}
 }
 
 #[cfg(test)]

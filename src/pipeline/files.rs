@@ -1,6 +1,6 @@
 //! The one file runner of every job that reads a file (`beam`, `label`, `lepus`,
-//! `review`, `classify`, `loglik`): the reader thread turns each input row into a task
-//! (or quarantines the row), the job's engine ([`FileJob::drive`]: the
+//! `review`, `classify`, `loglik`, `embed`): the reader thread turns each input row into
+//! a task (or quarantines the row), the job's engine ([`super::engine::Engine`]: the
 //! continuous-batching scheduler of the question jobs, batches of rows for the row
 //! jobs, the worker threads of `review`) finishes the tasks, and the writer commits
 //! each part of `part_rows` input rows as soon as all its rows are finished
@@ -10,27 +10,23 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Result;
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use crossbeam_channel::{Receiver, Sender};
-use indicatif::ProgressBar;
 
-use super::control::{progress_bar, Shard, INTERRUPTED};
-use super::{Admission, Finished, PipelineStats};
+use super::control::{Progress, Shard, INTERRUPTED};
+use super::engine::{self, Admission, Engine, Finished, PipelineStats};
 use crate::io::fingerprint;
 use crate::io::parquet_io::{sibling, write_in_batches};
 use crate::io::parts::{parts_dir, Opened, Parts};
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
-use crate::io::questions::QuestionReader;
-use crate::jobs::questions::{admit, Prepare, ToBatch};
 
-/// The reader side of a run: sends each row's admission, in input order.
-pub type Reader<T> = Box<dyn FnOnce(Sender<(u64, Admission<T>)>) -> Result<()> + Send>;
-/// The writer side of a run: receives the finished rows, in any order.
-pub type Writer<O> = Box<dyn FnOnce(Receiver<(u64, Finished<O>)>) -> Result<()> + Send>;
+/// Builds one record batch of output rows (run on the writer thread).
+pub type ToBatch<R> = Arc<dyn Fn(&[R]) -> Result<RecordBatch> + Send + Sync>;
 /// An input row's admission, made only for the rows a run computes.
 pub type Pending<T> = Box<dyn FnOnce() -> Admission<T> + Send>;
 
@@ -44,33 +40,9 @@ pub struct Source<T> {
     pub rows: Box<dyn Iterator<Item = Result<(u64, Pending<T>)>> + Send>,
 }
 
-/// A question file as a [`Source`] of the tasks `prepare` builds.
-pub fn question_source<T: 'static>(
-    input: &Path,
-    schema: SchemaRef,
-    prepare: Prepare<T>,
-) -> Result<Source<T>> {
-    let reader = QuestionReader::open(input, 256)?;
-    Ok(Source {
-        total_rows: reader.total_rows(),
-        schema,
-        rows: Box::new((0u64..).zip(reader).map(move |(row, item)| {
-            let prepare = prepare.clone();
-            let item = item?;
-            Ok((
-                row,
-                Box::new(move || admit(&prepare, row, item)) as Pending<T>,
-            ))
-        })),
-    })
-}
-
-/// A job that reads a file, as the file runner drives it.
-pub trait FileJob {
-    /// One input row's work, built on the reader thread.
-    type Task: Send + 'static;
-    /// A finished task.
-    type Out: Send + 'static;
+/// A job that reads a file, as the file runner drives it: its engine, and how rows
+/// are read and written.
+pub trait FileJob: Engine {
     /// One output row.
     type Row: Send + 'static;
     /// Run metadata of the output files.
@@ -92,14 +64,6 @@ pub trait FileJob {
     fn settle(row: u64, item: Finished<Self::Out>) -> Option<Result<Self::Row, BadRow>>;
     /// Output rows → record batch (run on the writer thread).
     fn to_batch(&self, schema: SchemaRef) -> ToBatch<Self::Row>;
-    /// Runs `read` and `write` on threads of their own and finishes, between them,
-    /// every task read; `bar` counts rows (the writer advances it).
-    fn drive(
-        &mut self,
-        read: Reader<Self::Task>,
-        write: Writer<Self::Out>,
-        bar: &ProgressBar,
-    ) -> Result<PipelineStats>;
 }
 
 /// Output rows per record batch of a part file.
@@ -226,14 +190,12 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     if done_rows > 0 {
         log::info!("resuming: {done_rows} rows already committed");
     }
-    let plan = Arc::new(plan_parts(&committed, end - start, opts.part_rows));
-    let bar = progress_bar(end - start, "rows");
+    let plan = plan_parts(&committed, end - start, opts.part_rows);
+    let bar = Progress::new(end - start, "rows");
     bar.set_position(done_rows);
-    let complete = Arc::new(AtomicBool::new(false));
-    let read_complete = complete.clone();
-    let read_plan = plan.clone();
-    let read = move |tx: Sender<(u64, Admission<J::Task>)>| -> Result<()> {
-        let mut todo = read_plan.iter().peekable();
+    let complete = AtomicBool::new(false);
+    let read = |tx: Sender<(u64, Admission<J::Task>)>| -> Result<()> {
+        let mut todo = plan.iter().peekable();
         for item in source.rows {
             let (row, pending) = item?;
             if row < start {
@@ -253,25 +215,22 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
                 return Ok(()); // the engine stopped; its error is reported
             }
         }
-        read_complete.store(true, Ordering::SeqCst);
+        complete.store(true, Ordering::SeqCst);
         Ok(())
     };
-    let parts = Arc::new(Mutex::new(parts));
-    let (write_parts, write_bar) = (parts.clone(), bar.clone());
-    let write_meta = metadata.clone();
     let writer = PartWriter {
         schema: schema.clone(),
         to_batch: job.to_batch(schema.clone()),
     };
-    let unfinished = Arc::new(AtomicBool::new(false));
-    let write_unfinished = unfinished.clone();
-    let write = move |rx: Receiver<(u64, Finished<J::Out>)>| -> Result<()> {
-        let mut parts = write_parts.lock().expect("parts lock");
+    // Returns the parts and whether a row was left unfinished.
+    let write = |rx: Receiver<(u64, Finished<J::Out>)>| -> Result<(Parts, bool)> {
+        let mut parts = parts;
+        let mut unfinished = false;
         let mut open: BTreeMap<usize, PendingPart<J::Row>> = BTreeMap::new();
         for (row, item) in rx {
-            write_bar.inc(1);
+            bar.inc(1);
             let Some(settled) = J::settle(row, item) else {
-                write_unfinished.store(true, Ordering::SeqCst);
+                unfinished = true;
                 continue;
             };
             let rel = row - start;
@@ -284,24 +243,21 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
             let (a, b) = plan[index];
             if part.len() as u64 == b - a {
                 let part = open.remove(&index).expect("open part");
-                part.commit(&mut parts, (a, b), start, &write_meta, &writer)?;
+                part.commit(&mut parts, (a, b), start, &metadata, &writer)?;
             }
         }
         // Stopped early (Ctrl-C): every row read has finished or was left unfinished,
         // so each open part holds a run of rows from its start up to its first
         // unfinished row; commit those.
         for (index, part) in open {
-            part.commit_prefix(&mut parts, plan[index].0, start, &write_meta, &writer)?;
+            part.commit_prefix(&mut parts, plan[index].0, start, &metadata, &writer)?;
         }
-        Ok(())
+        Ok((parts, unfinished))
     };
-    let stats = job.drive(Box::new(read), Box::new(write), &bar)?;
-    bar.finish_and_clear();
-    let parts = Arc::into_inner(parts)
-        .expect("the writer has finished")
-        .into_inner()
-        .expect("parts lock");
-    let interrupted = !complete.load(Ordering::SeqCst) || unfinished.load(Ordering::SeqCst);
+    let (stats, (parts, unfinished)) =
+        engine::drive(job, read, write, &|status| bar.set_status(status))?;
+    bar.finish();
+    let interrupted = !complete.load(Ordering::SeqCst) || unfinished;
     let schemas = (schema, crate::io::quarantine::schema());
     if !interrupted {
         parts.finish(

@@ -1,42 +1,38 @@
-//! The scheduler of the question runs: a reader thread admits prepared questions, the scheduler
-//! (on the calling thread) mixes the hypotheses of many questions and hops into
-//! token-budget batches and runs the model, and a writer thread receives each finished
-//! question, tagged with its input row, as soon as it finishes. Channels are bounded,
-//! so memory stays flat on any input size.
+//! The scheduler of the question runs, the engine of the question jobs
+//! ([`super::engine`]): it mixes the hypotheses of many admitted questions and hops
+//! into token-budget batches, runs the model, and sends each finished question, tagged
+//! with its input row, as soon as it finishes. The channels are bounded, so memory
+//! stays flat on any input size.
 //!
 //! Continuous batching: when the last pending hypothesis of a question's hop is
 //! scored, its next hop is queued at once, alongside other questions' hops. Batches
 //! are filled oldest question first (then sorted longest first), so questions finish
 //! roughly in input order and the writer can commit its parts early.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Result;
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
-use crate::io::quarantine::BadRow;
+use super::engine::{Admission, Finished, PipelineStats};
 use crate::model::batch::Sequence;
 use crate::strategy::Strategy;
 
-/// One input row after the reader: a ready search or a bad row.
-pub enum Admission<S> {
-    Task(S),
-    Bad(BadRow),
-}
-
-/// One finished input row (sent with its row number, in the order rows finish).
-pub enum Finished<O> {
-    Done(O),
-    Bad(BadRow),
-}
-
 /// Scheduling limits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct SchedulerConfig {
     /// Tokens per forward pass.
     pub max_batch_tokens: usize,
     /// Questions in flight at once (bounds memory).
     pub max_active: usize,
+}
+
+impl SchedulerConfig {
+    /// Refuses a limit below 1, naming it.
+    pub fn check(&self) -> Result<()> {
+        crate::jobs::options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
+        crate::jobs::options::at_least_one("max_active", self.max_active)
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -47,20 +43,6 @@ impl Default for SchedulerConfig {
             max_active: 64,
         }
     }
-}
-
-/// Counters of a run.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PipelineStats {
-    pub rows: u64,
-    pub bad_rows: u64,
-    pub hypotheses: u64,
-    pub tokens: u64,
-    pub batches: u64,
-    /// Time in forward passes; the rest of `wall` is I/O and scheduling that compute
-    /// did not hide.
-    pub forward: Duration,
-    pub wall: Duration,
 }
 
 struct Active<S> {
@@ -80,62 +62,19 @@ struct Queued {
     head: usize,
 }
 
-/// Runs the pipeline. `read` sends `(row, admission)` pairs in input order (on its own
-/// thread); `score` runs one batch (sequences and head indices → logits per sequence);
-/// `write` consumes `(row, finished)` pairs as rows finish (on its own thread);
-/// `progress` is called after each batch. Both limits of `config` must be at least 1.
-pub fn run<S, R, W>(
+/// The engine of the question jobs: scores the tasks admitted on `admit_rx` in
+/// token-budget batches (`score`: sequences and head indices → logits per sequence)
+/// and sends each finished question to `done_tx`; `progress` is called after each
+/// batch. Both limits of `config` must be at least 1.
+pub fn run<S: Strategy>(
     config: SchedulerConfig,
-    read: R,
+    admit_rx: Receiver<(u64, Admission<S>)>,
+    done_tx: Sender<(u64, Finished<S::Output>)>,
     mut score: impl FnMut(&[Sequence], &[usize]) -> Result<Vec<Vec<f32>>>,
-    write: W,
     mut progress: impl FnMut(&PipelineStats),
-) -> Result<PipelineStats>
-where
-    S: Strategy + 'static,
-    S::Output: 'static,
-    R: FnOnce(Sender<(u64, Admission<S>)>) -> Result<()> + Send + 'static,
-    W: FnOnce(Receiver<(u64, Finished<S::Output>)>) -> Result<()> + Send + 'static,
-{
-    anyhow::ensure!(
-        config.max_active >= 1 && config.max_batch_tokens >= 1,
-        "the scheduler needs --max-active and --max-batch-tokens of at least 1"
-    );
-    let started = Instant::now();
-    let (admit_tx, admit_rx) = bounded::<(u64, Admission<S>)>(config.max_active);
-    let (done_tx, done_rx) = bounded::<(u64, Finished<S::Output>)>(config.max_active);
-    let reader = std::thread::spawn(move || read(admit_tx));
-    let writer = std::thread::spawn(move || write(done_rx));
-
+) -> Result<PipelineStats> {
+    config.check()?;
     let mut stats = PipelineStats::default();
-    let result = schedule(
-        config,
-        &admit_rx,
-        &done_tx,
-        &mut score,
-        &mut stats,
-        &mut progress,
-    );
-    drop(done_tx);
-    drop(admit_rx);
-    let read_result = reader.join().expect("reader thread panicked");
-    let write_result = writer.join().expect("writer thread panicked");
-    // The writer's and reader's own errors explain a scheduler send failure best.
-    write_result?;
-    read_result?;
-    result?;
-    stats.wall = started.elapsed();
-    Ok(stats)
-}
-
-fn schedule<S: Strategy>(
-    config: SchedulerConfig,
-    admit_rx: &Receiver<(u64, Admission<S>)>,
-    done_tx: &Sender<(u64, Finished<S::Output>)>,
-    score: &mut impl FnMut(&[Sequence], &[usize]) -> Result<Vec<Vec<f32>>>,
-    stats: &mut PipelineStats,
-    progress: &mut impl FnMut(&PipelineStats),
-) -> Result<()> {
     let mut slots: Vec<Option<Active<S>>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut queue: Vec<Queued> = Vec::new();
@@ -190,7 +129,7 @@ fn schedule<S: Strategy>(
             // Admission above blocks until the reader sends or finishes, and it always
             // runs when nothing is queued (limits ≥ 1), so this never spins.
             if reader_done {
-                return Ok(());
+                return Ok(stats);
             }
             continue;
         }
@@ -234,7 +173,7 @@ fn schedule<S: Strategy>(
                 active.outstanding = n;
             }
         }
-        progress(stats);
+        progress(&stats);
     }
 }
 
@@ -285,6 +224,8 @@ fn enqueue(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::quarantine::BadRow;
+    use crate::pipeline::engine::{drive, Engine, Status};
 
     /// Needs `steps` steps of `width` requests each; a request's sequence has
     /// `len + step` tokens; the output is the sum of all logits it received.
@@ -323,18 +264,53 @@ mod tests {
         }
     }
 
+    /// The scheduler as an engine, recording the largest batch and whether heads mix.
+    struct FakeEngine {
+        config: SchedulerConfig,
+        max_batch: usize,
+        mixed_heads: bool,
+    }
+
+    impl Engine for FakeEngine {
+        type Task = Fake;
+        type Out = (u64, f32, usize);
+        fn queue_rows(&self) -> usize {
+            self.config.max_active
+        }
+        fn run(
+            &mut self,
+            rx: Receiver<(u64, Admission<Fake>)>,
+            tx: Sender<(u64, Finished<Self::Out>)>,
+            _: Status,
+        ) -> Result<PipelineStats> {
+            let (max_batch, mixed_heads) = (&mut self.max_batch, &mut self.mixed_heads);
+            run(
+                self.config,
+                rx,
+                tx,
+                |seqs, heads| {
+                    *max_batch = (*max_batch).max(seqs.iter().map(|s| s.ids.len()).sum());
+                    *mixed_heads |= heads.windows(2).any(|w| w[0] != w[1]);
+                    Ok(seqs.iter().map(|s| vec![s.ids.len() as f32]).collect())
+                },
+                |_| {},
+            )
+        }
+    }
+
     #[test]
     fn every_row_comes_out_once_within_the_token_budget() {
         let budget = 100;
-        let mut max_batch = 0;
-        let mut mixed_heads = false;
-        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = out.clone();
-        let stats = run(
-            SchedulerConfig {
+        let mut engine = FakeEngine {
+            config: SchedulerConfig {
                 max_batch_tokens: budget,
                 max_active: 4,
             },
+            max_batch: 0,
+            mixed_heads: false,
+        };
+        let (stats, mut out) = drive(
+            &mut engine,
             |tx| {
                 for id in 0..20u64 {
                     let item = if id % 7 == 3 {
@@ -358,27 +334,22 @@ mod tests {
                 }
                 Ok(())
             },
-            |seqs, heads| {
-                max_batch = max_batch.max(seqs.iter().map(|s| s.ids.len()).sum::<usize>());
-                mixed_heads |= heads.windows(2).any(|w| w[0] != w[1]);
-                Ok(seqs.iter().map(|s| vec![s.ids.len() as f32]).collect())
-            },
-            move |rx| {
-                for (row, item) in rx {
-                    sink.lock().unwrap().push(match item {
+            |rx| {
+                Ok(rx
+                    .into_iter()
+                    .map(|(row, item)| match item {
                         Finished::Done((id, sum, _)) => {
                             assert_eq!(row, id);
                             (id, sum)
                         }
                         Finished::Bad(b) => (b.row, -1.0),
-                    });
-                }
-                Ok(())
+                    })
+                    .collect::<Vec<_>>())
             },
-            |_| {},
+            &|_| {},
         )
         .unwrap();
-        let mut out = out.lock().unwrap();
+        let (max_batch, mixed_heads) = (engine.max_batch, engine.mixed_heads);
         // Rows finish out of order, but a row can overtake only the questions in
         // flight with it (at most max_active).
         for (k, r) in out.iter().enumerate() {

@@ -28,7 +28,8 @@ use std::sync::Arc;
 use crate::model::batch::Sequence;
 
 /// How scores under several templates are combined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Ensemble {
     Mean,
     Max,
@@ -65,7 +66,8 @@ pub trait PromptEncoder: Send + Sync {
 pub const DEFAULT_INSTRUCTIONS: &str = include_str!("lepus_instructions.txt");
 
 /// Where an instruction goes relative to the documents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum InstructionPosition {
     /// `Document: <P> {instruction} Question:` (better in the paper, Fig. 3).
     After,

@@ -17,9 +17,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
-# The full dev samples (the shared/ folder beside the checkout, outside the repository;
-# $HOPSCORE_SHARED_DATA names another folder, as on a GPU machine).
-DATA_DIR = Path(os.environ.get("HOPSCORE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+# The full dev samples the slices and goldens were cut from (not in the repository:
+# data/ in the checkout, or the folder $HOPSCORE_DATA names; see tools/README.md).
+DATA_DIR = Path(os.environ.get("HOPSCORE_DATA", REPO_ROOT / "data"))
 HOTPOT_FILE = "hotpot_dev_distractor_sample600.json.gz"
 MUSIQUE_FILE = "musique_ans_v1.0_dev_sample100.jsonl.gz"
 TWOWIKI_FILE = "2wikimultihopqa_dev_sample330.json.gz"

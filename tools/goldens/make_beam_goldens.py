@@ -6,7 +6,7 @@ Run by hand (never in CI), from the repository root:
     python3 tools/goldens/make_beam_goldens.py
 
 Options: ``--out DIR`` (default ``tests/fixtures/beam``), ``--data DIR`` (default
-``../shared/data`` relative to the repository root), ``--tokenizer FILE`` (default
+``data/`` in the checkout, or ``$HOPSCORE_DATA``), ``--tokenizer FILE`` (default
 ``weights/deberta-v3-tokenizer/tokenizer.json``), ``--seed N`` (weights),
 ``--check`` (recompute everything and compare with the files on disk, writing
 nothing).

@@ -5,7 +5,7 @@ Run by hand (never in CI), from the repository root, with the standard library o
 
     python3 tools/goldens/make_data_slices.py [--data DIR] [--check]
 
-``--data`` is the folder holding the dev samples (default ``../shared/data``);
+``--data`` is the folder holding the dev samples (default ``data/`` in the checkout, or ``$HOPSCORE_DATA``);
 ``--check`` compares with the committed files instead of writing them.
 
 Each slice keeps the records of the sample in their sample order and native format,

@@ -14,7 +14,7 @@ Writes:
 - tests/fixtures/decoder/smollm2_lepus/{refs.json, golden.safetensors}: HF
   transformers on the SmolLM2-135M-Instruct GGUF (weights/smollm2/, fetched by
   tools/fetch_smollm2.sh) scoring LEPUS-style prompt/question pairs built from
-  ../shared/data/hotpot_dev_distractor_sample600.json.gz. Only references (question
+  $HOPSCORE_DATA/hotpot_dev_distractor_sample600.json.gz. Only references (question
   id, passage index) are committed; the test rebuilds the texts of the 16 whose
   question is in tests/fixtures/data.
 - tests/fixtures/gguf/dequant.safetensors: random blocks of every supported ggml type

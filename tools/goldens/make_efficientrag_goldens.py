@@ -7,7 +7,7 @@ Run by hand (never in CI), from the repository root:
     python3 tools/goldens/make_efficientrag_goldens.py --check
 
 Options: ``--out DIR`` (default ``tests/fixtures/efficientrag``), ``--data DIR``
-(default ``../shared/data``), ``--tokenizer FILE`` (default
+(default ``data/`` in the checkout, or ``$HOPSCORE_DATA``), ``--tokenizer FILE`` (default
 ``weights/deberta-v3-tokenizer/tokenizer.json``), ``--check`` (recompute and compare
 with the files on disk, writing nothing).
 

@@ -7,8 +7,7 @@ Run by hand (never in CI), from the repository root, after fetching the tokenize
     python3 tools/goldens/make_tokenizer_goldens.py
 
 Options: ``--tokenizer-dir`` (default ``weights/deberta-v3-tokenizer``), ``--data-dir``
-(default ``../shared/data`` relative to the repository root, i.e. the ``shared/``
-folder beside the checkout: the full samples), ``--out`` (default
+(default ``data/`` in the checkout, or ``$HOPSCORE_DATA``: the full dev samples), ``--out`` (default
 ``tests/fixtures/tokenizer/deberta_v3_ids.json``), ``--check`` (recompute and compare
 with the file on disk; write nothing).
 

@@ -9,13 +9,13 @@
 # Needs: nvcc (CUDA 13.0, see .ci/run), $PYTHON (default python3) with pyarrow, the
 # DeBERTa-v3 tokenizer, all-MiniLM-L6-v2 and SmolLM2
 # (tools/fetch_tokenizer.sh, tools/fetch_minilm.sh, tools/fetch_smollm2.sh), the HotpotQA dev sample in
-# ../shared/data (or HOPSCORE_SHARED_DATA), and pip (for the reference kernels' wheels).
+# the dev samples in data/ (or $HOPSCORE_DATA), and pip (for the reference kernels' wheels).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-data=${HOPSCORE_SHARED_DATA:-$root/../shared/data}
+data=${HOPSCORE_DATA:-$root/data}
 hotpot=$data/hotpot_dev_distractor_sample600.json.gz
-[[ -f $hotpot ]] || { echo "pack.sh: $hotpot missing (set HOPSCORE_SHARED_DATA)" >&2; exit 1; }
+[[ -f $hotpot ]] || { echo "pack.sh: $hotpot missing (set HOPSCORE_DATA)" >&2; exit 1; }
 [[ -f weights/deberta-v3-tokenizer/tokenizer.json ]] || bash tools/fetch_tokenizer.sh
 [[ -f weights/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]] || bash tools/fetch_smollm2.sh
 [[ -f weights/all-minilm-l6-v2/tokenizer.json ]] || bash tools/fetch_minilm.sh

@@ -98,7 +98,7 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
       >/dev/null 2>&1 || echo "setup: wheels not installed (the Triton engines will be skipped)"
   fi
   export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-  export HOPSCORE_SHARED_DATA=$kit/data HOPSCORE_THREADS=${HOPSCORE_THREADS:-16} H=$kit/bin/hopscore
+  export HOPSCORE_DATA=$kit/data HOPSCORE_THREADS=${HOPSCORE_THREADS:-16} H=$kit/bin/hopscore
   if [[ ! -f $R/env.txt ]]; then
     {
       echo "kit: $commit built $built; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"

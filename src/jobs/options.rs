@@ -1,0 +1,148 @@
+//! Job configs by option name, the way Python's keyword arguments set them: a config
+//! serialises to a JSON object of its options (its defaults: [`Options::defaults`]),
+//! the given options replace theirs by name, and the object deserialises back and is
+//! checked ([`Options::check`]). The names, types, defaults and checks are the config
+//! types' own, the same the command line starts from (clap's `default_value_t` reads
+//! [`Options::defaults`]; every job's constructor runs [`Options::check`]); an unknown
+//! name or a value of the wrong type is refused naming the option.
+
+use anyhow::{anyhow, bail, Result};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Options by name: a JSON object.
+pub type OptionMap = Map<String, Value>;
+
+/// A config with a default for every option and the checks of their values.
+pub trait Options: Sized {
+    /// Every option at its default; required paths are left empty for the caller.
+    fn defaults() -> Self;
+    /// Refuses a value no run can use (a zero budget, a NaN temperature), naming the
+    /// option.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Refuses `value` < 1 for `option` (named as the flag and as the field).
+pub fn at_least_one(option: &str, value: usize) -> Result<()> {
+    if value < 1 {
+        bail!("{} must be at least 1, got {value}", flag_and_field(option));
+    }
+    Ok(())
+}
+
+/// Refuses a `Some(0)` for `option`.
+pub fn none_or_at_least_one(option: &str, value: Option<usize>) -> Result<()> {
+    value.map_or(Ok(()), |v| at_least_one(option, v))
+}
+
+/// Refuses a NaN or infinite `value` for `option`, and one ≤ 0 when `positive`.
+pub fn finite(option: &str, value: f32, positive: bool) -> Result<()> {
+    if !value.is_finite() || (positive && value <= 0.0) {
+        let what = if positive {
+            "a positive number"
+        } else {
+            "a finite number"
+        };
+        bail!("{} must be {what}, got {value}", flag_and_field(option));
+    }
+    Ok(())
+}
+
+/// `--beam-size (beam_size)`: how the command line and Python name an option.
+fn flag_and_field(option: &str) -> String {
+    format!("--{} ({option})", option.replace('_', "-"))
+}
+
+/// `C`'s defaults with `options` set by name, checked; `what` names the job in errors.
+/// Every name in `required` must be given.
+pub fn with_options<C: Options + Serialize + DeserializeOwned>(
+    options: &Map<String, Value>,
+    required: &[&str],
+    what: &str,
+) -> Result<C> {
+    let Value::Object(mut fields) = serde_json::to_value(C::defaults())? else {
+        bail!("the options of {what} are not a JSON object");
+    };
+    if let Some(missing) = required.iter().find(|r| !options.contains_key(**r)) {
+        bail!("{what} needs the option `{missing}`");
+    }
+    for (name, value) in options {
+        let Some(slot) = fields.get_mut(name) else {
+            let known: Vec<&str> = fields.keys().map(String::as_str).collect();
+            bail!(
+                "`{name}` is not an option of {what}; its options are {}",
+                known.join(", ")
+            );
+        };
+        *slot = value.clone();
+        // Each option as it comes, so a bad value is refused under its own name.
+        serde_json::from_value::<C>(Value::Object(fields.clone()))
+            .map_err(|e| anyhow!("option `{name}` of {what}: {e}"))?;
+    }
+    let config: C = serde_json::from_value(Value::Object(fields))?;
+    config.check()?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::beam::{BeamConfig, Hops};
+
+    fn options(json: Value) -> Map<String, Value> {
+        match json {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn options_set_fields_by_name_and_keep_the_other_defaults() {
+        let c: BeamConfig = with_options(
+            &options(serde_json::json!({"model": "m", "hops": 3, "max_active": 8})),
+            &["model"],
+            "beam",
+        )
+        .unwrap();
+        assert_eq!(c.model.to_str(), Some("m"));
+        assert_eq!(c.hops, Hops::Fixed(3));
+        assert_eq!(c.scheduler.max_active, 8);
+        assert_eq!(c.beam_size, BeamConfig::defaults().beam_size);
+        let auto: BeamConfig =
+            with_options(&options(serde_json::json!({"hops": "auto"})), &[], "beam").unwrap();
+        assert_eq!(auto.hops, Hops::Auto);
+    }
+
+    #[test]
+    fn unknown_names_bad_values_and_missing_options_are_named() {
+        let err = |json: Value, required: &[&str]| {
+            with_options::<BeamConfig>(&options(json), required, "beam")
+                .unwrap_err()
+                .to_string()
+        };
+        let unknown = err(serde_json::json!({"beam_width": 2}), &[]);
+        assert!(
+            unknown.contains("`beam_width` is not an option of beam")
+                && unknown.contains("beam_size"),
+            "{unknown}"
+        );
+        let bad = err(serde_json::json!({"beam_size": "two"}), &[]);
+        assert!(bad.contains("option `beam_size` of beam"), "{bad}");
+        let hops = err(serde_json::json!({"hops": 0}), &[]);
+        assert!(
+            hops.contains("option `hops`") && hops.contains("from-data"),
+            "{hops}"
+        );
+        assert!(err(serde_json::json!({}), &["model"]).contains("needs the option `model`"));
+        let zero = err(serde_json::json!({"beam_size": 0}), &[]);
+        assert!(
+            zero.contains("--beam-size (beam_size) must be at least 1"),
+            "{zero}"
+        );
+        let nan = err(serde_json::json!({"tau": "NaN"}), &[]);
+        assert!(nan.contains("option `tau`"), "{nan}");
+    }
+}
