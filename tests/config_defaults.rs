@@ -135,6 +135,21 @@ fn python_options_build_the_config_the_cli_flags_do() {
     same_as_cli("lepus", json!({"scorer": "bm25"}), &["--scorer", "bm25"]);
     same_as_cli(
         "lepus",
+        json!({"model": "m", "demos": "d.json", "demo_ids": [[0, 1], [2]], "truncate_demos": true}),
+        &[
+            "--model",
+            "m",
+            "--demos",
+            "d.json",
+            "--demo-ids",
+            "0,1",
+            "--demo-ids",
+            "2",
+            "--truncate-demos",
+        ],
+    );
+    same_as_cli(
+        "lepus",
         json!({"model": "m", "ensemble": "max", "instruction_position": "before", "title": true, "temperature": 0.5}),
         &[
             "--model",

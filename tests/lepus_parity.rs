@@ -22,11 +22,13 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Float32Type, Int32Type};
+use clap::Parser;
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::cli::lepus;
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
 use hopscore::jobs::decoder::load_decoder;
-use hopscore::jobs::lepus::{score_requests, LmEncoder, LmSetup};
+use hopscore::jobs::lepus::{
+    demo_templates, score_requests, templates as templates_of, LmEncoder, LmSetup,
+};
 use hopscore::strategy::lepus::{parse_templates, Ensemble, InstructionPosition, LepusConfig};
 use hopscore::strategy::Strategy;
 use serde_json::Value;
@@ -80,8 +82,9 @@ fn case(name: &str) -> Case {
     }
 }
 
-fn templates_text(golden: &Value) -> String {
-    golden["templates"]
+/// A JSON list of templates as an instruction file.
+fn templates_text(templates: &Value) -> String {
+    templates
         .as_array()
         .unwrap()
         .iter()
@@ -125,7 +128,7 @@ fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
         "max" => Ensemble::Max,
         _ => Ensemble::Mean,
     };
-    let templates = templates_text(&golden);
+    let templates = templates_text(&golden["templates"]);
     let n_templates = golden["templates"].as_array().unwrap().len();
     let tok = Arc::new(loaded.tokenizer);
     let setup = LmSetup {
@@ -226,51 +229,68 @@ fn smollm2_prompts_and_scores_match_the_python_reference() {
     check_case("smollm2", &gguf, 1e-3, (16, 160));
 }
 
-#[test]
-fn lepus_command_writes_the_reference_rankings() {
+/// `hopscore lepus` on the questions of case `name` with its settings and `extra`
+/// flags writes the golden rankings, document scores and best paths.
+fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
     let Case {
         golden,
         expected,
         questions,
-    } = case("gpt2");
+    } = case(name);
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("q.parquet");
     let mut w = QuestionWriter::create(&input, &[]).unwrap();
     w.write(&questions).unwrap();
     w.finish().unwrap();
     let templates = dir.path().join("templates.txt");
-    std::fs::write(&templates, templates_text(&golden)).unwrap();
+    let listed = golden.get("instructions").unwrap_or(&golden["templates"]);
+    std::fs::write(&templates, templates_text(listed)).unwrap();
     let output = dir.path().join("ranked.parquet");
-    let num = |k: &str| golden[k].as_u64().unwrap();
-    let args = lepus::LepusArgs {
-        model: Some(gpt2_dir()),
-        tokenizer: None,
-        run: hopscore::cli::question_run::RunArgs {
-            input: input.clone(),
-            output: output.clone(),
-            max_batch_tokens: 4096,
-            max_active: 4,
-            quarantine: None,
-            resume: false,
-            shard: None,
-            part_rows: 7,
-        },
-        scorer: lepus::ScorerArg::Lm,
-        templates: Some(templates),
-        num_templates: golden["templates"].as_array().unwrap().len(),
-        instruction_position: lepus::PositionArg::After,
-        ensemble: lepus::EnsembleArg::Max,
-        path_ensemble: lepus::EnsembleArg::Mean,
-        first_hops: num("first_hops") as usize,
-        second_hops: num("second_hops") as usize,
-        title: true,
-        max_doc_tokens: num("max_doc_tokens") as usize,
-        max_prompt_tokens: num("max_prompt_tokens") as usize,
-        temperature: golden["temperature"].as_f64().unwrap() as f32,
-        min_shared_prefix: hopscore::model::decoder::MIN_SHARED_PREFIX,
-        device: hopscore::cli::DeviceOpts::CPU,
+    let num = |k: &str| golden[k].to_string();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let mut argv: Vec<String> = [
+        "hopscore",
+        "lepus",
+        "--model",
+        &path(&gpt2_dir()),
+        "--input",
+        &path(&input),
+        "--output",
+        &path(&output),
+        "--max-batch-tokens",
+        "4096",
+        "--max-active",
+        "4",
+        "--part-rows",
+        "7",
+        "--templates",
+        &path(&templates),
+        "--num-templates",
+        &listed.as_array().unwrap().len().to_string(),
+        "--ensemble",
+        golden["ensemble"].as_str().unwrap(),
+        "--first-hops",
+        &num("first_hops"),
+        "--second-hops",
+        &num("second_hops"),
+        "--max-doc-tokens",
+        &num("max_doc_tokens"),
+        "--max-prompt-tokens",
+        &num("max_prompt_tokens"),
+        "--temperature",
+        &num("temperature"),
+    ]
+    .map(String::from)
+    .to_vec();
+    if golden["title"].as_bool().unwrap() {
+        argv.push("--title".into());
+    }
+    argv.extend_from_slice(extra);
+    let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
+    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
+        unreachable!()
     };
-    let summary = lepus::run(&args).unwrap();
+    let summary = hopscore::cli::lepus::run(&args).unwrap();
     assert_eq!((summary.stats.rows, summary.stats.bad_rows), (16, 0));
     let batch = common::read_parquet(&output);
     assert_eq!(batch.num_rows(), 16);
@@ -306,4 +326,70 @@ fn lepus_command_writes_the_reference_rankings() {
         assert_eq!(indices(&best, r), usize_list(&g["top_paths"][0]["chain"]));
     }
     assert!(batch.column_by_name("top_paths").unwrap().null_count() == 0);
+}
+
+#[test]
+fn lepus_command_writes_the_reference_rankings() {
+    lepus_command_writes_the_rankings_of("gpt2", &[]);
+}
+
+/// The demonstration settings of the `gpt2_demos` golden as flags.
+fn demo_flags(golden: &Value) -> Vec<String> {
+    let mut flags = vec![
+        "--demos".to_string(),
+        common::fixture("lepus/demos.json")
+            .to_str()
+            .unwrap()
+            .to_string(),
+        "--demo-max-doc-tokens".into(),
+        golden["demo_max_doc_tokens"].to_string(),
+        "--demo-max-prompt-tokens".into(),
+        golden["max_prompt_tokens"].to_string(),
+    ];
+    for set in golden["demo_ids"].as_array().unwrap() {
+        let ids: Vec<String> = usize_list(set).iter().map(usize::to_string).collect();
+        flags.extend(["--demo-ids".to_string(), ids.join(",")]);
+    }
+    if golden["truncate_demos"].as_bool().unwrap() {
+        flags.push("--truncate-demos".into());
+    }
+    flags
+}
+
+#[test]
+fn demonstrations_are_put_before_the_template_as_run_py_does() {
+    let golden = common::fixture_json("lepus/gpt2_demos.json");
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("templates.txt");
+    std::fs::write(&templates, templates_text(&golden["instructions"])).unwrap();
+    let mut argv: Vec<String> = ["hopscore", "lepus", "--input", "q", "--output", "o"]
+        .map(String::from)
+        .to_vec();
+    argv.extend([
+        "--model".into(),
+        gpt2_dir().to_str().unwrap().into(),
+        "--templates".into(),
+        templates.to_str().unwrap().into(),
+    ]);
+    argv.extend(demo_flags(&golden));
+    let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
+    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
+        unreachable!()
+    };
+    let config = args.config();
+    let loaded = load_decoder(&CpuBackend, &gpt2_dir(), None).unwrap();
+    let got = demo_templates(&config, templates_of(&config).unwrap(), &loaded.tokenizer).unwrap();
+    let want: Vec<String> = json_list(&golden["templates"], |t| t.as_str().unwrap().to_string());
+    assert_eq!(got.iter().map(|t| t.0.clone()).collect::<Vec<_>>(), want);
+}
+
+#[test]
+fn tiny_gpt2_with_demonstrations_matches_the_python_reference() {
+    check_case("gpt2_demos", &gpt2_dir(), 1e-4, (16, 320));
+}
+
+#[test]
+fn lepus_command_with_demonstrations_writes_the_reference_rankings() {
+    let golden = common::fixture_json("lepus/gpt2_demos.json");
+    lepus_command_writes_the_rankings_of("gpt2_demos", &demo_flags(&golden));
 }

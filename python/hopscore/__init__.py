@@ -131,7 +131,10 @@ class Lepus(Job):
     """LEPUS reranking of each question's passages with a causal LM, or BM25 with
     ``scorer="bm25"`` (``hopscore lepus``). Defaults: ``first_hops=5``,
     ``second_hops=3``, ``max_doc_tokens=230``, ``max_prompt_tokens=600``,
-    ``temperature=1.0``, ``ensemble="mean"``, ``path_ensemble="mean"``."""
+    ``temperature=1.0``, ``ensemble="mean"``, ``path_ensemble="mean"``. In-context
+    demonstrations: ``demos`` (the official demos JSON), ``demo_ids=[[0, 1]]`` (one list
+    per ensemble member), ``truncate_demos``, ``demo_max_doc_tokens=100``,
+    ``demo_max_prompt_tokens=1024``."""
 
     command = "lepus"
 
@@ -142,7 +145,10 @@ class Lepus(Job):
                  first_hops: Optional[int] = None, second_hops: Optional[int] = None,
                  title: bool = False, max_doc_tokens: Optional[int] = None,
                  max_prompt_tokens: Optional[int] = None, temperature: Optional[float] = None,
-                 min_shared_prefix: Optional[int] = None, max_batch_tokens: Optional[int] = None,
+                 min_shared_prefix: Optional[int] = None, demos: Optional[Path] = None,
+                 demo_ids: Optional["list[list[int]]"] = None, truncate_demos: bool = False,
+                 demo_max_doc_tokens: Optional[int] = None, demo_max_prompt_tokens: Optional[int] = None,
+                 max_batch_tokens: Optional[int] = None,
                  max_active: Optional[int] = None, device: str = "cpu", gpu: Optional[int] = None,
                  dtype: Optional[str] = None, threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))

@@ -49,6 +49,9 @@ def flags(options: "dict") -> "list[str]":
         flag = "--" + key.replace("_", "-")
         if key in ("normalize",) and isinstance(value, bool):
             out.extend([flag, "on" if value else "off"])
+        elif key == "demo_ids":
+            for ids in value:
+                out.extend([flag, ",".join(map(str, ids))])
         elif value is True:
             out.append(flag)
         elif value is not None and value is not False:

@@ -72,8 +72,42 @@ pub struct LepusArgs {
     /// unchanged. 0 turns the reuse off.
     #[arg(long, default_value_t = LepusConfig::defaults().min_shared_prefix)]
     pub min_shared_prefix: usize,
+    /// In-context demonstrations: a JSON list of `{"question": …, "gold_path_texts":
+    /// [...]}` (the official demos file). Each set of --demo-ids goes before every
+    /// template, each demonstration as the template on its gold path and its question.
+    #[arg(long)]
+    pub demos: Option<PathBuf>,
+    /// The demonstrations of one set, by position in --demos (`0,1`: the first two).
+    /// Repeat for an ensemble of sets, combined like templates (--ensemble).
+    #[arg(long, default_value = "0,1", value_parser = parse_ids)]
+    pub demo_ids: Vec<DemoIds>,
+    /// Cut each demonstration's texts to --demo-max-doc-tokens tokens.
+    #[arg(long)]
+    pub truncate_demos: bool,
+    #[arg(long, default_value_t = LepusConfig::defaults().demo_max_doc_tokens, value_parser = super::flags::positive_usize)]
+    pub demo_max_doc_tokens: usize,
+    /// With --demos, prompt + question are cut to this many tokens instead of
+    /// --max-prompt-tokens (the official code's demo_max_prompt_len).
+    #[arg(long, default_value_t = LepusConfig::defaults().demo_max_prompt_tokens, value_parser = super::flags::positive_usize)]
+    pub demo_max_prompt_tokens: usize,
     #[command(flatten)]
     pub device: DeviceOpts,
+}
+
+/// One `--demo-ids` set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DemoIds(pub Vec<usize>);
+
+/// `0,1`: positions in the demos file.
+fn parse_ids(s: &str) -> Result<DemoIds, String> {
+    s.split(',')
+        .map(|i| {
+            i.trim()
+                .parse()
+                .map_err(|_| format!("`{s}`: expected positions such as 0,1"))
+        })
+        .collect::<Result<_, _>>()
+        .map(DemoIds)
 }
 
 /// The `--scorer` setting.
@@ -122,6 +156,11 @@ impl LepusArgs {
             max_prompt_tokens: self.max_prompt_tokens,
             temperature: self.temperature,
             min_shared_prefix: self.min_shared_prefix,
+            demos: self.demos.clone(),
+            demo_ids: self.demo_ids.iter().map(|s| s.0.clone()).collect(),
+            truncate_demos: self.truncate_demos,
+            demo_max_doc_tokens: self.demo_max_doc_tokens,
+            demo_max_prompt_tokens: self.demo_max_prompt_tokens,
             scheduler: self.run.scheduler(),
         }
     }
@@ -135,6 +174,7 @@ pub fn run(args: &LepusArgs) -> Result<RunSummary> {
         ("--model", args.model.as_deref()),
         ("--tokenizer", args.tokenizer.as_deref()),
         ("--templates", args.templates.as_deref()),
+        ("--demos", args.demos.as_deref()),
     ]));
     run.check_paths(&[])?;
     let config = args.config();

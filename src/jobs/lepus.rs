@@ -37,8 +37,9 @@ use crate::pipeline::SchedulerConfig;
 use crate::retrieve::tfidf::TfIdfOptions;
 use crate::retrieve::{Bm25Index, TfIdf};
 use crate::strategy::lepus::{
-    parse_templates, question_text, Ensemble, InstructionPosition, LepusConfig as SearchConfig,
-    LepusResult, LepusSearch, PromptEncoder, ScoredPath, Template, DEFAULT_INSTRUCTIONS,
+    parse_templates, question_text, with_demos, Demo, Ensemble, InstructionPosition,
+    LepusConfig as SearchConfig, LepusResult, LepusSearch, PromptEncoder, ScoredPath, Template,
+    DEFAULT_INSTRUCTIONS,
 };
 use crate::strategy::Strategy;
 use crate::text::causal_tokenizer::CausalTokenizer;
@@ -86,11 +87,32 @@ pub struct LepusConfig {
     /// Shared leading tokens from which sequences of a batch reuse one prefix pass
     /// (0: off).
     pub min_shared_prefix: usize,
+    /// In-context demonstrations: the official demos file, a JSON list of
+    /// `{"question", "gold_path_texts"}` ([`crate::strategy::lepus::with_demos`]).
+    pub demos: Option<PathBuf>,
+    /// The demonstrations each template gets, by position in `demos`: one set per
+    /// ensemble member (the official `--demos_ids 0,1`; several sets: its ensemble).
+    pub demo_ids: Vec<Vec<usize>>,
+    /// Cut each demonstration's texts to `demo_max_doc_tokens` (the official
+    /// `--truncate_demos`).
+    pub truncate_demos: bool,
+    pub demo_max_doc_tokens: usize,
+    /// With `demos`, prompt + question are cut to this many tokens instead of
+    /// `max_prompt_tokens` (the official `--demo_max_prompt_len`).
+    pub demo_max_prompt_tokens: usize,
     #[serde(flatten)]
     pub scheduler: SchedulerConfig,
 }
 
 impl LepusConfig {
+    /// The prompt budget a run uses: `demo_max_prompt_tokens` with demonstrations.
+    pub fn prompt_tokens(&self) -> usize {
+        match self.demos {
+            Some(_) => self.demo_max_prompt_tokens,
+            None => self.max_prompt_tokens,
+        }
+    }
+
     /// The defaults (the command line's) for `model`.
     pub fn new(model: PathBuf) -> Self {
         Self {
@@ -119,6 +141,11 @@ impl Options for LepusConfig {
             max_prompt_tokens: 600,
             temperature: 1.0,
             min_shared_prefix: crate::model::decoder::MIN_SHARED_PREFIX,
+            demos: None,
+            demo_ids: vec![vec![0, 1]],
+            truncate_demos: false,
+            demo_max_doc_tokens: 100,
+            demo_max_prompt_tokens: 1024,
             scheduler: SchedulerConfig::default(),
         }
     }
@@ -128,6 +155,11 @@ impl Options for LepusConfig {
         options::at_least_one("first_hops", self.first_hops)?;
         options::at_least_one("max_doc_tokens", self.max_doc_tokens)?;
         options::at_least_one("max_prompt_tokens", self.max_prompt_tokens)?;
+        options::at_least_one("demo_max_doc_tokens", self.demo_max_doc_tokens)?;
+        options::at_least_one("demo_max_prompt_tokens", self.demo_max_prompt_tokens)?;
+        if self.demo_ids.is_empty() || self.demo_ids.iter().any(Vec::is_empty) {
+            anyhow::bail!("--demo-ids (demo_ids): every set needs at least one demonstration");
+        }
         options::finite("temperature", self.temperature, true)?;
         self.scheduler.check()
     }
@@ -397,9 +429,16 @@ pub struct LmScorer<B: Backend> {
 /// The lepus job with [`LepusScorer::Lm`] on backend `B`.
 pub type LmJob<B> = QuestionJob<LmScorer<B>>;
 
-/// Checks the settings of `config` and reads its instruction templates (before any
-/// model loads).
-pub fn templates(config: &LepusConfig) -> Result<Vec<Template>> {
+/// The instruction templates of a run and its demonstration sets (empty without
+/// `--demos`).
+pub struct Templates {
+    pub instructions: Vec<Template>,
+    pub demo_sets: Vec<Vec<Demo>>,
+}
+
+/// Checks the settings of `config` and reads its instruction templates and
+/// demonstrations (before any model loads).
+pub fn templates(config: &LepusConfig) -> Result<Templates> {
     config.check()?;
     model_path(config)?;
     let instructions = match &config.templates {
@@ -407,12 +446,69 @@ pub fn templates(config: &LepusConfig) -> Result<Vec<Template>> {
             .with_context(|| format!("cannot read --templates {}", p.display()))?,
         None => DEFAULT_INSTRUCTIONS.to_string(),
     };
-    parse_templates(
+    let instructions = parse_templates(
         &instructions,
         config.instruction_position,
         config.num_templates,
     )
-    .map_err(anyhow::Error::msg)
+    .map_err(anyhow::Error::msg)?;
+    let demo_sets = match &config.demos {
+        Some(path) => demo_sets(path, &config.demo_ids)?,
+        None => Vec::new(),
+    };
+    Ok(Templates {
+        instructions,
+        demo_sets,
+    })
+}
+
+/// The demonstration sets `ids` picks from the demos file `path`.
+fn demo_sets(path: &std::path::Path, ids: &[Vec<usize>]) -> Result<Vec<Vec<Demo>>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --demos {}", path.display()))?;
+    let demos: Vec<Demo> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "--demos {}: expected a JSON list of {{\"question\": …, \"gold_path_texts\": [...]}}",
+            path.display()
+        )
+    })?;
+    ids.iter()
+        .map(|set| {
+            set.iter()
+                .map(|&i| {
+                    demos.get(i).cloned().with_context(|| {
+                        format!(
+                            "--demo-ids: demonstration {i} is not in {} ({} demonstrations)",
+                            path.display(),
+                            demos.len()
+                        )
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The templates a run scores with: the instructions, or with demonstrations the
+/// instructions behind each set ([`with_demos`]), their texts cut to
+/// `demo_max_doc_tokens` first when `truncate_demos` is set.
+pub fn demo_templates(
+    config: &LepusConfig,
+    templates: Templates,
+    tok: &CausalTokenizer,
+) -> Result<Vec<Template>> {
+    if templates.demo_sets.is_empty() {
+        return Ok(templates.instructions);
+    }
+    let mut sets = templates.demo_sets;
+    if config.truncate_demos {
+        for d in sets.iter_mut().flatten() {
+            for text in &mut d.gold_path_texts {
+                *text = shorten(tok, text, config.demo_max_doc_tokens)?;
+            }
+        }
+    }
+    Ok(with_demos(&templates.instructions, &sets))
 }
 
 fn model_path(config: &LepusConfig) -> Result<&std::path::Path> {
@@ -423,20 +519,21 @@ fn model_path(config: &LepusConfig) -> Result<&std::path::Path> {
 }
 
 /// Loads the LM and tokenizer of `config` on `be`; `templates` from [`templates`].
-pub fn lm_job<B: Backend>(
-    config: &LepusConfig,
-    templates: Vec<Template>,
-    be: B,
-) -> Result<LmJob<B>> {
+pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> Result<LmJob<B>> {
     let model_path = model_path(config)?;
     let mut loaded = super::decoder::load_decoder(&be, model_path, config.tokenizer.as_deref())?;
     loaded.model.min_shared_prefix = config.min_shared_prefix;
     let context = loaded.model.config.max_position_embeddings;
+    let prompt_tokens = config.prompt_tokens();
     ensure!(
-        config.max_prompt_tokens <= context,
-        "--max-prompt-tokens {} is over the model's context of {context} tokens",
-        config.max_prompt_tokens
+        prompt_tokens <= context,
+        "--{} {prompt_tokens} is over the model's context of {context} tokens",
+        match config.demos {
+            Some(_) => "demo-max-prompt-tokens",
+            None => "max-prompt-tokens",
+        }
     );
+    let templates = demo_templates(config, templates, &loaded.tokenizer)?;
     let search = SearchConfig {
         first_hops: config.first_hops,
         ensemble: config.ensemble,
@@ -464,12 +561,24 @@ pub fn lm_job<B: Backend>(
         ("add_bos", loaded.tokenizer.add_bos.to_string()),
         ("device", be.name()),
     ];
+    let mut options = options.to_vec();
+    if config.demos.is_some() {
+        options.extend([
+            ("demo_ids", serde_json::to_string(&config.demo_ids)?),
+            ("truncate_demos", config.truncate_demos.to_string()),
+            (
+                "demo_max_doc_tokens",
+                config.demo_max_doc_tokens.to_string(),
+            ),
+            ("demo_max_prompt_tokens", prompt_tokens.to_string()),
+        ]);
+    }
     let metadata = run_metadata(&be, model_path, &loaded.weights_paths, &options)?;
     let tok = Arc::new(loaded.tokenizer);
     let setup = LmSetup {
         encoder: Arc::new(LmEncoder {
             tok: tok.clone(),
-            max_tokens: config.max_prompt_tokens,
+            max_tokens: prompt_tokens,
         }),
         tok,
         templates: templates.into(),

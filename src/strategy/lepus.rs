@@ -133,6 +133,40 @@ impl Template {
     }
 }
 
+/// An in-context demonstration, as a record of the official demos file (a JSON list):
+/// a question and the texts of its gold path, in hop order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct Demo {
+    pub question: String,
+    pub gold_path_texts: Vec<String>,
+}
+
+/// The templates with in-context demonstrations before them, as the official `run.py`
+/// builds them: a demonstration is the template rendered on its gold path, a space and
+/// its question as written (`create_prompt(gold_path_texts, template) + " " +
+/// question`); a set's demonstrations, joined by spaces, go before the template
+/// (`" ".join(examples) + " " + template`). One template per set and template, set by
+/// set: with several sets their scores are combined as the templates' are (the
+/// official ensemble of demonstration sets).
+pub fn with_demos(templates: &[Template], sets: &[Vec<Demo>]) -> Vec<Template> {
+    sets.iter()
+        .flat_map(|set| {
+            templates.iter().map(move |t| {
+                let mut text: Vec<String> = set
+                    .iter()
+                    .map(|d| {
+                        let docs: Vec<&str> =
+                            d.gold_path_texts.iter().map(String::as_str).collect();
+                        format!("{} {}", t.render(&docs), d.question)
+                    })
+                    .collect();
+                text.push(t.0.clone());
+                Template(text.join(" "))
+            })
+        })
+        .collect()
+}
+
 /// A question with `?` appended when it does not end with one.
 pub fn question_text(question: &str) -> String {
     if question.ends_with('?') {
@@ -438,6 +472,37 @@ mod tests {
         assert!(parse_templates(text, InstructionPosition::After, 3).is_err());
         let shipped = parse_templates(DEFAULT_INSTRUCTIONS, InstructionPosition::After, 6);
         assert_eq!(shipped.unwrap().len(), 6);
+    }
+
+    #[test]
+    fn demonstrations_go_before_the_template_as_run_py_puts_them() {
+        let t = Template("Document: <P> Read the documents. Question:".into());
+        let demo = |q: &str, docs: &[&str]| Demo {
+            question: q.into(),
+            gold_path_texts: docs.iter().map(|d| d.to_string()).collect(),
+        };
+        let sets = vec![
+            vec![demo("Who?", &["A.", "B."]), demo("When", &["C."])],
+            vec![demo("Where?", &["D."])],
+        ];
+        let out = with_demos(std::slice::from_ref(&t), &sets);
+        assert_eq!(
+            out[0].0,
+            "Document: A. Document: B.  Read the documents. Question: Who? \
+             Document: C.  Read the documents. Question: When \
+             Document: <P> Read the documents. Question:"
+        );
+        assert_eq!(
+            out[1].0,
+            "Document: D.  Read the documents. Question: Where? \
+             Document: <P> Read the documents. Question:"
+        );
+        // Rendered like any template: the documents replace the one `<P>` left.
+        assert_eq!(
+            out[1].render(&["E."]),
+            "Document: D.  Read the documents. Question: Where? \
+             Document: E.  Read the documents. Question:"
+        );
     }
 
     #[test]

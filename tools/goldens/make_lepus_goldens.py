@@ -5,7 +5,7 @@ src/prompt_utils.py; SPEC §3) with HF transformers, on real HotpotQA questions.
 
 Run by hand, never in CI (needs torch, transformers, tokenizers, scikit-learn, gguf):
 
-    python3 tools/goldens/make_lepus_goldens.py [gpt2|smollm2]
+    python3 tools/goldens/make_lepus_goldens.py [gpt2|gpt2_demos|smollm2]
 
 Cases (small pools keep them cheap: the first POOL passages of each question):
 - gpt2: a tiny random GPT-2 with a byte-level tokenizer (every byte one token, so
@@ -13,6 +13,12 @@ Cases (small pools keep them cheap: the first POOL passages of each question):
   tests/fixtures/lepus/gpt2_bytes/ (config.json, model.safetensors, tokenizer.json);
   two templates (instruction after and before the documents), max ensemble, titles,
   T = 1.4.
+- gpt2_demos: the same model with in-context demonstrations as the official run.py
+  builds them (`--demos_file`, `--truncate_demos`): 4 demonstrations from the dev
+  sample's questions 20-39 (comparison and bridge alternating, as run.py expects;
+  written to tests/fixtures/lepus/demos.json in the official format), two sets (0,1)
+  and (2,3) before hopscore's first template, their texts cut to 40 tokens, scores of
+  the two sets averaged, prompts cut to 1000 tokens (`demo_max_prompt_len`).
 - smollm2: SmolLM2-135M-Instruct (weights/smollm2/, tools/fetch_smollm2.sh), GGUF
   dequantised by transformers; the first template of hopscore's instruction set,
   mean ensemble, no titles, T = 1.
@@ -233,6 +239,43 @@ def gpt2_case():
     return settings, Scorer(model, tok, False, settings)
 
 
+def demo_records(rows):
+    """Two comparison and two bridge questions, alternating (run.py samples the even
+    positions as comparison, the odd as bridge): question and gold path texts (each
+    supporting title's paragraph, in the order the supporting facts name them)."""
+    kinds = {"comparison": [], "bridge": []}
+    for r in rows:
+        kinds[r["type"]].append(r)
+    out = []
+    for comparison, bridge in zip(kinds["comparison"][:2], kinds["bridge"][:2]):
+        for r in (comparison, bridge):
+            paragraphs = {t: "".join(s) for t, s in r["context"]}
+            titles = list(dict.fromkeys(t for t, _ in r["supporting_facts"]))
+            out.append({"question": r["question"], "gold_path_texts": [paragraphs[t] for t in titles]})
+    return out
+
+
+def gpt2_demos_case():
+    """run.py's demonstration templates (`create_prompt(gold_path_texts, template) + " " +
+    question`, joined by spaces before the template), one per demonstration set."""
+    settings, scorer = gpt2_case()
+    demos = demo_records(hotpot_rows()[N_QUESTIONS:2 * N_QUESTIONS])
+    (OUT / "demos.json").write_text(json.dumps(demos, indent=1) + "\n")
+    instructions = instruction_templates("after", 1)
+    demo_ids, demo_max_doc = [[0, 1], [2, 3]], 40
+    cut = [{**d, "gold_path_texts": [shorten(scorer.tok, p, demo_max_doc) for p in d["gold_path_texts"]]}
+           for d in demos]
+    templates = []
+    for ids in demo_ids:
+        for t in instructions:
+            examples = [render(t, cut[i]["gold_path_texts"]) + " " + cut[i]["question"] for i in ids]
+            templates.append(" ".join(examples) + " " + t)
+    settings = {"templates": templates, "instructions": instructions, "demo_ids": demo_ids,
+                "truncate_demos": True, "demo_max_doc_tokens": demo_max_doc, "ensemble": "mean",
+                "title": False, "temperature": 1.0, "max_doc_tokens": 120, "max_prompt_tokens": 1000}
+    return settings, Scorer(scorer.model, scorer.tok, False, settings)
+
+
 def smollm2_case():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -251,7 +294,7 @@ def main():
     cases = sys.argv[1:] or ["gpt2", "smollm2"]
     rows = data_rows()
     for case in cases:
-        settings, scorer = {"gpt2": gpt2_case, "smollm2": smollm2_case}[case]()
+        settings, scorer = {"gpt2": gpt2_case, "gpt2_demos": gpt2_demos_case, "smollm2": smollm2_case}[case]()
         questions = []
         for r in rows:
             try:
