@@ -388,6 +388,60 @@ fn tiny_gpt2_with_demonstrations_matches_the_python_reference() {
     check_case("gpt2_demos", &gpt2_dir(), 1e-4, (16, 320));
 }
 
+/// Questions whose demonstrations and documents leave no room for the question are
+/// quarantined with the reason, and the run's summary counts them.
+#[test]
+fn prompts_over_the_demonstration_budget_are_quarantined_and_counted() {
+    let Case { questions, .. } = case("gpt2_demos");
+    let golden = common::fixture_json("lepus/gpt2_demos.json");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("q.parquet");
+    let mut w = QuestionWriter::create(&input, &[]).unwrap();
+    w.write(&questions).unwrap();
+    w.finish().unwrap();
+    let output = dir.path().join("ranked.parquet");
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let mut argv: Vec<String> = [
+        "hopscore",
+        "lepus",
+        "--model",
+        &path(&gpt2_dir()),
+        "--input",
+        &path(&input),
+        "--output",
+        &path(&output),
+        "--max-doc-tokens",
+        "230",
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend(demo_flags(&golden));
+    let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
+    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
+        unreachable!()
+    };
+    let summary = hopscore::cli::lepus::run(&args).unwrap();
+    let bad = common::read_parquet(&summary.quarantine_path);
+    assert!(bad.num_rows() > 0, "some prompts are over 1000 bytes");
+    assert_eq!(summary.stats.bad_rows, bad.num_rows() as u64);
+    let written = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&output).unwrap(),
+    )
+    .unwrap()
+    .metadata()
+    .file_metadata()
+    .num_rows() as usize;
+    assert_eq!(written + bad.num_rows(), questions.len());
+    let reasons = bad.column_by_name("reason").unwrap().as_string::<i32>();
+    assert!(
+        reasons
+            .value(0)
+            .contains("no question token fits in the prompt budget of 1000"),
+        "{}",
+        reasons.value(0)
+    );
+}
+
 #[test]
 fn lepus_command_with_demonstrations_writes_the_reference_rankings() {
     let golden = common::fixture_json("lepus/gpt2_demos.json");

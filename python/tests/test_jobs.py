@@ -25,7 +25,7 @@ CASES = {
         hopscore.Lepus,
         {"model": fixture("lepus/gpt2_bytes"), "first_hops": 2, "demos": fixture("lepus/demos.json"),
          "demo_ids": [[0, 1], [2, 3]], "truncate_demos": True, "demo_max_doc_tokens": 40,
-         "demo_max_prompt_tokens": 1000},
+         "demo_max_prompt_tokens": 1000, "max_doc_tokens": 100},
         "questions",
     ),
     "classify": ("classify", hopscore.CrossEncoder, {"model": fixture("deberta/v3_seqcls")}, "pairs"),

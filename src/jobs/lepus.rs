@@ -241,7 +241,8 @@ impl PromptEncoder for LmEncoder {
         }
         if enc.target_start >= self.max_tokens {
             return Err(format!(
-                "the prompt is {} tokens: no question token fits in --max-prompt-tokens {}",
+                "the prompt is {} tokens: no question token fits in the prompt budget of {} \
+                 (--max-prompt-tokens; --demo-max-prompt-tokens with --demos)",
                 enc.target_start, self.max_tokens
             ));
         }

@@ -39,6 +39,8 @@ impl<R> Finished<Option<R>> {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PipelineStats {
     pub rows: u64,
+    /// Rows quarantined (after a file run: every row its quarantine file got, the
+    /// tasks that finished with a reason included).
     pub bad_rows: u64,
     pub hypotheses: u64,
     pub tokens: u64,

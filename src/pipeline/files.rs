@@ -222,10 +222,12 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
         schema: schema.clone(),
         to_batch: job.to_batch(schema.clone()),
     };
-    // Returns the parts and whether a row was left unfinished.
-    let write = |rx: Receiver<(u64, Finished<J::Out>)>| -> Result<(Parts, bool)> {
+    // Returns the parts, whether a row was left unfinished, and the rows quarantined
+    // (bad inputs, and tasks that finished with a reason).
+    let write = |rx: Receiver<(u64, Finished<J::Out>)>| -> Result<(Parts, bool, u64)> {
         let mut parts = parts;
         let mut unfinished = false;
+        let mut quarantined = 0;
         let mut open: BTreeMap<usize, PendingPart<J::Row>> = BTreeMap::new();
         for (row, item) in rx {
             bar.inc(1);
@@ -238,7 +240,10 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
             let part = open.entry(index).or_default();
             match settled {
                 Ok(r) => part.rows.push((rel, r)),
-                Err(bad) => part.bad.push(bad),
+                Err(bad) => {
+                    quarantined += 1;
+                    part.bad.push(bad);
+                }
             }
             let (a, b) = plan[index];
             if part.len() as u64 == b - a {
@@ -252,10 +257,15 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
         for (index, part) in open {
             part.commit_prefix(&mut parts, plan[index].0, start, &metadata, &writer)?;
         }
-        Ok((parts, unfinished))
+        Ok((parts, unfinished, quarantined))
     };
-    let (stats, (parts, unfinished)) =
+    let (stats, (parts, unfinished, quarantined)) =
         engine::drive(job, read, write, &|status| bar.set_status(status))?;
+    // The engine counts the inputs it refused; a task can also finish with a reason.
+    let stats = PipelineStats {
+        bad_rows: quarantined,
+        ..stats
+    };
     bar.finish();
     let interrupted = !complete.load(Ordering::SeqCst) || unfinished;
     let schemas = (schema, crate::io::quarantine::schema());
