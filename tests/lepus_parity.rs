@@ -229,24 +229,17 @@ fn smollm2_prompts_and_scores_match_the_python_reference() {
     check_case("smollm2", &gguf, 1e-3, (16, 160));
 }
 
-/// `hopscore lepus` on the questions of case `name` with its settings and `extra`
-/// flags writes the golden rankings, document scores and best paths.
-fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
-    let Case {
-        golden,
-        expected,
-        questions,
-    } = case(name);
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("q.parquet");
+/// `hopscore lepus` arguments on `questions` (written to `dir/q.parquet`) with the
+/// GPT-2 fixture, output `dir/ranked.parquet`, and `extra` flags.
+fn lepus_args(
+    dir: &Path,
+    questions: &[Question],
+    extra: &[String],
+) -> hopscore::cli::lepus::LepusArgs {
+    let input = dir.join("q.parquet");
     let mut w = QuestionWriter::create(&input, &[]).unwrap();
-    w.write(&questions).unwrap();
+    w.write(questions).unwrap();
     w.finish().unwrap();
-    let templates = dir.path().join("templates.txt");
-    let listed = golden.get("instructions").unwrap_or(&golden["templates"]);
-    std::fs::write(&templates, templates_text(listed)).unwrap();
-    let output = dir.path().join("ranked.parquet");
-    let num = |k: &str| golden[k].to_string();
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let mut argv: Vec<String> = [
         "hopscore",
@@ -256,7 +249,33 @@ fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
         "--input",
         &path(&input),
         "--output",
-        &path(&output),
+        &path(&dir.join("ranked.parquet")),
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend_from_slice(extra);
+    let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
+    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
+        unreachable!()
+    };
+    args
+}
+
+/// `hopscore lepus` on the questions of case `name` with its settings and `extra`
+/// flags writes the golden rankings, document scores and best paths.
+fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
+    let Case {
+        golden,
+        expected,
+        questions,
+    } = case(name);
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("templates.txt");
+    let listed = golden.get("instructions").unwrap_or(&golden["templates"]);
+    std::fs::write(&templates, templates_text(listed)).unwrap();
+    let output = dir.path().join("ranked.parquet");
+    let num = |k: &str| golden[k].to_string();
+    let mut flags: Vec<String> = [
         "--max-batch-tokens",
         "4096",
         "--max-active",
@@ -264,7 +283,7 @@ fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
         "--part-rows",
         "7",
         "--templates",
-        &path(&templates),
+        templates.to_str().unwrap(),
         "--num-templates",
         &listed.as_array().unwrap().len().to_string(),
         "--ensemble",
@@ -283,13 +302,10 @@ fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
     .map(String::from)
     .to_vec();
     if golden["title"].as_bool().unwrap() {
-        argv.push("--title".into());
+        flags.push("--title".into());
     }
-    argv.extend_from_slice(extra);
-    let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
-    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
-        unreachable!()
-    };
+    flags.extend_from_slice(extra);
+    let args = lepus_args(dir.path(), &questions, &flags);
     let summary = hopscore::cli::lepus::run(&args).unwrap();
     assert_eq!((summary.stats.rows, summary.stats.bad_rows), (16, 0));
     let batch = common::read_parquet(&output);
@@ -395,31 +411,10 @@ fn prompts_over_the_demonstration_budget_are_quarantined_and_counted() {
     let Case { questions, .. } = case("gpt2_demos");
     let golden = common::fixture_json("lepus/gpt2_demos.json");
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("q.parquet");
-    let mut w = QuestionWriter::create(&input, &[]).unwrap();
-    w.write(&questions).unwrap();
-    w.finish().unwrap();
     let output = dir.path().join("ranked.parquet");
-    let path = |p: &Path| p.to_str().unwrap().to_string();
-    let mut argv: Vec<String> = [
-        "hopscore",
-        "lepus",
-        "--model",
-        &path(&gpt2_dir()),
-        "--input",
-        &path(&input),
-        "--output",
-        &path(&output),
-        "--max-doc-tokens",
-        "230",
-    ]
-    .map(String::from)
-    .to_vec();
-    argv.extend(demo_flags(&golden));
-    let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
-    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
-        unreachable!()
-    };
+    let mut flags = vec!["--max-doc-tokens".to_string(), "230".into()];
+    flags.extend(demo_flags(&golden));
+    let args = lepus_args(dir.path(), &questions, &flags);
     let summary = hopscore::cli::lepus::run(&args).unwrap();
     let bad = common::read_parquet(&summary.quarantine_path);
     assert!(bad.num_rows() > 0, "some prompts are over 1000 bytes");
