@@ -15,6 +15,16 @@ use crate::cli::{self, Cli, Command, Run};
 /// Interrupted by Ctrl-C/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 
+/// The exit code of a file run: 130 (with how to continue) when it was interrupted,
+/// else 0.
+pub fn exit_code(interrupted: bool) -> i32 {
+    if interrupted {
+        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
+        return EXIT_INTERRUPTED;
+    }
+    0
+}
+
 /// Runs the command line `args` (`args[0]` is the program name) and returns the exit
 /// code; errors are printed with their cause chain, never returned.
 pub fn main_with_args<I, T>(args: I) -> i32

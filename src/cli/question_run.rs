@@ -89,9 +89,5 @@ pub fn report(s: &RunSummary) -> i32 {
         st.tokens as f64 / secs,
         100.0 * st.forward.as_secs_f64() / secs
     );
-    if s.interrupted {
-        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
-        return super::entry::EXIT_INTERRUPTED;
-    }
-    0
+    super::entry::exit_code(s.interrupted)
 }

@@ -147,9 +147,5 @@ pub(crate) use run_rows;
 /// interrupted, else 0.
 pub fn report(s: &RowSummary) -> i32 {
     eprintln!("{s}");
-    if s.interrupted {
-        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
-        return super::entry::EXIT_INTERRUPTED;
-    }
-    0
+    super::entry::exit_code(s.interrupted)
 }
