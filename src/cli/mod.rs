@@ -113,12 +113,12 @@ pub struct DeviceOpts {
 }
 
 impl DeviceOpts {
-    /// The CPU backend.
+    /// The CPU backend: the flags' defaults ([`DeviceConfig::CPU`]).
     pub const CPU: DeviceOpts = DeviceOpts {
-        device: DeviceKind::Cpu,
-        gpu: 0,
-        dtype: DType::Bf16,
-        cuda_graphs: true,
+        device: DeviceConfig::CPU.kind,
+        gpu: DeviceConfig::CPU.gpu,
+        dtype: DeviceConfig::CPU.dtype,
+        cuda_graphs: DeviceConfig::CPU.cuda_graphs,
     };
 
     /// The library's device config (threads are set once by [`init_threads`]).
