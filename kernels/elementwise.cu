@@ -1,7 +1,7 @@
-// Small row-major ops the layers compose: residual add (x += y) and a row gather (the
-// rows of shared-prefix attention and of the LM head). Both move 16-byte vectors when
+// Small row-major ops the layers compose: residual add (x += y), ReLU in place (T5
+// v1.0's MLP) and a row gather (the rows of shared-prefix attention and of the LM head). Both move 16-byte vectors when
 // the sizes and addresses allow (else elements), with 32-bit indexing.
-// CPU twins: CpuBackend::add / gather_rows (src/backend/cpu/mod.rs).
+// CPU twins: CpuBackend::add / relu / gather_rows (src/backend/cpu/mod.rs).
 // (Biases are the cuBLASLt GEMM's epilogue: src/backend/cuda/blas.rs.)
 #include "common.cuh"
 
@@ -26,6 +26,10 @@ __device__ void gather_rows(T* out, const T* x, const unsigned* rows, unsigned n
     hopscore::map_inplace(x, y, n, [](float a, float b) { return a + b; });                     \
   }                                                                                             \
   HOPSCORE_ENTRY(add_##SUFFIX);                                                                 \
+  extern "C" __global__ void relu_##SUFFIX(T* x, unsigned n) {                                  \
+    hopscore::map_inplace(x, (const T*)nullptr, n, [](float a, float) { return fmaxf(a, 0.0f); }); \
+  }                                                                                             \
+  HOPSCORE_ENTRY(relu_##SUFFIX);                                                                \
   extern "C" __global__ void gather_rows_##SUFFIX(T* out, const T* x, const unsigned* rows,     \
                                                   unsigned n, unsigned cols) {                  \
     gather_rows(out, x, rows, n, cols);                                                         \

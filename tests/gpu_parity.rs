@@ -26,9 +26,10 @@ use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::tensor_core_check::TensorCorePath;
 use hopscore::backend::cuda::{CudaBackend, DType, Version};
 use hopscore::backend::{
-    AttentionShape, Backend, BatchInputs, CausalShape, ClsHead, Dense, DeviceCounts, Input,
-    RelAttention, SeqLayout, SeqPooling,
+    AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense, DeviceCounts,
+    Gate, Input, RelAttention, SeqLayout, SeqPooling, T5AttentionShape,
 };
+use hopscore::jobs::decoder::load_decoder;
 use hopscore::model::batch::{graph_key, PackedBatch};
 use hopscore::model::config::RelativeConfig;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
@@ -36,6 +37,7 @@ use hopscore::model::deberta::relative_index;
 use hopscore::model::decoder::{
     DecoderForCausalLM, DecoderSource, ScoredSequence, MIN_SHARED_PREFIX,
 };
+use hopscore::model::t5::relative_position_bucket;
 use hopscore::tensor::HostTensor;
 
 /// Per-op bound (and whole decoders'), relative to max |reference|.
@@ -290,10 +292,29 @@ enum Op {
         rows: usize,
         cols: usize,
     },
-    Swiglu {
+    /// `act(gate) · up` of `[gate | up]` rows.
+    GatedAct {
         rows: usize,
         inter: usize,
+        gate: Gate,
     },
+    Relu {
+        rows: usize,
+        cols: usize,
+    },
+    /// T5 attention over `lens` (query rows) and `kv_lens` (keys; the query layout
+    /// again for self-attention), `heads` of width `d`: with the bucket bias of
+    /// `buckets` buckets up to `max_distance` (bidirectional unless causal), or none
+    /// (cross-attention).
+    T5Attention {
+        heads: usize,
+        d: usize,
+        lens: &'static [usize],
+        kv_lens: Option<&'static [usize]>,
+        causal: bool,
+        bias: Option<(usize, usize)>,
+    },
+
     /// Llama-style fused [q | k | v] with 4 + 2 + 2 heads over sequences of
     /// `ROPE_LENS`; q and k rotate, positions restart at `offset` in each sequence.
     Rope {
@@ -565,10 +586,61 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             be.gelu_new(&mut x).unwrap();
             down(&x).data
         }
-        Op::Swiglu { rows, inter } => {
+        Op::GatedAct { rows, inter, gate } => {
             let x = inp.matrix(rows, 2 * inter, 4.0);
-            let out = down(&be.swiglu(&up(&x)).unwrap());
+            let out = down(&be.gated_act(&up(&x), gate).unwrap());
             assert_eq!(out.shape, vec![rows, inter]);
+            out.data
+        }
+        Op::Relu { rows, cols } => {
+            let mut x = up(&inp.matrix(rows, cols, 3.0));
+            be.relu(&mut x).unwrap();
+            down(&x).data
+        }
+        Op::T5Attention {
+            heads,
+            d,
+            lens,
+            kv_lens,
+            causal,
+            bias,
+        } => {
+            let q_lay = causal_layout(lens, None);
+            let kv_lay = kv_lens.map_or_else(|| q_lay.clone(), |l| encoder_layout(l));
+            let width = heads * d;
+            let q = up(&inp.matrix(q_lay.num_tokens(), width, 1.0));
+            let k = up(&inp.matrix(kv_lay.num_tokens(), width, 1.0));
+            let v = up(&inp.matrix(kv_lay.num_tokens(), width, 2.0));
+            let max_len = q_lay.max_len().max(kv_lay.max_len()) as i64;
+            let tables = bias.map(|(buckets, distance)| {
+                let table = up(&inp.matrix(buckets, heads, 3.0));
+                let index: Vec<u32> = (1 - max_len..max_len)
+                    .map(|r| relative_position_bucket(r, !causal, buckets, distance))
+                    .collect();
+                (table, index)
+            });
+            let bias = tables.as_ref().map(|(table, index)| BucketBias {
+                table,
+                index: index.as_slice().into(),
+            });
+            let shape = T5AttentionShape {
+                heads,
+                head_dim: d,
+                causal,
+            };
+            let out = be
+                .t5_attention(
+                    &q,
+                    &k,
+                    &v,
+                    bias.as_ref(),
+                    shape,
+                    (&q_lay).into(),
+                    (&kv_lay).into(),
+                )
+                .unwrap();
+            let out = down(&out);
+            assert_eq!(out.shape, vec![q_lay.num_tokens(), width]);
             out.data
         }
         Op::Rope {
@@ -704,6 +776,7 @@ fn masked_query_rows(op: &Op, seed: u64, dtype: DType) -> Option<(SeqLayout, usi
             extra_masked,
             ..
         } => Some((causal_layout(lens, extra_masked), heads * d)),
+        Op::T5Attention { heads, d, lens, .. } => Some((causal_layout(lens, None), heads * d)),
         _ => None,
     }
 }
@@ -795,6 +868,14 @@ fn attention_ops() -> Vec<Op> {
 /// tensor-core model is slow), plus 70 columns (not a multiple of 8: the bf16/f16
 /// kernel stages element by element instead of by cp.async).
 fn decoder_ops(dtype: DType) -> Vec<Op> {
+    let t5 = |heads, d, lens, kv_lens, causal, bias| Op::T5Attention {
+        heads,
+        d,
+        lens,
+        kv_lens,
+        causal,
+        bias,
+    };
     let causal = |heads, kv_heads, d, lens, extra_masked| Op::CausalAttention {
         heads,
         kv_heads,
@@ -807,10 +888,26 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         Op::RmsNorm { rows: 5, cols: 300 },
         Op::RmsNorm { rows: 1, cols: 7 },
         Op::GeluNew { rows: 53, cols: 70 },
-        Op::Swiglu {
+        Op::GatedAct {
             rows: 29,
             inter: 90,
+            gate: Gate::Silu,
         },
+        Op::GatedAct {
+            rows: 29,
+            inter: 90,
+            gate: Gate::GeluNew,
+        },
+        Op::Relu { rows: 31, cols: 70 },
+        // T5: the encoder (bidirectional buckets), the decoder (causal) past the
+        // largest distance and across the 32-key tiles, cross-attention between
+        // layouts of other lengths, d_kv 64 (T5-large) and 12.
+        t5(4, 16, &[1, 5, 17, 40], None, false, Some((32, 128))),
+        t5(4, 16, &[1, 5, 17, 40], None, true, Some((32, 128))),
+        t5(2, 64, &[200, 7], None, false, Some((32, 128))),
+        t5(3, 12, &[70, 3, 33], None, true, Some((16, 40))),
+        t5(2, 64, &[9, 1, 33], Some(&[130, 7, 40]), false, None),
+        t5(16, 64, &[5, 12], Some(&[300, 64]), false, None),
         Op::Rope {
             head_dim: 16,
             offset: 0,
@@ -982,7 +1079,11 @@ fn vector_ops() -> Vec<Op> {
             cols: 256,
         },
         Op::Add { rows: 8, cols: 136 },
-        Op::Swiglu { rows: 9, inter: 64 },
+        Op::GatedAct {
+            rows: 9,
+            inter: 64,
+            gate: Gate::GeluNew,
+        },
         Op::GatherRows { rows: 12, cols: 64 },
         Op::RmsNorm { rows: 5, cols: 576 },
         Op::GeluNew { rows: 8, cols: 64 },
@@ -1132,12 +1233,25 @@ fn causal_attention_rejects_head_dim_over_128() {
 /// weights the GPU holds and the comparison measures the kernels' rounding only.
 /// f32 uses `src` itself.
 fn rounded_checkpoint(src: &Path, dst: &Path, dtype: DType) -> PathBuf {
-    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
     if dtype == DType::F32 {
         return src.to_path_buf();
     }
-    std::fs::copy(src.join("config.json"), dst.join("config.json")).unwrap();
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap();
+        if path.extension().is_some_and(|x| x == "safetensors") {
+            round_file(&path, &dst.join(name), dtype);
+        } else {
+            std::fs::copy(&path, dst.join(name)).unwrap();
+        }
+    }
+    dst.to_path_buf()
+}
+
+/// One safetensors file with every tensor rounded to `dtype` (stored as f32).
+fn round_file(src: &Path, dst: &Path, dtype: DType) {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    let bytes = std::fs::read(src).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
         .tensors()
@@ -1160,8 +1274,7 @@ fn rounded_checkpoint(src: &Path, dst: &Path, dtype: DType) -> PathBuf {
             (n.clone(), view)
         })
         .collect();
-    safetensors::serialize_to_file(views, None, &dst.join("model.safetensors")).unwrap();
-    dst.to_path_buf()
+    safetensors::serialize_to_file(views, None, dst).unwrap();
 }
 
 /// Prints the whole-model line and asserts the bound.
@@ -1545,6 +1658,75 @@ fn decoder_models_bf16() {
 #[test]
 fn decoder_models_f16() {
     check_decoders(DType::F16);
+}
+
+/// The random T5 checkpoints (tests/fixtures/t5: v1.0 relu + tied, v1.1 gated-GELU +
+/// untied, sharded) on both backends: `target_logprobs` of the 6 shortest golden LEPUS
+/// prompts (114 to 264 encoder tokens; the emulator runs every thread of every block) at
+/// T = 1 and 1.7, within the per-op bound, from one upload and one download per pass.
+fn check_t5(dtype: DType) {
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
+    let golden = common::fixture_json("t5/logprobs.json");
+    for name in ["v1_0", "v1_1"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = rounded_checkpoint(&common::fixture(&format!("t5/{name}")), tmp.path(), dtype);
+        let cpu = load_decoder(&CpuBackend, &dir, None).unwrap().model;
+        let model = load_decoder(&gpu, &dir, None).unwrap().model;
+        let ids = |v: &serde_json::Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        };
+        let mut seqs: Vec<ScoredSequence> = golden["models"][name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let mut all = ids(&s["encoder"]);
+                let target_start = all.len();
+                all.extend(ids(&s["labels"]));
+                ScoredSequence {
+                    ids: all,
+                    target_start,
+                }
+            })
+            .collect();
+        seqs.sort_by_key(|s| s.target_start);
+        seqs.truncate(6);
+        for t in [1.0f32, 1.7] {
+            let want = cpu.target_logprobs(&CpuBackend, &seqs, t).unwrap();
+            let before = gpu.counts().unwrap();
+            let got = model.target_logprobs(&gpu, &seqs, t).unwrap();
+            let c = gpu.counts().unwrap().since(&before);
+            assert_eq!((c.uploads, c.downloads), (1, 1), "{name}: {c:?}");
+            let err = rel_err(&got.concat(), &want.concat());
+            check_model(
+                &format!("t5 {name} target_logprobs T={t}"),
+                dtype,
+                err,
+                tolerance(dtype),
+            );
+        }
+    }
+}
+
+#[test]
+fn t5_models_f32() {
+    check_t5(DType::F32);
+}
+
+#[test]
+fn t5_models_bf16() {
+    check_t5(DType::Bf16);
+}
+
+#[test]
+fn t5_models_f16() {
+    check_t5(DType::F16);
 }
 
 /// CUDA graphs: the backend with graphs and one without (same dtype, same model).

@@ -130,11 +130,18 @@ fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
     };
     let templates = templates_text(&golden["templates"]);
     let n_templates = golden["templates"].as_array().unwrap().len();
+    let seq2seq = loaded.model.is_seq2seq();
+    let trailing_specials = if seq2seq {
+        loaded.tokenizer.added_tokens()
+    } else {
+        0
+    };
     let tok = Arc::new(loaded.tokenizer);
     let setup = LmSetup {
         encoder: Arc::new(LmEncoder {
             tok: tok.clone(),
             max_tokens: golden["max_prompt_tokens"].as_u64().unwrap() as usize,
+            seq2seq,
         }),
         tok,
         templates: parse_templates(&templates, InstructionPosition::After, n_templates)
@@ -148,6 +155,7 @@ fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
         second_hops: golden["second_hops"].as_u64().unwrap() as usize,
         title: golden["title"].as_bool().unwrap(),
         max_doc_tokens: golden["max_doc_tokens"].as_u64().unwrap() as usize,
+        trailing_specials,
     };
     let temperature = golden["temperature"].as_f64().unwrap() as f32;
     let (mut prompts, mut worst) = (0, 0f32);
@@ -216,6 +224,11 @@ fn gpt2_dir() -> PathBuf {
     common::fixture("lepus/gpt2_bytes")
 }
 
+/// The random T5 v1.1-layout checkpoint (tests/fixtures/t5/v1_1).
+fn t5_dir() -> PathBuf {
+    common::fixture("t5/v1_1")
+}
+
 #[test]
 fn tiny_gpt2_prompts_and_scores_match_the_python_reference() {
     check_case("gpt2", &gpt2_dir(), 1e-4, (16, 320));
@@ -229,10 +242,11 @@ fn smollm2_prompts_and_scores_match_the_python_reference() {
     check_case("smollm2", &gguf, 1e-3, (16, 160));
 }
 
-/// `hopscore lepus` arguments on `questions` (written to `dir/q.parquet`) with the
-/// GPT-2 fixture, output `dir/ranked.parquet`, and `extra` flags.
+/// `hopscore lepus` arguments on `questions` (written to `dir/q.parquet`) with
+/// `model`, output `dir/ranked.parquet`, and `extra` flags.
 fn lepus_args(
     dir: &Path,
+    model: &Path,
     questions: &[Question],
     extra: &[String],
 ) -> hopscore::cli::lepus::LepusArgs {
@@ -245,7 +259,7 @@ fn lepus_args(
         "hopscore",
         "lepus",
         "--model",
-        &path(&gpt2_dir()),
+        &path(model),
         "--input",
         &path(&input),
         "--output",
@@ -261,9 +275,9 @@ fn lepus_args(
     args
 }
 
-/// `hopscore lepus` on the questions of case `name` with its settings and `extra`
-/// flags writes the golden rankings, document scores and best paths.
-fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
+/// `hopscore lepus` on the questions of case `name` with `model`, its settings and
+/// `extra` flags writes the golden rankings, document scores and best paths.
+fn lepus_command_writes_the_rankings_of(name: &str, model: &Path, extra: &[String]) {
     let Case {
         golden,
         expected,
@@ -305,7 +319,7 @@ fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
         flags.push("--title".into());
     }
     flags.extend_from_slice(extra);
-    let args = lepus_args(dir.path(), &questions, &flags);
+    let args = lepus_args(dir.path(), model, &questions, &flags);
     let summary = hopscore::cli::lepus::run(&args).unwrap();
     assert_eq!((summary.stats.rows, summary.stats.bad_rows), (16, 0));
     let batch = common::read_parquet(&output);
@@ -346,7 +360,7 @@ fn lepus_command_writes_the_rankings_of(name: &str, extra: &[String]) {
 
 #[test]
 fn lepus_command_writes_the_reference_rankings() {
-    lepus_command_writes_the_rankings_of("gpt2", &[]);
+    lepus_command_writes_the_rankings_of("gpt2", &gpt2_dir(), &[]);
 }
 
 /// The demonstration settings of the `gpt2_demos` golden as flags.
@@ -394,7 +408,13 @@ fn demonstrations_are_put_before_the_template_as_run_py_does() {
     };
     let config = args.config();
     let loaded = load_decoder(&CpuBackend, &gpt2_dir(), None).unwrap();
-    let got = demo_templates(&config, templates_of(&config).unwrap(), &loaded.tokenizer).unwrap();
+    let got = demo_templates(
+        &config,
+        templates_of(&config).unwrap(),
+        &loaded.tokenizer,
+        0,
+    )
+    .unwrap();
     let want: Vec<String> = json_list(&golden["templates"], |t| t.as_str().unwrap().to_string());
     assert_eq!(got.iter().map(|t| t.0.clone()).collect::<Vec<_>>(), want);
 }
@@ -414,7 +434,7 @@ fn prompts_over_the_demonstration_budget_are_quarantined_and_counted() {
     let output = dir.path().join("ranked.parquet");
     let mut flags = vec!["--max-doc-tokens".to_string(), "230".into()];
     flags.extend(demo_flags(&golden));
-    let args = lepus_args(dir.path(), &questions, &flags);
+    let args = lepus_args(dir.path(), &gpt2_dir(), &questions, &flags);
     let summary = hopscore::cli::lepus::run(&args).unwrap();
     let bad = common::read_parquet(&summary.quarantine_path);
     assert!(bad.num_rows() > 0, "some prompts are over 1000 bytes");
@@ -440,5 +460,51 @@ fn prompts_over_the_demonstration_budget_are_quarantined_and_counted() {
 #[test]
 fn lepus_command_with_demonstrations_writes_the_reference_rankings() {
     let golden = common::fixture_json("lepus/gpt2_demos.json");
-    lepus_command_writes_the_rankings_of("gpt2_demos", &demo_flags(&golden));
+    lepus_command_writes_the_rankings_of("gpt2_demos", &gpt2_dir(), &demo_flags(&golden));
+}
+
+#[test]
+fn t5_with_demonstrations_matches_the_python_reference() {
+    check_case("t5_demos", &t5_dir(), 2e-5, (16, 320));
+}
+
+/// The T5 run end to end: the golden rankings through the pipeline in parts of 7,
+/// then a run whose final merge fails resumed from its parts, and three shards merged,
+/// each with the bytes (rows) of the whole run.
+#[test]
+fn lepus_command_with_t5_demonstrations_and_an_ensemble_writes_the_reference_rankings() {
+    let golden = common::fixture_json("lepus/t5_demos.json");
+    let flags = demo_flags(&golden);
+    lepus_command_writes_the_rankings_of("t5_demos", &t5_dir(), &flags);
+
+    let Case { questions, .. } = case("t5_demos");
+    let dir = tempfile::tempdir().unwrap();
+    let run_to = |name: &str, extra: &[&str]| {
+        let mut all = flags.clone();
+        all.extend(extra.iter().map(|s| s.to_string()));
+        all.extend([
+            "--max-doc-tokens".into(),
+            golden["max_doc_tokens"].to_string(),
+        ]);
+        let mut args = lepus_args(dir.path(), &t5_dir(), &questions, &all);
+        args.run.output = dir.path().join(format!("{name}.parquet"));
+        hopscore::cli::lepus::run(&args)
+    };
+    run_to("whole", &["--part-rows", "5"]).unwrap();
+    let blocker = dir.path().join("blocker");
+    std::fs::write(&blocker, b"a file").unwrap();
+    let quarantine = blocker.join("q.parquet");
+    let q = quarantine.to_str().unwrap();
+    assert!(run_to("parts", &["--part-rows", "5", "--quarantine", q]).is_err());
+    assert!(dir
+        .path()
+        .join("parts.parquet.parts/manifest.json")
+        .is_file());
+    run_to("parts", &["--part-rows", "5", "--resume"]).unwrap();
+    common::assert_parts_equal_whole(dir.path());
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        run_to(&format!("s{i}"), &["--part-rows", "5", "--shard", &shard]).unwrap();
+    }
+    common::assert_merged_shards_equal_whole(dir.path(), 3);
 }

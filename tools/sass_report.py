@@ -109,7 +109,7 @@ WGMMA_CLAIMS = [r"^disentangled_attention_v4_d64_"]
 
 # Entries that must move global memory by 16-byte vectors (LDG.E.128) in a loop.
 VECTOR_CLAIMS = [
-    r"^(gelu|gelu_new|add|gather_rows|swiglu|layer_norm|rms_norm|cls_head|token_head)_(f32|bf16|f16)$",
+    r"^(gelu|gelu_new|add|gather_rows|gated_silu|gated_gelu_new|relu|layer_norm|rms_norm|cls_head|token_head)_(f32|bf16|f16)$",
 ]
 
 COLUMNS = ["HMMA", "HGMMA", "LDSM", "LDS", "STS", "LDG", "LDG.128", "STG.128", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]

@@ -232,10 +232,10 @@ pub fn rms_norm(x: &impl Dims, weight: &impl Dims) -> OpResult<()> {
 }
 
 /// Returns the `inter` width of the output.
-pub fn swiglu(x: &impl Dims) -> OpResult<usize> {
+pub fn gated_act(x: &impl Dims) -> OpResult<usize> {
     let cols = x.dims().1;
     if !cols.is_multiple_of(2) {
-        return fail("swiglu", format!("{cols} columns is not [gate | up]"));
+        return fail("gated_act", format!("{cols} columns is not [gate | up]"));
     }
     Ok(cols / 2)
 }
@@ -284,6 +284,64 @@ pub fn causal_attention(qkv: &impl Dims, shape: CausalShape, layout: &SeqLayout)
         return fail("causal_attention", "mask length != tokens".into());
     }
     Ok(())
+}
+
+/// Checks [`crate::backend::Backend::t5_attention`]'s operands; returns the
+/// `max_len` of its bias index.
+pub fn t5_attention(
+    (q, k, v): (&impl Dims, &impl Dims, &impl Dims),
+    bias: Option<(&impl Dims, &[u32])>,
+    shape: crate::backend::T5AttentionShape,
+    q_layout: &SeqLayout,
+    kv_layout: &SeqLayout,
+) -> OpResult<usize> {
+    let op = "t5_attention";
+    let width = shape.heads * shape.head_dim;
+    let (qt, kt) = (q_layout.num_tokens(), kv_layout.num_tokens());
+    for (name, t, rows) in [
+        ("q", q.dims(), qt),
+        ("k", k.dims(), kt),
+        ("v", v.dims(), kt),
+    ] {
+        if t != (rows, width) {
+            return fail(op, format!("{name} must be [{rows}, {width}], got {t:?}"));
+        }
+    }
+    if q_layout.num_seqs() != kv_layout.num_seqs() {
+        return fail(
+            op,
+            "query and key layouts hold different numbers of sequences".into(),
+        );
+    }
+    if q_layout.mask.len() != qt || kv_layout.mask.len() != kt {
+        return fail(op, "mask length != tokens".into());
+    }
+    let max_len = q_layout.max_len().max(kv_layout.max_len());
+    if let Some((table, index)) = bias {
+        let (rows, cols) = table.dims();
+        if cols != shape.heads {
+            return fail(
+                op,
+                format!(
+                    "the bias table has {cols} columns for {} heads",
+                    shape.heads
+                ),
+            );
+        }
+        if index.len() != (2 * max_len).saturating_sub(1) {
+            return fail(
+                op,
+                format!(
+                    "the bucket index has {} entries, not 2·{max_len} − 1",
+                    index.len()
+                ),
+            );
+        }
+        if let Some(b) = index.iter().find(|&&b| b as usize >= rows) {
+            return fail(op, format!("bucket {b} is past the table's {rows} buckets"));
+        }
+    }
+    Ok(max_len)
 }
 
 pub fn question_loglik(

@@ -228,6 +228,35 @@ pub struct CausalShape {
     pub scale: f32,
 }
 
+/// The activation of a gated MLP's gate ([`Backend::gated_act`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// `silu(g) = g·σ(g)` (Llama's SwiGLU).
+    Silu,
+    /// GPT-2's tanh GELU (T5 v1.1's `gated-gelu`, which HF maps to `gelu_new`).
+    GeluNew,
+}
+
+/// Geometry of [`Backend::t5_attention`].
+#[derive(Debug, Clone, Copy)]
+pub struct T5AttentionShape {
+    pub heads: usize,
+    /// `d_kv`.
+    pub head_dim: usize,
+    /// Query `i` sees keys `j ≤ i` only (the decoder's self-attention).
+    pub causal: bool,
+}
+
+/// T5's relative-position bias for one attention stack: a learned scalar per head and
+/// bucket, looked up on the fly (no `[heads, L, L]` tensor).
+pub struct BucketBias<'a, T> {
+    /// `relative_attention_bias.weight`: `[num_buckets, heads]`.
+    pub table: &'a T,
+    /// `index[j − i + max_len − 1]`: the bucket of relative position `j − i` (key minus
+    /// query), for `max_len` the longest sequence of the query and key layouts.
+    pub index: Input<'a, [u32]>,
+}
+
 /// A dense layer as the head ops read it: `weight: [out, in]`, `bias: [out]`.
 #[derive(Debug)]
 pub struct Dense<'a, T> {
@@ -484,8 +513,10 @@ pub trait Backend: Send + Sync {
         -> OpResult<Self::Tensor>;
     /// GPT-2's tanh-approximated GELU in place.
     fn gelu_new(&self, x: &mut Self::Tensor) -> OpResult<()>;
-    /// `[gate | up]` rows (`2·inter` wide) → `silu(gate) · up` (`inter` wide).
-    fn swiglu(&self, x: &Self::Tensor) -> OpResult<Self::Tensor>;
+    /// `[gate | up]` rows (`2·inter` wide) → `act(gate) · up` (`inter` wide).
+    fn gated_act(&self, x: &Self::Tensor, gate: Gate) -> OpResult<Self::Tensor>;
+    /// `max(x, 0)` in place (T5 v1.0's MLP).
+    fn relu(&self, x: &mut Self::Tensor) -> OpResult<()>;
     /// Rotary embedding (HF half-split form) of the first `heads` heads of each row,
     /// in place; row `t` is at position `positions[t]`, `inv_freq` has `head_dim / 2`
     /// entries.
@@ -504,6 +535,22 @@ pub trait Backend: Send + Sync {
         qkv: &Self::Tensor,
         shape: CausalShape,
         layout: Input<'_, SeqLayout>,
+    ) -> OpResult<Self::Tensor>;
+    /// T5 attention over packed sequences ([`T5AttentionShape`]): query row `i` of
+    /// sequence `s` of `q_layout` attends to the keys of sequence `s` of `kv_layout`
+    /// with mask 1 (`j ≤ i` when causal), scores `q·kᵀ` unscaled plus the bucket bias;
+    /// `q: [q tokens, heads·d]`, `k, v: [kv tokens, heads·d]` → `[q tokens, heads·d]`.
+    /// Query rows with mask 0 produce zeros.
+    #[allow(clippy::too_many_arguments)]
+    fn t5_attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        bias: Option<&BucketBias<'_, Self::Tensor>>,
+        shape: T5AttentionShape,
+        q_layout: Input<'_, SeqLayout>,
+        kv_layout: Input<'_, SeqLayout>,
     ) -> OpResult<Self::Tensor>;
     /// Log-probability of `targets[i]` under `softmax(hidden[rows[i]] · lm_headᵀ /
     /// temperature)`, without materialising the `[rows, vocab]` logits.

@@ -1,6 +1,7 @@
-//! Causal-LM scoring throughput on fixed token ids (`hopscore bench-loglik`), for the
-//! comparison with PyTorch in tools/bench_decoder_reference.py (both engines read the
-//! same ids, so tokenisation is outside the measurement).
+//! LM scoring throughput on fixed token ids (`hopscore bench-loglik`): causal LMs and
+//! T5-family encoder-decoders (the ids before `target_start` are then the encoder
+//! input), for the comparison with PyTorch in tools/bench_decoder_reference.py (both
+//! engines read the same ids, so tokenisation is outside the measurement).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -9,13 +10,14 @@ use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
+use crate::jobs::decoder::load_language_model;
 use crate::jobs::loglik::{token_logprobs, Loglik};
-use crate::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
+use crate::model::decoder::ScoredSequence;
 
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct LoglikBench {
-    /// A GGUF file, a directory holding one, or an HF directory.
+    /// A GGUF file, a directory holding one, or an HF directory (causal or T5).
     pub model: PathBuf,
     /// JSON `{"pairs": [{"ids": [..], "target_start": n}, ..]}`: token ids of prompt +
     /// target, targets from `target_start` on.
@@ -78,8 +80,7 @@ pub fn run<B: Backend>(be: &B, args: &LoglikBench) -> Result<BenchLoglikResult> 
         .collect();
     ensure!(!seqs.is_empty(), "{} has no pairs", args.pairs.display());
     // Token ids in, so no tokenizer: the model alone.
-    let model = DecoderForCausalLM::load(be, DecoderSource::open(&args.model)?)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let model = load_language_model(be, &args.model)?;
     let pass = || token_logprobs(be, &model, &seqs, args.temperature, args.max_batch_tokens);
     let mut results = Vec::new();
     for _ in 0..args.warmup {
@@ -103,7 +104,7 @@ pub fn run<B: Backend>(be: &B, args: &LoglikBench) -> Result<BenchLoglikResult> 
     Ok(BenchLoglikResult {
         engine: "hopscore",
         device: be.name(),
-        model_type: model.config.model_type.clone(),
+        model_type: model.model_type().to_string(),
         threads: rayon::current_num_threads(),
         pairs: seqs.len(),
         tokens,

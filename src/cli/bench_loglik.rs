@@ -13,7 +13,7 @@ use crate::jobs::device::with_backend;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchLoglikArgs {
-    /// A GGUF file, a directory holding one, or an HF directory.
+    /// A GGUF file, a directory holding one, or an HF directory (causal LM or T5).
     #[arg(long, env = "HOPSCORE_MODEL")]
     pub model: PathBuf,
     /// JSON `{"pairs": [{"ids": [..], "target_start": n}, ..]}`: token ids of prompt +

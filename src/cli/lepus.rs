@@ -17,7 +17,8 @@ use crate::strategy::lepus::{Ensemble, InstructionPosition};
 #[derive(Debug, Clone, Args)]
 pub struct LepusArgs {
     /// A GGUF file, a directory holding one, or an HF directory (config.json,
-    /// model.safetensors, tokenizer.json). Not needed with `--scorer bm25`.
+    /// model.safetensors, tokenizer.json) of a causal LM or a T5-family
+    /// encoder-decoder. Not needed with `--scorer bm25`.
     #[arg(long, env = "HOPSCORE_MODEL")]
     pub model: Option<PathBuf>,
     /// tokenizer.json (or a directory holding it) instead of the model's own.

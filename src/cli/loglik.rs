@@ -15,7 +15,8 @@ use crate::jobs::options::Options;
 #[derive(Debug, Clone, Args)]
 pub struct LoglikArgs {
     /// A GGUF file (config and tokenizer from its metadata), a directory holding one,
-    /// or an HF directory (config.json, model.safetensors, tokenizer.json).
+    /// or an HF directory (config.json, model.safetensors, tokenizer.json) of a causal
+    /// LM or a T5-family encoder-decoder.
     #[arg(long, env = "HOPSCORE_MODEL")]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it) instead of the model's own.

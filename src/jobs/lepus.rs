@@ -1,5 +1,5 @@
 //! The lepus job: LEPUS / PromptRank reranking of each question's passage pool with a
-//! causal LM (docs/spec.md §3); or, with [`LepusScorer::Bm25`], the BM25 ranking of the same
+//! causal LM or a T5-family encoder-decoder (docs/spec.md §3); or, with [`LepusScorer::Bm25`], the BM25 ranking of the same
 //! pools as a baseline.
 //!
 //! Per question (on the reader thread): the question gets `?`; each passage is cut
@@ -23,6 +23,7 @@ use arrow::array::{
 use arrow::datatypes::SchemaRef;
 use rayon::prelude::*;
 
+use super::decoder::LanguageModel;
 use super::questions::{Prepare, QuestionJob, QuestionScorer};
 use crate::backend::Backend;
 use crate::io::columns::ScoredChainsBuilder;
@@ -31,7 +32,7 @@ use crate::io::questions::Question;
 use crate::io::schemas::lepus_schema;
 use crate::jobs::options::{self, Options};
 use crate::model::batch::Sequence;
-use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
+use crate::model::decoder::ScoredSequence;
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
 use crate::retrieve::tfidf::TfIdfOptions;
@@ -57,8 +58,8 @@ pub enum LepusScorer {
 /// What to load and how to rank.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LepusConfig {
-    /// A GGUF file, a directory holding one, or an HF directory (not needed with
-    /// [`LepusScorer::Bm25`]).
+    /// A GGUF file, a directory holding one, or an HF directory of a causal LM or a
+    /// T5-family encoder-decoder (not needed with [`LepusScorer::Bm25`]).
     pub model: Option<PathBuf>,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
     pub tokenizer: Option<PathBuf>,
@@ -222,16 +223,45 @@ impl Strategy for Bm25Task {
     }
 }
 
-/// Encodes `prompt.trim() + " " + question` with the model's tokenizer (prompt and
-/// question tokenised separately, BOS when the tokenizer asks for it), cut to
+/// Encodes a prompt and the question for the model, as the official
+/// `score_prompt_batch` does: for a causal LM `prompt.trim() + " " + question` (prompt
+/// and question tokenised separately, BOS when the tokenizer asks for it), cut to
+/// `max_tokens`; for an encoder-decoder the prompt as it is (the encoder input) and the
+/// question (the labels), each with the tokenizer's special tokens and cut to
 /// `max_tokens`.
 pub struct LmEncoder {
     pub tok: Arc<CausalTokenizer>,
     pub max_tokens: usize,
+    pub seq2seq: bool,
+}
+
+impl LmEncoder {
+    fn encode_seq2seq(&self, prompt: &str, question: &str) -> Result<Sequence, String> {
+        let encode = |text: &str| {
+            self.tok
+                .encode_with_specials(text, Some(self.max_tokens))
+                .map_err(|e| format!("{e:#}"))
+        };
+        let (mut ids, labels) = (encode(prompt)?, encode(question)?);
+        if ids.is_empty() || labels.is_empty() {
+            return Err("the prompt or the question has no tokens".into());
+        }
+        let mut type_ids = vec![0u32; ids.len()];
+        type_ids.resize(ids.len() + labels.len(), 1);
+        ids.extend(labels);
+        Ok(Sequence {
+            ids,
+            type_ids,
+            mask: Vec::new(),
+        })
+    }
 }
 
 impl PromptEncoder for LmEncoder {
     fn encode(&self, prompt: &str, question: &str) -> Result<Sequence, String> {
+        if self.seq2seq {
+            return self.encode_seq2seq(prompt, question);
+        }
         let enc = self
             .tok
             .encode_pair(&format!("{} ", prompt.trim()), question)
@@ -260,12 +290,19 @@ impl PromptEncoder for LmEncoder {
 
 /// The official `shorten_paragraph_if_necessary`: a text over `max_tokens` tokens is
 /// decoded from its first `max_tokens`, with `". "` appended unless it ends with `.`.
-pub fn shorten(tok: &CausalTokenizer, text: &str, max_tokens: usize) -> Result<String> {
+/// `trailing` special tokens that the tokenizer appends (T5's `</s>`, which the
+/// official `tokenizer.encode` adds) count toward the length.
+pub fn shorten(
+    tok: &CausalTokenizer,
+    text: &str,
+    max_tokens: usize,
+    trailing: usize,
+) -> Result<String> {
     let ids = crate::text::leading_ids(|t| tok.encode(t), text, max_tokens)?;
-    if ids.len() <= max_tokens {
+    if ids.len() + trailing <= max_tokens {
         return Ok(text.to_string());
     }
-    let cut = clean_up_tokenization(&tok.decode(&ids[..max_tokens])?);
+    let cut = clean_up_tokenization(&tok.decode(&ids[..max_tokens.min(ids.len())])?);
     Ok(if cut.trim().ends_with('.') {
         cut
     } else {
@@ -307,6 +344,8 @@ pub struct LmSetup {
     /// `Title: {t}. ` before each document.
     pub title: bool,
     pub max_doc_tokens: usize,
+    /// Special tokens the tokenizer appends to a text (counted by [`shorten`]).
+    pub trailing_specials: usize,
 }
 
 impl LmSetup {
@@ -329,7 +368,12 @@ impl LmSetup {
                 if p.text.trim().is_empty() {
                     return Ok(None);
                 }
-                let body = shorten(&self.tok, &p.text, self.max_doc_tokens)?;
+                let body = shorten(
+                    &self.tok,
+                    &p.text,
+                    self.max_doc_tokens,
+                    self.trailing_specials,
+                )?;
                 Ok(Some(if self.title {
                     format!("Title: {}. {body}", p.title)
                 } else {
@@ -421,7 +465,7 @@ impl QuestionScorer for Bm25Scorer {
 /// A loaded causal LM with the search setup.
 pub struct LmScorer<B: Backend> {
     be: B,
-    model: DecoderForCausalLM<B>,
+    model: LanguageModel<B>,
     setup: Arc<LmSetup>,
     temperature: f32,
     metadata: Vec<(String, String)>,
@@ -497,6 +541,7 @@ pub fn demo_templates(
     config: &LepusConfig,
     templates: Templates,
     tok: &CausalTokenizer,
+    trailing: usize,
 ) -> Result<Vec<Template>> {
     if templates.demo_sets.is_empty() {
         return Ok(templates.instructions);
@@ -505,7 +550,7 @@ pub fn demo_templates(
     if config.truncate_demos {
         for d in sets.iter_mut().flatten() {
             for text in &mut d.gold_path_texts {
-                *text = shorten(tok, text, config.demo_max_doc_tokens)?;
+                *text = shorten(tok, text, config.demo_max_doc_tokens, trailing)?;
             }
         }
     }
@@ -523,8 +568,8 @@ fn model_path(config: &LepusConfig) -> Result<&std::path::Path> {
 pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> Result<LmJob<B>> {
     let model_path = model_path(config)?;
     let mut loaded = super::decoder::load_decoder(&be, model_path, config.tokenizer.as_deref())?;
-    loaded.model.min_shared_prefix = config.min_shared_prefix;
-    let context = loaded.model.config.max_position_embeddings;
+    loaded.model.set_min_shared_prefix(config.min_shared_prefix);
+    let context = loaded.model.context();
     let prompt_tokens = config.prompt_tokens();
     ensure!(
         prompt_tokens <= context,
@@ -534,7 +579,14 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
             None => "max-prompt-tokens",
         }
     );
-    let templates = demo_templates(config, templates, &loaded.tokenizer)?;
+    let seq2seq = loaded.model.is_seq2seq();
+    // The official shortening counts what `tokenizer.encode` appends: T5's `</s>`.
+    let trailing = if seq2seq {
+        loaded.tokenizer.added_tokens()
+    } else {
+        0
+    };
+    let templates = demo_templates(config, templates, &loaded.tokenizer, trailing)?;
     let search = SearchConfig {
         first_hops: config.first_hops,
         ensemble: config.ensemble,
@@ -543,7 +595,7 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
     let options = [
         ("strategy", "lepus".to_string()),
         ("scorer", "lm".to_string()),
-        ("model_type", loaded.model.config.model_type.clone()),
+        ("model_type", loaded.model.model_type().to_string()),
         (
             "templates",
             serde_json::to_string(&templates.iter().map(|t| &t.0).collect::<Vec<_>>())?,
@@ -580,6 +632,7 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
         encoder: Arc::new(LmEncoder {
             tok: tok.clone(),
             max_tokens: prompt_tokens,
+            seq2seq,
         }),
         tok,
         templates: templates.into(),
@@ -587,6 +640,7 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
         second_hops: config.second_hops,
         title: config.title,
         max_doc_tokens: config.max_doc_tokens,
+        trailing_specials: trailing,
     };
     Ok(QuestionJob::new(
         LmScorer {
@@ -648,7 +702,7 @@ impl<B: Backend> QuestionScorer for LmScorer<B> {
 /// Log-probabilities of the question tokens (`type_ids` 1) of each request.
 pub fn score_requests<B: Backend>(
     be: &B,
-    model: &DecoderForCausalLM<B>,
+    model: &LanguageModel<B>,
     seqs: &[Sequence],
     temperature: f32,
 ) -> Result<Vec<Vec<f32>>> {

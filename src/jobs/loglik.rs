@@ -1,10 +1,13 @@
-//! The loglik job: log-likelihood of `target` given `prompt` under a causal LM
-//! (LEPUS scoring, docs/spec.md §3), for `(id, prompt, target)` rows.
+//! The loglik job: log-likelihood of `target` given `prompt` under a causal LM or a
+//! T5-family encoder-decoder (LEPUS scoring, docs/spec.md §3), for `(id, prompt,
+//! target)` rows.
 //!
-//! Each batch is tokenised in parallel (prompt and target separately, trailing prompt
-//! whitespace moved to the target, BOS when the tokenizer asks for it), sorted by
-//! length, packed into token-budget batches and scored; results come back in input
-//! order. Only target tokens count.
+//! Each batch is tokenised in parallel, sorted by length, packed into token-budget
+//! batches and scored; results come back in input order. Only target tokens count. A
+//! causal LM reads prompt and target as one sequence (tokenised separately, trailing
+//! prompt whitespace moved to the target, BOS when the tokenizer asks for it); an
+//! encoder-decoder reads the prompt as its encoder input and the target as its labels,
+//! each with the special tokens its tokenizer adds (T5: `</s>`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,20 +17,20 @@ use arrow::array::{Array, ArrayRef, Float64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::Field;
 use rayon::prelude::*;
 
-use super::decoder::{load_decoder, LoadedDecoder};
+use super::decoder::{load_decoder, LanguageModel, LoadedDecoder};
 use super::rows::{InputColumn, RowJob, RowScorer};
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
 use crate::io::parquet_io::{check_text, string_column};
 use crate::jobs::options::{self, Options};
 use crate::model::batch::token_budget_groups;
-use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
+use crate::model::decoder::ScoredSequence;
 use crate::text::causal_tokenizer::CausalTokenizer;
 
 /// What to load and how to score.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LoglikConfig {
-    /// A GGUF file, a directory holding one, or an HF directory.
+    /// A GGUF file, a directory holding one, or an HF directory (causal LM or T5).
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
     pub tokenizer: Option<PathBuf>,
@@ -38,7 +41,8 @@ pub struct LoglikConfig {
     pub min_shared_prefix: usize,
     /// Token budget of one forward pass.
     pub max_batch_tokens: usize,
-    /// Longest prompt + target accepted, in tokens (default: the model's context).
+    /// Longest prompt + target accepted, in tokens (default: the model's context); for
+    /// an encoder-decoder, the longest prompt and the longest target (default 2048).
     pub max_length: Option<usize>,
 }
 
@@ -109,16 +113,14 @@ pub type LoglikJob<B> = RowJob<LoglikScorer<B>>;
 pub fn job<B: Backend>(config: LoglikConfig, be: B) -> Result<LoglikJob<B>> {
     config.check()?;
     let mut loaded = load_decoder(&be, &config.model, config.tokenizer.as_deref())?;
-    loaded.model.min_shared_prefix = config.min_shared_prefix;
-    let max_len = config
-        .max_length
-        .unwrap_or(loaded.model.config.max_position_embeddings);
+    loaded.model.set_min_shared_prefix(config.min_shared_prefix);
+    let max_len = config.max_length.unwrap_or(loaded.model.context());
     let metadata = run_metadata(
         &be,
         &config.model,
         &loaded.weights_paths,
         &[
-            ("model_type", loaded.model.config.model_type.clone()),
+            ("model_type", loaded.model.model_type().to_string()),
             ("temperature", config.temperature.to_string()),
             ("max_length", max_len.to_string()),
             ("add_bos", loaded.tokenizer.add_bos.to_string()),
@@ -154,7 +156,12 @@ impl<B: Backend> RowScorer for LoglikScorer<B> {
     }
 
     fn prepare(&self, batch: &RecordBatch) -> Result<Vec<Result<ScoredSequence, String>>> {
-        tokenize(batch, &self.loaded.tokenizer, self.max_len)
+        tokenize(
+            batch,
+            &self.loaded.tokenizer,
+            self.max_len,
+            self.loaded.model.is_seq2seq(),
+        )
     }
 
     fn tokens(row: &ScoredSequence) -> usize {
@@ -188,6 +195,7 @@ fn tokenize(
     batch: &RecordBatch,
     tok: &CausalTokenizer,
     max_len: usize,
+    seq2seq: bool,
 ) -> Result<Vec<Result<ScoredSequence, String>>> {
     let prompt = string_column(batch, "prompt")?;
     let target = string_column(batch, "target")?;
@@ -203,6 +211,9 @@ fn tokenize(
                 return Err(format!("prompt has {} bytes; split the text", p.len()));
             }
             let t = check_text(&target, r, "target")?.ok_or_else(|| "target is null".to_string())?;
+            if seq2seq {
+                return encode_seq2seq(tok, p, t, max_len);
+            }
             let enc = tok.encode_pair(p, t).map_err(|e| format!("{e:#}"))?;
             if enc.target_start == 0 {
                 return Err(
@@ -227,11 +238,42 @@ fn tokenize(
         .collect())
 }
 
+/// An encoder-decoder row: the prompt's ids (the encoder input) then the target's
+/// (the labels), each as the tokenizer encodes a text alone, special tokens included.
+fn encode_seq2seq(
+    tok: &CausalTokenizer,
+    prompt: &str,
+    target: &str,
+    max_len: usize,
+) -> Result<ScoredSequence, String> {
+    let encode = |text: &str| {
+        tok.encode_with_specials(text, None)
+            .map_err(|e| format!("{e:#}"))
+    };
+    let (mut ids, labels) = (encode(prompt)?, encode(target)?);
+    if ids.is_empty() {
+        return Err("the prompt has no tokens and the tokenizer adds none".to_string());
+    }
+    if labels.is_empty() {
+        return Err("the target has no tokens".to_string());
+    }
+    for (what, n) in [("prompt", ids.len()), ("target", labels.len())] {
+        if n > max_len {
+            return Err(format!(
+                "the {what} is {n} tokens; the limit is {max_len} (--max-length)"
+            ));
+        }
+    }
+    let target_start = ids.len();
+    ids.extend(labels);
+    Ok(ScoredSequence { ids, target_start })
+}
+
 /// Scores every sequence (in the order given): sorted by length, packed into batches
 /// of at most `budget` tokens.
 pub fn score<B: Backend>(
     be: &B,
-    model: &DecoderForCausalLM<B>,
+    model: &LanguageModel<B>,
     seqs: &[ScoredSequence],
     temperature: f32,
     budget: usize,
@@ -244,7 +286,7 @@ pub fn score<B: Backend>(
 /// batched as [`score`] batches them.
 pub fn token_logprobs<B: Backend>(
     be: &B,
-    model: &DecoderForCausalLM<B>,
+    model: &LanguageModel<B>,
     seqs: &[ScoredSequence],
     temperature: f32,
     budget: usize,

@@ -22,7 +22,7 @@ use super::gguf::GgufFile;
 use super::layers::Linear;
 use super::prefix::PrefixPlan;
 use super::weights::{GgufSource, WeightStore, Weights};
-use crate::backend::{Backend, CausalShape, Input, Prepared};
+use crate::backend::{Backend, CausalShape, Gate, Input, Prepared};
 
 /// LayerNorm (GPT-2) or RMSNorm (Llama).
 enum Norm<B: Backend> {
@@ -165,7 +165,7 @@ impl<B: Backend> DecoderLayer<B> {
         let up = &self.mlp.up;
         let act = match self.mlp.family {
             Family::Gpt2 => be.linear_gelu_new(&h, &up.weight, up.bias.as_ref())?,
-            Family::Llama => be.swiglu(&up.forward(be, &h)?)?,
+            Family::Llama => be.gated_act(&up.forward(be, &h)?, Gate::Silu)?,
         };
         self.mlp.down.forward_add(be, x, &act)?;
         Ok(())

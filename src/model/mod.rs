@@ -11,4 +11,5 @@ pub mod gguf;
 pub mod heads;
 pub mod layers;
 pub mod prefix;
+pub mod t5;
 pub mod weights;

@@ -132,6 +132,34 @@ impl CausalTokenizer {
             .map_err(|e| anyhow!("tokenizer failed to decode: {e}"))
     }
 
+    /// Tokens the tokenizer's post-processor adds to one sequence (T5's `</s>`).
+    pub fn added_tokens(&self) -> usize {
+        use tokenizers::PostProcessor;
+        self.tokenizer
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(false))
+    }
+
+    /// Ids of `text` with the special tokens the tokenizer adds (HF `tokenizer(text)`),
+    /// the text's own tokens cut first so that at most `max_tokens` remain (HF
+    /// `truncation=True, max_length=max_tokens`).
+    pub fn encode_with_specials(&self, text: &str, max_tokens: Option<usize>) -> Result<Vec<u32>> {
+        let mut enc = self
+            .tokenizer
+            .encode_fast(text, false)
+            .map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+        if let Some(max) = max_tokens {
+            let room = max.saturating_sub(self.added_tokens());
+            enc.truncate(room, 0, tokenizers::TruncationDirection::Right);
+        }
+        Ok(self
+            .tokenizer
+            .post_process(enc, None, true)
+            .map_err(|e| anyhow!("tokenizer failed to add special tokens: {e}"))?
+            .get_ids()
+            .to_vec())
+    }
+
     /// `[BOS] prompt target` as lm-evaluation-harness builds a context/continuation
     /// pair: trailing whitespace of the prompt moves to the start of the target, the
     /// two are tokenised separately, and BOS is prepended when the tokenizer says so.

@@ -275,7 +275,7 @@ pub fn smollm2_lepus_pairs() -> (Vec<LepusPair>, bool) {
     (pairs, refs["add_bos"].as_bool().unwrap())
 }
 
-/// Every row of a Parquet file as one record batch.
+/// Every row of a Parquet file as one record batch (empty files included).
 pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
         std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
@@ -283,8 +283,9 @@ pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
     .unwrap()
     .build()
     .unwrap();
+    let schema = arrow::array::RecordBatchReader::schema(&r);
     let batches: Vec<_> = r.map(Result::unwrap).collect();
-    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+    arrow::compute::concat_batches(&schema, &batches).unwrap()
 }
 
 /// Asserts that a run killed and resumed into `dir/resumed.parquet` left no parts and

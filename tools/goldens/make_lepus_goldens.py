@@ -5,7 +5,7 @@ src/prompt_utils.py; SPEC §3) with HF transformers, on real HotpotQA questions.
 
 Run by hand, never in CI (needs torch, transformers, tokenizers, scikit-learn, gguf):
 
-    python3 tools/goldens/make_lepus_goldens.py [gpt2|gpt2_demos|smollm2]
+    python3 tools/goldens/make_lepus_goldens.py [gpt2|gpt2_demos|t5_demos|smollm2]
 
 Cases (small pools keep them cheap: the first POOL passages of each question):
 - gpt2: a tiny random GPT-2 with a byte-level tokenizer (every byte one token, so
@@ -19,6 +19,11 @@ Cases (small pools keep them cheap: the first POOL passages of each question):
   written to tests/fixtures/lepus/demos.json in the official format), two sets (0,1)
   and (2,3) before hopscore's first template, their texts cut to 40 tokens, scores of
   the two sets averaged, prompts cut to 1000 tokens (`demo_max_prompt_len`).
+- t5_demos: the random v1.1-layout T5 of tests/fixtures/t5/v1_1 (make_t5_goldens.py)
+  scored as the official T5 branch does (the prompt is the encoder input, the question
+  with `</s>` the labels, both cut to max_prompt_len with `</s>` kept), in float64;
+  the demonstrations of gpt2_demos (cut to 30 tokens, `</s>` counted as the official
+  `tokenizer.encode` counts it), two sets averaged, encoder inputs cut to 470 tokens.
 - smollm2: SmolLM2-135M-Instruct (weights/smollm2/, tools/fetch_smollm2.sh), GGUF
   dequantised by transformers; the first template of hopscore's instruction set,
   mean ensemble, no titles, T = 1.
@@ -93,8 +98,10 @@ def clean_up_tokenization(text):
     return text
 
 
-def shorten(tok, text, max_doc):
-    ids = tok.encode(text, add_special_tokens=False)
+def shorten(tok, text, max_doc, specials=False):
+    """`specials`: count the tokens `tokenizer.encode` adds, as the official code's
+    call does (T5's `</s>`; GPT-2 adds none)."""
+    ids = tok.encode(text, add_special_tokens=specials)
     if len(ids) <= max_doc:
         return text
     par = clean_up_tokenization(tok.decode(ids[:max_doc], skip_special_tokens=True))
@@ -132,6 +139,7 @@ class Scorer:
         self.max_doc = settings["max_doc_tokens"]
         self.bos = [tok.bos_token_id] if add_bos else []
         self.cut = 0  # prompts whose question lost tokens to max_prompt_tokens
+        self.specials = False  # whether shortening counts the tokenizer's special tokens
 
     def __call__(self, prompt, question):
         """Mean log-probability of the question tokens; the scored text."""
@@ -152,6 +160,26 @@ class Scorer:
         return float(logp[start - 1 :].mean()), text
 
 
+class T5Scorer(Scorer):
+    """score_prompt_batch's T5 branch: the prompt (untrimmed) is the encoder input and
+    the question the labels, each `tokenizer(text, max_length=max_prompt_len,
+    truncation=True)` (so both end in `</s>`); the mean log-probability of the labels
+    at T (`shift=False`)."""
+
+    def __init__(self, model, tok, settings):
+        super().__init__(model, tok, False, settings)
+        self.specials = True
+
+    def __call__(self, prompt, question):
+        enc = self.tok(prompt, max_length=self.max_prompt, truncation=True)["input_ids"]
+        labels = self.tok(question, max_length=self.max_prompt, truncation=True)["input_ids"]
+        self.cut += len(self.tok(prompt)["input_ids"]) > len(enc)
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([enc]), labels=torch.tensor([labels])).logits[0]
+        logp = torch.log_softmax(logits.double() / self.t, dim=-1).gather(-1, torch.tensor(labels)[:, None])
+        return float(logp.mean()), prompt.strip() + " " + question
+
+
 def search(scorer, templates, ensemble, title, row):
     """One question: prompts (hash, score) in hopscore's request order, and the result."""
     question = row["question"] if row["question"].endswith("?") else row["question"] + "?"
@@ -162,7 +190,7 @@ def search(scorer, templates, ensemble, title, row):
         if not text.strip():
             docs.append(None)
             continue
-        body = shorten(scorer.tok, text, scorer.max_doc)
+        body = shorten(scorer.tok, text, scorer.max_doc, scorer.specials)
         docs.append(f"Title: {t}. {body}" if title else body)
     prompts = []
 
@@ -276,6 +304,35 @@ def gpt2_demos_case():
     return settings, Scorer(scorer.model, scorer.tok, False, settings)
 
 
+def t5_demos_case():
+    """The v1.1-layout T5 of tests/fixtures/t5/v1_1 (make_t5_goldens.py; scored in
+    float64) with two demonstration sets averaged, demonstrations cut to 30 tokens and
+    encoder inputs to 470 (so long paths lose their instruction, as in the official
+    code), documents to 60, T = 1.3."""
+    from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
+
+    d = FIXTURES / "t5" / "v1_1"
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(d / "tokenizer.json"), eos_token="</s>",
+                                  pad_token="<pad>", unk_token="<unk>")
+    model = T5ForConditionalGeneration.from_pretrained(str(d)).double()
+    assert not torch.equal(model.lm_head.weight, model.shared.weight), "v1.1 keeps its own lm_head"
+    model.eval()
+    demos = demo_records(hotpot_rows()[N_QUESTIONS:2 * N_QUESTIONS])
+    instructions = instruction_templates("after", 1)
+    demo_ids, demo_max_doc = [[0, 1], [2, 3]], 30
+    cut = [{**d, "gold_path_texts": [shorten(tok, p, demo_max_doc, True) for p in d["gold_path_texts"]]}
+           for d in demos]
+    templates = []
+    for ids in demo_ids:
+        for t in instructions:
+            examples = [render(t, cut[i]["gold_path_texts"]) + " " + cut[i]["question"] for i in ids]
+            templates.append(" ".join(examples) + " " + t)
+    settings = {"templates": templates, "instructions": instructions, "demo_ids": demo_ids,
+                "truncate_demos": True, "demo_max_doc_tokens": demo_max_doc, "ensemble": "mean",
+                "title": False, "temperature": 1.3, "max_doc_tokens": 60, "max_prompt_tokens": 470}
+    return settings, T5Scorer(model, tok, settings)
+
+
 def smollm2_case():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -294,7 +351,9 @@ def main():
     cases = sys.argv[1:] or ["gpt2", "smollm2"]
     rows = data_rows()
     for case in cases:
-        settings, scorer = {"gpt2": gpt2_case, "gpt2_demos": gpt2_demos_case, "smollm2": smollm2_case}[case]()
+        cases_of = {"gpt2": gpt2_case, "gpt2_demos": gpt2_demos_case, "t5_demos": t5_demos_case,
+                    "smollm2": smollm2_case}
+        settings, scorer = cases_of[case]()
         questions = []
         for r in rows:
             try:

@@ -6,6 +6,7 @@ pub mod causal_attention;
 pub mod cls_head;
 pub mod disentangled_attention;
 pub mod embedding;
+pub mod gated_act;
 pub mod gelu;
 pub mod gelu_new;
 pub mod layer_norm;
@@ -14,15 +15,15 @@ pub mod mean_pool;
 pub mod question_loglik;
 pub mod rms_norm;
 pub mod rope;
-pub mod swiglu;
+pub mod t5_attention;
 pub mod token_head;
 
 use rayon::prelude::*;
 
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, CausalShape, ClsHead, Dense, Input, OpResult, RelAttention, SeqLayout,
-    TokenLogits,
+    AttentionShape, Backend, BucketBias, CausalShape, ClsHead, Dense, Gate, Input, OpResult,
+    RelAttention, SeqLayout, T5AttentionShape, TokenLogits,
 };
 use crate::tensor::HostTensor;
 
@@ -267,11 +268,45 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn swiglu(&self, x: &CpuTensor) -> OpResult<CpuTensor> {
-        let inter = check::swiglu(x)?;
+    fn gated_act(&self, x: &CpuTensor, gate: Gate) -> OpResult<CpuTensor> {
+        let inter = check::gated_act(x)?;
         let mut data = vec![0f32; x.rows * inter];
-        swiglu::swiglu(&x.data, &mut data, inter);
+        gated_act::gated_act(&x.data, &mut data, inter, gate);
         Ok(CpuTensor::like(x.rows, inter, data))
+    }
+
+    fn relu(&self, x: &mut CpuTensor) -> OpResult<()> {
+        x.data
+            .par_chunks_mut(4096)
+            .for_each(|c| c.iter_mut().for_each(|v| *v = v.max(0.0)));
+        Ok(())
+    }
+
+    fn t5_attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        bias: Option<&BucketBias<'_, CpuTensor>>,
+        shape: T5AttentionShape,
+        q_layout: Input<'_, SeqLayout>,
+        kv_layout: Input<'_, SeqLayout>,
+    ) -> OpResult<CpuTensor> {
+        let (ql, kl) = (q_layout.host, kv_layout.host);
+        let checked = bias.map(|b| (b.table, b.index.host));
+        let max_len = check::t5_attention((q, k, v), checked, shape, ql, kl)?;
+        let bias = bias.map(|b| t5_attention::Bias {
+            table: &b.table.data,
+            index: b.index.host,
+            max_len,
+        });
+        let data =
+            t5_attention::t5_attention((&q.data, &k.data, &v.data), bias.as_ref(), shape, ql, kl);
+        Ok(CpuTensor::like(
+            ql.num_tokens(),
+            shape.heads * shape.head_dim,
+            data,
+        ))
     }
 
     fn rope(

@@ -17,6 +17,7 @@ pub mod params;
 pub mod profile;
 mod question_loglik;
 pub mod staging;
+mod t5_attention;
 pub mod tensor_core_check;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,9 +31,9 @@ pub use self::memory::CudaTensor;
 use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, BatchInputs, BatchShape, CausalShape, ClsHead, Dense, DeviceCounts,
-    Forward, Input, KernelTime, OpError, OpResult, Prepared, RelAttention, SeqLayout, Slot,
-    TokenLogits,
+    AttentionShape, Backend, BatchInputs, BatchShape, BucketBias, CausalShape, ClsHead, Dense,
+    DeviceCounts, Forward, Gate, Input, KernelTime, OpError, OpResult, Prepared, RelAttention,
+    SeqLayout, Slot, T5AttentionShape, TokenLogits,
 };
 pub use crate::backend::dtype::DType;
 use crate::backend::kernels::geometry;
@@ -649,13 +650,17 @@ impl Backend for CudaBackend {
         self.map_inplace("gelu_new", x, None)
     }
 
-    fn swiglu(&self, x: &CudaTensor) -> OpResult<CudaTensor> {
-        let inter = check::swiglu(x)?;
+    fn gated_act(&self, x: &CudaTensor, gate: Gate) -> OpResult<CudaTensor> {
+        let inter = check::gated_act(x)?;
         let out = self.tensor(x.rows, inter)?;
         if out.numel() == 0 {
             return Ok(out);
         }
-        index_u32("swiglu", x.numel())?;
+        let op = match gate {
+            Gate::Silu => "gated_silu",
+            Gate::GeluNew => "gated_gelu_new",
+        };
+        index_u32(op, x.numel())?;
         let args = [
             Arg::Ptr(out.ptr()),
             Arg::Ptr(x.ptr()),
@@ -663,8 +668,27 @@ impl Backend for CudaBackend {
             Arg::U32(inter as u32),
         ];
         let cfg = grid_1d(out.numel().div_ceil(self.vec_width()), THREADS, MAX_BLOCKS);
-        self.launch("swiglu", cfg, &args)?;
+        self.launch(op, cfg, &args)?;
         Ok(out)
+    }
+
+    fn relu(&self, x: &mut CudaTensor) -> OpResult<()> {
+        self.map_inplace("relu", x, None)
+    }
+
+    fn t5_attention(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        bias: Option<&BucketBias<'_, CudaTensor>>,
+        shape: T5AttentionShape,
+        q_layout: Input<'_, SeqLayout>,
+        kv_layout: Input<'_, SeqLayout>,
+    ) -> OpResult<CudaTensor> {
+        let checked = bias.map(|b| (b.table, b.index.host));
+        let max_len = check::t5_attention((q, k, v), checked, shape, &q_layout, &kv_layout)?;
+        t5_attention::launch(self, (q, k, v), bias, shape, (q_layout, kv_layout), max_len)
     }
 
     fn rope(
@@ -756,8 +780,11 @@ mod tests {
             "question_loglik",
             "rms_norm",
             "rope",
+            "gated_gelu_new",
+            "gated_silu",
+            "relu",
             "scale_rows",
-            "swiglu",
+            "t5_attention",
             "token_head",
         ];
         let mut missing = Vec::new();
