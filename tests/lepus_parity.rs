@@ -508,3 +508,106 @@ fn lepus_command_with_t5_demonstrations_and_an_ensemble_writes_the_reference_ran
     }
     common::assert_merged_shards_equal_whole(dir.path(), 3);
 }
+
+/// `hopscore instruction-search` with the T5 fixture and the `t5_demos` settings over
+/// three candidates (the golden's instruction among them): each candidate's Recall@2
+/// and @10, the golden's equal to those of the reference rankings; the ranking sorted
+/// and the best template written for `--templates`; a second search reuses the
+/// finished runs, and a changed setting runs them again.
+#[test]
+fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
+    use hopscore::cli::instruction_search::{run, InstructionSearchArgs};
+    use hopscore::metrics::retrieval::recall_at_k;
+    let Case {
+        golden,
+        expected,
+        questions,
+    } = case("t5_demos");
+    let dir = tempfile::tempdir().unwrap();
+    let instruction = golden["instructions"][0].as_str().unwrap();
+    let candidates = dir.path().join("candidates.txt");
+    std::fs::write(
+        &candidates,
+        format!(
+            "# candidates\nDocument: <P> Banana banana banana. Question:\n{instruction}\n\
+             Read the document and write a question it answers.\n"
+        ),
+    )
+    .unwrap();
+    let num = |k: &str| golden[k].to_string();
+    let mut flags: Vec<String> = [
+        "--templates",
+        candidates.to_str().unwrap(),
+        "--first-hops",
+        &num("first_hops"),
+        "--second-hops",
+        &num("second_hops"),
+        "--max-doc-tokens",
+        &num("max_doc_tokens"),
+        "--temperature",
+        &num("temperature"),
+    ]
+    .map(String::from)
+    .to_vec();
+    flags.extend(demo_flags(&golden));
+    let mut lepus = lepus_args(dir.path(), &t5_dir(), &questions, &flags);
+    lepus.run.output = dir.path().join("search.json");
+    let args = InstructionSearchArgs {
+        lepus,
+        k: vec![2, 10],
+    };
+    let report = run(&args).unwrap();
+    assert_eq!(report.candidates.len(), 3);
+    // Over the questions with a gold passage in their pool (as `hopscore eval`).
+    let recall = |k: usize| {
+        let with_gold: Vec<f64> = questions
+            .iter()
+            .zip(&expected)
+            .filter(|(q, _)| !q.supporting.is_empty())
+            .map(|(q, g)| recall_at_k(&usize_list(&g["ranking"]), &q.supporting, k))
+            .collect();
+        with_gold.iter().sum::<f64>() / with_gold.len() as f64
+    };
+    let of = |index: usize| report.candidates.iter().find(|c| c.index == index).unwrap();
+    let golden_one = of(1);
+    assert_eq!(golden_one.template, instruction);
+    for k in [2, 10] {
+        assert!(
+            (golden_one.recall_at_k[&k] - recall(k)).abs() < 1e-12,
+            "R@{k}: {} vs the reference rankings' {}",
+            golden_one.recall_at_k[&k],
+            recall(k)
+        );
+    }
+    let keys: Vec<(f64, f64)> = report
+        .candidates
+        .iter()
+        .map(|c| (c.recall_at_k[&2], c.recall_at_k[&10]))
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] >= w[1]), "{keys:?}");
+    let best = std::fs::read_to_string(&report.best_file).unwrap();
+    assert_eq!(best.trim(), report.candidates[0].template);
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("search.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["candidates"].as_array().unwrap().len(), 3);
+
+    // Finished runs are reused; a changed setting runs every candidate again.
+    let modified = |c: &hopscore::cli::instruction_search::Candidate| {
+        std::fs::metadata(&c.output).unwrap().modified().unwrap()
+    };
+    let before: Vec<_> = report.candidates.iter().map(modified).collect();
+    let again = run(&args).unwrap();
+    assert_eq!(
+        again.candidates.iter().map(modified).collect::<Vec<_>>(),
+        before
+    );
+    let mut changed = args.clone();
+    changed.lepus.temperature = 1.0;
+    let rerun = run(&changed).unwrap();
+    assert!(rerun
+        .candidates
+        .iter()
+        .zip(&before)
+        .all(|(c, t)| modified(c) != *t));
+}

@@ -53,6 +53,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     cli::init_threads(cli.threads)?;
     match cli.command {
         Command::Job(job) => return job.run(),
+        Command::InstructionSearch(args) => return args.run(),
         Command::Show(args) => print!("{}", cli::show::run(&args)?),
         Command::Merge(args) => {
             let n = cli::merge::run(&args)?;

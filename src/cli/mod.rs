@@ -12,6 +12,7 @@ pub mod eval;
 pub mod flags;
 pub mod import;
 pub mod inspect;
+pub mod instruction_search;
 pub mod label;
 pub mod lepus;
 pub mod loglik;
@@ -63,8 +64,11 @@ pub enum Command {
     Import(import::ImportArgs),
     /// Score predicted passage chains (and answers) against a question file.
     Eval(eval::EvalArgs),
-    /// Causal-LM scoring throughput on fixed token ids (see tools/bench_decoder_reference.py).
+    /// LM scoring throughput on fixed token ids (see tools/bench_decoder_reference.py).
     BenchLoglik(bench_loglik::BenchLoglikArgs),
+    /// Rank candidate LEPUS instructions by the Recall@k of their rankings on a
+    /// development question file (the paper's instruction search).
+    InstructionSearch(instruction_search::InstructionSearchArgs),
 }
 
 /// A job's subcommand: runs, prints its summary and returns the exit code.

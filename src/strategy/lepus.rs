@@ -79,16 +79,11 @@ pub enum InstructionPosition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template(pub String);
 
-/// The first `n` templates of an instruction file: one per non-blank line not
-/// starting with `#`; a line holding `<P>` is a template as it is, any other line an
-/// instruction placed at `position`.
-pub fn parse_templates(
-    text: &str,
-    position: InstructionPosition,
-    n: usize,
-) -> Result<Vec<Template>, String> {
-    let all: Vec<Template> = text
-        .lines()
+/// Every template of an instruction file: one per non-blank line not starting with
+/// `#`; a line holding `<P>` is a template as it is, any other line an instruction
+/// placed at `position`.
+pub fn instruction_templates(text: &str, position: InstructionPosition) -> Vec<Template> {
+    text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
@@ -101,7 +96,16 @@ pub fn parse_templates(
                 }
             })
         })
-        .collect();
+        .collect()
+}
+
+/// The first `n` templates of an instruction file ([`instruction_templates`]).
+pub fn parse_templates(
+    text: &str,
+    position: InstructionPosition,
+    n: usize,
+) -> Result<Vec<Template>, String> {
+    let all = instruction_templates(text, position);
     if n == 0 || n > all.len() {
         return Err(format!(
             "--num-templates {n}: the instruction set has {} templates",

@@ -1,0 +1,203 @@
+//! `hopscore instruction-search`: the LEPUS paper's instruction search (mukhal/PromptRank
+//! `run_instruction_search.py`): every candidate instruction of `--templates` is run
+//! alone as a `hopscore lepus` over a development question file with gold passages,
+//! and the candidates are ranked by Recall@k of their rankings, so that the best can
+//! be passed to `hopscore lepus --templates`.
+//!
+//! Each candidate's run is an ordinary lepus output under `<output>.runs/`
+//! (`instruction-007.parquet`, with its parts while it runs): an interrupted search
+//! continues where it stopped, finished candidates whose settings are unchanged are
+//! not run again.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+use super::lepus::LepusArgs;
+use crate::io::atomic::write_file;
+use crate::jobs::lepus::LepusScorer;
+use crate::metrics::eval::evaluate_column;
+use crate::strategy::lepus::{instruction_templates, InstructionPosition};
+
+#[derive(Debug, Clone, Args)]
+pub struct InstructionSearchArgs {
+    /// The lepus settings of every run: `--templates` is the file of candidate
+    /// instructions (every one is tried, alone; `--num-templates` does not apply),
+    /// `--input` the development question file (with gold passages), `--output` the
+    /// ranking (JSON).
+    #[command(flatten)]
+    pub lepus: LepusArgs,
+    /// Recall cut-offs reported per candidate; the first ranks them, the next break
+    /// ties.
+    #[arg(long, value_delimiter = ',', default_value = "2,10", value_parser = super::flags::positive_usize)]
+    pub k: Vec<usize>,
+}
+
+/// One candidate's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// Position in the candidates file (0-based, blank and `#` lines skipped).
+    pub index: usize,
+    /// The template run (the instruction placed by `--instruction-position`).
+    pub template: String,
+    /// k → Recall@k over the questions with gold passages.
+    pub recall_at_k: std::collections::BTreeMap<usize, f64>,
+    pub questions: u64,
+    /// The candidate's lepus output.
+    pub output: PathBuf,
+}
+
+/// The search's result, best candidate first.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchReport {
+    pub k: Vec<usize>,
+    pub candidates: Vec<Candidate>,
+    /// A one-line instruction file holding the best template (for `--templates`).
+    pub best_file: PathBuf,
+    /// Whether the search stopped at an interrupt (the ranking covers the finished
+    /// candidates).
+    pub interrupted: bool,
+}
+
+/// What a finished candidate was run with: its run is reused when this is unchanged.
+#[derive(Serialize)]
+struct RunSettings<'a> {
+    template: &'a str,
+    config: crate::jobs::lepus::LepusConfig,
+}
+
+fn runs_dir(output: &Path) -> PathBuf {
+    let mut name = output.as_os_str().to_owned();
+    name.push(".runs");
+    PathBuf::from(name)
+}
+
+/// Runs the search.
+pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
+    let lepus = &args.lepus;
+    ensure!(
+        lepus.scorer == LepusScorer::Lm,
+        "instruction-search needs --scorer lm (BM25 reads no instruction)"
+    );
+    ensure!(!args.k.is_empty(), "--k needs at least one cut-off");
+    let file = lepus
+        .templates
+        .as_deref()
+        .context("--templates FILE: the candidate instructions, one per line")?;
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read --templates {}", file.display()))?;
+    let position = match lepus.instruction_position {
+        super::lepus::PositionArg::After => InstructionPosition::After,
+        super::lepus::PositionArg::Before => InstructionPosition::Before,
+    };
+    let templates = instruction_templates(&text, position);
+    if templates.is_empty() {
+        bail!("{} holds no instruction", file.display());
+    }
+    let runs = runs_dir(&lepus.run.output);
+    std::fs::create_dir_all(&runs).with_context(|| format!("cannot create {}", runs.display()))?;
+    let mut candidates = Vec::new();
+    let mut interrupted = false;
+    for (index, template) in templates.iter().enumerate() {
+        let stem = runs.join(format!("instruction-{index:03}"));
+        let line = stem.with_extension("txt");
+        write_file(&line, format!("{}\n", template.0).as_bytes())?;
+        let mut one = lepus.clone();
+        one.templates = Some(line);
+        one.num_templates = 1;
+        one.run.output = stem.with_extension("parquet");
+        one.run.quarantine = None;
+        let done = stem.with_extension("done.json");
+        let settings = serde_json::to_string(&RunSettings {
+            template: &template.0,
+            config: one.config(),
+        })?;
+        let finished =
+            one.run.output.is_file() && std::fs::read_to_string(&done).is_ok_and(|d| d == settings);
+        if !finished {
+            eprintln!(
+                "instruction {}/{}: {}",
+                index + 1,
+                templates.len(),
+                template.0
+            );
+            let mut parts = one.run.output.as_os_str().to_owned();
+            parts.push(".parts");
+            one.run.resume = Path::new(&parts).is_dir();
+            let summary = super::lepus::run(&one)?;
+            if summary.interrupted {
+                interrupted = true;
+                break;
+            }
+            write_file(&done, settings.as_bytes())?;
+        }
+        let report = evaluate_column(&lepus.run.input, &one.run.output, &args.k, "chain")?;
+        candidates.push(Candidate {
+            index,
+            template: template.0.clone(),
+            recall_at_k: report.overall.recall_at_k.clone(),
+            questions: report.overall.retrieval_questions,
+            output: one.run.output.clone(),
+        });
+    }
+    let recalls = |c: &Candidate| -> Vec<f64> {
+        args.k
+            .iter()
+            .map(|k| c.recall_at_k.get(k).copied().unwrap_or(0.0))
+            .collect()
+    };
+    candidates.sort_by(|a, b| {
+        recalls(b)
+            .partial_cmp(&recalls(a))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.index.cmp(&b.index))
+    });
+    let best_file = lepus.run.output.with_extension("best.txt");
+    if let Some(best) = candidates.first() {
+        write_file(&best_file, format!("{}\n", best.template).as_bytes())?;
+    }
+    let report = SearchReport {
+        k: args.k.clone(),
+        candidates,
+        best_file,
+        interrupted,
+    };
+    write_file(
+        &lepus.run.output,
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
+    Ok(report)
+}
+
+/// The ranking as a table, best first.
+pub fn table(r: &SearchReport) -> String {
+    let mut out = String::from("rank");
+    for k in &r.k {
+        out += &format!("  R@{k:<4}");
+    }
+    out += "  template\n";
+    for (rank, c) in r.candidates.iter().enumerate() {
+        out += &format!("{:>4}", rank + 1);
+        for k in &r.k {
+            out += &format!(
+                "  {:>6.1}",
+                100.0 * c.recall_at_k.get(k).copied().unwrap_or(0.0)
+            );
+        }
+        out += &format!("  {}\n", c.template);
+    }
+    if let Some(best) = r.candidates.first() {
+        out += &format!("best (in {}): {}\n", r.best_file.display(), best.template);
+    }
+    out
+}
+
+impl super::Run for InstructionSearchArgs {
+    fn run(&self) -> Result<i32> {
+        let report = run(self)?;
+        print!("{}", table(&report));
+        Ok(super::entry::exit_code(report.interrupted))
+    }
+}
