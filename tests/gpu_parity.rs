@@ -606,7 +606,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             bias,
         } => {
             let q_lay = causal_layout(lens, None);
-            let kv_lay = kv_lens.map_or_else(|| q_lay.clone(), |l| encoder_layout(l));
+            let kv_lay = kv_lens.map_or_else(|| q_lay.clone(), encoder_layout);
             let width = heads * d;
             let q = up(&inp.matrix(q_lay.num_tokens(), width, 1.0));
             let k = up(&inp.matrix(kv_lay.num_tokens(), width, 1.0));
@@ -1668,32 +1668,14 @@ fn check_t5(dtype: DType) {
     let Some(gpu) = common::gpu(dtype) else {
         return;
     };
-    let golden = common::fixture_json("t5/logprobs.json");
     for name in ["v1_0", "v1_1"] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = rounded_checkpoint(&common::fixture(&format!("t5/{name}")), tmp.path(), dtype);
         let cpu = load_decoder(&CpuBackend, &dir, None).unwrap().model;
         let model = load_decoder(&gpu, &dir, None).unwrap().model;
-        let ids = |v: &serde_json::Value| -> Vec<u32> {
-            v.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        };
-        let mut seqs: Vec<ScoredSequence> = golden["models"][name]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                let mut all = ids(&s["encoder"]);
-                let target_start = all.len();
-                all.extend(ids(&s["labels"]));
-                ScoredSequence {
-                    ids: all,
-                    target_start,
-                }
-            })
+        let mut seqs: Vec<ScoredSequence> = common::t5_golden_sequences(name)
+            .into_iter()
+            .map(|(s, _)| s)
             .collect();
         seqs.sort_by_key(|s| s.target_start);
         seqs.truncate(6);

@@ -275,6 +275,14 @@ fn lepus_args(
     args
 }
 
+/// The search settings of a golden as flags: K1, K2, the document budget and T.
+fn search_flags(golden: &Value) -> Vec<String> {
+    ["first_hops", "second_hops", "max_doc_tokens", "temperature"]
+        .iter()
+        .flat_map(|k| [format!("--{}", k.replace('_', "-")), golden[*k].to_string()])
+        .collect()
+}
+
 /// `hopscore lepus` on the questions of case `name` with `model`, its settings and
 /// `extra` flags writes the golden rankings, document scores and best paths.
 fn lepus_command_writes_the_rankings_of(name: &str, model: &Path, extra: &[String]) {
@@ -302,19 +310,12 @@ fn lepus_command_writes_the_rankings_of(name: &str, model: &Path, extra: &[Strin
         &listed.as_array().unwrap().len().to_string(),
         "--ensemble",
         golden["ensemble"].as_str().unwrap(),
-        "--first-hops",
-        &num("first_hops"),
-        "--second-hops",
-        &num("second_hops"),
-        "--max-doc-tokens",
-        &num("max_doc_tokens"),
         "--max-prompt-tokens",
         &num("max_prompt_tokens"),
-        "--temperature",
-        &num("temperature"),
     ]
     .map(String::from)
     .to_vec();
+    flags.extend(search_flags(&golden));
     if golden["title"].as_bool().unwrap() {
         flags.push("--title".into());
     }
@@ -534,21 +535,11 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
         ),
     )
     .unwrap();
-    let num = |k: &str| golden[k].to_string();
-    let mut flags: Vec<String> = [
-        "--templates",
-        candidates.to_str().unwrap(),
-        "--first-hops",
-        &num("first_hops"),
-        "--second-hops",
-        &num("second_hops"),
-        "--max-doc-tokens",
-        &num("max_doc_tokens"),
-        "--temperature",
-        &num("temperature"),
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut flags = vec![
+        "--templates".to_string(),
+        candidates.to_str().unwrap().into(),
+    ];
+    flags.extend(search_flags(&golden));
     flags.extend(demo_flags(&golden));
     let mut lepus = lepus_args(dir.path(), &t5_dir(), &questions, &flags);
     lepus.run.output = dir.path().join("search.json");

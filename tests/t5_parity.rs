@@ -33,46 +33,6 @@ fn model_dir(name: &str) -> PathBuf {
     common::fixture(&format!("t5/{name}"))
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn golden_sequences(g: &Value, name: &str) -> Vec<(ScoredSequence, Vec<Vec<f64>>)> {
-    g["models"][name]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            let mut all = ids(&s["encoder"]);
-            let target_start = all.len();
-            all.extend(ids(&s["labels"]));
-            let logprobs = s["logprobs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| {
-                    t.as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.as_f64().unwrap())
-                        .collect()
-                })
-                .collect();
-            (
-                ScoredSequence {
-                    ids: all,
-                    target_start,
-                },
-                logprobs,
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn relative_position_buckets_match_transformers() {
     let g = golden();
@@ -100,7 +60,7 @@ fn check_logprobs(name: &str, batch: usize) {
     let be = CpuBackend;
     let loaded = load_decoder(&be, &model_dir(name), None).unwrap();
     assert!(matches!(loaded.model, LanguageModel::Seq2Seq(_)));
-    let cases = golden_sequences(&g, name);
+    let cases = common::t5_golden_sequences(name);
     let temps: Vec<f32> = g["temperatures"]
         .as_array()
         .unwrap()
@@ -178,7 +138,7 @@ fn prompts_from_the_data_tokenise_to_the_golden_ids() {
         max_tokens: 2048,
         seq2seq: true,
     };
-    let cases = golden_sequences(&g, "v1_1");
+    let cases = common::t5_golden_sequences("v1_1");
     for (at, prompt, question) in data_prompts(&g) {
         let seq = encoder.encode(&prompt, &question).unwrap();
         let want = &cases[at].0;
@@ -237,7 +197,7 @@ fn loglik_command_scores_t5_rows_as_transformers() {
     assert_eq!(out.num_rows(), prompts.len() - 1);
     let bad = common::read_parquet(&tmp.path().join("out.quarantine.parquet"));
     assert_eq!(bad.num_rows(), 1);
-    let cases = golden_sequences(&g, "v1_0");
+    let cases = common::t5_golden_sequences("v1_0");
     let ids = out.column_by_name("id").unwrap().as_string::<i32>();
     let sums = out
         .column_by_name("loglik_sum")
@@ -263,8 +223,7 @@ fn loglik_command_scores_t5_rows_as_transformers() {
 #[test]
 fn bench_loglik_scores_t5_pairs() {
     use hopscore::bench::loglik::{run, LoglikBench};
-    let g = golden();
-    let cases = golden_sequences(&g, "v1_1");
+    let cases = common::t5_golden_sequences("v1_1");
     let tmp = tempfile::tempdir().unwrap();
     let pairs: Vec<Value> = cases
         .iter()

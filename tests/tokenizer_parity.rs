@@ -9,13 +9,7 @@ mod common;
 use hopscore::text::TextTokenizer;
 use serde_json::Value;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
+use common::json_ids as ids;
 
 /// Checks the four encodings of one (question, passage) entry; returns a label on mismatch.
 fn check(

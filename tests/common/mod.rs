@@ -419,3 +419,46 @@ pub fn assert_merged_shards_equal_whole(dir: &Path, n: usize) {
         assert_eq!(a.columns(), b.columns(), "{name}");
     }
 }
+
+/// A JSON list of token ids.
+pub fn json_ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The golden prompts of T5 fixture `name` (`tests/fixtures/t5/logprobs.json`): each
+/// as a scored sequence (encoder ids, then labels) with its per-token log-probabilities
+/// at each golden temperature.
+pub fn t5_golden_sequences(
+    name: &str,
+) -> Vec<(hopscore::model::decoder::ScoredSequence, Vec<Vec<f64>>)> {
+    fixture_json("t5/logprobs.json")["models"][name]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let mut ids = json_ids(&s["encoder"]);
+            let target_start = ids.len();
+            ids.extend(json_ids(&s["labels"]));
+            let logprobs = s["logprobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    t.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_f64().unwrap())
+                        .collect()
+                })
+                .collect();
+            (
+                hopscore::model::decoder::ScoredSequence { ids, target_start },
+                logprobs,
+            )
+        })
+        .collect()
+}

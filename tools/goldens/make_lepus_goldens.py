@@ -289,19 +289,25 @@ def gpt2_demos_case():
     settings, scorer = gpt2_case()
     demos = demo_records(hotpot_rows()[N_QUESTIONS:2 * N_QUESTIONS])
     (OUT / "demos.json").write_text(json.dumps(demos, indent=1) + "\n")
+    settings = {**demo_settings(demos, scorer.tok, 40, False), "ensemble": "mean", "title": False,
+                "temperature": 1.0, "max_doc_tokens": 120, "max_prompt_tokens": 1000}
+    return settings, Scorer(scorer.model, scorer.tok, False, settings)
+
+
+def demo_settings(demos, tok, demo_max_doc, specials):
+    """Demonstration sets (0,1) and (2,3) before hopscore's first instruction, texts cut
+    to `demo_max_doc` tokens (`specials`: counting the tokenizer's special tokens)."""
     instructions = instruction_templates("after", 1)
-    demo_ids, demo_max_doc = [[0, 1], [2, 3]], 40
-    cut = [{**d, "gold_path_texts": [shorten(scorer.tok, p, demo_max_doc) for p in d["gold_path_texts"]]}
+    demo_ids = [[0, 1], [2, 3]]
+    cut = [{**d, "gold_path_texts": [shorten(tok, p, demo_max_doc, specials) for p in d["gold_path_texts"]]}
            for d in demos]
     templates = []
     for ids in demo_ids:
         for t in instructions:
             examples = [render(t, cut[i]["gold_path_texts"]) + " " + cut[i]["question"] for i in ids]
             templates.append(" ".join(examples) + " " + t)
-    settings = {"templates": templates, "instructions": instructions, "demo_ids": demo_ids,
-                "truncate_demos": True, "demo_max_doc_tokens": demo_max_doc, "ensemble": "mean",
-                "title": False, "temperature": 1.0, "max_doc_tokens": 120, "max_prompt_tokens": 1000}
-    return settings, Scorer(scorer.model, scorer.tok, False, settings)
+    return {"templates": templates, "instructions": instructions, "demo_ids": demo_ids,
+            "truncate_demos": True, "demo_max_doc_tokens": demo_max_doc}
 
 
 def t5_demos_case():
@@ -318,18 +324,8 @@ def t5_demos_case():
     assert not torch.equal(model.lm_head.weight, model.shared.weight), "v1.1 keeps its own lm_head"
     model.eval()
     demos = demo_records(hotpot_rows()[N_QUESTIONS:2 * N_QUESTIONS])
-    instructions = instruction_templates("after", 1)
-    demo_ids, demo_max_doc = [[0, 1], [2, 3]], 30
-    cut = [{**d, "gold_path_texts": [shorten(tok, p, demo_max_doc, True) for p in d["gold_path_texts"]]}
-           for d in demos]
-    templates = []
-    for ids in demo_ids:
-        for t in instructions:
-            examples = [render(t, cut[i]["gold_path_texts"]) + " " + cut[i]["question"] for i in ids]
-            templates.append(" ".join(examples) + " " + t)
-    settings = {"templates": templates, "instructions": instructions, "demo_ids": demo_ids,
-                "truncate_demos": True, "demo_max_doc_tokens": demo_max_doc, "ensemble": "mean",
-                "title": False, "temperature": 1.3, "max_doc_tokens": 60, "max_prompt_tokens": 470}
+    settings = {**demo_settings(demos, tok, 30, True), "ensemble": "mean", "title": False,
+                "temperature": 1.3, "max_doc_tokens": 60, "max_prompt_tokens": 470}
     return settings, T5Scorer(model, tok, settings)
 
 
