@@ -128,7 +128,8 @@ class EfficientRAG(Job):
 
 
 class Lepus(Job):
-    """LEPUS reranking of each question's passages with a causal LM, or BM25 with
+    """LEPUS reranking of each question's passages with a causal LM or a T5-family
+    encoder-decoder (``model``: its directory or GGUF file), or BM25 with
     ``scorer="bm25"`` (``hopscore lepus``). Defaults: ``first_hops=5``,
     ``second_hops=3``, ``max_doc_tokens=230``, ``max_prompt_tokens=600``,
     ``temperature=1.0``, ``ensemble="mean"``, ``path_ensemble="mean"``. In-context
@@ -189,7 +190,8 @@ class Embedder(Job):
 
 
 class CausalLM(Job):
-    """Log-likelihoods of (id, prompt, target) rows' targets under a causal LM
+    """Log-likelihoods of (id, prompt, target) rows' targets under a causal LM, or a
+    T5-family encoder-decoder reading the prompt as its encoder input
     (``hopscore loglik``); :meth:`loglik` is :meth:`process`. Defaults:
     ``temperature=1.0``, ``max_batch_tokens=8192``."""
 

@@ -113,7 +113,7 @@ class Embed(_Actor):
 
 
 class Loglik(_Actor):
-    """Causal-LM log-likelihoods of (id, prompt, target) rows: keyword arguments of
+    """LM log-likelihoods (causal or T5) of (id, prompt, target) rows: keyword arguments of
     :class:`hopscore.CausalLM`."""
 
     job_class = hopscore.CausalLM

@@ -28,8 +28,17 @@ CASES = {
          "demo_max_prompt_tokens": 1000, "max_doc_tokens": 100},
         "questions",
     ),
+    "lepus-t5": (
+        "lepus",
+        hopscore.Lepus,
+        {"model": fixture("t5/v1_1"), "first_hops": 2, "demos": fixture("lepus/demos.json"),
+         "demo_ids": [[0, 1], [2, 3]], "truncate_demos": True, "demo_max_doc_tokens": 30,
+         "demo_max_prompt_tokens": 470, "max_doc_tokens": 60},
+        "questions",
+    ),
     "classify": ("classify", hopscore.CrossEncoder, {"model": fixture("deberta/v3_seqcls")}, "pairs"),
     "loglik": ("loglik", hopscore.CausalLM, {"model": fixture("lepus/gpt2_bytes")}, "loglik_rows"),
+    "loglik-t5": ("loglik", hopscore.CausalLM, {"model": fixture("t5/v1_0")}, "loglik_rows"),
     "embed": ("embed", hopscore.Embedder, {"model": fixture("bert/random_plain"), "float16": True}, "passages"),
 }
 BAD_ID = {"questions": "bad-no-passages", "pairs": "bad-null", "loglik_rows": "bad-null", "passages": "bad-null"}
