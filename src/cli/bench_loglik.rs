@@ -1,4 +1,4 @@
-//! `hopscore bench-loglik`: causal-LM scoring throughput on fixed token ids
+//! `hopscore bench-loglik`: LM scoring throughput (causal or T5) on fixed token ids
 //! ([`crate::bench::loglik`]).
 
 use std::path::PathBuf;

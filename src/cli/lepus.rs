@@ -26,7 +26,7 @@ pub struct LepusArgs {
     pub tokenizer: Option<PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,
-    /// `lm`: LEPUS with the causal LM; `bm25`: BM25 (Lucene scoring, k1 0.9, b 0.4)
+    /// `lm`: LEPUS with the language model; `bm25`: BM25 (Lucene scoring, k1 0.9, b 0.4)
     /// of the question against each passage's title and text, no model (a baseline).
     #[arg(long, value_enum, default_value_t = ScorerArg::Lm)]
     pub scorer: ScorerArg,

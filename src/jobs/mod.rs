@@ -113,13 +113,13 @@ macro_rules! for_each_job {
             Label(crate::jobs::label::LabelConfig, crate::cli::label::LabelArgs),
             /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
             Review(crate::jobs::review::ReviewConfig, crate::cli::review::ReviewArgs),
-            /// LEPUS reranking of each question's passages with a causal LM (or BM25).
+            /// LEPUS reranking of each question's passages with a causal LM or a T5 encoder-decoder (or BM25).
             Lepus(crate::jobs::lepus::LepusConfig, crate::cli::lepus::LepusArgs),
             /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
             Classify(crate::jobs::classify::ClassifyConfig, crate::cli::classify::ClassifyArgs),
             /// Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE).
             Embed(crate::jobs::embed::EmbedConfig, crate::cli::embed::EmbedArgs),
-            /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM (LEPUS).
+            /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM or a T5 encoder-decoder (LEPUS).
             Loglik(crate::jobs::loglik::LoglikConfig, crate::cli::loglik::LoglikArgs),
         }
     };
