@@ -30,6 +30,12 @@ constexpr unsigned ATTENTION_MAX_D = 128;  // largest head size of either attent
 // Q tile and K-then-V tile [rows][d + 1], probabilities [rows][keys + 1], f32.
 constexpr unsigned causal_v1_smem(unsigned d) { return 4 * ((CAUSAL_V1_ROWS + CAUSAL_V1_KEYS) * (d + 1) + CAUSAL_V1_ROWS * (CAUSAL_V1_KEYS + 1)); }
 
+// t5_attention v1: one warp per query row (ATTENTION_THREADS / 32 rows per block), K
+// and V tiles of T5_KEYS keys as f32.
+constexpr unsigned T5_ROWS = ATTENTION_THREADS / 32;
+constexpr unsigned T5_KEYS = 32;
+constexpr unsigned t5_smem(unsigned d) { return 4 * 2 * T5_KEYS * d; }
+
 // v3 attentions (flash_v3.cuh): 64 query rows per block (16 per warp), 64-key tiles,
 // rows of the padded head size d (64 or 128) + 8 16-bit elements.
 constexpr unsigned V3_ROWS = 64;

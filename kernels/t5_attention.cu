@@ -14,11 +14,12 @@
 // is online (running max m and sum l) and the context is accumulated in f32 registers.
 // CPU twin: src/backend/cpu/t5_attention.rs.
 #include "common.cuh"
+#include "geometry.cuh"
 
 namespace {
-constexpr unsigned WARPS = 4;    // query rows per block
-constexpr unsigned BK = 32;      // keys per shared-memory tile
-constexpr unsigned MAX_D = 128;  // largest head_dim
+constexpr unsigned WARPS = hopscore::geometry::T5_ROWS;  // query rows per block
+constexpr unsigned BK = hopscore::geometry::T5_KEYS;     // keys per shared-memory tile
+constexpr unsigned MAX_D = hopscore::geometry::ATTENTION_MAX_D;  // largest head_dim
 constexpr unsigned CPL = MAX_D / 32;  // columns per lane
 }  // namespace
 

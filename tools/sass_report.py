@@ -59,6 +59,7 @@ GEOMETRY = {
     "causal_attention_fma": ("ATTENTION_THREADS", "causal_v1_smem(64)"),
     "causal_attention_v3_d64": ("ATTENTION_THREADS", "causal_v3_smem(64)"),
     "causal_attention_v3_d128": ("ATTENTION_THREADS", "causal_v3_smem(128)"),
+    "t5_attention": ("ATTENTION_THREADS", "t5_smem(64)"),
     "question_loglik": ("LOGLIK_THREADS", "0"),
     "question_loglik_bf16": ("LOGLIK_THREADS", "LOGLIK_TC_SMEM"),
     "question_loglik_f16": ("LOGLIK_THREADS", "LOGLIK_TC_SMEM"),

@@ -5,15 +5,13 @@
 use cudarc::driver::LaunchConfig;
 
 use super::{Arg, CudaBackend, CudaTensor};
+use crate::backend::kernels::geometry as g;
 use crate::backend::check::Dims;
 use crate::backend::{BucketBias, Input, OpError, OpResult, SeqLayout, T5AttentionShape};
 
 const OP: &str = "t5_attention";
-/// Query rows per block (one warp each) and keys per shared-memory tile (`WARPS`, `BK`).
-const WARPS: usize = 4;
-const BK: usize = 32;
-/// Largest head dimension (`MAX_D`: 4 columns per lane).
-const MAX_D: usize = 128;
+/// Largest head dimension (4 columns per lane).
+const MAX_D: usize = g::ATTENTION_MAX_D as usize;
 
 /// Context `[q tokens, heads·d]` (operands already checked; `max_len` of the index).
 pub(super) fn launch(
@@ -41,11 +39,11 @@ pub(super) fn launch(
     let cfg = LaunchConfig {
         grid_dim: (
             q_layout.num_seqs() as u32,
-            q_layout.max_len().div_ceil(WARPS) as u32,
+            q_layout.max_len().div_ceil(g::T5_ROWS as usize) as u32,
             heads as u32,
         ),
-        block_dim: (32 * WARPS as u32, 1, 1),
-        shared_mem_bytes: (2 * BK * d * 4) as u32,
+        block_dim: (g::ATTENTION_THREADS, 1, 1),
+        shared_mem_bytes: g::t5_smem(d as u32),
     };
     let args = [
         Arg::Ptr(out.ptr()),
