@@ -5,8 +5,8 @@
 use cudarc::driver::LaunchConfig;
 
 use super::{Arg, CudaBackend, CudaTensor};
-use crate::backend::kernels::geometry as g;
 use crate::backend::check::Dims;
+use crate::backend::kernels::geometry as g;
 use crate::backend::{BucketBias, Input, OpError, OpResult, SeqLayout, T5AttentionShape};
 
 const OP: &str = "t5_attention";
