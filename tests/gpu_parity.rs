@@ -1228,10 +1228,10 @@ fn causal_attention_rejects_head_dim_over_128() {
     assert!(err.to_string().contains("head_dim 256"), "{err}");
 }
 
-/// A copy of checkpoint `src` (config.json + model.safetensors) with every float
-/// tensor rounded to `dtype` and stored as f32, so that the CPU reference holds the
-/// weights the GPU holds and the comparison measures the kernels' rounding only.
-/// f32 uses `src` itself.
+/// A copy of checkpoint `src` (its files; the weights, `model.safetensors` or its
+/// shards, with every float tensor rounded to `dtype` and stored as f32), so that the
+/// CPU reference holds the weights the GPU holds and the comparison measures the
+/// kernels' rounding only. f32 uses `src` itself.
 fn rounded_checkpoint(src: &Path, dst: &Path, dtype: DType) -> PathBuf {
     if dtype == DType::F32 {
         return src.to_path_buf();
@@ -1239,7 +1239,12 @@ fn rounded_checkpoint(src: &Path, dst: &Path, dtype: DType) -> PathBuf {
     for e in std::fs::read_dir(src).unwrap() {
         let path = e.unwrap().path();
         let name = path.file_name().unwrap();
-        if path.extension().is_some_and(|x| x == "safetensors") {
+        // The weights: `model.safetensors` or the shards of an index (a fixture's
+        // other files, goldens included, are copied as they are).
+        let weights = name
+            .to_str()
+            .is_some_and(|n| n.starts_with("model") && n.ends_with(".safetensors"));
+        if weights {
             round_file(&path, &dst.join(name), dtype);
         } else {
             std::fs::copy(&path, dst.join(name)).unwrap();
