@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::config::ConfigError;
+use super::config::{read_config, ConfigError};
 use super::gguf::GgufFile;
 
 /// Which block structure the decoder uses.
@@ -159,17 +159,7 @@ fn need<T: Copy>(v: Option<T>, field: &'static str) -> Result<T, ConfigError> {
 impl DecoderConfig {
     /// Reads and resolves `<dir>/config.json`.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let raw: RawDecoderConfig =
-            serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
-                path: path.display().to_string(),
-                kind: "decoder (GPT-2, Llama, Mistral, Qwen2)",
-                source,
-            })?;
-        Self::resolve(raw)
+        Self::resolve(read_config(path, "decoder (GPT-2, Llama, Mistral, Qwen2)")?)
     }
 
     /// Validates a raw config and fills in the defaults of its `model_type`.

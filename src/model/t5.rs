@@ -22,7 +22,7 @@ use anyhow::{ensure, Context, Result};
 use serde::Deserialize;
 
 use super::batch::{PackedBatch, Sequence};
-use super::config::ConfigError;
+use super::config::{read_config, ConfigError};
 use super::decoder::ScoredSequence;
 use super::layers::Linear;
 use super::weights::Weights;
@@ -128,17 +128,7 @@ impl T5Config {
     }
 
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let raw: RawT5Config =
-            serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
-                path: path.display().to_string(),
-                kind: "T5",
-                source,
-            })?;
-        Self::resolve(raw)
+        Self::resolve(read_config(path, "T5")?)
     }
 
     fn resolve(r: RawT5Config) -> Result<Self, ConfigError> {
