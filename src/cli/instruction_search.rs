@@ -19,7 +19,7 @@ use super::lepus::LepusArgs;
 use crate::io::atomic::write_file;
 use crate::jobs::lepus::LepusScorer;
 use crate::metrics::eval::evaluate_column;
-use crate::strategy::lepus::{instruction_templates, InstructionPosition};
+use crate::strategy::lepus::instruction_templates;
 
 #[derive(Debug, Clone, Args)]
 pub struct InstructionSearchArgs {
@@ -88,11 +88,7 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         .context("--templates FILE: the candidate instructions, one per line")?;
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read --templates {}", file.display()))?;
-    let position = match lepus.instruction_position {
-        super::lepus::PositionArg::After => InstructionPosition::After,
-        super::lepus::PositionArg::Before => InstructionPosition::Before,
-    };
-    let templates = instruction_templates(&text, position);
+    let templates = instruction_templates(&text, lepus.config().instruction_position);
     if templates.is_empty() {
         bail!("{} holds no instruction", file.display());
     }

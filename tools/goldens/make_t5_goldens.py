@@ -173,14 +173,8 @@ def v1_1(vocab):
                  feed_forward_proj="gated-gelu", tied=False)
 
 
-def render(template, docs):
-    from make_lepus_goldens import render as official
-
-    return official(template, docs)
-
-
 def prompts(rows):
-    from make_lepus_goldens import instruction_templates
+    from make_lepus_goldens import instruction_templates, render
 
     template = instruction_templates("after", 1)[0]
     out = []
