@@ -7,7 +7,7 @@ use hopscore::bench::{run, BenchSpec, ModelShape};
 fn main() -> anyhow::Result<()> {
     for seq_len in [128, 256] {
         let r = run(
-            &CpuBackend,
+            &CpuBackend::F32,
             BenchSpec {
                 shape: ModelShape::Small,
                 seq_len,

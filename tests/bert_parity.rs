@@ -49,7 +49,7 @@ fn minilm_embeddings_match_sentence_transformers() {
         return;
     };
     let dir = weights.parent().unwrap();
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let model = BertEmbedder::load(&be, dir, None).unwrap();
     assert_eq!(
         model.head,
@@ -115,7 +115,7 @@ fn golden_batch(
 
 #[test]
 fn random_contriever_layout_matches_hf_bert() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let dir = random_plain();
     let (g, batch) = golden_batch(&dir);
     // A plain HF directory: mean pooling without normalisation (Contriever).
@@ -150,7 +150,7 @@ fn random_contriever_layout_matches_hf_bert() {
 
 #[test]
 fn bad_configs_and_modules_name_the_field() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     for f in ["config.json", "model.safetensors"] {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
+use hopscore::backend::cpu::CpuGemm;
 use hopscore::cli::classify::{run, ClassifyArgs};
 use hopscore::cli::DeviceOpts;
 use parquet::arrow::ArrowWriter;
@@ -181,6 +182,7 @@ fn cuda_run_records_its_dtype() {
             gpu: 0,
             dtype: DType::Bf16,
             cuda_graphs: true,
+            ..DeviceOpts::CPU
         },
     })
     .unwrap();
@@ -320,7 +322,7 @@ fn edited_checkpoint(dir: &Path, edit: impl Fn(&str, &mut Vec<usize>, &mut Vec<u
 fn load_error(dir: &Path) -> String {
     use hopscore::backend::cpu::CpuBackend;
     use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
-    CrossEncoder::load(&CpuBackend, ModelFiles::open(dir).unwrap(), None)
+    CrossEncoder::load(&CpuBackend::F32, ModelFiles::open(dir).unwrap(), None)
         .err()
         .map(|e| format!("{e:#}"))
         .expect("loading must fail")
@@ -382,47 +384,108 @@ fn non_finite_weights_and_tensors_the_config_leaves_out_are_refused() {
     );
 }
 
+/// A `classify` run of 9 word pairs in parts of 4, in a temporary folder with a word
+/// tokenizer, and a file in the way of a quarantine path (to fail a run's final merge,
+/// which keeps its committed parts).
+struct PartRun {
+    tmp: tempfile::TempDir,
+    tokenizer: std::path::PathBuf,
+    input: std::path::PathBuf,
+    blocked: std::path::PathBuf,
+}
+
+impl PartRun {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let tokenizer = common::word_tokenizer(tmp.path());
+        let input = tmp.path().join("pairs.parquet");
+        let rows: Vec<_> = (0..9)
+            .map(|i| (Some("a"), Some(format!("w{} w{}", i + 3, i + 9)), None))
+            .collect();
+        write_input(&input, &rows);
+        let blocker = tmp.path().join("blocker");
+        std::fs::write(&blocker, b"a file").unwrap();
+        Self {
+            blocked: blocker.join("q.parquet"),
+            tmp,
+            tokenizer,
+            input,
+        }
+    }
+
+    fn output(&self) -> std::path::PathBuf {
+        self.tmp.path().join("o.parquet")
+    }
+
+    /// The run's arguments; `fail_merge` points the quarantine into the blocker file.
+    fn args(&self, resume: bool, fail_merge: bool, cpu_gemm: CpuGemm) -> ClassifyArgs {
+        ClassifyArgs {
+            model: common::fixture("deberta/v3_seqcls"),
+            tokenizer: Some(self.tokenizer.clone()),
+            input: self.input.clone(),
+            output: self.output(),
+            head: None,
+            max_batch_tokens: 64,
+            max_length: None,
+            quarantine: fail_merge.then(|| self.blocked.clone()),
+            parts: hopscore::cli::row_run::PartArgs {
+                resume,
+                shard: None,
+                part_rows: 4,
+            },
+            device: DeviceOpts {
+                cpu_gemm,
+                ..DeviceOpts::CPU
+            },
+        }
+    }
+}
+
 /// Issue 26: `classify --resume` took a changed tokenizer.json and mixed rows of two
 /// tokenizers. Every input file is fingerprinted by content; the resume names it.
 #[test]
 fn resume_refuses_a_changed_tokenizer_naming_it() {
-    use hopscore::cli::row_run::PartArgs;
-    let tmp = tempfile::tempdir().unwrap();
-    let tokenizer = common::word_tokenizer(tmp.path());
-    let input = tmp.path().join("pairs.parquet");
-    let rows: Vec<_> = (0..9)
-        .map(|i| (Some("a"), Some(format!("w{} w{}", i + 3, i + 9)), None))
-        .collect();
-    write_input(&input, &rows);
-    let blocker = tmp.path().join("blocker");
-    std::fs::write(&blocker, b"a file").unwrap();
-    let args = |resume: bool, quarantine: Option<std::path::PathBuf>| ClassifyArgs {
-        model: common::fixture("deberta/v3_seqcls"),
-        tokenizer: Some(tokenizer.clone()),
-        input: input.clone(),
-        output: tmp.path().join("o.parquet"),
-        head: None,
-        max_batch_tokens: 64,
-        max_length: None,
-        quarantine,
-        parts: PartArgs {
-            resume,
-            shard: None,
-            part_rows: 4,
-        },
-        device: DeviceOpts::CPU,
-    };
-    // A run whose final merge fails keeps its committed parts.
-    assert!(run(&args(false, Some(blocker.join("q.parquet")))).is_err());
+    let job = PartRun::new();
+    assert!(run(&job.args(false, true, CpuGemm::F32)).is_err());
     // The same tokenizer with one more word: other ids for the same text.
     let mut tok: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&tokenizer).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&job.tokenizer).unwrap()).unwrap();
     tok["model"]["vocab"]["w1000"] = 1000.into();
-    std::fs::write(&tokenizer, tok.to_string()).unwrap();
-    let err = format!("{:#}", run(&args(true, None)).expect_err("refused"));
+    std::fs::write(&job.tokenizer, tok.to_string()).unwrap();
+    let err = format!(
+        "{:#}",
+        run(&job.args(true, false, CpuGemm::F32)).expect_err("refused")
+    );
     assert!(
         err.contains("other inputs or options") && err.contains("hopscore.sha256.tokenizer"),
         "{err}"
+    );
+}
+
+/// `--cpu-gemm` is part of a run's identity: the output metadata names it in
+/// `hopscore.device`, and a resume with another mode is refused naming that key.
+#[test]
+fn resume_refuses_another_cpu_gemm_naming_the_device() {
+    if !CpuGemm::Bf16.supported() {
+        eprintln!("skipped: this CPU has no AVX512-BF16 (bf16 would run as f32)");
+        return;
+    }
+    let job = PartRun::new();
+    assert!(run(&job.args(false, true, CpuGemm::F32)).is_err());
+    let err = format!(
+        "{:#}",
+        run(&job.args(true, false, CpuGemm::Bf16)).expect_err("refused")
+    );
+    assert!(
+        err.contains("hopscore.device") && err.contains("bf16 dense layers"),
+        "{err}"
+    );
+    // Started over (the unfinished run's parts removed), it records the mode.
+    std::fs::remove_dir_all(job.tmp.path().join("o.parquet.parts")).unwrap();
+    run(&job.args(false, false, CpuGemm::Bf16)).unwrap();
+    assert_eq!(
+        key_values(&job.output())["hopscore.device"],
+        "cpu (bf16 dense layers)"
     );
 }
 

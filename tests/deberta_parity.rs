@@ -19,7 +19,7 @@ fn check_case(name: &str, expect_heads: &[&str]) -> f32 {
     let dir = common::fixture(&format!("deberta/{name}"));
     let g = common::read_golden(&dir.join("golden.safetensors"));
     let case = common::golden_sequences(&g);
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let model = CrossEncoder::load(&be, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let mut found: Vec<&str> = model.heads.iter().map(|h| h.spec.name).collect();
     found.sort();
@@ -113,9 +113,10 @@ fn tanh_gelu_opt_in_moves_an_erf_model_little() {
     let case = common::golden_sequences(&g);
     let batch = hopscore::model::batch::PackedBatch::pack(&case.seqs);
     let logits = |dir: &std::path::Path| {
-        let model = CrossEncoder::load(&CpuBackend, ModelFiles::open(dir).unwrap(), None).unwrap();
+        let model =
+            CrossEncoder::load(&CpuBackend::F32, ModelFiles::open(dir).unwrap(), None).unwrap();
         model
-            .forward(&CpuBackend, &batch, false)
+            .forward(&CpuBackend::F32, &batch, false)
             .unwrap()
             .logits
             .remove(0)
@@ -174,7 +175,7 @@ fn batch_composition_does_not_change_results() {
     let dir = common::fixture("deberta/v3_seqcls");
     let g = common::read_golden(&dir.join("golden.safetensors"));
     let case = common::golden_sequences(&g);
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let model = CrossEncoder::load(&be, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let all = model
         .forward(
@@ -202,7 +203,7 @@ fn results_are_bit_identical_whatever_the_batch_on_a_wider_model() {
     use hopscore::bench::ModelShape;
     use hopscore::model::batch::PackedBatch;
     use hopscore::model::weights::Weights;
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let config = ModelShape::Small.encoder_config().unwrap();
     let model = CrossEncoder::from_weights(&be, &Weights::random(3), config, Vec::new()).unwrap();
     let seqs: Vec<Sequence> = [200usize, 57, 130]
@@ -235,7 +236,7 @@ fn be_download(
     batch: &hopscore::model::batch::PackedBatch,
 ) -> Vec<f32> {
     model
-        .forward(&CpuBackend, batch, true)
+        .forward(&CpuBackend::F32, batch, true)
         .unwrap()
         .hidden
         .unwrap()

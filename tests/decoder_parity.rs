@@ -40,7 +40,7 @@ fn causal_sequences(g: &HashMap<String, common::Golden>) -> Vec<ScoredSequence> 
 fn check_case(name: &str) -> f32 {
     let dir = common::fixture(&format!("decoder/{name}"));
     let g = common::read_golden(&dir.join("golden.safetensors"));
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let model = DecoderForCausalLM::load(&be, DecoderSource::open(&dir).unwrap()).unwrap();
     let seqs = causal_sequences(&g);
     let (b, l) = (seqs.len(), g["input_ids"].shape[1]);
@@ -110,7 +110,7 @@ fn bench_loglik_scores_file_holds_every_token() {
     let scores_path = tmp.path().join("scores.json");
     let longest = seqs.iter().map(|s| s.ids.len()).max().unwrap();
     let r = run(
-        &CpuBackend,
+        &CpuBackend::F32,
         &LoglikBench {
             model: dir,
             pairs: pairs_path,
@@ -160,7 +160,7 @@ fn bench_loglik_scores_file_holds_every_token() {
 fn target_suffix_and_packing_are_consistent() {
     let dir = common::fixture("decoder/llama_gqa_untied");
     let g = common::read_golden(&dir.join("golden.safetensors"));
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let model = DecoderForCausalLM::load(&be, DecoderSource::open(&dir).unwrap()).unwrap();
     let ids: Vec<u32> = g["input_ids"].i64[..23].iter().map(|&x| x as u32).collect();
     let alone = model
@@ -188,7 +188,7 @@ fn shared_prefix_reuse_gives_the_unshared_scores() {
     for name in ["gpt2", "llama_gqa_untied"] {
         let dir = common::fixture(&format!("decoder/{name}"));
         let g = common::read_golden(&dir.join("golden.safetensors"));
-        let be = CpuBackend;
+        let be = CpuBackend::F32;
         let mut model = DecoderForCausalLM::load(&be, DecoderSource::open(&dir).unwrap()).unwrap();
         let ids: Vec<u32> = g["input_ids"].i64.iter().map(|&x| x as u32).collect();
         let (a, b) = (&ids[..20], &ids[3..23]);

@@ -72,7 +72,7 @@ fn the_loop_matches_the_official_one() {
     };
     let data = common::hotpot_and_musique_records();
     let tok = Arc::new(TextTokenizer::from_file(&tok, None).unwrap());
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let load = |pooling| {
         Models::load(
             &be,

@@ -325,7 +325,7 @@ fn retrieve_ranks_as_its_references_and_carries_gold() {
     // Dense: brute force over the index with the library's query vectors.
     let index_batch = common::read_parquet(&index);
     let (pids, pvecs) = (ids(&index_batch), vectors(&index_batch));
-    let enc = embedder(EmbedConfig::new(model.clone()), CpuBackend).unwrap();
+    let enc = embedder(EmbedConfig::new(model.clone()), CpuBackend::F32).unwrap();
     let seqs: Vec<_> = input
         .iter()
         .map(|q| enc.encode(&q.question).unwrap())

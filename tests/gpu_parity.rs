@@ -1140,7 +1140,7 @@ fn check_ops(gpu: &CudaBackend, ops: &[Op], dtype: DType) {
             (want, got, 1e-5)
         } else {
             (
-                run(&CpuBackend, op, seed, dtype),
+                run(&CpuBackend::F32, op, seed, dtype),
                 run(gpu, op, seed, dtype),
                 tol,
             )
@@ -1308,8 +1308,9 @@ fn deberta_err_on(gpu: &CudaBackend, fixture: &str, dtype: DType) -> Option<f32>
     let tmp = tempfile::tempdir().unwrap();
     let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
     let batch = PackedBatch::pack(&case.seqs);
-    let cpu_model = CrossEncoder::load(&CpuBackend, ModelFiles::open(&dir).unwrap(), None).unwrap();
-    let want = cpu_model.forward(&CpuBackend, &batch, true).unwrap();
+    let cpu_model =
+        CrossEncoder::load(&CpuBackend::F32, ModelFiles::open(&dir).unwrap(), None).unwrap();
+    let want = cpu_model.forward(&CpuBackend::F32, &batch, true).unwrap();
     let gpu_model = CrossEncoder::load(gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
     check_encoder_counts(fixture, gpu, &gpu_model, &batch);
     check_head_counts(fixture, gpu, &gpu_model, &batch);
@@ -1441,18 +1442,18 @@ fn check_bert(dtype: DType, tol: f32) {
         normalize: true,
         max_seq_length: None,
     };
-    let cpu = BertEmbedder::load(&CpuBackend, &dir, Some(head.clone())).unwrap();
+    let cpu = BertEmbedder::load(&CpuBackend::F32, &dir, Some(head.clone())).unwrap();
     let dev = BertEmbedder::load(&gpu, &dir, Some(head)).unwrap();
     for (what, got, want) in [
         (
             "bert hidden",
             dev.last_hidden_state(&gpu, &batch).unwrap(),
-            cpu.last_hidden_state(&CpuBackend, &batch).unwrap(),
+            cpu.last_hidden_state(&CpuBackend::F32, &batch).unwrap(),
         ),
         (
             "bert embedding",
             dev.embed(&gpu, &batch).unwrap(),
-            cpu.embed(&CpuBackend, &batch).unwrap(),
+            cpu.embed(&CpuBackend::F32, &batch).unwrap(),
         ),
     ] {
         check_model(what, dtype, rel_err(&got.data, &want.data), tol);
@@ -1618,7 +1619,7 @@ fn check_decoders(dtype: DType) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = rounded_checkpoint(&fixture, tmp.path(), dtype);
         let cpu =
-            DecoderForCausalLM::load(&CpuBackend, DecoderSource::open(&dir).unwrap()).unwrap();
+            DecoderForCausalLM::load(&CpuBackend::F32, DecoderSource::open(&dir).unwrap()).unwrap();
         let mut model = DecoderForCausalLM::load(&gpu, DecoderSource::open(&dir).unwrap()).unwrap();
         let seqs = scored_sequences(cpu.config.vocab_size);
         // The CPU reference reuses shared prefixes (its scores equal the unshared ones
@@ -1628,7 +1629,7 @@ fn check_decoders(dtype: DType) {
             (1.4, MIN_SHARED_PREFIX),
             (1.4, 0),
         ] {
-            let want = cpu.target_logprobs(&CpuBackend, &seqs, t).unwrap();
+            let want = cpu.target_logprobs(&CpuBackend::F32, &seqs, t).unwrap();
             model.min_shared_prefix = min_shared;
             let before = gpu.counts().unwrap();
             let got = model.target_logprobs(&gpu, &seqs, t).unwrap();
@@ -1676,7 +1677,7 @@ fn check_t5(dtype: DType) {
     for name in ["v1_0", "v1_1"] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = rounded_checkpoint(&common::fixture(&format!("t5/{name}")), tmp.path(), dtype);
-        let cpu = load_decoder(&CpuBackend, &dir, None).unwrap().model;
+        let cpu = load_decoder(&CpuBackend::F32, &dir, None).unwrap().model;
         let model = load_decoder(&gpu, &dir, None).unwrap().model;
         let mut seqs: Vec<ScoredSequence> = common::t5_golden_sequences(name)
             .into_iter()
@@ -1685,7 +1686,7 @@ fn check_t5(dtype: DType) {
         seqs.sort_by_key(|s| s.target_start);
         seqs.truncate(6);
         for t in [1.0f32, 1.7] {
-            let want = cpu.target_logprobs(&CpuBackend, &seqs, t).unwrap();
+            let want = cpu.target_logprobs(&CpuBackend::F32, &seqs, t).unwrap();
             let before = gpu.counts().unwrap();
             let got = model.target_logprobs(&gpu, &seqs, t).unwrap();
             let c = gpu.counts().unwrap().since(&before);

@@ -303,7 +303,7 @@ fn dense_retrieval_ranks_by_the_bi_encoder() {
         return;
     };
     let encoder = minilm.parent().unwrap().to_path_buf();
-    let enc = embedder(EmbedConfig::new(encoder.clone()), CpuBackend).unwrap();
+    let enc = embedder(EmbedConfig::new(encoder.clone()), CpuBackend::F32).unwrap();
     let input = tmp.path().join("q.parquet");
     write_questions(&input, &qs);
     let dense = [

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Float32Type, Int32Type};
 use clap::Parser;
-use hopscore::backend::cpu::CpuBackend;
+use hopscore::backend::cpu::{CpuBackend, CpuGemm};
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
 use hopscore::jobs::decoder::load_decoder;
 use hopscore::jobs::lepus::{
@@ -104,26 +104,50 @@ fn f32_list(v: &Value) -> Vec<f32> {
     json_list(v, |x| x.as_f64().unwrap() as f32)
 }
 
-fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let mut worst = 0f32;
-    for (g, w) in got.iter().zip(want) {
-        worst = worst.max((g - w).abs());
-    }
-    assert!(worst <= tol, "{what}: {got:?} vs {want:?}");
-    worst
+/// The largest `|got − want|` (the lengths must agree).
+fn max_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "lengths");
+    got.iter()
+        .zip(want)
+        .fold(0f32, |m, (g, w)| m.max((g - w).abs()))
 }
 
 /// Drives each question's search with the model, checking every step against the
 /// golden prompts and scores, then the result; `counts` = (questions, prompts) checked.
 fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
+    let out = run_case(name, model, &CpuBackend::F32);
+    assert!(out.changed.is_empty(), "{name}: {:?} differ", out.changed);
+    assert!(
+        out.worst <= tol,
+        "{name}: max |score error| {:e}",
+        out.worst
+    );
+    assert_eq!((out.questions, out.prompts), counts);
+    eprintln!(
+        "{name}: {} questions, {} prompts, max |score error| {:.2e}",
+        out.questions, out.prompts, out.worst
+    );
+}
+
+/// What a run over a case's goldens found: the largest score error over the questions
+/// whose search went as the reference's, and the questions whose prompts (a first-hop
+/// ranking that picked other documents to extend), ranking or best paths differ.
+struct Outcome {
+    worst: f32,
+    changed: Vec<String>,
+    questions: usize,
+    prompts: usize,
+}
+
+/// The case's questions scored on `be`: prompt texts are checked where the search has
+/// not diverged from the reference's.
+fn run_case(name: &str, model: &Path, be: &CpuBackend) -> Outcome {
     let Case {
         golden,
         expected,
         questions,
     } = case(name);
-    let be = CpuBackend;
-    let loaded = load_decoder(&be, model, None).unwrap();
+    let loaded = load_decoder(be, model, None).unwrap();
     let ensemble = match golden["ensemble"].as_str().unwrap() {
         "max" => Ensemble::Max,
         _ => Ensemble::Mean,
@@ -158,8 +182,8 @@ fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
         trailing_specials,
     };
     let temperature = golden["temperature"].as_f64().unwrap() as f32;
-    let (mut prompts, mut worst) = (0, 0f32);
-    for (q, g) in questions.iter().zip(&expected) {
+    let (mut prompts, mut worst, mut changed) = (0, 0f32, Vec::new());
+    'questions: for (q, g) in questions.iter().zip(&expected) {
         assert!(
             g.get("error").is_none(),
             "the goldens hold no failed question"
@@ -173,17 +197,21 @@ fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
                 break;
             }
             for (k, text) in search.pending_texts().iter().enumerate() {
-                let want = &want_prompts[at + k];
-                assert_eq!(
-                    sha256(text),
-                    want[0].as_str().unwrap(),
-                    "{}: prompt {} differs from the reference; hopscore's text:\n{text}",
-                    q.id,
-                    at + k
-                );
+                let want = want_prompts.get(at + k).map(|w| w[0].as_str().unwrap());
+                if want != Some(sha256(text).as_str()) {
+                    assert!(
+                        at > 0,
+                        "{}: prompt {} differs from the reference; hopscore's text:\n{text}",
+                        q.id,
+                        at + k
+                    );
+                    // A first-hop score order that extends other documents.
+                    changed.push(q.id.clone());
+                    continue 'questions;
+                }
             }
             let seqs: Vec<_> = requests.into_iter().map(|(s, _)| s).collect();
-            let logprobs = score_requests(&be, &loaded.model, &seqs, temperature).unwrap();
+            let logprobs = score_requests(be, &loaded.model, &seqs, temperature).unwrap();
             let means: Vec<f32> = logprobs
                 .iter()
                 .map(|lp| (lp.iter().map(|&x| f64::from(x)).sum::<f64>() / lp.len() as f64) as f32)
@@ -192,32 +220,38 @@ fn check_case(name: &str, model: &Path, tol: f32, counts: (usize, usize)) {
                 .iter()
                 .map(|p| p[1].as_f64().unwrap() as f32)
                 .collect();
-            worst = worst.max(assert_close(
-                &means,
-                &want,
-                tol,
-                &format!("{} scores", q.id),
-            ));
+            worst = worst.max(max_diff(&means, &want));
             at += means.len();
             Strategy::feed(&mut search, logprobs);
         }
         assert_eq!(at, want_prompts.len(), "{}: number of prompts", q.id);
         prompts += at;
         let r = search.take_output().unwrap().unwrap();
-        assert_eq!(r.ranking, usize_list(&g["ranking"]), "{} ranking", q.id);
-        assert_close(&r.doc_scores, &f32_list(&g["doc_scores"]), tol, &q.id);
         let paths = g["top_paths"].as_array().unwrap();
-        assert_eq!(r.top_paths.len(), paths.len());
-        for (p, w) in r.top_paths.iter().zip(paths) {
-            assert_eq!(p.chain, usize_list(&w["chain"]), "{} paths", q.id);
-            assert!((p.score - w["score"].as_f64().unwrap() as f32).abs() <= tol);
+        let same = r.ranking == usize_list(&g["ranking"])
+            && r.top_paths.len() == paths.len()
+            && r.top_paths
+                .iter()
+                .zip(paths)
+                .all(|(p, w)| p.chain == usize_list(&w["chain"]));
+        if !same {
+            changed.push(q.id.clone());
+            continue;
         }
+        worst = worst.max(max_diff(&r.doc_scores, &f32_list(&g["doc_scores"])));
+        let path_scores: Vec<f32> = r.top_paths.iter().map(|p| p.score).collect();
+        let want: Vec<f32> = paths
+            .iter()
+            .map(|w| w["score"].as_f64().unwrap() as f32)
+            .collect();
+        worst = worst.max(max_diff(&path_scores, &want));
     }
-    assert_eq!((questions.len(), prompts), counts);
-    eprintln!(
-        "{name}: {} questions, {prompts} prompts, max |score error| {worst:.2e}",
-        questions.len()
-    );
+    Outcome {
+        worst,
+        changed,
+        questions: questions.len(),
+        prompts,
+    }
 }
 
 fn gpt2_dir() -> PathBuf {
@@ -240,6 +274,43 @@ fn smollm2_prompts_and_scores_match_the_python_reference() {
         return;
     };
     check_case("smollm2", &gguf, 1e-3, (16, 160));
+}
+
+/// The accuracy cost of the low-precision dense layers on the LEPUS goldens (the
+/// figures of docs/parity.md): `(gemm, largest score error allowed, questions whose
+/// prompts, ranking or best paths change)` on the real SmolLM2 and the tiny GPT-2.
+/// Per-row int8 activations lose SmolLM2's outlier channels (13 of 16 rankings move);
+/// 32-input blocks (`q8`) keep more (6 of 16).
+#[test]
+fn lepus_with_bf16_and_int8_dense_layers() {
+    let smollm2 = common::SMOLLM2_GGUF.require();
+    let cases = [
+        ("gpt2", Some(gpt2_dir()), CpuGemm::Bf16, 2e-3, 1),
+        ("gpt2", Some(gpt2_dir()), CpuGemm::Int8, 1e-2, 3),
+        ("smollm2", smollm2.clone(), CpuGemm::Bf16, 0.025, 3),
+        ("smollm2", smollm2.clone(), CpuGemm::Int8, 0.4, 13),
+        ("gpt2", Some(gpt2_dir()), CpuGemm::Q8, 1e-2, 2),
+        ("smollm2", smollm2, CpuGemm::Q8, 0.2, 6),
+    ];
+    let mut failures = Vec::new();
+    for (name, model, gemm, bound, changes) in cases {
+        let be = CpuBackend::new(gemm);
+        let Some(model) = model.filter(|_| be.gemm() == gemm) else {
+            eprintln!("skipped {name} {gemm:?}: no model or no CPU support");
+            continue;
+        };
+        let out = run_case(name, &model, &be);
+        eprintln!(
+            "lepus {name} {gemm:?}: max |score error| {:.3e} over the unchanged questions; \
+             changed {:?}",
+            out.worst, out.changed
+        );
+        failures.extend(
+            (out.worst > bound || out.changed.len() != changes)
+                .then(|| format!("{name} {gemm:?}: {:e}, {:?}", out.worst, out.changed)),
+        );
+    }
+    assert!(failures.is_empty(), "{failures:?}");
 }
 
 /// `hopscore lepus` arguments on `questions` (written to `dir/q.parquet`) with
@@ -353,7 +424,8 @@ fn lepus_command_writes_the_rankings_of(name: &str, model: &Path, extra: &[Strin
             .as_primitive::<Float32Type>()
             .values()
             .to_vec();
-        assert_close(&got, &f32_list(&g["doc_scores"]), 1e-4, ids.value(r));
+        let err = max_diff(&got, &f32_list(&g["doc_scores"]));
+        assert!(err <= 1e-4, "{}: document scores {got:?}", ids.value(r));
         assert_eq!(indices(&best, r), usize_list(&g["top_paths"][0]["chain"]));
     }
     assert!(batch.column_by_name("top_paths").unwrap().null_count() == 0);
@@ -408,7 +480,7 @@ fn demonstrations_are_put_before_the_template_as_run_py_does() {
         unreachable!()
     };
     let config = args.config();
-    let loaded = load_decoder(&CpuBackend, &gpt2_dir(), None).unwrap();
+    let loaded = load_decoder(&CpuBackend::F32, &gpt2_dir(), None).unwrap();
     let got = demo_templates(
         &config,
         templates_of(&config).unwrap(),

@@ -45,7 +45,7 @@ fn smollm2_gguf_target_logprobs_match_transformers() {
     let Some(gguf) = common::SMOLLM2_GGUF.require() else {
         return;
     };
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let model = DecoderForCausalLM::load(&be, DecoderSource::open(&gguf).unwrap()).unwrap();
     assert_eq!(
         (

@@ -57,7 +57,7 @@ fn relative_position_buckets_match_transformers() {
 /// Scores every golden prompt of `name` in batches of `batch` sequences.
 fn check_logprobs(name: &str, batch: usize) {
     let g = golden();
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let loaded = load_decoder(&be, &model_dir(name), None).unwrap();
     assert!(matches!(loaded.model, LanguageModel::Seq2Seq(_)));
     let cases = common::t5_golden_sequences(name);
@@ -132,7 +132,7 @@ fn data_prompts(g: &Value) -> Vec<(usize, String, String)> {
 #[test]
 fn prompts_from_the_data_tokenise_to_the_golden_ids() {
     let g = golden();
-    let loaded = load_decoder(&CpuBackend, &model_dir("v1_1"), None).unwrap();
+    let loaded = load_decoder(&CpuBackend::F32, &model_dir("v1_1"), None).unwrap();
     let encoder = LmEncoder {
         tok: std::sync::Arc::new(loaded.tokenizer),
         max_tokens: 2048,
@@ -232,7 +232,7 @@ fn bench_loglik_scores_t5_pairs() {
     let path = tmp.path().join("pairs.json");
     std::fs::write(&path, serde_json::json!({ "pairs": pairs }).to_string()).unwrap();
     let r = run(
-        &CpuBackend,
+        &CpuBackend::F32,
         &LoglikBench {
             model: model_dir("v1_1"),
             pairs: path,
@@ -272,7 +272,7 @@ fn edited(edit: impl Fn(&mut Value)) -> tempfile::TempDir {
 }
 
 fn load_error(dir: &tempfile::TempDir) -> String {
-    match load_decoder(&CpuBackend, dir.path(), None) {
+    match load_decoder(&CpuBackend::F32, dir.path(), None) {
         Ok(_) => panic!("loaded"),
         Err(e) => format!("{e:#}"),
     }

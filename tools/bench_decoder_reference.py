@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CPU throughput of LEPUS log-likelihood scoring: hopscore vs PyTorch (HF transformers).
+"""CPU throughput of LEPUS log-likelihood scoring: hopscore vs PyTorch (HF transformers)
+and llama.cpp (llama-cpp-python).
 
 Both engines score the same token ids: LEPUS prompt/question pairs built from HotpotQA
 dev (one gold passage per question, the prompt of tools/goldens/make_decoder_goldens.py),
@@ -28,6 +29,16 @@ PyTorch runs two ways, under ``torch.inference_mode()``:
   plain HF scoring loop does);
 - ``pytorch-targets``: the decoder body on the padded batch, then the LM head only on
   the rows that predict target tokens (the same work split hopscore uses).
+``llama-cpp`` (when llama-cpp-python is installed; ``--no-llama-cpp`` skips it) runs
+the GGUF as llama.cpp does — its quantised blocks (Q4_1 here) multiplied with Q8
+activations — through its C API (``llama_decode``): one pair per decode (a fresh KV
+cache, all prompt tokens in one batch), logits asked only for the rows that predict
+target tokens (its best case; the high-level ``Llama.eval`` computes every row's
+vocabulary logits), ``n_threads`` and ``n_threads_batch`` = ``--threads``.
+``--cpu-gemm f32,bf16,q8,int8`` adds a hopscore row per dense-layer arithmetic
+(``hopscore bench-loglik --cpu-gemm``). On the CPU every engine's per-token |Δ log p|
+against ``pytorch-targets`` (HF on the dequantised f32 weights) is printed.
+
 Throughput is real (unpadded) prompt + target tokens per second of wall clock
 (``time.perf_counter``), mean over the timed passes. The table also prints each
 engine's mean per-pair log-likelihood: they must agree to about 1e-4.
@@ -185,9 +196,75 @@ def token_diff(a, b):
     return max(d), sum(d) / len(d)
 
 
-def bench_hopscore(args, model_path, pairs_path):
+def bench_llama_cpp(args, gguf_path, pairs):
+    """Times llama.cpp over the pairs (targets-only logits); returns the result row and
+    the last pass's per-token log-probabilities."""
+    import ctypes
+
+    import llama_cpp as lc
+    import numpy as np
+
+    longest = max(len(p["ids"]) for p in pairs)
+    mparams = lc.llama_model_default_params()
+    model = lc.llama_model_load_from_file(str(gguf_path).encode(), mparams)
+    cparams = lc.llama_context_default_params()
+    cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = longest
+    cparams.n_threads = cparams.n_threads_batch = args.threads
+    ctx = lc.llama_init_from_model(model, cparams)
+    n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
+    batch = lc.llama_batch_init(longest, 0, 1)
+
+    def score(p):
+        ids, start = p["ids"], p["target_start"]
+        lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
+        for i, t in enumerate(ids):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = start - 1 <= i < len(ids) - 1
+        batch.n_tokens = len(ids)
+        if lc.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        out = []
+        for i in range(start - 1, len(ids) - 1):
+            row = np.ctypeslib.as_array(
+                ctypes.cast(lc.llama_get_logits_ith(ctx, i), ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)
+            ).astype(np.float64)
+            top = row.max()
+            out.append(float(row[ids[i + 1]] - top - np.log(np.exp(row - top).sum())))
+        return out
+
+    try:
+        for _ in range(args.warmup):
+            [score(p) for p in pairs]
+        t = time.perf_counter()
+        for _ in range(args.iters):
+            logprobs = [score(p) for p in pairs]
+        per_pass = (time.perf_counter() - t) / args.iters
+    finally:
+        lc.llama_batch_free(batch)
+        lc.llama_free(ctx)
+        lc.llama_model_free(model)
+    tokens = sum(len(p["ids"]) for p in pairs)
+    return {
+        "engine": "llama-cpp",
+        "threads": args.threads,
+        "seconds_per_pass": per_pass,
+        "tokens_per_s": tokens / per_pass,
+        "mean_loglik": mean_of_means(logprobs),
+    }, logprobs
+
+
+def have_llama_cpp():
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bench_hopscore(args, model_path, pairs_path, gemm="f32"):
     """Runs `hopscore bench-loglik`; returns its JSON line and per-token log-probs."""
-    scores = pairs_path.with_name("hopscore_scores.json")
+    scores = pairs_path.with_name(f"hopscore_scores_{gemm}.json")
     cmd = [
         args.hopscore, "bench-loglik", "--model", str(model_path),
         "--pairs", str(pairs_path), "--max-batch-tokens", str(args.max_batch_tokens),
@@ -196,11 +273,15 @@ def bench_hopscore(args, model_path, pairs_path):
     ]
     if args.device == "cuda":
         cmd += ["--device", "cuda", "--gpu", str(args.gpu), "--dtype", args.dtype]
+    else:
+        cmd += ["--cpu-gemm", gemm]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"hopscore failed ({' '.join(cmd)}):\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1]), json.loads(scores.read_text())["logprobs"]
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row["engine"] = "hopscore" if gemm == "f32" else f"hopscore-{gemm}"
+    return row, json.loads(scores.read_text())["logprobs"]
 
 
 def random_model_dir(args, torch, out):
@@ -241,6 +322,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gguf", type=Path, help="SmolLM2 GGUF for the tokenizer (and, on cpu, the model)")
     ap.add_argument("--hopscore", help="hopscore binary (omit: PyTorch only)")
+    ap.add_argument("--cpu-gemm", default="f32", help="cpu: hopscore rows, a comma list of f32,bf16,q8,int8")
+    ap.add_argument("--no-llama-cpp", dest="llama_cpp", action="store_false",
+                    help="cpu: skip llama.cpp (run when llama-cpp-python is installed)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -284,14 +368,20 @@ def main(argv=None):
         for _ in range(args.rounds):
             one, lps = [], {}
             if args.hopscore:
-                row, lps["hopscore"] = bench_hopscore(args, model_path, pairs_path)
+                for gemm in (["f32"] if cuda else args.cpu_gemm.split(",")):
+                    row, lps[row_name(gemm)] = bench_hopscore(args, model_path, pairs_path, gemm)
+                    one.append(row)
+            if not cuda and args.llama_cpp and have_llama_cpp():
+                row, lps["llama-cpp"] = bench_llama_cpp(args, model_path, pairs)
                 one.append(row)
             for mode in ("full", "targets"):
                 row, lps[f"pytorch-{mode}"] = bench_pytorch(args, model, pairs, mode)
                 one.append(row)
             rounds.append(one)
-        if ref_lp is not None:
-            diffs = {name: token_diff(lp, ref_lp) for name, lp in lps.items()}
+        if ref_lp is None:
+            # On the CPU the reference is HF on the dequantised f32 weights.
+            ref_lp = lps["pytorch-targets"]
+        diffs = {name: token_diff(lp, ref_lp) for name, lp in lps.items()}
         if "hopscore" in lps:
             diffs["hopscore vs pytorch-targets"] = token_diff(lps["hopscore"], lps["pytorch-targets"])
     # Per engine, the round with the median throughput.
@@ -323,10 +413,10 @@ def main(argv=None):
     )
     base = {r["engine"]: r["tokens_per_s"] for r in results}
     print(f"{'engine':<16} {'s/pass':>8} {'tokens/s':>10} {'mean loglik':>12} {'hopscore ×':>11}"
-          f"{'  max|Δlogp| vs f32' if cuda else ''}  rounds (tokens/s)")
+          f"  {'max|Δlogp| vs ' + ('f32' if cuda else 'HF f32'):>18}  rounds (tokens/s)")
     for r in results:
         ratio = base.get("hopscore", float("nan")) / r["tokens_per_s"]
-        d = f"  {r['max_abs_dlogp_vs_f32']:>18.3e}" if cuda else ""
+        d = f"  {r['max_abs_dlogp_vs_f32']:>18.3e}"
         print(
             f"{r['engine']:<16} {r['seconds_per_pass']:>8.3f} {r['tokens_per_s']:>10.0f} "
             f"{r['mean_loglik']:>12.5f} {ratio:>11.2f}{d}  {r['rounds_tokens_per_s']}"
@@ -335,6 +425,11 @@ def main(argv=None):
         m, a = diffs["hopscore vs pytorch-targets"]
         print(f"per-token |Δ log p|, hopscore vs pytorch-targets ({args.dtype}): max {m:.3e}, mean {a:.3e}")
     return 0
+
+
+def row_name(gemm):
+    """The engine name of hopscore with `--cpu-gemm gemm`."""
+    return "hopscore" if gemm == "f32" else f"hopscore-{gemm}"
 
 
 def dict_args(args, **over):

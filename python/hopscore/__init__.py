@@ -14,7 +14,9 @@ Options are the CLI's flags with ``_`` for ``-`` (``beam_size=2`` is ``--beam-si
 set by name on the job's config; ``None`` leaves an option at its default, the same one
 the CLI has. An unknown option or a value of the wrong type raises ``ValueError`` naming
 it. ``device`` is ``"cpu"`` or ``"cuda"``,
-``gpu`` the CUDA ordinal, ``dtype`` ``"bf16"``, ``"f16"`` or ``"f32"``.
+``gpu`` the CUDA ordinal, ``dtype`` ``"bf16"``, ``"f16"`` or ``"f32"`` (on the GPU),
+``cpu_gemm`` ``"f32"`` (default), ``"bf16"``, ``"q8"`` or ``"int8"``: the arithmetic of
+the dense layers on the CPU (``--cpu-gemm``; docs/cli.md gives the accuracy of each).
 """
 
 import json
@@ -107,6 +109,7 @@ class BeamRetriever(Job):
                  hops: Optional[str] = None, tau: Optional[float] = None, max_hops: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -123,6 +126,7 @@ class EfficientRAG(Job):
                  max_iter: Optional[int] = None, top_k: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -151,7 +155,7 @@ class Lepus(Job):
                  demo_max_doc_tokens: Optional[int] = None, demo_max_prompt_tokens: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None,
                  max_active: Optional[int] = None, device: str = "cpu", gpu: Optional[int] = None,
-                 dtype: Optional[str] = None, threads: Optional[int] = None) -> None:
+                 dtype: Optional[str] = None, cpu_gemm: Optional[str] = None, threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
 
@@ -165,6 +169,7 @@ class CrossEncoder(Job):
     def __init__(self, model: Path, *, tokenizer: Optional[Path] = None, head: Optional[str] = None,
                  max_batch_tokens: Optional[int] = None, max_length: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -183,6 +188,7 @@ class Embedder(Job):
                  normalize: Optional[bool] = None, max_length: Optional[int] = None, prefix: Optional[str] = None,
                  float16: bool = False, max_batch_tokens: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -201,6 +207,7 @@ class CausalLM(Job):
                  temperature: Optional[float] = None, min_shared_prefix: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_length: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 

@@ -12,6 +12,9 @@ from conftest import cli_run, fixture, flags
 #: name → (CLI command, API class, options, input fixture, id of the bad row)
 CASES = {
     "beam": ("beam", hopscore.BeamRetriever, {"model": fixture("beam/model"), "beam_size": 2}, "questions"),
+    "beam-q8": (
+        "beam", hopscore.BeamRetriever, {"model": fixture("beam/model"), "beam_size": 2, "cpu_gemm": "q8"}, "questions"
+    ),
     "label": (
         "label",
         hopscore.EfficientRAG,
@@ -20,6 +23,10 @@ CASES = {
     ),
     "lepus-bm25": ("lepus", hopscore.Lepus, {"scorer": "bm25"}, "questions"),
     "lepus-lm": ("lepus", hopscore.Lepus, {"model": fixture("lepus/gpt2_bytes"), "first_hops": 3}, "questions"),
+    "lepus-bf16": (
+        "lepus", hopscore.Lepus, {"model": fixture("lepus/gpt2_bytes"), "first_hops": 3, "cpu_gemm": "bf16"},
+        "questions",
+    ),
     "lepus-demos": (
         "lepus",
         hopscore.Lepus,

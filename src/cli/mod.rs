@@ -27,6 +27,7 @@ pub use entry::main_with_args;
 
 use std::path::Path;
 
+use crate::backend::cpu::CpuGemm;
 use crate::backend::dtype::DType;
 use crate::io::paths::Named;
 use crate::jobs::{DeviceConfig, DeviceKind};
@@ -96,7 +97,8 @@ macro_rules! job_commands {
 }
 crate::jobs::for_each_job!(job_commands);
 
-/// `--device`, `--gpu`, `--dtype`: where the model runs and in which element type.
+/// `--device`, `--gpu`, `--dtype`, `--cpu-gemm`: where the model runs and in which
+/// element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct DeviceOpts {
     #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.kind)]
@@ -104,10 +106,15 @@ pub struct DeviceOpts {
     /// CUDA device ordinal (with `--device cuda`).
     #[arg(long, default_value_t = DeviceConfig::CPU.gpu)]
     pub gpu: usize,
-    /// Element type of weights and activations on the GPU (accumulation is f32; the
-    /// CPU backend always runs f32).
+    /// Element type of weights and activations on the GPU (accumulation is f32).
     #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.dtype)]
     pub dtype: DType,
+    /// Arithmetic of the dense layers on the CPU: f32 (the reference), bf16
+    /// (AVX512-BF16) or int8 (dynamic per-row × per-channel, AVX512-VNNI). bf16 and int8
+    /// are faster and change scores slightly (docs/parity.md); a CPU without the
+    /// instructions runs f32 and says so.
+    #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.cpu_gemm)]
+    pub cpu_gemm: CpuGemm,
     /// Run each forward as a CUDA graph, captured once per batch bucket (batches are
     /// padded to token/sequence/length buckets) and replayed: far fewer launches for
     /// small models; `off` runs every op on its own (debugging, per-kernel profiles).
@@ -122,6 +129,7 @@ impl DeviceOpts {
         device: DeviceConfig::CPU.kind,
         gpu: DeviceConfig::CPU.gpu,
         dtype: DeviceConfig::CPU.dtype,
+        cpu_gemm: DeviceConfig::CPU.cpu_gemm,
         cuda_graphs: DeviceConfig::CPU.cuda_graphs,
     };
 
@@ -131,6 +139,7 @@ impl DeviceOpts {
             kind: self.device,
             gpu: self.gpu,
             dtype: self.dtype,
+            cpu_gemm: self.cpu_gemm,
             threads: None,
             cuda_graphs: self.cuda_graphs,
         }

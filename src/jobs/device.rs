@@ -1,6 +1,7 @@
 //! Where a job runs: the device, the element type and the CPU worker threads, and
 //! the dispatch from that choice to a concrete backend type.
 
+use crate::backend::cpu::CpuGemm;
 use crate::backend::dtype::DType;
 
 /// The backend a job runs on.
@@ -8,22 +9,26 @@ use crate::backend::dtype::DType;
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
-    /// The CPU backend (rayon + gemm, f32).
+    /// The CPU backend (rayon + gemm; f32, or bf16/int8 dense layers by `cpu_gemm`).
     Cpu,
     /// The CUDA backend (kernels/ + cuBLAS; needs a build with `--features cuda`).
     Cuda,
 }
 
 /// Device, element type and threads of a job (the CLI's `--device`, `--gpu`,
-/// `--dtype` and `--threads`).
+/// `--dtype`, `--cpu-gemm` and `--threads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceConfig {
     #[serde(rename = "device")]
     pub kind: DeviceKind,
     /// CUDA device ordinal (with [`DeviceKind::Cuda`]).
     pub gpu: usize,
-    /// Element type of weights and activations on the GPU (the CPU always runs f32).
+    /// Element type of weights and activations on the GPU.
     pub dtype: DType,
+    /// Arithmetic of the dense layers on the CPU (f32 unless asked; bf16 and int8 change
+    /// scores slightly, see docs/parity.md).
+    #[serde(default)]
+    pub cpu_gemm: CpuGemm,
     /// CPU worker threads; `None` leaves the global pool as it is (all cores unless
     /// set before).
     pub threads: Option<usize>,
@@ -37,6 +42,7 @@ impl DeviceConfig {
         kind: DeviceKind::Cpu,
         gpu: 0,
         dtype: DType::Bf16,
+        cpu_gemm: CpuGemm::F32,
         threads: None,
         cuda_graphs: true,
     };
@@ -72,7 +78,7 @@ macro_rules! with_backend {
         let device: &$crate::jobs::DeviceConfig = $device;
         match device.kind {
             $crate::jobs::DeviceKind::Cpu => {
-                let $be = $crate::backend::cpu::CpuBackend;
+                let $be = $crate::backend::cpu::CpuBackend::new(device.cpu_gemm);
                 $body
             }
             #[cfg(feature = "cuda")]

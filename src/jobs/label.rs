@@ -323,7 +323,7 @@ fn dense_encoder(config: &LabelConfig) -> Result<Option<Arc<Embedder<CpuBackend>
         .encoder
         .clone()
         .context("--retriever dense needs the bi-encoder (--encoder DIR)")?;
-    Ok(Some(Arc::new(embedder(encoder, CpuBackend)?)))
+    Ok(Some(Arc::new(embedder(encoder, CpuBackend::F32)?)))
 }
 
 /// The corpus's vectors from its index, in corpus order (every row must have one).

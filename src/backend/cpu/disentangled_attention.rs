@@ -99,22 +99,7 @@ fn one_head(a: &AttentionArgs<'_>, s: usize, h: usize) -> Vec<f32> {
             row.fill(0.0);
             continue;
         }
-        let mut max = f32::NEG_INFINITY;
-        for (x, &m) in row.iter_mut().zip(mask) {
-            *x = if m == 0.0 {
-                f32::NEG_INFINITY
-            } else {
-                *x * a.shape.score_scale
-            };
-            max = max.max(*x);
-        }
-        let mut sum = 0f32;
-        for x in row.iter_mut() {
-            *x = (*x - max).exp();
-            sum += *x;
-        }
-        let inv = 1.0 / sum;
-        row.iter_mut().for_each(|x| *x *= inv);
+        softmax_row(row, mask, a.shape.score_scale);
     }
 
     let v = head_view(a.v, start, len);
@@ -128,6 +113,37 @@ fn one_head(a: &AttentionArgs<'_>, s: usize, h: usize) -> Vec<f32> {
         false,
     );
     ctx
+}
+
+/// `row ← softmax(scale · row)` over the unmasked keys (masked keys get 0), compiled
+/// for the widest vectors the CPU has; the max and the sum run in key order.
+#[multiversion::multiversion(targets = "simd")]
+fn softmax_row(row: &mut [f32], mask: &[f32], scale: f32) {
+    let mut max = f32::NEG_INFINITY;
+    for (x, &m) in row.iter_mut().zip(mask) {
+        *x = if m == 0.0 {
+            f32::NEG_INFINITY
+        } else {
+            *x * scale
+        };
+        max = max.max(*x);
+    }
+    let mut sum = 0f32;
+    for x in row.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    let inv = 1.0 / sum;
+    row.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// `row[j] += terms[j · stride + off[last − j]]`: one query row's c2p (`stride` 0 over
+/// its band row) or p2c (`stride` the band width) terms.
+#[multiversion::multiversion(targets = "simd")]
+fn add_band_terms(row: &mut [f32], terms: &[f32], stride: usize, off: &[usize], last: usize) {
+    for (j, sc) in row.iter_mut().enumerate() {
+        *sc += terms[j * stride + off[last - j]];
+    }
 }
 
 /// Adds the c2p and p2c terms of one (sequence, head) to the raw `scores [L, L]`.
@@ -180,19 +196,14 @@ fn add_relative_terms(
         // c2p[i, j] = Q_i · PK[x(i − j)]
         let c2p = band(pk, q);
         for (i, row) in scores.chunks_exact_mut(len).enumerate() {
-            let c = &c2p[i * nb..(i + 1) * nb];
-            for (j, sc) in row.iter_mut().enumerate() {
-                *sc += c[off[i + len - 1 - j]];
-            }
+            add_band_terms(row, &c2p[i * nb..(i + 1) * nb], 0, &off, i + len - 1);
         }
     }
     if let Some(pq) = a.pos_query {
         // p2c[i, j] = K_j · PQ[x(i − j)]
         let p2c = band(pq, k);
         for (i, row) in scores.chunks_exact_mut(len).enumerate() {
-            for (j, sc) in row.iter_mut().enumerate() {
-                *sc += p2c[j * nb + off[i + len - 1 - j]];
-            }
+            add_band_terms(row, &p2c, nb, &off, i + len - 1);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! attention heads. It is the executable specification of every op and a fast
 //! fallback when no GPU is present.
 
+pub mod bf16_linear;
 pub mod causal_attention;
 pub mod cls_head;
 pub mod disentangled_attention;
@@ -9,13 +10,16 @@ pub mod embedding;
 pub mod gated_act;
 pub mod gelu;
 pub mod gelu_new;
+pub mod int8_linear;
 pub mod layer_norm;
 pub mod matmul;
 pub mod mean_pool;
+pub mod precision;
 pub mod question_loglik;
 pub mod rms_norm;
 pub mod rope;
 pub mod t5_attention;
+pub mod tiles;
 pub mod token_head;
 
 use rayon::prelude::*;
@@ -26,21 +30,52 @@ use super::{
     RelAttention, SeqLayout, T5AttentionShape, TokenLogits,
 };
 use crate::tensor::HostTensor;
+pub use precision::CpuGemm;
 
 /// A row-major f32 matrix in host memory.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct CpuTensor {
     pub rows: usize,
     pub cols: usize,
     pub data: Vec<f32>,
+    /// Low-precision copies, made when the tensor is first a dense layer's weight
+    /// (weights are never changed in place).
+    packed: precision::Packed,
+}
+
+impl PartialEq for CpuTensor {
+    fn eq(&self, other: &Self) -> bool {
+        (self.rows, self.cols) == (other.rows, other.cols) && self.data == other.data
+    }
 }
 
 /// The CPU backend. Parallelism comes from the rayon pool the caller runs in.
 ///
 /// Every op gives a sequence the same bits whatever else is in its batch (see
-/// [`matmul::linear`]); resumed runs rely on it to write identical bytes.
+/// [`matmul::linear`] and the packed kernels); resumed runs rely on it to write
+/// identical bytes.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct CpuBackend;
+pub struct CpuBackend {
+    gemm: CpuGemm,
+}
+
+impl CpuBackend {
+    /// The f32 backend: the reference of every op.
+    pub const F32: CpuBackend = CpuBackend { gemm: CpuGemm::F32 };
+
+    /// Dense layers in `gemm` where this CPU has its instructions, else f32 (with a
+    /// warning).
+    pub fn new(gemm: CpuGemm) -> Self {
+        Self {
+            gemm: gemm.or_f32(),
+        }
+    }
+
+    /// The arithmetic the dense layers run in.
+    pub fn gemm(&self) -> CpuGemm {
+        self.gemm
+    }
+}
 
 impl Dims for CpuTensor {
     fn dims(&self) -> (usize, usize) {
@@ -57,9 +92,20 @@ fn dense_ref(d: Dense<'_, CpuTensor>) -> cls_head::DenseRef<'_> {
     }
 }
 
+/// `a += b`, compiled for the widest vectors the CPU has.
+#[multiversion::multiversion(targets = "simd")]
+fn add_chunk(a: &mut [f32], b: &[f32]) {
+    a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+}
+
 impl CpuTensor {
     fn like(rows: usize, cols: usize, data: Vec<f32>) -> Self {
-        Self { rows, cols, data }
+        Self {
+            rows,
+            cols,
+            data,
+            packed: precision::Packed::default(),
+        }
     }
 }
 
@@ -67,7 +113,12 @@ impl Backend for CpuBackend {
     type Tensor = CpuTensor;
 
     fn name(&self) -> String {
-        "cpu".into()
+        match self.gemm {
+            CpuGemm::F32 => "cpu".into(),
+            CpuGemm::Bf16 => "cpu (bf16 dense layers)".into(),
+            CpuGemm::Int8 => "cpu (int8 dense layers)".into(),
+            CpuGemm::Q8 => "cpu (q8 dense layers)".into(),
+        }
     }
 
     fn upload(&self, t: &HostTensor) -> OpResult<CpuTensor> {
@@ -86,14 +137,22 @@ impl Backend for CpuBackend {
         bias: Option<&CpuTensor>,
     ) -> OpResult<CpuTensor> {
         check::linear(x, w, bias)?;
-        let data = matmul::linear(
-            &x.data,
-            x.rows,
-            &w.data,
-            w.rows,
-            w.cols,
-            bias.map(|b| b.data.as_slice()),
-        );
+        let bias = bias.map(|b| b.data.as_slice());
+        let (n, k) = (w.rows, w.cols);
+        let data = match self.gemm {
+            CpuGemm::F32 => matmul::linear(&x.data, x.rows, &w.data, n, k, bias),
+            CpuGemm::Bf16 => {
+                bf16_linear::linear(&x.data, x.rows, w.packed.bf16(&w.data, n, k), bias)
+            }
+            CpuGemm::Int8 | CpuGemm::Q8 => {
+                let scheme = match self.gemm {
+                    CpuGemm::Int8 => int8_linear::Int8Scheme::PerRow,
+                    _ => int8_linear::Int8Scheme::Blocks32,
+                };
+                let packed = w.packed.int8(&w.data, n, k, scheme);
+                int8_linear::linear(&x.data, x.rows, packed, bias)
+            }
+        };
         Ok(CpuTensor::like(x.rows, w.rows, data))
     }
 
@@ -252,7 +311,7 @@ impl Backend for CpuBackend {
         x.data
             .par_chunks_mut(4096)
             .zip(y.data.par_chunks(4096))
-            .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a += b));
+            .for_each(|(a, b)| add_chunk(a, b));
         Ok(())
     }
 
