@@ -59,6 +59,21 @@ fn store_row(dst: &mut [f32], sums: &[f32], bias: Option<&[f32]>) {
     }
 }
 
+/// Start pointers of a tile's rows in a row-major buffer with row stride `ld`; rows past
+/// `valid` repeat the last valid one (their sums are computed and ignored).
+pub fn row_pointers<const R: usize, T>(
+    data: &[T],
+    ld: usize,
+    r0: usize,
+    valid: usize,
+) -> [*const T; R] {
+    assert!(
+        valid >= 1 && (r0 + valid) * ld <= data.len(),
+        "tile rows out of bounds"
+    );
+    std::array::from_fn(|i| data[(r0 + i.min(valid - 1)) * ld..].as_ptr())
+}
+
 /// Deterministic test values in [−1, 1) and their f64 product, shared by the packed
 /// kernels' tests.
 #[cfg(test)]
@@ -81,19 +96,4 @@ pub mod test_data {
         }
         out
     }
-}
-
-/// Start pointers of a tile's rows in a row-major buffer with row stride `ld`; rows past
-/// `valid` repeat the last valid one (their sums are computed and ignored).
-pub fn row_pointers<const R: usize, T>(
-    data: &[T],
-    ld: usize,
-    r0: usize,
-    valid: usize,
-) -> [*const T; R] {
-    assert!(
-        valid >= 1 && (r0 + valid) * ld <= data.len(),
-        "tile rows out of bounds"
-    );
-    std::array::from_fn(|i| data[(r0 + i.min(valid - 1)) * ld..].as_ptr())
 }
