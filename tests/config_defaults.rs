@@ -119,6 +119,11 @@ fn python_options_build_the_config_the_cli_flags_do() {
         &["--model", "m", "--hops", "3"],
     );
     same_as_cli(
+        "lepus",
+        json!({"model": "m", "cpu_gemm": "q8"}),
+        &["--model", "m", "--cpu-gemm", "q8"],
+    );
+    same_as_cli(
         "label",
         json!({"labeler": "l", "filter": "f", "tag_pooling": "mean", "top_k": 5}),
         &[
