@@ -161,7 +161,14 @@ macro_rules! job_kind {
 pub(crate) use job_kind;
 
 /// The options of the device among a job's options (Python's keyword arguments).
-const DEVICE_OPTIONS: [&str; 5] = ["device", "gpu", "dtype", "cuda_graphs", "threads"];
+const DEVICE_OPTIONS: [&str; 6] = [
+    "device",
+    "gpu",
+    "dtype",
+    "cpu_gemm",
+    "cuda_graphs",
+    "threads",
+];
 
 /// [`JobConfig`], [`JobConfig::from_options`] and [`build`] for the registered jobs.
 macro_rules! job_configs {
@@ -178,7 +185,7 @@ macro_rules! job_configs {
 
             /// The job `command` names with `options` set by name — its config's field
             /// names (the command line's flags with `_` for `-`) — and the device among
-            /// them (`device`, `gpu`, `dtype`, `cuda_graphs`, `threads`); every option
+            /// them (`device`, `gpu`, `dtype`, `cpu_gemm`, `cuda_graphs`, `threads`); every option
             /// not given keeps the default the command line has. What Python's keyword
             /// arguments build.
             pub fn from_options(
