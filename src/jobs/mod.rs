@@ -160,15 +160,21 @@ macro_rules! job_kind {
 }
 pub(crate) use job_kind;
 
-/// The options of the device among a job's options (Python's keyword arguments).
-const DEVICE_OPTIONS: [&str; 6] = [
-    "device",
-    "gpu",
-    "dtype",
-    "cpu_gemm",
-    "cuda_graphs",
-    "threads",
-];
+/// Whether `name` is an option of the device (a serialised field of [`DeviceConfig`])
+/// among a job's options (Python's keyword arguments).
+fn is_device_option(name: &str) -> bool {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            let fields = serde_json::to_value(DeviceConfig::CPU).unwrap_or_default();
+            fields
+                .as_object()
+                .map(|f| f.keys().cloned().collect())
+                .unwrap_or_default()
+        })
+        .iter()
+        .any(|n| n == name)
+}
 
 /// [`JobConfig`], [`JobConfig::from_options`] and [`build`] for the registered jobs.
 macro_rules! job_configs {
@@ -185,9 +191,9 @@ macro_rules! job_configs {
 
             /// The job `command` names with `options` set by name — its config's field
             /// names (the command line's flags with `_` for `-`) — and the device among
-            /// them (`device`, `gpu`, `dtype`, `cpu_gemm`, `cuda_graphs`, `threads`); every option
-            /// not given keeps the default the command line has. What Python's keyword
-            /// arguments build.
+            /// them (the fields of [`DeviceConfig`]: `device`, `gpu`, `dtype`,
+            /// `cpu_gemm`, …); every option not given keeps the default the command line
+            /// has. What Python's keyword arguments build.
             pub fn from_options(
                 command: &str,
                 options: &options::OptionMap,
@@ -195,7 +201,7 @@ macro_rules! job_configs {
                 let (device, job): (options::OptionMap, options::OptionMap) = options
                     .clone()
                     .into_iter()
-                    .partition(|(name, _)| DEVICE_OPTIONS.contains(&name.as_str()));
+                    .partition(|(name, _)| is_device_option(name));
                 let config = match command {
                     $(<$config as JobKind>::NAME => {
                         JobConfig::$variant(<$config as JobKind>::from_options(&job)?)

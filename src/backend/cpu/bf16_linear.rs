@@ -171,7 +171,7 @@ pub fn linear_reference(x: &[f32], m: usize, w: &Bf16Weight, bias: Option<&[f32]
 
 #[cfg(test)]
 mod tests {
-    use super::super::tiles::test_data::{product, values as data};
+    use super::super::tiles::test_data::{product, values as data, RAGGED};
     use super::*;
 
     #[test]
@@ -179,13 +179,7 @@ mod tests {
         if !bf16_available() {
             return; // the kernel cannot run on this CPU
         }
-        for (m, n, k) in [
-            (1, 1, 1),
-            (3, 33, 7),
-            (17, 64, 768),
-            (9, 70, 129),
-            (40, 32, 4),
-        ] {
+        for (m, n, k) in RAGGED {
             let x = data(m * k, 1);
             let w = Bf16Weight::new(&data(n * k, 2), n, k);
             let bias = data(n, 3);

@@ -353,7 +353,7 @@ pub fn linear_reference(x: &[f32], m: usize, w: &Int8Weight, bias: Option<&[f32]
 
 #[cfg(test)]
 mod tests {
-    use super::super::tiles::test_data::{product as exact, values as data};
+    use super::super::tiles::test_data::{product as exact, values as data, RAGGED};
     use super::*;
 
     const SCHEMES: [Int8Scheme; 2] = [Int8Scheme::PerRow, Int8Scheme::Blocks32];
@@ -363,16 +363,9 @@ mod tests {
         if !vnni_available() {
             return; // the kernel cannot run on this CPU
         }
-        // Ragged shapes: k not a multiple of 4 or 32, n not of 32, m not of 4; a zero
-        // row; a row with one large value.
+        // Every remainder of the shapes; a zero row; a row with one large value.
         for scheme in SCHEMES {
-            for (m, n, k) in [
-                (1, 1, 1),
-                (3, 33, 7),
-                (17, 64, 768),
-                (9, 70, 129),
-                (40, 32, 4),
-            ] {
+            for (m, n, k) in RAGGED {
                 let mut x = data(m * k, 1);
                 x[..k].fill(0.0);
                 if m > 2 {

@@ -139,19 +139,17 @@ impl Backend for CpuBackend {
         check::linear(x, w, bias)?;
         let bias = bias.map(|b| b.data.as_slice());
         let (n, k) = (w.rows, w.cols);
+        let int8 = |scheme| {
+            let packed = w.packed.int8(&w.data, n, k, scheme);
+            int8_linear::linear(&x.data, x.rows, packed, bias)
+        };
         let data = match self.gemm {
             CpuGemm::F32 => matmul::linear(&x.data, x.rows, &w.data, n, k, bias),
             CpuGemm::Bf16 => {
                 bf16_linear::linear(&x.data, x.rows, w.packed.bf16(&w.data, n, k), bias)
             }
-            CpuGemm::Int8 | CpuGemm::Q8 => {
-                let scheme = match self.gemm {
-                    CpuGemm::Int8 => int8_linear::Int8Scheme::PerRow,
-                    _ => int8_linear::Int8Scheme::Blocks32,
-                };
-                let packed = w.packed.int8(&w.data, n, k, scheme);
-                int8_linear::linear(&x.data, x.rows, packed, bias)
-            }
+            CpuGemm::Int8 => int8(int8_linear::Int8Scheme::PerRow),
+            CpuGemm::Q8 => int8(int8_linear::Int8Scheme::Blocks32),
         };
         Ok(CpuTensor::like(x.rows, w.rows, data))
     }

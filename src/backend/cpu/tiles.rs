@@ -32,12 +32,12 @@ where
             for block in 0..n.div_ceil(BLOCK_COLS) {
                 let c0 = block * BLOCK_COLS;
                 let cols = (n - c0).min(BLOCK_COLS);
+                let bias = bias.map(|b| &b[c0..c0 + cols]);
                 for t0 in (0..chunk_rows).step_by(R) {
                     let rows = (chunk_rows - t0).min(R);
                     kernel(first + t0, rows, block, &mut sums);
                     for (i, row) in sums.iter().enumerate().take(rows) {
                         let o = (t0 + i) * n + c0;
-                        let bias = bias.map(|b| &b[c0..c0 + cols]);
                         store_row(&mut dst[o..o + cols], &row[..cols], bias);
                     }
                 }
@@ -78,6 +78,16 @@ pub fn row_pointers<const R: usize, T>(
 /// kernels' tests.
 #[cfg(test)]
 pub mod test_data {
+    /// `(m, n, k)` that leave every remainder: k not a multiple of 4 or 32, n not of
+    /// 32, m not of a tile.
+    pub const RAGGED: [(usize, usize, usize); 5] = [
+        (1, 1, 1),
+        (3, 33, 7),
+        (17, 64, 768),
+        (9, 70, 129),
+        (40, 32, 4),
+    ];
+
     pub fn values(len: usize, seed: usize) -> Vec<f32> {
         (0..len)
             .map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0)
