@@ -46,13 +46,16 @@ __device__ __forceinline__ void load_a(unsigned (&a)[D / 16][4], const void* row
 }
 
 // acc[nb] = A · B[8nb..8nb+8)ᵀ for NB column blocks (NB even) of B rows (row-major
-// [n][ld]); the B fragments of two blocks per ldmatrix_x4.
-template <typename T, int D, int NB>
+// [n][ld]); the B fragments of two blocks per ldmatrix_x4. Accumulate: acc[nb] += …
+// (the caller filled acc, e.g. with a bias that the products then add to for free).
+template <typename T, int D, int NB, bool Accumulate = false>
 __device__ __forceinline__ void abt(float (&acc)[NB][4], const unsigned (&a)[D / 16][4], const T* b, int lane) {
+  if (!Accumulate) {
 #pragma unroll
-  for (int nb = 0; nb < NB; ++nb)
+    for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nb][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) acc[nb][i] = 0.0f;
+  }
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll

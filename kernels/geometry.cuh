@@ -44,6 +44,10 @@ constexpr unsigned V3_PAD = 8;
 constexpr unsigned v3_ld(unsigned d) { return d + V3_PAD; }
 // Q [64][ld] and K, V [2 stages][2][64][ld], 16-bit.
 constexpr unsigned causal_v3_smem(unsigned d) { return 2 * (V3_ROWS + 4 * V3_KEYS) * v3_ld(d); }
+// t5_attention v3: causal v3's tiles, then the bucket bias of the 2·64 − 1 distances a
+// (query tile, key tile) pair meets, f32, for 2 stages (the slot past them unused).
+constexpr unsigned T5_V3_BIAS = 2 * V3_KEYS;
+constexpr unsigned t5_v3_smem(unsigned d) { return causal_v3_smem(d) + 4 * 2 * T5_V3_BIAS; }
 
 // disentangled_attention v1 (f32): 32-row query and key tiles; a (query tile, key tile)
 // pair spans 2·32 − 1 offsets.

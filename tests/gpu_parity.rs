@@ -900,11 +900,14 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         },
         Op::Relu { rows: 31, cols: 70 },
         // T5: the encoder (bidirectional buckets), the decoder (causal) past the
-        // largest distance and across the 32-key tiles, cross-attention between
-        // layouts of other lengths, d_kv 64 (T5-large) and 12.
+        // largest distance and across the key tiles (v1: 32 keys; v3: 64, and 64-row
+        // query tiles), cross-attention between layouts of other lengths, d_kv 64
+        // (T5-large), 128 (T5-11B), 16 (v3 padded to 64) and 12 (v1 in every dtype).
         t5(4, 16, &[1, 5, 17, 40], None, false, Some((32, 128))),
         t5(4, 16, &[1, 5, 17, 40], None, true, Some((32, 128))),
         t5(2, 64, &[200, 7], None, false, Some((32, 128))),
+        t5(2, 64, &[150, 1, 70], None, true, Some((32, 128))),
+        t5(2, 128, &[70, 3], None, false, Some((8, 20))),
         t5(3, 12, &[70, 3, 33], None, true, Some((16, 40))),
         t5(2, 64, &[9, 1, 33], Some(&[130, 7, 40]), false, None),
         t5(16, 64, &[5, 12], Some(&[300, 64]), false, None),

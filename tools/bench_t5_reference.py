@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CPU throughput of LEPUS scoring with a T5 encoder-decoder: hopscore vs PyTorch.
+"""Throughput of LEPUS scoring with a T5 encoder-decoder: hopscore vs PyTorch, on the
+CPU or on a GPU.
 
 Both engines load the same random weights in a real T5 shape (``--shape large``:
 T5-large v1.1 / LM-adapt, 24 + 24 blocks, d_model 1024, 16 heads of 64, gated-GELU
@@ -24,12 +25,23 @@ plus labels). Throughput is real tokens per second of wall clock, mean over
 ``--iters`` passes after ``--warmup``; ``--rounds`` interleaves the engines and reports
 each one's median round. The table ends with the per-token |Δ log p| between the
 engines (f32 against f32).
+
+GPU mode (``--device cuda``, bf16 by default; ``--dtype f32|bf16|f16``): both engines
+run on the GPU in that dtype (PyTorch: the model cast and moved there, eager attention
+as T5 has it, ``torch.cuda.synchronize()`` around the timing; hopscore:
+``bench-loglik --device cuda --dtype D``), and each engine's per-token |Δ log p| is
+taken against PyTorch in f32 on the same GPU. ``HOPSCORE_REFERENCE_TORCH_CPU=1`` keeps
+PyTorch on the CPU (the emulator dry run of tools/gpu/run.sh).
+
+    python3 tools/bench_t5_reference.py --device cuda --shape large --questions 50 \
+        --hopscore target/release/hopscore
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -89,9 +101,11 @@ def random_model_dir(shape, seed, out):
     return model
 
 
-def bench_pytorch(args, model, pairs):
+def bench_pytorch(args, model, pairs, engine="pytorch"):
     import torch
 
+    device = next(model.parameters()).device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     batches = []
     for g in groups(pairs, args.max_batch_tokens):
         le = max(pairs[i]["target_start"] for i in g)
@@ -104,7 +118,7 @@ def bench_pytorch(args, model, pairs):
             enc[b, :s] = torch.tensor(p[:s])
             mask[b, :s] = 1
             labels[b, : len(p) - s] = torch.tensor(p[s:])
-        batches.append((g, enc, mask, labels))
+        batches.append((g, enc.to(device), mask.to(device), labels.to(device)))
 
     def once():
         out = {}
@@ -112,7 +126,7 @@ def bench_pytorch(args, model, pairs):
             for g, enc, mask, labels in batches:
                 logits = model(input_ids=enc, attention_mask=mask, labels=labels).logits
                 logp = torch.log_softmax(logits.float(), dim=-1)
-                per = logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0]
+                per = logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0].cpu()
                 for b, i in enumerate(g):
                     n = len(pairs[i]["ids"]) - pairs[i]["target_start"]
                     out[i] = per[b, :n].tolist()
@@ -120,12 +134,14 @@ def bench_pytorch(args, model, pairs):
 
     for _ in range(args.warmup):
         once()
+    sync()
     t = time.perf_counter()
     for _ in range(args.iters):
         logprobs = once()
+    sync()
     per_pass = (time.perf_counter() - t) / args.iters
     tokens = sum(len(p["ids"]) for p in pairs)
-    return {"engine": "pytorch", "threads": torch.get_num_threads(), "seconds_per_pass": per_pass,
+    return {"engine": engine, "threads": torch.get_num_threads(), "seconds_per_pass": per_pass,
             "tokens_per_s": tokens / per_pass, "mean_loglik": mean_of_means(logprobs)}, logprobs
 
 
@@ -140,11 +156,17 @@ def main():
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), help="cuda only (default bf16)")
+    ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", type=Path, default=DATA_DIR)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    args.device = "cpu"
+    cuda = args.device == "cuda"
+    if not cuda and args.dtype:
+        ap.error("--dtype is for --device cuda (the CPU path runs f32)")
+    args.dtype = args.dtype or ("bf16" if cuda else "f32")
 
     import torch
     from transformers import PreTrainedTokenizerFast
@@ -158,6 +180,12 @@ def main():
         model = random_model_dir(args.shape, args.seed, tmp)
         pairs_path = tmp / "pairs.json"
         pairs_path.write_text(json.dumps({"pairs": pairs}))
+        ref_lp = None
+        if cuda:  # the f32 reference on the same device, then the timed model in --dtype
+            tdev = "cpu" if os.environ.get("HOPSCORE_REFERENCE_TORCH_CPU") else "cuda"
+            model = model.to(tdev)
+            _, ref_lp = bench_pytorch(argparse.Namespace(**{**vars(args), "warmup": 0, "iters": 1}), model, pairs)
+            model = model.to({"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[args.dtype])
         rounds = {"pytorch": [], "hopscore": []}
         for _ in range(args.rounds):
             row, torch_lp = bench_pytorch(args, model, pairs)
@@ -174,15 +202,20 @@ def main():
     labels = sum(len(p["ids"]) - p["target_start"] for p in pairs)
     meta = {"shape": args.shape, "pairs": len(pairs), "tokens": tokens, "label_tokens": labels,
             "threads": args.threads, "cpu": platform.processor() or platform.machine(),
-            "torch": torch.__version__}
+            "device": args.device, "dtype": args.dtype, "torch": torch.__version__}
+    if cuda:
+        meta["gpu"] = torch.cuda.get_device_name(args.gpu) if torch.cuda.is_available() else "emulator"
+        meta["pytorch_vs_f32"] = token_diff(ref_lp, torch_lp)
     if args.hopscore:
         meta["max_abs_dlogp"], meta["mean_abs_dlogp"] = token_diff(torch_lp, hop_lp)
         meta["speedup"] = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
+        if cuda:
+            meta["hopscore_vs_f32"] = token_diff(ref_lp, hop_lp)
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows}))
         return
-    print(f"T5-{args.shape} LEPUS scoring, {len(pairs)} pairs, {tokens} tokens ({labels} labels), "
-          f"{args.threads} threads")
+    where = f"{meta['gpu']}, {args.dtype}" if cuda else f"{args.threads} threads"
+    print(f"T5-{args.shape} LEPUS scoring, {len(pairs)} pairs, {tokens} tokens ({labels} labels), {where}")
     print(f"{'engine':<10} {'s/pass':>9} {'tokens/s':>10} {'mean loglik':>12}  rounds")
     for r in rows:
         print(f"{r['engine']:<10} {r['seconds_per_pass']:>9.2f} {r['tokens_per_s']:>10.1f} "
@@ -190,6 +223,10 @@ def main():
     if args.hopscore:
         print(f"hopscore / pytorch: {meta['speedup']:.2f}x; per-token |Δ log p| max "
               f"{meta['max_abs_dlogp']:.1e}, mean {meta['mean_abs_dlogp']:.1e}")
+    for engine in ("pytorch", "hopscore") if cuda else ():
+        if f"{engine}_vs_f32" in meta:
+            m, a = meta[f"{engine}_vs_f32"]
+            print(f"{engine} {args.dtype} vs pytorch f32: per-token |Δ log p| max {m:.1e}, mean {a:.1e}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ GEOMETRY = {
     "causal_attention_v3_d64": ("ATTENTION_THREADS", "causal_v3_smem(64)"),
     "causal_attention_v3_d128": ("ATTENTION_THREADS", "causal_v3_smem(128)"),
     "t5_attention": ("ATTENTION_THREADS", "t5_smem(64)"),
+    "t5_attention_v3_d64": ("ATTENTION_THREADS", "t5_v3_smem(64)"),
+    "t5_attention_v3_d128": ("ATTENTION_THREADS", "t5_v3_smem(128)"),
     "question_loglik": ("LOGLIK_THREADS", "0"),
     "question_loglik_bf16": ("LOGLIK_THREADS", "LOGLIK_TC_SMEM"),
     "question_loglik_f16": ("LOGLIK_THREADS", "LOGLIK_TC_SMEM"),
@@ -102,6 +104,9 @@ def load_geometry(path):
 CLAIMS = [
     (r"^disentangled_attention_v3_", 8),
     (r"^causal_attention_v3_", 8),
+    # T5's key tile also starts S from the staged bucket bias (18 shared loads a lane)
+    # or zeros (cross-attention): 558 instructions for 64 HMMA at d 64.
+    (r"^t5_attention_v3_", 9),
     (r"^question_loglik_(bf16|f16)$", None),
 ]
 

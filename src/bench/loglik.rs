@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, KernelTime};
 use crate::jobs::decoder::load_language_model;
 use crate::jobs::loglik::{token_logprobs, Loglik};
 use crate::model::decoder::ScoredSequence;
@@ -61,6 +61,8 @@ pub struct BenchLoglikResult {
     pub tokens_per_s: f64,
     /// Mean of the per-pair mean log-likelihoods (a check that both engines agree).
     pub mean_loglik: f64,
+    /// Device time per kernel over one extra pass after the timed ones (devices only).
+    pub kernels: Vec<KernelTime>,
 }
 
 /// Measures `args` on `be`.
@@ -90,7 +92,11 @@ pub fn run<B: Backend>(be: &B, args: &LoglikBench) -> Result<BenchLoglikResult> 
     for _ in 0..args.iters {
         results = pass()?;
     }
+    be.synchronize()?;
     let per_pass = t.elapsed().as_secs_f64() / args.iters as f64;
+    be.start_profile();
+    pass()?;
+    let kernels = be.finish_profile()?;
     if let Some(path) = &args.scores {
         let json = serde_json::json!({ "logprobs": results });
         std::fs::write(path, json.to_string())
@@ -113,5 +119,6 @@ pub fn run<B: Backend>(be: &B, args: &LoglikBench) -> Result<BenchLoglikResult> 
         seconds_per_pass: per_pass,
         tokens_per_s: tokens as f64 / per_pass,
         mean_loglik: means.iter().sum::<f64>() / means.len() as f64,
+        kernels,
     })
 }

@@ -4,6 +4,7 @@ use anyhow::{ensure, Result};
 use clap::Args;
 
 use super::DeviceOpts;
+use crate::backend::KernelTime;
 use crate::bench::{BenchResult, BenchSpec, ModelShape};
 use crate::jobs::device::with_backend;
 use crate::jobs::DeviceKind;
@@ -114,17 +115,24 @@ pub fn table(r: &BenchResult) -> String {
             );
         }
     }
-    let total: f64 = r.kernels.iter().map(|k| k.ms).sum();
-    for k in &r.kernels {
-        out += &format!(
-            "\n  {:<32} {:>6} calls {:>10.3} ms {:>5.1}%",
-            k.kernel,
-            k.calls,
-            k.ms,
-            100.0 * k.ms / total.max(1e-12)
-        );
-    }
-    out
+    out + &kernel_table(&r.kernels)
+}
+
+/// One line per kernel of a profiled pass: calls, device time and share.
+pub(super) fn kernel_table(kernels: &[KernelTime]) -> String {
+    let total: f64 = kernels.iter().map(|k| k.ms).sum();
+    kernels
+        .iter()
+        .map(|k| {
+            format!(
+                "\n  {:<32} {:>6} calls {:>10.3} ms {:>5.1}%",
+                k.kernel,
+                k.calls,
+                k.ms,
+                100.0 * k.ms / total.max(1e-12)
+            )
+        })
+        .collect()
 }
 
 fn summary(r: &BenchResult) -> String {

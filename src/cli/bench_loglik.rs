@@ -71,5 +71,5 @@ pub fn table(r: &BenchLoglikResult) -> String {
         r.seconds_per_pass,
         r.tokens_per_s,
         r.mean_loglik
-    )
+    ) + &super::bench::kernel_table(&r.kernels)
 }

@@ -18,6 +18,8 @@
 #   deberta-base   the same for deberta-v3-base at L = 512 and 128              (120 s)
 #   ncu            Nsight Compute (--set full, one launch each) of disentangled attention
 #                  (v3, and v4 where built), causal attention and question_loglik (150 s)
+#   ncu-t5         Nsight Compute of t5_attention (the first launch: T5-large's encoder
+#                  layer 0, 64 inputs of 400 tokens, bf16)                        (150 s)
 #   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
 #                  LEPUS prompts of every passage of the first 50 HotpotQA questions,
 #                  HF sdpa vs hopscore, per-token |Δ log p|                      (150 s)
@@ -29,6 +31,10 @@
 #                  (Contriever layout) bi-encoders: tools/bench_embed_reference.py, the
 #                  HotpotQA sample's 5,912 passages ×10 (bf16; MiniLM also f32), hopscore
 #                  vs sentence-transformers on the GPU; then `retrieve` cuda f32 vs cpu (240 s)
+#   t5             tools/bench_t5_reference.py: T5-large v1.1 shape (random weights), LEPUS
+#                  first-hop prompts of every passage of the first 50 HotpotQA questions,
+#                  HF eager vs hopscore in bf16, then f32 (HOPSCORE_KIT_T5_DTYPES); |Δ log p|
+#                  against HF f32                                                  (240 s)
 #   gelu-tanh      `bench` deberta-v3-large L = 512 bf16 with the erf GELU and with
 #                  --tanh-gelu (the GEMM epilogue)                                 (90 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
@@ -46,7 +52,7 @@ R=$work/results # logs, JSON rows and reports, tarred into $OUT after every step
 mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=220 [deberta-base]=120 [ncu]=150
-  [lepus]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90)
+  [lepus]=150 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
 # the NVIDIA pip wheels of the machine's Python; empty when none has it.
@@ -82,7 +88,8 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
   if [[ $manifest_dir != "$PWD" && ! -e $manifest_dir ]]; then
     mkdir -p "$(dirname "$manifest_dir")" && ln -s "$PWD" "$manifest_dir"
   fi
-  mkdir -p weights "$work" && cp -rn "$kit/weights/deberta-v3-tokenizer" weights/
+  mkdir -p weights "$work"
+  [[ -d weights/deberta-v3-tokenizer ]] || cp -r "$kit/weights/deberta-v3-tokenizer" weights/
   if [[ -n $emu ]]; then
     export LD_LIBRARY_PATH=$emu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} HOPSCORE_REFERENCE_TORCH_CPU=1
   else
@@ -117,11 +124,11 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
 # Shapes and sizes: the real ones on a GPU, seconds-long ones in an emulator dry run.
 if [[ -n $emu ]]; then
   LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
-  EMBED_REPEAT=1
+  EMBED_REPEAT=1 T5=small T5_Q=1 T5_PROMPT=48
 else
   LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=512,256,128 LENS_BASE=512,128
   DEC_PAIRS=50 NQ=600 NQ_CPU=${HOPSCORE_KIT_NQ_CPU:-20} CK=base ITERS=10 SMALL=()
-  EMBED_REPEAT=10
+  EMBED_REPEAT=10 T5=large T5_Q=50 T5_PROMPT=600
 fi
 
 questions() { # questions N FILE: the first N questions of the HotpotQA sample
@@ -211,12 +218,45 @@ PY
   return $rc
 }
 
+step_ncu-t5() {
+  [[ -n $emu ]] && { echo "ncu-t5: skipped in an emulator dry run"; return 0; }
+  python3 - "$work/t5-random" "$work/t5-pairs.json" <<'PY' || return 1
+import json, random, sys
+from pathlib import Path
+sys.path.insert(0, "tools")
+from bench_t5_reference import random_model_dir
+out = Path(sys.argv[1])
+out.mkdir(exist_ok=True)
+random_model_dir("large", 0, out)
+random.seed(0)
+pairs = [{"ids": [random.randrange(3, 800) for _ in range(420)], "target_start": 400} for _ in range(64)]
+json.dump({"pairs": pairs}, open(sys.argv[2], "w"))
+PY
+  ncu --set full --clock-control none --launch-count 1 -f -k regex:t5_attention -o "$R/ncu-t5" \
+    "$H" bench-loglik --device cuda --dtype bf16 --model "$work/t5-random" --pairs "$work/t5-pairs.json" \
+    --warmup 0 --iters 1 || return 1
+  ncu --import "$R/ncu-t5.ncu-rep" --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section LaunchStats \
+    >"$R/ncu-t5.txt" 2>&1
+}
+
 step_lepus() {
   local rc=0 shape
   for shape in smollm2 gpt2; do
     python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs $DEC_PAIRS --all-passages \
       --data-dir "$kit/data" --gguf "$kit/weights/smollm2-metadata.gguf" --max-batch-tokens 16384 \
       --iters $((ITERS > 5 ? 5 : ITERS)) --warmup 1 --hopscore "$H" --json | tee "$R/lepus-$shape.jsonl" || rc=1
+  done
+  return $rc
+}
+
+step_t5() {
+  local rc=0 dt
+  for dt in ${HOPSCORE_KIT_T5_DTYPES:-bf16 f32}; do
+    python3 tools/bench_t5_reference.py --device cuda --dtype $dt --shape $T5 --questions $T5_Q \
+      --max-prompt-tokens $T5_PROMPT --data-dir "$kit/data" --max-batch-tokens 16384 \
+      --iters $((ITERS > 5 ? 5 : ITERS)) --warmup $((ITERS > 1 ? 1 : 0)) \
+      --threads "$HOPSCORE_THREADS" --hopscore "$H" --json | tee -a "$R/t5.jsonl" || rc=1
   done
   return $rc
 }
@@ -318,7 +358,7 @@ fi
 t_setup=$(date +%s)
 setup || { pack_results; exit 1; }
 ATTENTION=$("$H" bench --help | grep -q HOPSCORE_DISENTANGLED && echo v3,v4 || echo v3)
-export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT
+export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT T5 T5_Q T5_PROMPT
 echo "setup ok in $(($(date +%s) - t_setup)) s; attention kernels: $ATTENTION" | tee -a "$OUT/summary.txt"
 status=0
 for arg in "$@"; do

@@ -792,6 +792,7 @@ mod tests {
             let mut kernels: Vec<&str> = PLAIN.to_vec();
             for d in (8..=128).step_by(4) {
                 kernels.push(causal_attention::version(dtype, d).1);
+                kernels.push(t5_attention::version(dtype, d).1);
                 if d % 8 == 0 {
                     for v in [Version::V3, Version::V4] {
                         kernels.push(disentangled_attention::kernel(dtype, v, d));
