@@ -101,8 +101,8 @@ __device__ void t5_attention(T* out, const T* q, const T* k, const T* v,
 // the tile on the diagonal, where keys past a row are masked), K and V staged by
 // cp.async and double-buffered, Q·Kᵀ and P·V on mma_16816, S, P, O in registers. The
 // bias of the 127 distances j − i a (query tile, key tile) pair meets is staged with the
-// tile's K and V (f32, two stages) and added to S before the online softmax, whose
-// scale is 1. Dynamic shared memory: causal v3's plus 2·128 floats (t5_v3_smem).
+// tile's K and V (f32, two stages) and is S's starting accumulator, so the products add
+// to it without an extra pass; the online softmax's scale is 1. Dynamic shared memory: causal v3's plus 2·128 floats (t5_v3_smem).
 template <typename T, int D>
 __device__ void t5_attention_v3(T* out, const T* q, const T* k, const T* v, const unsigned* q_cu,
                                 const float* q_mask, const unsigned* kv_cu, const float* kv_mask,
