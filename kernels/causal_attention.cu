@@ -163,7 +163,7 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
   T* kv = qs + kRows * LD;             // [stage][K, V][64][LD]
   const size_t width = (size_t)(heads + 2 * kv_heads) * d;
   const HeadRows<T> src(qkv + (size_t)start * width, h, heads, kv_heads, d);
-  const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane / 4;
 
   auto stage_kv = [&](int kt) {
     T* dst = kv + (kt & 1) * 2 * kKeys * LD;
@@ -181,7 +181,6 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
   load_a<D>(qf, qs + 16 * warp * LD, lane);
 
   const float sl2 = scale * 1.4426950408889634f;  // scale · log2(e)
-  const float neg_inf = -__builtin_huge_valf();
   Rows16<T, D> rows;
   // Key tile kt; on the diagonal tile (j0 = i0) key column c > row r is masked too.
   auto tile = [&](int kt, bool diagonal) {
@@ -194,13 +193,7 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
     float s[kNb][4];
     abt<T, D, kNb>(s, qf, ks, lane);
     mask_keys(s, key_bits(mask + start, kt * kKeys, len, lane));
-    if (diagonal) {
-#pragma unroll
-      for (int nb = 0; nb < kNb; ++nb)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (8 * nb + 2 * t + (i & 1) > 16 * warp + g + 8 * (i / 2)) s[nb][i] = neg_inf;
-    }
+    if (diagonal) mask_after_diagonal(s, warp, lane);
     rows.step(s, sl2, ks + kKeys * LD, lane);
   };
   // Key tiles up to the diagonal (tile blockIdx.y; i0 < len): the masking only there,

@@ -88,6 +88,18 @@ __device__ __forceinline__ void mask_keys(float (&s)[kNb][4], unsigned long long
     for (int i = 0; i < 4; ++i) s[nb][i] = (keys >> (8 * nb + (i & 1))) & 1u ? s[nb][i] : neg_inf;
 }
 
+// On the tile where key tile and query tile start together (the causal diagonal):
+// scores of keys past their query row → −inf. Element i of s[nb] is (row 16·warp + g
+// + 8·(i / 2), key 8nb + 2t + i % 2).
+__device__ __forceinline__ void mask_after_diagonal(float (&s)[kNb][4], int warp, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nb = 0; nb < kNb; ++nb)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (8 * nb + 2 * t + (i & 1) > 16 * warp + g + 8 * (i / 2)) s[nb][i] = -__builtin_huge_valf();
+}
+
 // A warp's [16][8·NB] f32 accumulator tile (mma_16816 / wgmma fragments) → rows 0..15
 // of `scratch` (row stride Ldc floats); disentangled v3 and v4 gather band scores from it.
 template <int NB, int Ldc>

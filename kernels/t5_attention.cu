@@ -148,7 +148,6 @@ __device__ void t5_attention_v3(T* out, const T* q, const T* k, const T* v, cons
   unsigned qf[D / 16][4];
   load_a<D>(qf, qs + 16 * warp * LD, lane);
 
-  const float neg_inf = -__builtin_huge_valf();
   Rows16<T, D> rows;
   // Key tile kt; on the diagonal tile of a causal block (kt = blockIdx.y) key column c >
   // row r is masked too. S starts as the bias and the products add to it.
@@ -176,13 +175,7 @@ __device__ void t5_attention_v3(T* out, const T* q, const T* k, const T* v, cons
     }
     abt<T, D, kNb, true>(s, qf, kst, lane);
     mask_keys(s, key_bits(kv_mask + kstart, kt * kKeys, lk, lane));
-    if (diagonal) {
-#pragma unroll
-      for (int nb = 0; nb < kNb; ++nb)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (8 * nb + 2 * t + (i & 1) > 16 * warp + g + 8 * (i / 2)) s[nb][i] = neg_inf;
-    }
+    if (diagonal) mask_after_diagonal(s, warp, lane);
     rows.step(s, 1.4426950408889634f, kst + kKeys * LD, lane);  // scale 1: log2(e)
   };
   // The masking of the diagonal out of the main loop.

@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use super::exp::exp_in_place_sum;
 use super::matmul::{matmul, MatRef};
 use crate::backend::{CausalShape, SeqLayout};
 
@@ -62,24 +63,17 @@ fn one_head(qkv: &[f32], shape: CausalShape, layout: &SeqLayout, s: usize, h: us
             row.fill(0.0);
             continue;
         }
+        // Masked keys at −inf: their exponentials are 0 (key i itself counts).
         let mut max = f32::NEG_INFINITY;
-        for j in 0..=i {
-            if mask[j] != 0.0 {
-                row[j] *= scale;
-                max = max.max(row[j]);
-            }
-        }
-        let mut sum = 0f32;
-        for j in 0..=i {
-            row[j] = if mask[j] != 0.0 {
-                let e = (row[j] - max).exp();
-                sum += e;
-                e
+        for (x, &m) in row[..=i].iter_mut().zip(mask) {
+            *x = if m != 0.0 {
+                *x * scale
             } else {
-                0.0
+                f32::NEG_INFINITY
             };
+            max = max.max(*x);
         }
-        let inv = 1.0 / sum;
+        let inv = 1.0 / exp_in_place_sum(&mut row[..=i], max);
         row[..=i].iter_mut().for_each(|p| *p *= inv);
         row[i + 1..].fill(0.0);
     }

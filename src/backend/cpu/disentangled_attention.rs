@@ -16,6 +16,7 @@
 
 use rayon::prelude::*;
 
+use super::exp::exp_in_place_sum;
 use super::matmul::{matmul, MatRef};
 use crate::backend::{AttentionShape, SeqLayout};
 
@@ -116,7 +117,8 @@ fn one_head(a: &AttentionArgs<'_>, s: usize, h: usize) -> Vec<f32> {
 }
 
 /// `row ← softmax(scale · row)` over the unmasked keys (masked keys get 0), compiled
-/// for the widest vectors the CPU has; the max and the sum run in key order.
+/// for the widest vectors the CPU has; the exponentials and their sum are
+/// [`exp_in_place_sum`]'s.
 #[multiversion::multiversion(targets = "simd")]
 fn softmax_row(row: &mut [f32], mask: &[f32], scale: f32) {
     let mut max = f32::NEG_INFINITY;
@@ -128,12 +130,7 @@ fn softmax_row(row: &mut [f32], mask: &[f32], scale: f32) {
         };
         max = max.max(*x);
     }
-    let mut sum = 0f32;
-    for x in row.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x;
-    }
-    let inv = 1.0 / sum;
+    let inv = 1.0 / exp_in_place_sum(row, max);
     row.iter_mut().for_each(|x| *x *= inv);
 }
 

@@ -7,6 +7,7 @@ pub mod causal_attention;
 pub mod cls_head;
 pub mod disentangled_attention;
 pub mod embedding;
+pub mod exp;
 pub mod gated_act;
 pub mod gelu;
 pub mod gelu_new;

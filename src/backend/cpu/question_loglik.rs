@@ -7,6 +7,7 @@
 
 use rayon::prelude::*;
 
+use super::exp::{max_of, sum_exp};
 use super::matmul::{matmul, MatRef};
 
 /// Vocabulary rows per chunk: 1024 rows of a 576–4096 wide head stay in L2 while the
@@ -57,9 +58,9 @@ pub fn question_loglik(
             };
             for (r, row) in z.chunks_exact_mut(width).enumerate() {
                 row.iter_mut().for_each(|v| *v *= inv_t);
-                let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let m = max_of(row);
                 p.max[r] = m;
-                p.sum[r] = row.iter().map(|v| (v - m).exp()).sum();
+                p.sum[r] = sum_exp(row, m);
                 let t = targets[r] as usize;
                 if (v0..v0 + width).contains(&t) {
                     p.target[r] = Some(row[t - v0]);
