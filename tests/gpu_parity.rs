@@ -2017,6 +2017,38 @@ fn bench_times_every_kernel_on_the_device() {
     );
 }
 
+/// `bench-loglik` on the device reports the kernels of one extra pass: a T5 model with 2
+/// encoder and 3 decoder blocks runs 8 attentions (2 + 3 self, 3 cross) and one
+/// log-likelihood head per batch.
+#[test]
+fn bench_loglik_times_the_kernels_of_a_pass() {
+    use hopscore::bench::loglik::{run, LoglikBench};
+    let Some(gpu) = common::gpu(DType::F32) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let pairs = tmp.path().join("pairs.json");
+    std::fs::write(
+        &pairs,
+        r#"{"pairs": [{"ids": [5, 6, 7, 8, 9, 10], "target_start": 3}, {"ids": [11, 12, 13, 14], "target_start": 2}]}"#,
+    )
+    .unwrap();
+    let bench = LoglikBench {
+        model: common::fixture("t5/v1_1"),
+        pairs,
+        max_batch_tokens: 8192,
+        temperature: 1.0,
+        warmup: 0,
+        iters: 1,
+        scores: None,
+    };
+    let r = run(&gpu, &bench).expect("bench-loglik on the device");
+    let calls = |name: &str| r.kernels.iter().find(|k| k.kernel == name).map(|k| k.calls);
+    assert_eq!(calls("t5_attention"), Some(8), "{:?}", r.kernels);
+    assert_eq!(calls("question_loglik"), Some(1), "{:?}", r.kernels);
+    assert_eq!((r.pairs, r.tokens, r.target_tokens), (2, 10, 5));
+}
+
 /// cuBLASLt's algorithm is asked for once per GEMM shape (dtype, sizes, parts,
 /// epilogue, beta), not on every call; another shape asks again.
 #[test]
