@@ -417,6 +417,20 @@ impl PartRun {
         self.tmp.path().join("o.parquet")
     }
 
+    /// An f32 run whose parts are committed but whose merge fails (the quarantine path
+    /// is blocked), so that a resume has parts to check.
+    fn leave_parts(&self) {
+        assert!(run(&self.args(false, true, CpuGemm::F32)).is_err());
+    }
+
+    /// The error of resuming in `cpu_gemm`, which must be refused.
+    fn resume_refusal(&self, cpu_gemm: CpuGemm) -> String {
+        format!(
+            "{:#}",
+            run(&self.args(true, false, cpu_gemm)).expect_err("refused")
+        )
+    }
+
     /// The run's arguments; `fail_merge` points the quarantine into the blocker file.
     fn args(&self, resume: bool, fail_merge: bool, cpu_gemm: CpuGemm) -> ClassifyArgs {
         ClassifyArgs {
@@ -446,16 +460,13 @@ impl PartRun {
 #[test]
 fn resume_refuses_a_changed_tokenizer_naming_it() {
     let job = PartRun::new();
-    assert!(run(&job.args(false, true, CpuGemm::F32)).is_err());
+    job.leave_parts();
     // The same tokenizer with one more word: other ids for the same text.
     let mut tok: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&job.tokenizer).unwrap()).unwrap();
     tok["model"]["vocab"]["w1000"] = 1000.into();
     std::fs::write(&job.tokenizer, tok.to_string()).unwrap();
-    let err = format!(
-        "{:#}",
-        run(&job.args(true, false, CpuGemm::F32)).expect_err("refused")
-    );
+    let err = job.resume_refusal(CpuGemm::F32);
     assert!(
         err.contains("other inputs or options") && err.contains("hopscore.sha256.tokenizer"),
         "{err}"
@@ -471,11 +482,8 @@ fn resume_refuses_another_cpu_gemm_naming_the_device() {
         return;
     }
     let job = PartRun::new();
-    assert!(run(&job.args(false, true, CpuGemm::F32)).is_err());
-    let err = format!(
-        "{:#}",
-        run(&job.args(true, false, CpuGemm::Bf16)).expect_err("refused")
-    );
+    job.leave_parts();
+    let err = job.resume_refusal(CpuGemm::Bf16);
     assert!(
         err.contains("hopscore.device") && err.contains("bf16 dense layers"),
         "{err}"

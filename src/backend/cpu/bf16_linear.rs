@@ -10,7 +10,7 @@
 use half::bf16;
 use rayon::prelude::*;
 
-use super::tiles::{row_pointers, run_tiles, BLOCK_COLS};
+use super::tiles::{packed_index, row_pointers, run_tiles, BLOCK_COLS};
 
 /// Rows per micro-tile: 8 rows × 32 columns keep 16 `zmm` accumulators.
 const TILE_ROWS: usize = 8;
@@ -36,10 +36,8 @@ impl Bf16Weight {
         let kp = k.div_ceil(PAIR) * PAIR;
         let mut packed = vec![0u16; n.div_ceil(BLOCK_COLS) * BLOCK_COLS * kp];
         for j in 0..n {
-            let base = (j / BLOCK_COLS) * BLOCK_COLS * kp + (j % BLOCK_COLS) * PAIR;
             for (p, &v) in w[j * k..(j + 1) * k].iter().enumerate() {
-                packed[base + (p / PAIR) * BLOCK_COLS * PAIR + p % PAIR] =
-                    bf16::from_f32(v).to_bits();
+                packed[packed_index::<PAIR>(kp, j, p)] = bf16::from_f32(v).to_bits();
             }
         }
         Self { n, k, kp, packed }
@@ -48,8 +46,7 @@ impl Bf16Weight {
     /// `w[j, p]` as stored (for the reference twin).
     #[cfg(test)]
     fn at(&self, j: usize, p: usize) -> u16 {
-        let base = (j / BLOCK_COLS) * BLOCK_COLS * self.kp + (j % BLOCK_COLS) * PAIR;
-        self.packed[base + (p / PAIR) * BLOCK_COLS * PAIR + p % PAIR]
+        self.packed[packed_index::<PAIR>(self.kp, j, p)]
     }
 }
 

@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::exp::exp_in_place_sum;
+use super::exp::softmax_row;
 use super::matmul::{matmul, MatRef};
 use crate::backend::{CausalShape, SeqLayout};
 
@@ -63,18 +63,8 @@ fn one_head(qkv: &[f32], shape: CausalShape, layout: &SeqLayout, s: usize, h: us
             row.fill(0.0);
             continue;
         }
-        // Masked keys at −inf: their exponentials are 0 (key i itself counts).
-        let mut max = f32::NEG_INFINITY;
-        for (x, &m) in row[..=i].iter_mut().zip(mask) {
-            *x = if m != 0.0 {
-                *x * scale
-            } else {
-                f32::NEG_INFINITY
-            };
-            max = max.max(*x);
-        }
-        let inv = 1.0 / exp_in_place_sum(&mut row[..=i], max);
-        row[..=i].iter_mut().for_each(|p| *p *= inv);
+        // Keys up to the query's own (unmasked) position.
+        softmax_row(&mut row[..=i], &mask[..=i], scale);
         row[i + 1..].fill(0.0);
     }
     let mut ctx = vec![0f32; len * d];

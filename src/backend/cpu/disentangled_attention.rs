@@ -16,7 +16,7 @@
 
 use rayon::prelude::*;
 
-use super::exp::exp_in_place_sum;
+use super::exp::softmax_row;
 use super::matmul::{matmul, MatRef};
 use crate::backend::{AttentionShape, SeqLayout};
 
@@ -114,24 +114,6 @@ fn one_head(a: &AttentionArgs<'_>, s: usize, h: usize) -> Vec<f32> {
         false,
     );
     ctx
-}
-
-/// `row ← softmax(scale · row)` over the unmasked keys (masked keys get 0), compiled
-/// for the widest vectors the CPU has; the exponentials and their sum are
-/// [`exp_in_place_sum`]'s.
-#[multiversion::multiversion(targets = "simd")]
-fn softmax_row(row: &mut [f32], mask: &[f32], scale: f32) {
-    let mut max = f32::NEG_INFINITY;
-    for (x, &m) in row.iter_mut().zip(mask) {
-        *x = if m == 0.0 {
-            f32::NEG_INFINITY
-        } else {
-            *x * scale
-        };
-        max = max.max(*x);
-    }
-    let inv = 1.0 / exp_in_place_sum(row, max);
-    row.iter_mut().for_each(|x| *x *= inv);
 }
 
 /// `row[j] += terms[j · stride + off[last − j]]`: one query row's c2p (`stride` 0 over

@@ -1,5 +1,6 @@
 //! `exp` in f32 without libm, for the loops that take one per element (softmax rows,
-//! the LM head's log-sum-exp, SiLU), and the row reductions around it: Cody–Waite reduction `x = n·ln 2 + r` and Cephes'
+//! the LM head's log-sum-exp, SiLU), the row reductions around it and the attentions'
+//! softmax row: Cody–Waite reduction `x = n·ln 2 + r` and Cephes'
 //! degree-7 polynomial for `e^r` on `|r| ≤ ln 2 / 2`, scaled by `2^n` built from its
 //! bits. No branches and no calls, so those loops vectorise (libm's `expf` is a call
 //! per element). Within 2 ulp of the exact value over `[-86, 88.7]` (checked below
@@ -88,6 +89,24 @@ pub fn exp_in_place_sum(row: &mut [f32], max: f32) -> f32 {
         *l += *v;
     }
     lanes.iter().sum()
+}
+
+/// `row ← softmax(scale · row)` over the keys whose `mask` is not 0 (the others get 0),
+/// compiled for the widest vectors the CPU has; the exponentials and their sum are
+/// [`exp_in_place_sum`]'s. The CPU attentions' (DeBERTa's, causal LMs').
+#[multiversion::multiversion(targets = "simd")]
+pub fn softmax_row(row: &mut [f32], mask: &[f32], scale: f32) {
+    let mut max = f32::NEG_INFINITY;
+    for (x, &m) in row.iter_mut().zip(mask) {
+        *x = if m == 0.0 {
+            f32::NEG_INFINITY
+        } else {
+            *x * scale
+        };
+        max = max.max(*x);
+    }
+    let inv = 1.0 / exp_in_place_sum(row, max);
+    row.iter_mut().for_each(|x| *x *= inv);
 }
 
 /// `Σ_j e^(row[j] − max)` as [`exp_in_place_sum`] adds it, leaving `row` as it is.

@@ -18,7 +18,7 @@
 
 use rayon::prelude::*;
 
-use super::tiles::{row_pointers, run_tiles, BLOCK_COLS};
+use super::tiles::{packed_index, row_pointers, run_tiles, BLOCK_COLS};
 
 /// Bytes of k multiplied per `vpdpbusd` lane.
 const GROUP: usize = 4;
@@ -152,17 +152,14 @@ impl Int8Weight {
         let mut scale = vec![0f32; blocks * kblocks * BLOCK_COLS];
         let mut correction = vec![0i32; scale.len()];
         for j in 0..n {
-            let (block, lane) = (j / BLOCK_COLS, j % BLOCK_COLS);
-            let base = block * BLOCK_COLS * kp + lane * GROUP;
             for b in 0..kblocks {
                 let (start, end) = (b * kblock, ((b + 1) * kblock).min(k));
                 let mut sum = 0;
                 let s = quantize_block(&w[j * k + start..j * k + end], |i, q| {
-                    let p = start + i;
-                    packed[base + (p / GROUP) * BLOCK_COLS * GROUP + p % GROUP] = q;
+                    packed[packed_index::<GROUP>(kp, j, start + i)] = q;
                     sum += i32::from(q);
                 });
-                let at = (block * kblocks + b) * BLOCK_COLS + lane;
+                let at = scale_index(kblocks, j, b);
                 scale[at] = s;
                 correction[at] = ZERO_POINT * sum;
             }
@@ -181,16 +178,20 @@ impl Int8Weight {
     /// The quantised weight `qw[j, p]` (for the reference twin).
     #[cfg(test)]
     fn q(&self, j: usize, p: usize) -> i8 {
-        let (block, lane, g, e) = (j / BLOCK_COLS, j % BLOCK_COLS, p / GROUP, p % GROUP);
-        self.packed[block * BLOCK_COLS * self.kp + g * BLOCK_COLS * GROUP + lane * GROUP + e]
+        self.packed[packed_index::<GROUP>(self.kp, j, p)]
     }
 
     /// `(sw[j, b], 128 · Σ_{k∈b} qw[j, k])`.
     #[cfg(test)]
     fn block_scale(&self, j: usize, b: usize) -> (f32, i32) {
-        let at = ((j / BLOCK_COLS) * (self.kp / self.kblock) + b) * BLOCK_COLS + j % BLOCK_COLS;
+        let at = scale_index(self.kp / self.kblock, j, b);
         (self.scale[at], self.correction[at])
     }
+}
+
+/// Where `sw[j, b]` (and its correction) sits: `[output block][k-block][32]`.
+fn scale_index(kblocks: usize, j: usize, b: usize) -> usize {
+    ((j / BLOCK_COLS) * kblocks + b) * BLOCK_COLS + j % BLOCK_COLS
 }
 
 /// Activations quantised per k-block, stored as `q + 128` with the k padding at 128

@@ -10,6 +10,13 @@ pub const BLOCK_COLS: usize = 32;
 /// Rows per rayon task.
 pub const CHUNK_ROWS: usize = 64;
 
+/// Where weight `(j, p)` of `[n, k]` (`k` padded to `kp`) sits in a panel packed for `G`
+/// inputs per lane: per block of [`BLOCK_COLS`] outputs and per group of `G` inputs,
+/// 32 lanes of `G` values, so one 64-byte load feeds 16 output lanes.
+pub fn packed_index<const G: usize>(kp: usize, j: usize, p: usize) -> usize {
+    (j / BLOCK_COLS) * BLOCK_COLS * kp + (p / G) * BLOCK_COLS * G + (j % BLOCK_COLS) * G + p % G
+}
+
 /// A tile's sums, row-major.
 pub type Sums<const R: usize> = [[f32; BLOCK_COLS]; R];
 
