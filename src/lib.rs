@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod model;
 pub mod pipeline;
 pub mod post;
+pub mod quant;
 pub mod retrieve;
 pub mod strategy;
 pub mod tensor;

@@ -2,17 +2,36 @@
 //! row-major f32 array with its shape. A leaf: it sits below both `model` (which reads
 //! weights into it) and `backend` (which uploads and downloads it).
 
+use std::sync::Arc;
+
+use crate::quant::QuantRows;
+
 /// A dense row-major f32 tensor on the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostTensor {
     pub shape: Vec<usize>,
     pub data: Vec<f32>,
+    /// The blocks a quantised checkpoint stored this `[rows, cols]` weight in, when they
+    /// hold it exactly (`data` is their dequantisation): the CPU's `q8` dense layers
+    /// multiply them as they are.
+    pub stored: Option<Arc<QuantRows>>,
 }
 
 impl HostTensor {
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
         debug_assert_eq!(shape.iter().product::<usize>(), data.len());
-        Self { shape, data }
+        Self {
+            shape,
+            data,
+            stored: None,
+        }
+    }
+
+    /// `self` with the blocks it was dequantised from.
+    pub fn with_stored(mut self, stored: QuantRows) -> Self {
+        debug_assert_eq!(stored.rows * stored.cols, self.data.len());
+        self.stored = Some(Arc::new(stored));
+        self
     }
 }
 

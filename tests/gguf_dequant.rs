@@ -1,6 +1,8 @@
 //! GGUF dequantisation of every supported ggml type against the `gguf` Python
 //! package's `dequantize` on random blocks (tests/fixtures/gguf/dequant.safetensors,
 //! written by tools/goldens/make_decoder_goldens.py). Exact up to f32 rounding (≤ 1e-6 relative).
+//! The types of 32-weight blocks dequantise through their stored blocks
+//! (`GgmlType::quant_rows`), so these cases check the blocks as well.
 
 use hopscore::model::gguf::GgmlType;
 use safetensors::SafeTensors;
@@ -63,4 +65,12 @@ fn q5_k() {
 #[test]
 fn q6_k() {
     case("Q6_K", GgmlType::Q6K);
+}
+#[test]
+fn q5_0() {
+    case("Q5_0", GgmlType::Q5_0);
+}
+#[test]
+fn q5_1() {
+    case("Q5_1", GgmlType::Q5_1);
 }

@@ -279,8 +279,8 @@ fn smollm2_prompts_and_scores_match_the_python_reference() {
 /// The accuracy cost of the low-precision dense layers on the LEPUS goldens (the
 /// figures of docs/parity.md): `(gemm, largest score error allowed, questions whose
 /// prompts, ranking or best paths change)` on the real SmolLM2 and the tiny GPT-2.
-/// Per-row int8 activations lose SmolLM2's outlier channels (13 of 16 rankings move);
-/// 32-input blocks (`q8`) keep more (6 of 16).
+/// Per-row int8 activations lose SmolLM2's outlier channels (12 of 16 questions move);
+/// 32-input blocks (`q8`, SmolLM2's Q4_1 blocks multiplied as stored) keep more (7).
 #[test]
 fn lepus_with_bf16_and_int8_dense_layers() {
     let smollm2 = common::SMOLLM2_GGUF.require();
@@ -290,7 +290,7 @@ fn lepus_with_bf16_and_int8_dense_layers() {
         ("smollm2", smollm2.clone(), CpuGemm::Bf16, 0.025, 2),
         ("smollm2", smollm2.clone(), CpuGemm::Int8, 0.4, 12),
         ("gpt2", Some(gpt2_dir()), CpuGemm::Q8, 1e-2, 2),
-        ("smollm2", smollm2, CpuGemm::Q8, 0.2, 8),
+        ("smollm2", smollm2, CpuGemm::Q8, 0.1, 7),
     ];
     let mut failures = Vec::new();
     for (name, model, gemm, bound, changes) in cases {

@@ -127,3 +127,35 @@ fn smollm2_gguf_metadata_and_truncation() {
         );
     }
 }
+
+/// The Q4_1 projections and the Q8_0 embedding keep their blocks as stored (what
+/// `--cpu-gemm q8` multiplies): 4-bit values with a scale and a min per 32 weights,
+/// whose dequantisation is the f32 tensor the other modes use.
+#[test]
+fn smollm2_gguf_blocks_are_kept_as_stored() {
+    let Some(path) = common::SMOLLM2_GGUF.require() else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    for (name, rows, cols, asymmetric, range) in [
+        ("blk.0.attn_q.weight", 576, 576, true, 0..=15),
+        ("blk.29.ffn_down.weight", 576, 1536, true, 0..=15),
+        ("token_embd.weight", 49_152, 576, false, -127..=127),
+    ] {
+        let t = file.tensor(name).unwrap();
+        let stored = t.stored.as_ref().expect(name);
+        assert_eq!(
+            (stored.rows, stored.cols, stored.block),
+            (rows, cols, 32),
+            "{name}"
+        );
+        assert_eq!(stored.min.is_some(), asymmetric, "{name}");
+        assert!(stored.q.iter().all(|q| range.contains(q)), "{name}");
+        assert_eq!(stored.dequantize(), t.data, "{name}");
+    }
+    assert!(file
+        .tensor("blk.0.attn_norm.weight")
+        .unwrap()
+        .stored
+        .is_none());
+}

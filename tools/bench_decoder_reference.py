@@ -349,7 +349,7 @@ def main(argv=None):
     targets = sum(len(p["ids"]) - p["target_start"] for p in pairs)
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
 
-    rounds, diffs = [], {}
+    rounds, diffs, vs_llama = [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         pairs_path = Path(tmp) / "pairs.json"
         pairs_path.write_text(json.dumps({"pairs": pairs}))
@@ -384,6 +384,12 @@ def main(argv=None):
         diffs = {name: token_diff(lp, ref_lp) for name, lp in lps.items()}
         if "hopscore" in lps:
             diffs["hopscore vs pytorch-targets"] = token_diff(lps["hopscore"], lps["pytorch-targets"])
+        # How closely each engine follows llama.cpp's own arithmetic on the same blocks.
+        vs_llama = {
+            name: token_diff(lp, lps["llama-cpp"])
+            for name, lp in lps.items()
+            if "llama-cpp" in lps and name != "llama-cpp"
+        }
     # Per engine, the round with the median throughput.
     results = []
     for k in range(len(rounds[0])):
@@ -392,6 +398,8 @@ def main(argv=None):
         best["rounds_tokens_per_s"] = [round(r[k]["tokens_per_s"], 1) for r in rounds]
         best["max_abs_dlogp_vs_f32"], best["mean_abs_dlogp_vs_f32"] = diffs.get(best["engine"], (None, None))
         results.append(best)
+    for r in results:
+        r["max_abs_dlogp_vs_llama_cpp"], r["mean_abs_dlogp_vs_llama_cpp"] = vs_llama.get(r["engine"], (None, None))
     if args.json:
         for r in results:
             print(json.dumps(r))
@@ -403,7 +411,7 @@ def main(argv=None):
         f"random {args.shape} weights, {args.dtype} on "
         f"{torch.cuda.get_device_name(args.gpu) if tdev == 'cuda' else 'cpu (emulator dry run)'}"
         if cuda
-        else f"SmolLM2-135M-Instruct (GGUF Q4_1 → f32), threads {args.threads}, "
+        else f"SmolLM2-135M-Instruct (GGUF Q4_1), threads {args.threads}, "
         f"cpu {platform.processor() or platform.machine()}"
     )
     print(
@@ -413,10 +421,10 @@ def main(argv=None):
     )
     base = {r["engine"]: r["tokens_per_s"] for r in results}
     print(f"{'engine':<16} {'s/pass':>8} {'tokens/s':>10} {'mean loglik':>12} {'hopscore ×':>11}"
-          f"  {'max|Δlogp| vs ' + ('f32' if cuda else 'HF f32'):>18}  rounds (tokens/s)")
+          f"  {'max|Δlogp| vs ' + ('f32' if cuda else 'HF f32'):>18} {'mean':>10}  rounds (tokens/s)")
     for r in results:
         ratio = base.get("hopscore", float("nan")) / r["tokens_per_s"]
-        d = f"  {r['max_abs_dlogp_vs_f32']:>18.3e}"
+        d = f"  {r['max_abs_dlogp_vs_f32']:>18.3e} {r['mean_abs_dlogp_vs_f32']:>10.3e}"
         print(
             f"{r['engine']:<16} {r['seconds_per_pass']:>8.3f} {r['tokens_per_s']:>10.0f} "
             f"{r['mean_loglik']:>12.5f} {ratio:>11.2f}{d}  {r['rounds_tokens_per_s']}"
@@ -424,6 +432,8 @@ def main(argv=None):
     if "hopscore vs pytorch-targets" in diffs:
         m, a = diffs["hopscore vs pytorch-targets"]
         print(f"per-token |Δ log p|, hopscore vs pytorch-targets ({args.dtype}): max {m:.3e}, mean {a:.3e}")
+    for name, (m, a) in vs_llama.items():
+        print(f"per-token |Δ log p|, {name} vs llama-cpp: max {m:.3e}, mean {a:.3e}")
     return 0
 
 

@@ -11,8 +11,10 @@
 //!    `u64` offset relative to the data section;
 //! 4. padding to `general.alignment` (default 32), then the tensor data.
 //!
-//! Quantised blocks (`ggml-common.h`): `Q8_0`, `Q4_0`, `Q4_1` hold 32 weights per
-//! block; the k-quants `Q4_K`, `Q5_K`, `Q6_K` hold 256 per super-block.
+//! Quantised blocks (`ggml-common.h`): `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` hold 32
+//! weights per block; the k-quants `Q4_K`, `Q5_K`, `Q6_K` hold 256 per super-block.
+//! Every type but `Q6_K` (16-weight sub-blocks) shares one scale and one min per 32
+//! weights: those tensors also keep their blocks as stored ([`HostTensor::stored`]).
 //!
 //! A leaf of `model`: it depends on nothing of hopscore but [`HostTensor`], and has its
 //! own error type ([`super::weights`] wraps it).
@@ -25,6 +27,7 @@ use half::{bf16, f16};
 use memmap2::Mmap;
 use thiserror::Error;
 
+use crate::quant::QuantRows;
 use crate::tensor::HostTensor;
 
 /// A GGUF file or tensor that cannot be read (`Io` keeps the OS error as its
@@ -108,6 +111,8 @@ pub enum GgmlType {
     BF16,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
     Q4K,
     Q5K,
@@ -122,6 +127,8 @@ impl GgmlType {
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
             12 => GgmlType::Q4K,
             13 => GgmlType::Q5K,
@@ -138,6 +145,8 @@ impl GgmlType {
             GgmlType::F16 | GgmlType::BF16 => (1, 2),
             GgmlType::Q4_0 => (32, 18),
             GgmlType::Q4_1 => (32, 20),
+            GgmlType::Q5_0 => (32, 22),
+            GgmlType::Q5_1 => (32, 24),
             GgmlType::Q8_0 => (32, 34),
             GgmlType::Q4K => (256, 144),
             GgmlType::Q5K => (256, 176),
@@ -148,21 +157,51 @@ impl GgmlType {
     /// Dequantises whole blocks: `bytes.len()` must be a multiple of the block size.
     pub fn dequantize(self, bytes: &[u8]) -> Vec<f32> {
         let (n, size) = self.block();
+        if let Some(blocks) = self.quant_rows(bytes, 1, bytes.len() / size * n) {
+            return blocks.dequantize();
+        }
         let mut out = Vec::with_capacity(bytes.len() / size * n);
         for b in bytes.chunks_exact(size) {
             match self {
                 GgmlType::F32 => out.push(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
                 GgmlType::F16 => out.push(f16_at(b, 0)),
                 GgmlType::BF16 => out.push(bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-                GgmlType::Q4_0 => dequant_q4_0(b, &mut out),
-                GgmlType::Q4_1 => dequant_q4_1(b, &mut out),
-                GgmlType::Q8_0 => dequant_q8_0(b, &mut out),
-                GgmlType::Q4K => dequant_q4_k(b, &mut out),
-                GgmlType::Q5K => dequant_q5_k(b, &mut out),
                 GgmlType::Q6K => dequant_q6_k(b, &mut out),
+                _ => unreachable!("{self:?} has 32-weight blocks"),
             }
         }
         out
+    }
+
+    /// The `[rows, cols]` tensor in `bytes` as its 32-weight blocks (`q · scale + min`,
+    /// exactly as ggml's `dequantize_row_*` computes each weight); `None` for the types
+    /// without them (floats, `Q6_K`). `bytes` must hold whole rows of whole blocks.
+    pub fn quant_rows(self, bytes: &[u8], rows: usize, cols: usize) -> Option<QuantRows> {
+        let decode: fn(&[u8], &mut Blocks32) = match self {
+            GgmlType::Q4_0 => decode_q4_0,
+            GgmlType::Q4_1 => decode_q4_1,
+            GgmlType::Q5_0 => decode_q5_0,
+            GgmlType::Q5_1 => decode_q5_1,
+            GgmlType::Q8_0 => decode_q8_0,
+            GgmlType::Q4K => decode_q4_k,
+            GgmlType::Q5K => decode_q5_k,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q6K => return None,
+        };
+        let (n, size) = self.block();
+        let mut out = Blocks32::with_capacity(bytes.len() / size * n);
+        bytes.chunks_exact(size).for_each(|b| decode(b, &mut out));
+        let asymmetric = matches!(
+            self,
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K
+        );
+        Some(QuantRows {
+            rows,
+            cols,
+            block: 32,
+            q: out.q,
+            scale: out.scale,
+            min: asymmetric.then_some(out.min),
+        })
     }
 }
 
@@ -170,26 +209,87 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
+/// Decoded 32-weight blocks: `w = q · scale + min`.
+struct Blocks32 {
+    q: Vec<i8>,
+    scale: Vec<f32>,
+    min: Vec<f32>,
+}
+
+impl Blocks32 {
+    fn with_capacity(weights: usize) -> Self {
+        Self {
+            q: Vec::with_capacity(weights),
+            scale: Vec::with_capacity(weights / 32),
+            min: Vec::with_capacity(weights / 32),
+        }
+    }
+
+    /// One block: its scale, min and 32 values.
+    fn push(&mut self, scale: f32, min: f32, q: impl IntoIterator<Item = i8>) {
+        self.scale.push(scale);
+        self.min.push(min);
+        self.q.extend(q);
+    }
+
+    /// A block whose 32 values are the low nibbles of `qs` then the high ones, each
+    /// plus `high_bit(i)` (0 or 16) minus `offset`.
+    fn push_nibbles(
+        &mut self,
+        (scale, min): (f32, f32),
+        qs: &[u8],
+        high_bit: impl Fn(usize) -> u8,
+        offset: i8,
+    ) {
+        let lo = qs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| ((v & 0xF) | high_bit(i)) as i8);
+        let hi = qs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| ((v >> 4) | high_bit(i + qs.len())) as i8);
+        self.push(scale, min, lo.chain(hi).map(|q| q - offset));
+    }
+}
+
 /// `d: f16, qs: [u8; 16]`; `x[j] = d·(lo(qs[j]) − 8)`, `x[j+16] = d·(hi(qs[j]) − 8)`.
-fn dequant_q4_0(b: &[u8], out: &mut Vec<f32>) {
-    let d = f16_at(b, 0);
-    let qs = &b[2..18];
-    out.extend(qs.iter().map(|&q| d * (f32::from(q & 0xF) - 8.0)));
-    out.extend(qs.iter().map(|&q| d * (f32::from(q >> 4) - 8.0)));
+fn decode_q4_0(b: &[u8], out: &mut Blocks32) {
+    out.push_nibbles((f16_at(b, 0), 0.0), &b[2..18], |_| 0, 8);
 }
 
 /// `d, m: f16, qs: [u8; 16]`; `x[j] = d·lo(qs[j]) + m`, `x[j+16] = d·hi(qs[j]) + m`.
-fn dequant_q4_1(b: &[u8], out: &mut Vec<f32>) {
+fn decode_q4_1(b: &[u8], out: &mut Blocks32) {
+    out.push_nibbles((f16_at(b, 0), f16_at(b, 2)), &b[4..20], |_| 0, 0);
+}
+
+/// Bit `i` of the little-endian `u32` at `qh`, as 16 or 0 (the fifth bit of `Q5_*`
+/// weight `i`).
+fn fifth_bit(qh: &[u8], i: usize) -> u8 {
+    let bits = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    (((bits >> i) & 1) << 4) as u8
+}
+
+/// `d: f16, qh: u32, qs: [u8; 16]`: as `Q4_0` with a fifth bit per weight from `qh`,
+/// minus 16.
+fn decode_q5_0(b: &[u8], out: &mut Blocks32) {
+    out.push_nibbles(
+        (f16_at(b, 0), 0.0),
+        &b[6..22],
+        |i| fifth_bit(&b[2..6], i),
+        16,
+    );
+}
+
+/// `d, m: f16, qh: u32, qs: [u8; 16]`: as `Q4_1` with a fifth bit per weight from `qh`.
+fn decode_q5_1(b: &[u8], out: &mut Blocks32) {
     let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-    let qs = &b[4..20];
-    out.extend(qs.iter().map(|&q| d * f32::from(q & 0xF) + m));
-    out.extend(qs.iter().map(|&q| d * f32::from(q >> 4) + m));
+    out.push_nibbles((d, m), &b[8..24], |i| fifth_bit(&b[4..8], i), 0);
 }
 
 /// `d: f16, qs: [i8; 32]`; `x[j] = d·qs[j]`.
-fn dequant_q8_0(b: &[u8], out: &mut Vec<f32>) {
-    let d = f16_at(b, 0);
-    out.extend(b[2..34].iter().map(|&q| d * f32::from(q as i8)));
+fn decode_q8_0(b: &[u8], out: &mut Blocks32) {
+    out.push(f16_at(b, 0), 0.0, b[2..34].iter().map(|&q| q as i8));
 }
 
 /// The 6-bit scale and min of sub-block `j` (0..8) packed in the 12 `scales` bytes of
@@ -206,42 +306,39 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
     (f32::from(sc), f32::from(m))
 }
 
+/// The scale and min of `Q4_K`/`Q5_K` sub-block `j`: `(d·sc, −dmin·m)`.
+fn k_quant_sub_block(b: &[u8], j: usize) -> (f32, f32) {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    let (sc, m) = scale_min_k4(j, &b[4..16]);
+    (d * sc, -(dmin * m))
+}
+
 /// `d, dmin: f16, scales: [u8; 12], qs: [u8; 128]`: 8 sub-blocks of 32 weights,
 /// `x = d·sc·q − dmin·m`; each 32 bytes of `qs` hold two sub-blocks (low, high nibbles).
-fn dequant_q4_k(b: &[u8], out: &mut Vec<f32>) {
-    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    let scales = &b[4..16];
-    let qs = &b[16..144];
-    for (pair, q) in qs.chunks_exact(32).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * pair, scales);
-        let (sc2, m2) = scale_min_k4(2 * pair + 1, scales);
-        let (d1, m1, d2, m2) = (d * sc1, dmin * m1, d * sc2, dmin * m2);
-        out.extend(q.iter().map(|&v| d1 * f32::from(v & 0xF) - m1));
-        out.extend(q.iter().map(|&v| d2 * f32::from(v >> 4) - m2));
+fn decode_q4_k(b: &[u8], out: &mut Blocks32) {
+    for (pair, q) in b[16..144].chunks_exact(32).enumerate() {
+        for (half, shift) in [(0, 0), (1, 4)] {
+            let (scale, min) = k_quant_sub_block(b, 2 * pair + half);
+            out.push(scale, min, q.iter().map(|&v| ((v >> shift) & 0xF) as i8));
+        }
     }
 }
 
 /// `d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]`: as `Q4_K`, with a
 /// fifth bit per weight from `qh` (bit `2·pair` for the low nibbles, `2·pair + 1` for
 /// the high ones).
-fn dequant_q5_k(b: &[u8], out: &mut Vec<f32>) {
-    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    let scales = &b[4..16];
+fn decode_q5_k(b: &[u8], out: &mut Blocks32) {
     let qh = &b[16..48];
-    let qs = &b[48..176];
-    for (pair, q) in qs.chunks_exact(32).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * pair, scales);
-        let (sc2, m2) = scale_min_k4(2 * pair + 1, scales);
-        let (d1, m1, d2, m2) = (d * sc1, dmin * m1, d * sc2, dmin * m2);
-        let (u1, u2) = (1u8 << (2 * pair), 2u8 << (2 * pair));
-        out.extend(q.iter().zip(qh).map(|(&v, &h)| {
-            let hi = if h & u1 != 0 { 16.0 } else { 0.0 };
-            d1 * (f32::from(v & 0xF) + hi) - m1
-        }));
-        out.extend(q.iter().zip(qh).map(|(&v, &h)| {
-            let hi = if h & u2 != 0 { 16.0 } else { 0.0 };
-            d2 * (f32::from(v >> 4) + hi) - m2
-        }));
+    for (pair, q) in b[48..176].chunks_exact(32).enumerate() {
+        for (half, shift) in [(0, 0), (1, 4)] {
+            let (scale, min) = k_quant_sub_block(b, 2 * pair + half);
+            let bit = 2 * pair + half;
+            let values = q
+                .iter()
+                .zip(qh)
+                .map(|(&v, &h)| (((v >> shift) & 0xF) | (((h >> bit) & 1) << 4)) as i8);
+            out.push(scale, min, values);
+        }
     }
 }
 
@@ -441,8 +538,17 @@ impl GgufFile {
                 ggml_type_name(info.type_id)
             ),
         })?;
-        let data = ty.dequantize(&self.mmap[info.start..info.end]);
-        Ok(HostTensor::new(info.shape.clone(), data))
+        let bytes = &self.mmap[info.start..info.end];
+        let matrix = match info.shape[..] {
+            [rows, cols] => ty.quant_rows(bytes, rows, cols),
+            _ => None,
+        };
+        Ok(match matrix {
+            Some(stored) => {
+                HostTensor::new(info.shape.clone(), stored.dequantize()).with_stored(stored)
+            }
+            None => HostTensor::new(info.shape.clone(), ty.dequantize(bytes)),
+        })
     }
 
     /// Tensor count per ggml type name (for `inspect`-style summaries).
@@ -613,18 +719,24 @@ pub fn unpermute_rows(t: &HostTensor, heads: usize) -> Result<HostTensor, String
         ));
     }
     let d = rows / heads / 2;
-    let mut out = vec![0f32; t.data.len()];
+    // `source[dst]`: the stored row that HF's row `dst` is.
+    let mut source = vec![0; rows];
     for h in 0..heads {
         for i in 0..d {
             for j in 0..2 {
-                let src = h * 2 * d + 2 * i + j;
-                let dst = h * 2 * d + j * d + i;
-                out[dst * cols..(dst + 1) * cols]
-                    .copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
+                source[h * 2 * d + j * d + i] = h * 2 * d + 2 * i + j;
             }
         }
     }
-    Ok(HostTensor::new(t.shape.clone(), out))
+    let data = source
+        .iter()
+        .flat_map(|&src| t.data[src * cols..(src + 1) * cols].iter().copied())
+        .collect();
+    let out = HostTensor::new(t.shape.clone(), data);
+    Ok(match &t.stored {
+        Some(stored) => out.with_stored(stored.select_rows(&source)),
+        None => out,
+    })
 }
 
 #[cfg(test)]
@@ -656,6 +768,37 @@ mod tests {
             unpermute_rows(&t, 1).unwrap().data,
             vec![0.0, 2.0, 1.0, 3.0]
         );
+        // Stored blocks move with their rows.
+        let w: Vec<f32> = (0..4 * 32).map(|i| (i as f32 * 0.37).sin()).collect();
+        let stored = QuantRows::quantize(&w, 4, 32, 32);
+        let t = HostTensor::new(vec![4, 32], stored.dequantize()).with_stored(stored);
+        let u = unpermute_rows(&t, 1).unwrap();
+        assert_eq!(u.data[32..64], t.data[64..96]);
+        assert_eq!(u.stored.unwrap().dequantize(), u.data);
+    }
+
+    #[test]
+    fn matrices_of_32_weight_blocks_keep_them() {
+        // Q4_1, two rows of one block: d = 0.5, m = −1, nibbles 0..15 then 15..0.
+        let mut q4_1 = Vec::new();
+        for _ in 0..2 {
+            q4_1.extend(half::f16::from_f32(0.5).to_le_bytes());
+            q4_1.extend(half::f16::from_f32(-1.0).to_le_bytes());
+            q4_1.extend((0..16u8).map(|i| i | ((15 - i) << 4)));
+        }
+        let bytes = build(&[("m", vec![32, 2], 3, q4_1), ("v", vec![32], 3, vec![0; 20])]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        std::fs::write(&path, &bytes).unwrap();
+        let g = GgufFile::open(&path).unwrap();
+        let m = g.tensor("m").unwrap();
+        assert_eq!((m.data[1], m.data[16], m.data[63]), (-0.5, 6.5, -1.0));
+        let stored = m.stored.as_ref().unwrap();
+        assert_eq!((stored.rows, stored.cols, stored.q[16]), (2, 32, 15));
+        assert_eq!(stored.min.as_deref(), Some(&[-1.0, -1.0][..]));
+        assert_eq!(stored.dequantize(), m.data);
+        // Vectors are not dense-layer weights.
+        assert!(g.tensor("v").unwrap().stored.is_none());
     }
 
     /// A GGUF v3 file with `general.alignment = 32`, a string array, and tensors

@@ -1,10 +1,13 @@
 //! Building blocks shared by the models: `Linear` (plain, row-fused or GPT-2 Conv1D)
 //! and `LayerNorm`, loaded from a [`Weights`] view and run through a [`Backend`].
 
+use std::borrow::Cow;
+
 use anyhow::Result;
 
 use super::weights::Weights;
 use crate::backend::{Backend, Dense};
+use crate::quant::QuantRows;
 use crate::tensor::HostTensor;
 
 /// `y = x·Wᵀ + b` with HF's `[out, in]` weight layout.
@@ -101,10 +104,32 @@ fn cat_rows(parts: &[HostTensor]) -> HostTensor {
         Some(c) => vec![rows, c],
         None => vec![rows],
     };
-    HostTensor::new(
+    let t = HostTensor::new(
         shape,
         parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
-    )
+    );
+    match cat_stored(parts) {
+        Some(stored) => t.with_stored(stored),
+        None => t,
+    }
+}
+
+/// The stored blocks of fused weights: when some parts have 32-weight blocks (a GGUF
+/// `Q4_K_M` mixes `Q4_K` and `Q6_K`), the others are quantised to `Q8_0`-style blocks
+/// so the fused layer keeps the stored ones exact.
+fn cat_stored(parts: &[HostTensor]) -> Option<QuantRows> {
+    let block = parts.iter().find_map(|p| p.stored.as_ref())?.block;
+    let all: Vec<Cow<QuantRows>> = parts
+        .iter()
+        .map(|p| match (&p.stored, &p.shape[..]) {
+            (Some(stored), _) => Some(Cow::Borrowed(&**stored)),
+            (None, &[rows, cols]) => {
+                Some(Cow::Owned(QuantRows::quantize(&p.data, rows, cols, block)))
+            }
+            (None, _) => None,
+        })
+        .collect::<Option<_>>()?;
+    QuantRows::cat(&all.iter().map(AsRef::as_ref).collect::<Vec<_>>())
 }
 
 /// `[in, out]` → `[out, in]` (GPT-2 Conv1D weights).
@@ -138,5 +163,30 @@ impl<B: Backend> LayerNorm<B> {
     /// `x ← LN(x + residual)`.
     pub fn forward(&self, be: &B, x: &mut B::Tensor, residual: Option<&B::Tensor>) -> Result<()> {
         Ok(be.layer_norm(x, residual, &self.weight, &self.bias, self.eps)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_weights_keep_stored_blocks_and_quantise_the_rest() {
+        let w: Vec<f32> = (0..2 * 64).map(|i| (i as f32 * 0.61).cos()).collect();
+        let stored = QuantRows::quantize(&w, 2, 64, 32);
+        let q = HostTensor::new(vec![2, 64], stored.dequantize()).with_stored(stored);
+        let plain = HostTensor::new(vec![1, 64], (0..64).map(|i| i as f32 / 64.0).collect());
+        let fused = cat_rows(&[q.clone(), plain.clone()]);
+        let blocks = fused.stored.as_ref().unwrap();
+        assert_eq!(blocks.rows, 3);
+        let deq = blocks.dequantize();
+        assert_eq!(deq[..128], q.data[..]);
+        for (a, b) in deq[128..].iter().zip(&plain.data) {
+            assert!(
+                (a - b).abs() <= 0.5 / 127.0 * 63.0 / 64.0 + 1e-7,
+                "{a} vs {b}"
+            );
+        }
+        assert!(cat_rows(&[plain.clone(), plain]).stored.is_none());
     }
 }

@@ -200,6 +200,8 @@ def dequant_case():
         "Q4_K": (T.Q4_K, [0, 2]),
         "Q5_K": (T.Q5_K, [0, 2]),
         "Q6_K": (T.Q6_K, [208]),
+        "Q5_0": (T.Q5_0, [0]),
+        "Q5_1": (T.Q5_1, [0, 2]),
     }
     out = {}
     for name, (qt, f16_fields) in types.items():

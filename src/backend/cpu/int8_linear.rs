@@ -10,7 +10,10 @@
 //!
 //! `y[r, j] = Σ_b (Σ_{k∈b} qx[r, k] · qw[j, k]) · (sw[j, b] · sx[r, b]) + bias[j]`,
 //! with `s = max|v| / 127` over the block and `q = round(v / s)`, the per-block sums
-//! added in block order by fused multiply-adds. The products run on AVX512-VNNI
+//! added in block order by fused multiply-adds. Weights may come quantised already
+//! ([`Int8Weight::from_rows`]: a GGUF checkpoint's `Q4_0` … `Q5_K` blocks, used as
+//! stored); asymmetric ones (`w = qw · sw + mw`) add `mw[j, b] · (sx[r, b] · Σ_{k∈b}
+//! qx[r, k])` per block, llama.cpp's `Q4_1` × `Q8_1`. The products run on AVX512-VNNI
 //! (`vpdpbusd`, unsigned × signed bytes): activations are stored as `qx + 128` and
 //! `128 · Σ_{k∈b} qw[j, k]` is taken off each block's sum. Integer sums are exact and
 //! the float steps are the same, so the kernel gives the bits of [`linear_reference`]
@@ -19,6 +22,7 @@
 use rayon::prelude::*;
 
 use super::tiles::{packed_index, row_pointers, run_tiles, BLOCK_COLS};
+use crate::quant::{block_inverse, quantize_value, QuantRows};
 
 /// Bytes of k multiplied per `vpdpbusd` lane.
 const GROUP: usize = 4;
@@ -37,14 +41,12 @@ pub enum Int8Scheme {
 }
 
 impl Int8Scheme {
-    /// Inputs per scale block for a layer of `k` inputs, and `k` padded to whole
-    /// blocks (the padding holds zeros).
-    fn blocks(self, k: usize) -> (usize, usize) {
-        let block = match self {
+    /// Inputs per scale block for a layer of `k` inputs.
+    fn block(self, k: usize) -> usize {
+        match self {
             Int8Scheme::PerRow => k.div_ceil(GROUP).max(1) * GROUP,
             Int8Scheme::Blocks32 => 32,
-        };
-        (block, k.div_ceil(block).max(1) * block)
+        }
     }
 }
 
@@ -65,68 +67,12 @@ pub struct Int8Weight {
     scale: Vec<f32>,
     /// `128 · Σ_{k∈b} qw[j, k]`, same layout.
     correction: Vec<i32>,
+    /// The block minima `mw[j, b]` of asymmetric weights, same layout.
+    min: Option<Vec<f32>>,
 }
 
-/// Adding and taking off 1.5 · 2²³ rounds an f32 of magnitude below 2²² to the nearest
-/// integer, ties to even (the FPU's rounding), in two vectorisable additions.
-const ROUND: f32 = 12_582_912.0;
-
-/// The quantisation of a block: `Ok((127 / max|v|, max|v| / 127))`, the inverse scale
-/// and the scale, or `Err(scale)` when every value
-/// quantises to 0 — scale 0 for an all-zero block, NaN when a value is not finite (the
-/// outputs become NaN, as in f32, and the row is quarantined).
-#[inline(always)]
-fn block_inverse(block: &[f32]) -> Result<(f32, f32), f32> {
-    // Lane-wise maxima (the max of a set does not depend on the order).
-    const LANES: usize = 16;
-    let (mut lanes, mut nan) = ([0f32; LANES], [false; LANES]);
-    let chunks = block.chunks_exact(LANES);
-    for (i, &v) in chunks.remainder().iter().enumerate() {
-        lanes[i] = v.abs();
-        nan[i] = v.is_nan();
-    }
-    for c in chunks {
-        for l in 0..LANES {
-            lanes[l] = lanes[l].max(c[l].abs());
-            nan[l] |= c[l].is_nan();
-        }
-    }
-    let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
-    let finite = amax.is_finite() && !nan.contains(&true);
-    match (finite, amax == 0.0) {
-        (false, _) => Err(f32::NAN),
-        (true, true) => Err(0.0),
-        (true, false) => Ok((127.0 / amax, amax / 127.0)),
-    }
-}
-
-/// `round(v · inv)` (ties to even) for `|v · inv| ≤ 127`: after adding [`ROUND`] the
-/// integer is the low bits of the mantissa, so its low byte is the two's-complement i8
-/// (integer operations only, which vectorise).
-#[inline(always)]
-fn quantize_value(v: f32, inv: f32) -> i8 {
-    (v * inv + ROUND).to_bits() as u8 as i8
-}
-
-/// Symmetric int8 quantisation of one block: the scale, and `round(v / scale)` written
-/// by `put(index, q)`.
-fn quantize_block(block: &[f32], mut put: impl FnMut(usize, i8)) -> f32 {
-    match block_inverse(block) {
-        Ok((inv, scale)) => {
-            for (i, &v) in block.iter().enumerate() {
-                put(i, quantize_value(v, inv));
-            }
-            scale
-        }
-        Err(scale) => {
-            (0..block.len()).for_each(|i| put(i, 0));
-            scale
-        }
-    }
-}
-
-/// [`quantize_block`] of an activation block into `q + 128`, compiled for the widest
-/// vectors the CPU has (the same bits on every path).
+/// [`crate::quant::quantize_block`] of an activation block into `q + 128`, compiled
+/// for the widest vectors the CPU has (the same bits on every path).
 #[multiversion::multiversion(targets = "simd")]
 fn quantize_activations(block: &[f32], out: &mut [u8]) -> f32 {
     match block_inverse(block) {
@@ -146,22 +92,41 @@ fn quantize_activations(block: &[f32], out: &mut [u8]) -> f32 {
 impl Int8Weight {
     /// Quantises and packs a row-major `[n, k]` weight.
     pub fn new(w: &[f32], n: usize, k: usize, scheme: Int8Scheme) -> Self {
-        let (kblock, kp) = scheme.blocks(k);
-        let (blocks, kblocks) = (n.div_ceil(BLOCK_COLS), kp / kblock);
+        Self::from_rows(&QuantRows::quantize(w, n, k, scheme.block(k)))
+    }
+
+    /// Packs a weight quantised in blocks (as stored in a GGUF checkpoint, or by
+    /// [`QuantRows::quantize`]) without changing a value. The block length must be a
+    /// multiple of 4.
+    pub fn from_rows(w: &QuantRows) -> Self {
+        assert!(
+            w.block.is_multiple_of(GROUP),
+            "int8 blocks of {} inputs",
+            w.block
+        );
+        let (n, k, kblock) = (w.rows, w.cols, w.block);
+        let kblocks = w.blocks_per_row();
+        let kp = kblocks * kblock;
+        let blocks = n.div_ceil(BLOCK_COLS);
         let mut packed = vec![0i8; blocks * BLOCK_COLS * kp];
         let mut scale = vec![0f32; blocks * kblocks * BLOCK_COLS];
         let mut correction = vec![0i32; scale.len()];
+        let mut min = w.min.as_ref().map(|_| vec![0f32; scale.len()]);
         for j in 0..n {
             for b in 0..kblocks {
                 let (start, end) = (b * kblock, ((b + 1) * kblock).min(k));
                 let mut sum = 0;
-                let s = quantize_block(&w[j * k + start..j * k + end], |i, q| {
-                    packed[packed_index::<GROUP>(kp, j, start + i)] = q;
+                for p in start..end {
+                    let q = w.q[j * k + p];
+                    packed[packed_index::<GROUP>(kp, j, p)] = q;
                     sum += i32::from(q);
-                });
+                }
                 let at = scale_index(kblocks, j, b);
-                scale[at] = s;
+                scale[at] = w.scale[j * kblocks + b];
                 correction[at] = ZERO_POINT * sum;
+                if let (Some(dst), Some(src)) = (min.as_mut(), w.min.as_ref()) {
+                    dst[at] = src[j * kblocks + b];
+                }
             }
         }
         Self {
@@ -172,6 +137,7 @@ impl Int8Weight {
             packed,
             scale,
             correction,
+            min,
         }
     }
 
@@ -181,11 +147,12 @@ impl Int8Weight {
         self.packed[packed_index::<GROUP>(self.kp, j, p)]
     }
 
-    /// `(sw[j, b], 128 · Σ_{k∈b} qw[j, k])`.
+    /// `(sw[j, b], 128 · Σ_{k∈b} qw[j, k], mw[j, b])`.
     #[cfg(test)]
-    fn block_scale(&self, j: usize, b: usize) -> (f32, i32) {
+    fn block_scale(&self, j: usize, b: usize) -> (f32, i32, f32) {
         let at = scale_index(self.kp / self.kblock, j, b);
-        (self.scale[at], self.correction[at])
+        let min = self.min.as_ref().map_or(0.0, |m| m[at]);
+        (self.scale[at], self.correction[at], min)
     }
 }
 
@@ -195,10 +162,12 @@ fn scale_index(kblocks: usize, j: usize, b: usize) -> usize {
 }
 
 /// Activations quantised per k-block, stored as `q + 128` with the k padding at 128
-/// (zero), and their scales `[m][k-blocks]`.
+/// (zero), their scales `[m][k-blocks]` and, for asymmetric weights, the dequantised
+/// block sums `sx[r, b] · Σ_{k∈b} qx[r, k]`, same layout.
 struct Int8Rows {
     data: Vec<u8>,
     scale: Vec<f32>,
+    sums: Vec<f32>,
 }
 
 fn quantize_rows(x: &[f32], m: usize, w: &Int8Weight) -> Int8Rows {
@@ -206,17 +175,26 @@ fn quantize_rows(x: &[f32], m: usize, w: &Int8Weight) -> Int8Rows {
     let kblocks = kp / kblock;
     let mut data = vec![ZERO_POINT as u8; m * kp];
     let mut scale = vec![0f32; m * kblocks];
+    let mut sums = vec![0f32; m * kblocks];
     data.par_chunks_mut(kp)
         .zip(scale.par_chunks_mut(kblocks))
+        .zip(sums.par_chunks_mut(kblocks))
         .enumerate()
-        .for_each(|(r, (dst, scales))| {
+        .for_each(|(r, ((dst, scales), sums))| {
             let row = &x[r * k..(r + 1) * k];
-            for (b, s) in scales.iter_mut().enumerate() {
+            for (b, (s, sum)) in scales.iter_mut().zip(sums).enumerate() {
                 let (start, end) = ((b * kblock).min(k), ((b + 1) * kblock).min(k));
                 *s = quantize_activations(&row[start..end], &mut dst[start..end]);
+                if w.min.is_some() {
+                    let q: i32 = dst[start..end]
+                        .iter()
+                        .map(|&u| i32::from(u) - ZERO_POINT)
+                        .sum();
+                    *sum = *s * q as f32;
+                }
             }
         });
-    Int8Rows { data, scale }
+    Int8Rows { data, scale, sums }
 }
 
 /// `x[m, k] · wᵀ (+ bias)` in int8, row-major `[m, n]`. Uses AVX512-VNNI; callers check
@@ -231,6 +209,12 @@ pub fn linear(x: &[f32], m: usize, w: &Int8Weight, bias: Option<&[f32]>) -> Vec<
         let tile = vnni::Tile {
             rows: row_pointers(&rows.data, w.kp, r0, valid),
             row_scales: row_pointers(&rows.scale, kblocks, r0, valid),
+            row_sums: w.min.as_ref().map(|min| {
+                (
+                    row_pointers(&rows.sums, kblocks, r0, valid),
+                    &min[block * scales_len..(block + 1) * scales_len],
+                )
+            }),
             kblock: w.kblock,
             kblocks,
             panel: &w.packed[block * panel_len..(block + 1) * panel_len],
@@ -238,8 +222,8 @@ pub fn linear(x: &[f32], m: usize, w: &Int8Weight, bias: Option<&[f32]>) -> Vec<
             correction: &w.correction[block * scales_len..(block + 1) * scales_len],
         };
         // SAFETY: the CPU features were checked above; every row start has kp
-        // bytes and kblocks scales after it; the panel holds kp / 4 groups of 128
-        // bytes and the scale slices kblocks × 32 values.
+        // bytes and kblocks scales (and sums) after it; the panel holds kp / 4 groups
+        // of 128 bytes and the scale (and min) slices kblocks × 32 values.
         unsafe { tile.run(sums) }
     })
 }
@@ -267,6 +251,8 @@ mod vnni {
     pub struct Tile<'a> {
         pub rows: [*const u8; TILE_ROWS],
         pub row_scales: [*const f32; TILE_ROWS],
+        /// Asymmetric weights: the rows' block sums and the weights' block minima.
+        pub row_sums: Option<([*const f32; TILE_ROWS], &'a [f32])>,
         pub kblock: usize,
         pub kblocks: usize,
         pub panel: &'a [i8],
@@ -314,6 +300,18 @@ mod vnni {
                         acc[i][h] = _mm512_fmadd_ps(exact, _mm512_mul_ps(sw[h], sx), acc[i][h]);
                     }
                 }
+                if let Some((sums, min)) = self.row_sums {
+                    let mw = [
+                        _mm512_loadu_ps(min.as_ptr().add(at)),
+                        _mm512_loadu_ps(min.as_ptr().add(at + 16)),
+                    ];
+                    for (acc, sum) in acc.iter_mut().zip(sums) {
+                        let sum = _mm512_set1_ps(*sum.add(b));
+                        for h in 0..2 {
+                            acc[h] = _mm512_fmadd_ps(mw[h], sum, acc[h]);
+                        }
+                    }
+                }
             }
             for (s, a) in sums.iter_mut().zip(&acc) {
                 _mm512_storeu_ps(s.as_mut_ptr(), a[0]);
@@ -339,12 +337,15 @@ pub fn linear_reference(x: &[f32], m: usize, w: &Int8Weight, bias: Option<&[f32]
         for j in 0..w.n {
             let mut acc = 0f32;
             for b in 0..kblocks {
-                let (sw, correction) = w.block_scale(j, b);
+                let (sw, correction, mw) = w.block_scale(j, b);
                 let unsigned: i32 = (b * w.kblock..(b + 1) * w.kblock)
                     .map(|p| i32::from(rows.data[r * w.kp + p]) * i32::from(w.q(j, p)))
                     .sum();
                 let exact = (unsigned - correction) as f32;
                 acc = exact.mul_add(sw * rows.scale[r * kblocks + b], acc);
+                if w.min.is_some() {
+                    acc = mw.mul_add(rows.sums[r * kblocks + b], acc);
+                }
             }
             out[r * w.n + j] = acc + bias.map_or(0.0, |b| b[j]);
         }
@@ -378,6 +379,56 @@ mod tests {
                 let want = linear_reference(&x, m, &w, Some(&bias));
                 assert_eq!(got, want, "{scheme:?} m={m} n={n} k={k}");
             }
+        }
+    }
+
+    /// A `Q4_1`-style weight: 4-bit `q`, a scale and a min per 32 inputs.
+    fn asymmetric(n: usize, k: usize) -> QuantRows {
+        let blocks = k.div_ceil(32);
+        let (scale, min) = (data(n * blocks, 11), data(n * blocks, 12));
+        QuantRows {
+            rows: n,
+            cols: k,
+            block: 32,
+            q: (0..n * k).map(|i| ((i * 7 + i / 5) % 16) as i8).collect(),
+            scale: scale.iter().map(|s| s.abs() * 0.1).collect(),
+            min: Some(min.iter().map(|m| m * 0.5).collect()),
+        }
+    }
+
+    #[test]
+    fn stored_asymmetric_blocks_equal_the_scalar_twin_bit_for_bit() {
+        if !vnni_available() {
+            return;
+        }
+        for (m, n, k) in RAGGED {
+            let w = Int8Weight::from_rows(&asymmetric(n, k));
+            let x = data(m * k, 13);
+            let bias = data(n, 14);
+            let got = linear(&x, m, &w, Some(&bias));
+            assert_eq!(
+                got,
+                linear_reference(&x, m, &w, Some(&bias)),
+                "m={m} n={n} k={k}"
+            );
+        }
+    }
+
+    #[test]
+    fn stored_blocks_multiply_their_own_values() {
+        // The weights are used as stored: the product is that of the dequantised
+        // weights with the 8-bit activations, up to f32 rounding.
+        let (m, n, k) = (5, 40, 256);
+        let stored = asymmetric(n, k);
+        let x = data(m * k, 15);
+        let x8 = QuantRows::quantize(&x, m, k, 32).dequantize();
+        let want = exact(&x8, &stored.dequantize(), m, n, k);
+        let got = linear_reference(&x, m, &Int8Weight::from_rows(&stored), None);
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (f64::from(*g) - w).abs() < 1e-5 * w.abs().max(1.0),
+                "{g} vs {w}"
+            );
         }
     }
 

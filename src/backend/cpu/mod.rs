@@ -124,7 +124,11 @@ impl Backend for CpuBackend {
 
     fn upload(&self, t: &HostTensor) -> OpResult<CpuTensor> {
         let (rows, cols) = check::matrix_shape(&t.shape)?;
-        Ok(CpuTensor::like(rows, cols, t.data.clone()))
+        let mut tensor = CpuTensor::like(rows, cols, t.data.clone());
+        if self.gemm == CpuGemm::Q8 {
+            tensor.packed = precision::Packed::from_stored(t.stored.clone());
+        }
+        Ok(tensor)
     }
 
     fn download(&self, t: &CpuTensor) -> OpResult<HostTensor> {

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::bf16_linear::{self, Bf16Weight};
 use super::int8_linear::{self, Int8Scheme, Int8Weight};
+use crate::quant::QuantRows;
 
 /// Arithmetic of the CPU backend's dense layers (the encoders' and decoders'
 /// projections and MLPs; attention, norms and heads stay f32). The CLI's `--cpu-gemm`.
@@ -23,7 +24,8 @@ pub enum CpuGemm {
     /// ONNX Runtime's dynamic quantisation.
     Int8,
     /// Int8 activations and weights with a scale per 32 inputs (llama.cpp's `Q8_0`),
-    /// i32 sums per block (AVX512-VNNI).
+    /// i32 sums per block (AVX512-VNNI). GGUF weights in 32-weight blocks (`Q4_0`,
+    /// `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`) are multiplied as stored.
     Q8,
 }
 
@@ -58,18 +60,33 @@ impl CpuGemm {
 /// and kept with it.
 #[derive(Debug, Clone, Default)]
 pub struct Packed {
+    /// The blocks the checkpoint stored the weight in, packed as they are for `q8`.
+    stored: Option<Arc<QuantRows>>,
     int8: OnceLock<Arc<Int8Weight>>,
     q8: OnceLock<Arc<Int8Weight>>,
     bf16: OnceLock<Arc<Bf16Weight>>,
 }
 
 impl Packed {
+    /// Copies made from `stored` where they can be (a `[n, k]` weight in 32-blocks).
+    pub fn from_stored(stored: Option<Arc<QuantRows>>) -> Self {
+        Self {
+            stored: stored.filter(|s| s.block == 32),
+            ..Self::default()
+        }
+    }
+
     pub fn int8(&self, w: &[f32], n: usize, k: usize, scheme: Int8Scheme) -> &Int8Weight {
-        let cell = match scheme {
-            Int8Scheme::PerRow => &self.int8,
-            Int8Scheme::Blocks32 => &self.q8,
+        let (cell, stored) = match scheme {
+            Int8Scheme::PerRow => (&self.int8, None),
+            Int8Scheme::Blocks32 => (&self.q8, self.stored.as_deref()),
         };
-        cell.get_or_init(|| Arc::new(Int8Weight::new(w, n, k, scheme)))
+        cell.get_or_init(|| {
+            Arc::new(match stored {
+                Some(s) if (s.rows, s.cols) == (n, k) => Int8Weight::from_rows(s),
+                _ => Int8Weight::new(w, n, k, scheme),
+            })
+        })
     }
 
     pub fn bf16(&self, w: &[f32], n: usize, k: usize) -> &Bf16Weight {
