@@ -125,8 +125,12 @@ impl Backend for CpuBackend {
     fn upload(&self, t: &HostTensor) -> OpResult<CpuTensor> {
         let (rows, cols) = check::matrix_shape(&t.shape)?;
         let mut tensor = CpuTensor::like(rows, cols, t.data.clone());
-        if self.gemm == CpuGemm::Q8 {
-            tensor.packed = precision::Packed::from_stored(t.stored.clone());
+        let stored = t
+            .stored
+            .as_deref()
+            .filter(|s| (s.rows, s.cols) == (rows, cols));
+        if let (CpuGemm::Q8, Some(stored)) = (self.gemm, stored) {
+            tensor.packed = precision::Packed::from_stored(stored);
         }
         Ok(tensor)
     }

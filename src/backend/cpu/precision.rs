@@ -60,33 +60,28 @@ impl CpuGemm {
 /// and kept with it.
 #[derive(Debug, Clone, Default)]
 pub struct Packed {
-    /// The blocks the checkpoint stored the weight in, packed as they are for `q8`.
-    stored: Option<Arc<QuantRows>>,
     int8: OnceLock<Arc<Int8Weight>>,
     q8: OnceLock<Arc<Int8Weight>>,
     bf16: OnceLock<Arc<Bf16Weight>>,
 }
 
 impl Packed {
-    /// Copies made from `stored` where they can be (a `[n, k]` weight in 32-blocks).
-    pub fn from_stored(stored: Option<Arc<QuantRows>>) -> Self {
-        Self {
-            stored: stored.filter(|s| s.block == 32),
-            ..Self::default()
+    /// The `q8` copy packed from the blocks a checkpoint stored (32 inputs each), as
+    /// they are.
+    pub fn from_stored(stored: &QuantRows) -> Self {
+        let packed = Self::default();
+        if stored.block == 32 {
+            let _ = packed.q8.set(Arc::new(Int8Weight::from_rows(stored)));
         }
+        packed
     }
 
     pub fn int8(&self, w: &[f32], n: usize, k: usize, scheme: Int8Scheme) -> &Int8Weight {
-        let (cell, stored) = match scheme {
-            Int8Scheme::PerRow => (&self.int8, None),
-            Int8Scheme::Blocks32 => (&self.q8, self.stored.as_deref()),
+        let cell = match scheme {
+            Int8Scheme::PerRow => &self.int8,
+            Int8Scheme::Blocks32 => &self.q8,
         };
-        cell.get_or_init(|| {
-            Arc::new(match stored {
-                Some(s) if (s.rows, s.cols) == (n, k) => Int8Weight::from_rows(s),
-                _ => Int8Weight::new(w, n, k, scheme),
-            })
-        })
+        cell.get_or_init(|| Arc::new(Int8Weight::new(w, n, k, scheme)))
     }
 
     pub fn bf16(&self, w: &[f32], n: usize, k: usize) -> &Bf16Weight {
