@@ -637,9 +637,11 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         let (start, end) = match GgmlType::from_id(type_id) {
             Some(ty) => {
                 let (per, size) = ty.block();
-                if count % per as u64 != 0 {
+                // ggml's blocks never straddle rows.
+                let row = dims.first().copied().unwrap_or(1);
+                if row % per as u64 != 0 {
                     return Err(format!(
-                        "tensor `{name}`: {count} elements is not a multiple of the {} block of {per}",
+                        "tensor `{name}`: rows of {row} elements are not whole {} blocks of {per}",
                         ggml_type_name(type_id)
                     ));
                 }
@@ -881,5 +883,11 @@ mod tests {
         h.extend(3u32.to_le_bytes());
         h.extend(1u64.to_le_bytes());
         assert!(parse(&h).unwrap_err().contains("truncated"));
+        // 96 Q4_0 weights are 3 whole blocks, but rows of 48 would split one.
+        let err = parse(&build(&[("w", vec![48, 2], 2, vec![0; 3 * 18])])).unwrap_err();
+        assert!(
+            err.contains("rows of 48 elements are not whole Q4_0 blocks"),
+            "{err}"
+        );
     }
 }
