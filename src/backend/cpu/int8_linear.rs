@@ -175,25 +175,28 @@ fn quantize_rows(x: &[f32], m: usize, w: &Int8Weight) -> Int8Rows {
     let kblocks = kp / kblock;
     let mut data = vec![ZERO_POINT as u8; m * kp];
     let mut scale = vec![0f32; m * kblocks];
-    let mut sums = vec![0f32; m * kblocks];
     data.par_chunks_mut(kp)
         .zip(scale.par_chunks_mut(kblocks))
-        .zip(sums.par_chunks_mut(kblocks))
         .enumerate()
-        .for_each(|(r, ((dst, scales), sums))| {
+        .for_each(|(r, (dst, scales))| {
             let row = &x[r * k..(r + 1) * k];
-            for (b, (s, sum)) in scales.iter_mut().zip(sums).enumerate() {
+            for (b, s) in scales.iter_mut().enumerate() {
                 let (start, end) = ((b * kblock).min(k), ((b + 1) * kblock).min(k));
                 *s = quantize_activations(&row[start..end], &mut dst[start..end]);
-                if w.min.is_some() {
-                    let q: i32 = dst[start..end]
-                        .iter()
-                        .map(|&u| i32::from(u) - ZERO_POINT)
-                        .sum();
-                    *sum = *s * q as f32;
-                }
             }
         });
+    // Blocks of `data` and entries of `scale` pair up one to one (padding adds 0).
+    let sums = match w.min {
+        Some(_) => data
+            .par_chunks(kblock)
+            .zip(scale.par_iter())
+            .map(|(block, s)| {
+                let q: i32 = block.iter().map(|&u| i32::from(u) - ZERO_POINT).sum();
+                s * q as f32
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     Int8Rows { data, scale, sums }
 }
 

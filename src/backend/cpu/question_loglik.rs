@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::exp::{max_of, sum_exp};
+use super::exp::{exp_in_place_sum, max_of};
 use super::matmul::{matmul, MatRef};
 
 /// Vocabulary rows per chunk: 1024 rows of a 576–4096 wide head stay in L2 while the
@@ -58,13 +58,14 @@ pub fn question_loglik(
             };
             for (r, row) in z.chunks_exact_mut(width).enumerate() {
                 row.iter_mut().for_each(|v| *v *= inv_t);
-                let m = max_of(row);
-                p.max[r] = m;
-                p.sum[r] = sum_exp(row, m);
                 let t = targets[r] as usize;
                 if (v0..v0 + width).contains(&t) {
                     p.target[r] = Some(row[t - v0]);
                 }
+                // The logits are not needed after this: the exponentials go in place.
+                let m = max_of(row);
+                p.max[r] = m;
+                p.sum[r] = exp_in_place_sum(row, m);
             }
             p
         })
