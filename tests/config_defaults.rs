@@ -11,8 +11,23 @@ use hopscore::jobs::{
 };
 use hopscore::jobs::{DeviceConfig, JobConfig};
 
+/// The CLI resolves its model flags as it parses them (a path that exists, else a hub
+/// id): the tests run in a folder holding the models `m`, `l` and `f` they name.
+fn in_model_folder() {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["m", "l", "f"] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        dir
+    });
+    std::env::set_current_dir(dir.path()).unwrap();
+}
+
 /// The subcommand parsed from `args` plus an input and an output.
 fn parse(args: &[&str]) -> Command {
+    in_model_folder();
     let argv = ["hopscore"].iter().chain(args).chain(&[
         "--input",
         "in.parquet",

@@ -90,20 +90,6 @@ fn ids(batch: &RecordBatch) -> Vec<String> {
     (0..c.len()).map(|i| c.value(i).to_string()).collect()
 }
 
-/// The `hopscore.*` key-value metadata of a Parquet file.
-fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
-    let r = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(path).unwrap())
-        .unwrap();
-    use parquet::file::reader::FileReader;
-    r.metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .unwrap()
-        .iter()
-        .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
-        .collect()
-}
-
 fn minilm_dir() -> Option<PathBuf> {
     Some(common::MINILM.require()?.parent().unwrap().to_path_buf())
 }
@@ -159,7 +145,7 @@ fn embed_matches_sentence_transformers_and_quarantines_bad_rows() {
             .flat_map(|(a, b)| a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()))
             .fold(0f32, f32::max);
         assert!(worst <= tol, "{name}: max |Δ| {worst}");
-        let meta = key_values(&output);
+        let meta = common::key_values(&output);
         assert_eq!(meta["hopscore.pooling"], "mean");
         assert_eq!(meta["hopscore.normalize"], "true");
         assert_eq!(meta["hopscore.max_length"], "256");

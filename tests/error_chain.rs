@@ -52,9 +52,11 @@ const ENOENT: &str = "No such file or directory (os error 2)";
 #[test]
 fn a_missing_config_names_the_os_error_once() {
     let tmp = tempfile::tempdir().unwrap();
-    let absent = tmp.path().join("absent");
-    let err = inspect(&absent);
-    let config = absent.join("config.json");
+    // A model directory that exists (a missing one is refused as an argument).
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let err = inspect(&empty);
+    let config = empty.join("config.json");
     assert_once(
         &err,
         ENOENT,

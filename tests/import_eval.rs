@@ -556,3 +556,181 @@ fn eval_supporting_fact_and_joint_scores_as_hand_computed() {
         "{o:?}"
     );
 }
+
+/// `hopscore eval` over the HotpotQA slice with several `--pred`: the one table and the
+/// JSON list give each run's single-run numbers; `--plot` draws a line per run in a
+/// panel per hop count; a question file of ranked pools (`hopscore retrieve`'s output)
+/// scores as the chains of its hits' gold indices, a hit outside the pool a non-gold
+/// rank.
+#[test]
+fn eval_compares_runs_in_one_table_and_plots_them() {
+    let imp = import_slice(Dataset::HotpotQa, "hotpotqa");
+    let dir = imp.dir.path();
+    let bin = env!("CARGO_BIN_EXE_hopscore");
+    // Run a: the gold passages last; run b: the pool as imported.
+    let last: Vec<(&str, Vec<i32>, Option<&str>)> = imp
+        .questions
+        .iter()
+        .map(|q| {
+            let n = q.passages.len() as i32;
+            let mut chain: Vec<i32> = (0..n)
+                .filter(|i| !q.supporting.contains(&(*i as usize)))
+                .collect();
+            chain.extend(q.supporting.iter().map(|&s| s as i32));
+            (q.id.as_str(), chain, None)
+        })
+        .collect();
+    let in_order: Vec<(&str, Vec<i32>, Option<&str>)> = imp
+        .questions
+        .iter()
+        .map(|q| (q.id.as_str(), (0..q.passages.len() as i32).collect(), None))
+        .collect();
+    let (a, b) = (dir.join("a.parquet"), dir.join("b.parquet"));
+    write_pred(&a, &last);
+    write_pred(&b, &in_order);
+    // Run c: ranked pools, each question's passages reversed with a passage of
+    // another question at rank 2 (outside the pool: never gold).
+    let mut pools = imp.questions.clone();
+    let stranger = imp.questions[0].passages[0].clone();
+    let mut reversed_chains = Vec::new();
+    for (i, q) in pools.iter_mut().enumerate() {
+        let n = q.passages.len();
+        q.passages.reverse();
+        let mut outsider = stranger.clone();
+        outsider.title = format!("{} (elsewhere {i})", outsider.title);
+        q.passages.insert(1, outsider);
+        q.supporting = q
+            .supporting
+            .iter()
+            .map(|&s| if n - 1 - s >= 1 { n - s } else { n - 1 - s })
+            .collect();
+        let mut chain: Vec<i32> = (0..n as i32).rev().collect();
+        chain.insert(1, n as i32); // one index past the pool: a non-gold rank
+        reversed_chains.push(chain);
+    }
+    let c = dir.join("c.parquet");
+    let mut w = create_writer(&c, to_batch(&pools).unwrap().schema(), &[]).unwrap();
+    w.write(&to_batch(&pools).unwrap()).unwrap();
+    w.close().unwrap();
+
+    let single = |pred: &Path| -> serde_json::Value {
+        let out = run_ok(
+            std::process::Command::new(bin)
+                .args(["eval", "--json", "--k", "1,2,5,10", "--pred"])
+                .arg(pred)
+                .arg("--gold")
+                .arg(&imp.out),
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (ja, jb, jc) = (single(&a), single(&b), single(&c));
+    // Gold last: found only once the cut-off reaches every passage of the pool.
+    let found_by = |k: usize| {
+        let with_gold = imp.questions.iter().filter(|q| !q.supporting.is_empty());
+        let hits = with_gold.clone().filter(|q| q.passages.len() <= k).count();
+        hits as f64 / with_gold.count() as f64
+    };
+    for k in [1, 2, 5, 10] {
+        let got = ja["overall"]["recall_at_k"][k.to_string()]
+            .as_f64()
+            .unwrap();
+        assert!((got - found_by(k)).abs() < 1e-12, "R@{k} {got}");
+    }
+
+    // The ranked pools score as their chains would: a pool of n + 1 passages whose
+    // hits are the gold pool reversed with a non-gold hit at rank 2.
+    let mut expected = 0.0;
+    let mut counted = 0.0;
+    for (q, chain) in imp.questions.iter().zip(&reversed_chains) {
+        if q.supporting.is_empty() {
+            continue;
+        }
+        counted += 1.0;
+        let top: Vec<usize> = chain.iter().take(5).map(|&i| i as usize).collect();
+        if q.supporting.iter().all(|s| top.contains(s)) {
+            expected += 1.0;
+        }
+    }
+    let got = jc["overall"]["recall_at_k"]["5"].as_f64().unwrap();
+    assert!(
+        (got - expected / counted).abs() < 1e-12,
+        "R@5 {got} vs {}",
+        expected / counted
+    );
+    assert_eq!(jc["invalid"]["count"], 0);
+    assert_eq!(jc["missing"]["count"], 0);
+
+    let plot = dir.join("recall.svg");
+    let many = |json: bool| {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["eval", "--k", "1,2,5,10", "--gold"])
+            .arg(&imp.out)
+            .arg("--pred")
+            .arg(&a)
+            .arg("--pred")
+            .arg(&b)
+            .arg("--pred")
+            .arg(&c)
+            .args([
+                "--name",
+                "gold-last",
+                "--name",
+                "in-order",
+                "--name",
+                "pools",
+            ]);
+        if json {
+            cmd.arg("--json");
+        } else {
+            cmd.arg("--plot").arg(&plot);
+        }
+        run_ok(&mut cmd).stdout
+    };
+    let list: serde_json::Value = serde_json::from_slice(&many(true)).unwrap();
+    for (i, (name, one)) in [("gold-last", &ja), ("in-order", &jb), ("pools", &jc)]
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(list[i]["name"], *name);
+        for key in ["overall", "by_hops", "missing", "prediction_rows"] {
+            assert_eq!(list[i][key], one[key], "{name}: {key}");
+        }
+    }
+    let table = String::from_utf8(many(false)).unwrap();
+    for (name, one) in [("gold-last", &ja), ("in-order", &jb), ("pools", &jc)] {
+        let row: Vec<&str> = table
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{name} ")) && l.split_whitespace().nth(1) == Some("all")
+            })
+            .unwrap_or_else(|| panic!("{table}"))
+            .split_whitespace()
+            .collect();
+        let o = &one["overall"];
+        let want: Vec<String> = [
+            o["retrieval_em"].as_f64(),
+            o["retrieval_f1"].as_f64(),
+            o["recall_at_k"]["1"].as_f64(),
+            o["recall_at_k"]["2"].as_f64(),
+            o["recall_at_k"]["5"].as_f64(),
+            o["recall_at_k"]["10"].as_f64(),
+        ]
+        .iter()
+        .map(|v| format!("{:.4}", v.unwrap()))
+        .collect();
+        assert_eq!(row[3..9], want[..], "{name}: {table}");
+        assert_eq!(row[2], o["questions"].to_string());
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    let hops = ja["by_hops"].as_object().unwrap().len();
+    let run_lines = svg
+        .split("<polyline")
+        .filter(|p| p.contains("stroke-width=\"2\""))
+        .count();
+    assert_eq!(
+        run_lines,
+        3 * 2 * (1 + hops),
+        "a line and a legend mark per run and panel"
+    );
+    assert!(svg.contains("gold-last") && svg.contains("all questions"));
+}

@@ -2,7 +2,8 @@
 # Dense retrieval on the 600 HotpotQA dev questions (docs/parity.md, "Dense retrieval
 # on HotpotQA dev"): pool their passages into one corpus, embed it with
 # all-MiniLM-L6-v2, retrieve the top 20 per question with BM25, MiniLM and their
-# reciprocal rank fusion, print R@2/5/10/20; then `embed` throughput next to
+# reciprocal rank fusion, print R@2/5/10/20 (each run, then the three in one `eval`
+# table with the recall plot recall.svg); then `embed` throughput next to
 # sentence-transformers on the first 1,500 passages (2 threads).
 #
 #   bash tools/dense_retrieval_eval.sh [WORKDIR]     (default: target/dense-eval)
@@ -28,6 +29,10 @@ for r in bm25 dense hybrid; do
   $H --threads 2 retrieve --retriever $r --questions "$W/q600.parquet" --corpus "$W/corpus.parquet" \
     --index "$W/index.parquet" --encoder $M --k 20 --output "$W/retrieved-$r.parquet" 2>&1 | tail -1
 done
+echo "== the three against the original questions, one table (and $W/recall.svg)"
+$H eval --gold "$W/q600.parquet" --pred "$W/retrieved-bm25.parquet" --pred "$W/retrieved-dense.parquet" \
+  --pred "$W/retrieved-hybrid.parquet" --name bm25 --name dense --name hybrid --k 2,5,10,20 \
+  --plot "$W/recall.svg"
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== embed throughput, 2 threads"
   "$PY" tools/bench_embed_reference.py --corpus "$W/corpus.parquet" --model $M --hopscore $H \

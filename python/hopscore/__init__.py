@@ -75,7 +75,13 @@ def _options(call_locals: "dict[str, Any]") -> "dict[str, Any]":
 
 class Job:
     """A scoring job: the CLI subcommand :attr:`command` with the given options,
-    loaded once. Subclasses name the options each job takes."""
+    loaded once. Subclasses name the options each job takes.
+
+    Every model and tokenizer option (``model``, ``tokenizer``, ``labeler``,
+    ``filter``) takes a local path or a Hugging Face Hub id (``"org/name"``,
+    ``"org/name@revision"``, ``"org/name:file.gguf"``), found in the cache
+    ``huggingface_hub`` fills or downloaded into it (``HF_TOKEN``, ``HF_HUB_OFFLINE``,
+    ``HF_ENDPOINT`` as in Python); a local path that exists always wins."""
 
     command = ""
 
@@ -95,6 +101,7 @@ class Job:
     __call__ = process
 
 
+#: A local path, or a hub id (``"org/name[@revision][:file]"``) as a string.
 Path = Union[str, "os.PathLike[str]"]
 
 

@@ -162,3 +162,34 @@ def loglik_rows(tmp_path_factory) -> Path:
         ("bad-null", "Document: x.", None),
         ("l3", "Document: Bees make honey.", " What do bees make?"),
     ])
+
+
+#: The commit of the hub-cache fixture (:func:`hub_home`).
+HUB_COMMIT = "3" * 40
+
+
+@pytest.fixture(scope="session")
+def hub_home(tmp_path_factory, word_tokenizer) -> Path:
+    """An ``HF_HOME`` whose hub cache holds ``org/tiny-bert`` (the random BERT of the
+    fixtures with the word tokenizer) as ``huggingface_hub`` lays a download out:
+    ``blobs/<sha256>``, ``snapshots/<commit>/<file>`` linking to them, ``refs/main``."""
+    import hashlib
+
+    home = tmp_path_factory.mktemp("hf_home")
+    repo = home / "hub" / "models--org--tiny-bert"
+    snapshot = repo / "snapshots" / HUB_COMMIT
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    sources = {
+        "config.json": FIXTURES / "bert" / "random_plain" / "config.json",
+        "model.safetensors": FIXTURES / "bert" / "random_plain" / "model.safetensors",
+        "tokenizer.json": Path(word_tokenizer),
+    }
+    for name, src in sources.items():
+        data = src.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(HUB_COMMIT)
+    return home

@@ -26,10 +26,11 @@ def by_id(rows):
     return sorted(rows, key=lambda r: r["id"])
 
 
-def assert_actors_give_the_clis_rows(actor, command, job, input_path, tmp_path, block_rows, bad_id):
+def assert_actors_give_the_clis_rows(actor, command, job, input_path, tmp_path, block_rows, bad_id,
+                                     runtime_env=None):
     """Two CPU actors of ``actor`` over ``input_path`` in blocks of ``block_rows`` give
     the rows of ``hopscore command`` and write its one bad row (``bad_id``) to the
-    quarantine folder."""
+    quarantine folder (``runtime_env``: the actors' Ray runtime environment)."""
     cli_rows, cli_bad = cli_run(command, flags(job), input_path, tmp_path)
 
     quarantine = tmp_path / "quarantine"
@@ -41,6 +42,7 @@ def assert_actors_give_the_clis_rows(actor, command, job, input_path, tmp_path, 
         batch_size=block_rows + 2,
         fn_constructor_kwargs=dict(job, threads=1, quarantine_dir=str(quarantine)),
         **hopscore.ray.actor_options(actors=2, device="cpu", threads=1),
+        **({"runtime_env": runtime_env} if runtime_env else {}),
     )
     rows = pa.concat_tables(ray.get(out.to_arrow_refs()))
 
@@ -59,6 +61,15 @@ def test_two_cpu_actors_give_the_clis_rows(local_ray, questions, tmp_path, token
 def test_embed_actors_give_the_clis_rows(local_ray, passages, tmp_path, word_tokenizer):
     job = {"model": fixture("bert/random_plain"), "tokenizer": word_tokenizer}
     assert_actors_give_the_clis_rows(hopscore.ray.Embed, "embed", job, passages, tmp_path, 2, "bad-null")
+
+
+def test_embed_actors_take_a_hub_id_from_the_cache(local_ray, passages, tmp_path, hub_home, monkeypatch):
+    env = {"HF_HOME": str(hub_home), "HF_HUB_OFFLINE": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)  # the CLI run compared with
+    job = {"model": "org/tiny-bert"}
+    assert_actors_give_the_clis_rows(hopscore.ray.Embed, "embed", job, passages, tmp_path, 2, "bad-null",
+                                     runtime_env={"env_vars": env})
 
 
 def test_actor_options_give_one_gpu_per_actor_or_cpu_actors():

@@ -17,10 +17,10 @@ use crate::pipeline::files;
 pub struct BeamArgs {
     /// Beam Retrieval checkpoint directory (config.json + safetensors with the
     /// `hop_classifier_layer` and `hop_n_classifier_layer` heads).
-    #[arg(long, env = "HOPSCORE_MODEL")]
+    #[arg(long, env = "HOPSCORE_MODEL", value_parser = super::flags::model_path)]
     pub model: PathBuf,
     /// tokenizer.json (or its directory) when the model directory has none.
-    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    #[arg(long, env = "HOPSCORE_TOKENIZER", value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
     /// Beams kept per hop (the official models were trained with 1 or 2).
     #[arg(long, default_value_t = BeamConfig::defaults().beam_size, value_parser = super::flags::positive_usize)]

@@ -14,7 +14,7 @@ use crate::jobs::device::with_backend;
 #[derive(Debug, Clone, Args)]
 pub struct BenchLoglikArgs {
     /// A GGUF file, a directory holding one, or an HF directory (causal LM or T5).
-    #[arg(long, env = "HOPSCORE_MODEL")]
+    #[arg(long, env = "HOPSCORE_MODEL", value_parser = super::flags::model_path)]
     pub model: PathBuf,
     /// JSON `{"pairs": [{"ids": [..], "target_start": n}, ..]}`: token ids of prompt +
     /// target, targets from `target_start` on (tools/bench_decoder_reference.py writes it).

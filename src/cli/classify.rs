@@ -16,10 +16,10 @@ use crate::jobs::options::Options;
 pub struct ClassifyArgs {
     /// Model directory: config.json, model.safetensors (or a sharded index) and,
     /// unless --tokenizer is given, tokenizer.json.
-    #[arg(long, env = "HOPSCORE_MODEL")]
+    #[arg(long, env = "HOPSCORE_MODEL", value_parser = super::flags::model_path)]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it), when the model directory has none.
-    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    #[arg(long, env = "HOPSCORE_TOKENIZER", value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
     /// Input Parquet with columns `id` (string or integer), `text_a` (string) and
     /// optionally `text_b` (string).

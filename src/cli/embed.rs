@@ -16,10 +16,10 @@ use crate::model::bert::Pooling;
 pub struct EmbedArgs {
     /// BERT-family model directory (sentence-transformers or plain HF): config.json,
     /// model.safetensors, tokenizer.json, and modules.json + 1_Pooling/ where present.
-    #[arg(long, env = "HOPSCORE_ENCODER")]
+    #[arg(long, env = "HOPSCORE_ENCODER", value_parser = super::flags::model_path)]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it), when the model directory has none.
-    #[arg(long)]
+    #[arg(long, value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
     /// Passage Parquet: `id` (string or integer), `text` (string), optionally `title`
     /// (string); the corpus format of `--corpus`.

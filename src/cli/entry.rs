@@ -100,11 +100,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
         }
         Command::Eval(args) => {
-            let r = cli::eval::run(&args)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print!("{}", cli::eval::table(&r));
+            let runs = cli::eval::run(&args)?;
+            match (&runs[..], args.json) {
+                ([one], true) if args.single() => {
+                    println!("{}", serde_json::to_string_pretty(&one.report)?)
+                }
+                ([one], false) if args.single() => print!("{}", cli::eval::table(&one.report)),
+                (_, true) => println!("{}", serde_json::to_string_pretty(&runs)?),
+                (_, false) => print!("{}", cli::eval::comparison_table(&runs)),
+            }
+            if let Some(plot) = &args.plot {
+                eprintln!("recall plot: {}", plot.display());
             }
         }
     }

@@ -3,7 +3,10 @@
 //! values are refused with a message that clap prefixes with the flag's name (exit
 //! code 2) instead of hanging or misbehaving later.
 
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+
+use crate::model::hub::Need;
 
 fn parse<T: FromStr>(s: &str, what: &str) -> Result<T, String> {
     s.trim().parse().map_err(|_| format!("`{s}` is not {what}"))
@@ -86,6 +89,24 @@ pub fn non_negative_f64(s: &str) -> Result<f64, String> {
         return Err(format!("`{s}`: must not be negative"));
     }
     Ok(v)
+}
+
+/// A model, tokenizer or GGUF file: a local path (which always wins), or a Hugging
+/// Face Hub id (`org/name`, `org/name@revision`, `org/name:file.gguf`) resolved to its
+/// snapshot in the hub cache, downloading what the cache lacks
+/// ([`crate::model::hub`]).
+pub fn model_path(s: &str) -> Result<PathBuf, String> {
+    hub_path(s, Need::Model)
+}
+
+/// A tokenizer file or directory: a local path, or a hub id of which only the
+/// top-level JSON files (`tokenizer.json`, …) are fetched.
+pub fn tokenizer_path(s: &str) -> Result<PathBuf, String> {
+    hub_path(s, Need::Tokenizer)
+}
+
+fn hub_path(s: &str, need: Need) -> Result<PathBuf, String> {
+    crate::model::hub::local_path(Path::new(s), need).map_err(|e| format!("{e:#}"))
 }
 
 #[cfg(test)]

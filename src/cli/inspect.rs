@@ -12,10 +12,10 @@ use crate::text::TextTokenizer;
 #[derive(Debug, Clone, Args)]
 pub struct InspectArgs {
     /// Model directory (config.json + safetensors weights).
-    #[arg(long)]
+    #[arg(long, value_parser = super::flags::model_path)]
     pub model: PathBuf,
     /// tokenizer.json to report on, when the model directory has none.
-    #[arg(long)]
+    #[arg(long, value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
 }
 

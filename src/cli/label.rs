@@ -19,15 +19,15 @@ use crate::pipeline::files;
 pub struct LabelArgs {
     /// EfficientRAG Labeler checkpoint directory (`deberta.*`, `pooler.dense.*`,
     /// `sequence_classifier.*` with 2 or 3 tags, `token_classifier.*`).
-    #[arg(long, env = "HOPSCORE_LABELER")]
+    #[arg(long, env = "HOPSCORE_LABELER", value_parser = super::flags::model_path)]
     pub labeler: PathBuf,
     /// EfficientRAG Filter checkpoint directory (a `DebertaV2ForTokenClassification`
     /// with 2 labels).
-    #[arg(long, env = "HOPSCORE_FILTER")]
+    #[arg(long, env = "HOPSCORE_FILTER", value_parser = super::flags::model_path)]
     pub filter: PathBuf,
     /// tokenizer.json (or its directory) when the Labeler directory has none; both
     /// models share it.
-    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    #[arg(long, env = "HOPSCORE_TOKENIZER", value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
     /// Retrieve from this corpus (Parquet `id`, `text`, optional `title`; one BM25
     /// index built at start) instead of each question's own passages.
@@ -49,7 +49,7 @@ pub struct LabelArgs {
     pub retriever: LabelRetriever,
     /// The bi-encoder of `--retriever dense` (a BERT-family directory as for `embed`);
     /// it embeds each iteration's query on the CPU.
-    #[arg(long, env = "HOPSCORE_ENCODER")]
+    #[arg(long, env = "HOPSCORE_ENCODER", value_parser = super::flags::model_path)]
     pub encoder: Option<PathBuf>,
     /// `hopscore embed` outputs of the --corpus file (dense retrieval over a corpus).
     #[arg(long, num_args = 1..)]

@@ -19,10 +19,10 @@ pub struct LepusArgs {
     /// A GGUF file, a directory holding one, or an HF directory (config.json,
     /// model.safetensors, tokenizer.json) of a causal LM or a T5-family
     /// encoder-decoder. Not needed with `--scorer bm25`.
-    #[arg(long, env = "HOPSCORE_MODEL")]
+    #[arg(long, env = "HOPSCORE_MODEL", value_parser = super::flags::model_path)]
     pub model: Option<PathBuf>,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
-    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    #[arg(long, env = "HOPSCORE_TOKENIZER", value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,

@@ -17,10 +17,10 @@ pub struct LoglikArgs {
     /// A GGUF file (config and tokenizer from its metadata), a directory holding one,
     /// or an HF directory (config.json, model.safetensors, tokenizer.json) of a causal
     /// LM or a T5-family encoder-decoder.
-    #[arg(long, env = "HOPSCORE_MODEL")]
+    #[arg(long, env = "HOPSCORE_MODEL", value_parser = super::flags::model_path)]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
-    #[arg(long, env = "HOPSCORE_TOKENIZER")]
+    #[arg(long, env = "HOPSCORE_TOKENIZER", value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
     /// Input Parquet with columns `id` (string or integer), `prompt` and `target`
     /// (strings).

@@ -23,10 +23,10 @@ pub struct RetrieveArgs {
     #[arg(long, num_args = 1..)]
     pub index: Vec<PathBuf>,
     /// The query encoder: the model that embedded the index.
-    #[arg(long, env = "HOPSCORE_ENCODER")]
+    #[arg(long, env = "HOPSCORE_ENCODER", value_parser = super::flags::model_path)]
     pub encoder: Option<PathBuf>,
     /// The encoder's tokenizer.json (or a directory holding it), when its directory has none.
-    #[arg(long)]
+    #[arg(long, value_parser = super::flags::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
     /// Text put before every question (E5: "query: "; BGE's instruction).
     #[arg(long, default_value = "")]

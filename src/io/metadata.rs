@@ -9,7 +9,8 @@ use anyhow::Result;
 use crate::backend::Backend;
 
 /// The model, its content hash ([`super::fingerprint::model_sha256`]), the dtype the
-/// backend computes in, then `options`, after `hopscore.version`.
+/// backend computes in, the hub repository and commit of a model taken from the hub
+/// cache ([`hub_snapshot`]), then `options`, after `hopscore.version`.
 pub fn run_metadata<B: Backend>(
     be: &B,
     model_dir: &Path,
@@ -24,8 +25,28 @@ pub fn run_metadata<B: Backend>(
         ),
         ("dtype", be.dtype().suffix().to_string()),
     ]);
+    if let Some((repo, commit)) = hub_snapshot(model_dir) {
+        m.extend(
+            tool_metadata(&[("model_repo", repo), ("model_commit", commit)])
+                .into_iter()
+                .skip(1),
+        );
+    }
     m.extend(tool_metadata(options).into_iter().skip(1));
     Ok(m)
+}
+
+/// The repository and commit of a path in a Hugging Face Hub cache snapshot
+/// (`…/models--org--name/snapshots/<commit>[/file]`).
+pub fn hub_snapshot(path: &Path) -> Option<(String, String)> {
+    let parts: Vec<String> = path
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let at = parts.iter().rposition(|p| p == "snapshots")?;
+    let repo = parts.get(at.checked_sub(1)?)?.strip_prefix("models--")?;
+    let commit = parts.get(at + 1)?;
+    Some((repo.replacen("--", "/", 1), commit.clone()))
 }
 
 /// `hopscore.version` followed by `options` as `hopscore.<key>` metadata entries.
@@ -34,4 +55,19 @@ pub fn tool_metadata(options: &[(&str, String)]) -> Vec<(String, String)> {
         .chain(options.iter().cloned())
         .map(|(k, v)| (format!("hopscore.{k}"), v))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_paths_name_their_repo_and_commit() {
+        let p = Path::new("/c/hub/models--org--na-me/snapshots/abc123/1_Pooling/config.json");
+        assert_eq!(
+            hub_snapshot(p),
+            Some(("org/na-me".to_string(), "abc123".to_string()))
+        );
+        assert_eq!(hub_snapshot(Path::new("/weights/model")), None);
+    }
 }

@@ -23,6 +23,7 @@ use crate::io::schemas::beam_schema;
 use crate::jobs::options::{self, Options};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
+use crate::model::hub::Need;
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode, MAX_LEN};
@@ -144,6 +145,10 @@ impl Options for BeamConfig {
         options::at_least_one("max_hops", self.max_hops)?;
         options::finite("tau", self.tau, false)?;
         self.scheduler.check()
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
     }
 }
 

@@ -19,6 +19,7 @@ use crate::jobs::options::{self, Options};
 use crate::model::batch::Sequence;
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::select;
+use crate::model::hub::Need;
 use crate::text::TextTokenizer;
 
 /// What to load and how to batch.
@@ -64,6 +65,10 @@ impl Options for ClassifyConfig {
     fn check(&self) -> Result<()> {
         options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
         options::none_or_at_least_one("max_length", self.max_length)
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
     }
 }
 

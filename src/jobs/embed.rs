@@ -20,6 +20,7 @@ use crate::io::metadata::run_metadata;
 use crate::jobs::options::{self, Options};
 use crate::model::batch::Sequence;
 use crate::model::bert::{BertEmbedder, EmbeddingHead, Pooling};
+use crate::model::hub::Need;
 use crate::text::TextTokenizer;
 
 /// What to load, how to pool and how to write.
@@ -74,6 +75,10 @@ impl Options for EmbedConfig {
     fn check(&self) -> Result<()> {
         options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
         options::none_or_at_least_one("max_length", self.max_length)
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
     }
 }
 

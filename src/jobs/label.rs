@@ -27,6 +27,7 @@ use crate::jobs::options::{self, Options};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
+use crate::model::hub::Need;
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
 use crate::retrieve::dense::{top_k_inner_product, DenseIndex};
@@ -114,6 +115,15 @@ impl Options for LabelConfig {
             encoder.check()?;
         }
         self.scheduler.check()
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        let models = [&mut self.labeler, &mut self.filter];
+        let mut paths = options::model_and_tokenizer(models, self.tokenizer.as_mut());
+        if let Some(encoder) = self.encoder.as_mut() {
+            paths.extend(encoder.model_paths());
+        }
+        paths
     }
 }
 

@@ -33,6 +33,7 @@ use crate::io::schemas::lepus_schema;
 use crate::jobs::options::{self, Options};
 use crate::model::batch::Sequence;
 use crate::model::decoder::ScoredSequence;
+use crate::model::hub::Need;
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
 use crate::retrieve::tfidf::TfIdfOptions;
@@ -163,6 +164,10 @@ impl Options for LepusConfig {
         }
         options::finite("temperature", self.temperature, true)?;
         self.scheduler.check()
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        options::model_and_tokenizer(self.model.as_mut(), self.tokenizer.as_mut())
     }
 }
 

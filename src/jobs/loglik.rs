@@ -25,6 +25,7 @@ use crate::io::parquet_io::{check_text, string_column};
 use crate::jobs::options::{self, Options};
 use crate::model::batch::token_budget_groups;
 use crate::model::decoder::ScoredSequence;
+use crate::model::hub::Need;
 use crate::text::causal_tokenizer::CausalTokenizer;
 
 /// What to load and how to score.
@@ -73,6 +74,10 @@ impl Options for LoglikConfig {
         options::finite("temperature", self.temperature, true)?;
         options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
         options::none_or_at_least_one("max_length", self.max_length)
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
     }
 }
 

@@ -135,6 +135,10 @@ pub trait JobKind: Sized {
     fn from_options(options: &options::OptionMap) -> Result<Self>;
     /// Loads the job on `be`.
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
+    /// The model and tokenizer paths, which may be hub ids ([`options::Options::model_paths`]).
+    fn model_paths(&mut self) -> Vec<(&mut std::path::PathBuf, crate::model::hub::Need)> {
+        Vec::new()
+    }
 }
 
 /// `impl JobKind` for a config `$config` named `$name` whose job loads with the
@@ -154,6 +158,12 @@ macro_rules! job_kind {
                 be: B,
             ) -> anyhow::Result<Box<dyn $crate::jobs::Job>> {
                 Ok(Box::new(job(self, be)?))
+            }
+
+            fn model_paths(
+                &mut self,
+            ) -> Vec<(&mut std::path::PathBuf, $crate::model::hub::Need)> {
+                $crate::jobs::options::Options::model_paths(self)
             }
         }
     };
@@ -217,8 +227,15 @@ macro_rules! job_configs {
 
         /// Loads the job `config` describes on `device` (sizing the CPU worker pool
         /// first when `device.threads` is set; `review` runs no model: give it
-        /// [`DeviceConfig::CPU`]).
+        /// [`DeviceConfig::CPU`]). Models named by a hub id are taken from the hub
+        /// cache, or downloaded into it, first ([`options::resolve_models`]).
         pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
+            let config = match config {
+                $(JobConfig::$variant(mut c) => {
+                    options::resolve_models(JobKind::model_paths(&mut c))?;
+                    JobConfig::$variant(c)
+                })*
+            };
             device.init_threads()?;
             device::with_backend!(owned device, be => match config {
                 $(JobConfig::$variant(c) => c.load(be),)*

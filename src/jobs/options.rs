@@ -6,6 +6,10 @@
 //! [`Options::defaults`]; every job's constructor runs [`Options::check`]); an unknown
 //! name or a value of the wrong type is refused naming the option.
 
+use std::path::PathBuf;
+
+use crate::model::hub::Need;
+
 use anyhow::{anyhow, bail, Result};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -23,6 +27,32 @@ pub trait Options: Sized {
     fn check(&self) -> Result<()> {
         Ok(())
     }
+    /// The model and tokenizer paths, each of which may be a hub id
+    /// ([`resolve_models`]), with what each names.
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        Vec::new()
+    }
+}
+
+/// A model path and an optional tokenizer path, as [`Options::model_paths`] lists them.
+pub fn model_and_tokenizer<'a>(
+    model: impl IntoIterator<Item = &'a mut PathBuf>,
+    tokenizer: Option<&'a mut PathBuf>,
+) -> Vec<(&'a mut PathBuf, Need)> {
+    let models = model.into_iter().map(|m| (m, Need::Model));
+    models
+        .chain(tokenizer.map(|t| (t, Need::Tokenizer)))
+        .collect()
+}
+
+/// Replaces every hub id among a config's model and tokenizer `paths`
+/// ([`Options::model_paths`]) by its local snapshot ([`crate::model::hub::local_path`]:
+/// a local path that exists stays).
+pub fn resolve_models(paths: Vec<(&mut PathBuf, Need)>) -> Result<()> {
+    for (path, need) in paths {
+        *path = crate::model::hub::local_path(path, need)?;
+    }
+    Ok(())
 }
 
 /// Refuses `value` < 1 for `option` (named as the flag and as the field).

@@ -4,7 +4,12 @@
 //! (order-free), Recall@k, AR@k, answer EM/F1 when the predictions have an `answer`
 //! column, and the official supporting-fact and joint scores when they have a
 //! `supporting_facts` column; averaged over all questions and per hop count. A gold question without a
-//! prediction (or with an unusable one) scores 0 everywhere and is reported.
+//! prediction (or with an unusable one) scores 0 everywhere and is reported. A
+//! question file of ranked pools (`hopscore retrieve`'s output) is read as predictions
+//! too: its hits are matched to the gold question's passages by title and text.
+//!
+//! The gold file is read once ([`GoldSet`]) for any number of prediction files
+//! ([`score_predictions`]), which `hopscore eval` compares in one table.
 //!
 //! Denominators: retrieval EM/F1 and Recall@k count questions with at least one gold
 //! passage; AR@k counts questions whose gold answer is a span (not yes/no/noanswer) and,
@@ -107,6 +112,8 @@ struct Gold {
     answers: Vec<String>,
     /// Per passage, whether it holds the answer; `None` when AR does not apply.
     contains_answer: Option<Vec<bool>>,
+    /// (title, text) → passage index, to read ranked pools (`hopscore retrieve`).
+    passage_index: HashMap<(String, String), usize>,
     facts: Option<Vec<SupportingFact>>,
 }
 
@@ -126,7 +133,14 @@ impl Gold {
                 .map(|p| answer_in_passage(&p.title, &p.text, answers.iter().map(String::as_str)))
                 .collect()
         });
+        let passage_index = q
+            .passages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ((p.title.clone(), p.text.clone()), i))
+            .collect();
         Gold {
+            passage_index,
             hops: q.hop_count(),
             passages: q.passages.len(),
             supporting: q.supporting,
@@ -142,6 +156,9 @@ impl Gold {
 /// and supporting facts.
 struct Pred {
     chain: Option<Vec<i64>>,
+    /// Whether each hit past the question's own passages (indices from
+    /// `passages.len()` on, a ranked pool's hits outside the gold pool) holds the answer.
+    outside_answer: Vec<bool>,
     answer: Option<String>,
     facts: Option<Vec<SupportingFact>>,
 }
@@ -158,6 +175,7 @@ struct PredColumns {
 #[derive(Clone, Copy)]
 struct Scored<'a> {
     chain: Option<&'a [usize]>,
+    outside_answer: &'a [bool],
     answer: Option<&'a str>,
     facts: Option<&'a [SupportingFact]>,
 }
@@ -200,6 +218,13 @@ impl Sums {
         }
         if let Some(contains) = &g.contains_answer {
             self.ar_questions += 1;
+            let extended: Vec<bool>;
+            let contains = if p.outside_answer.is_empty() {
+                contains.as_slice()
+            } else {
+                extended = contains.iter().chain(p.outside_answer).copied().collect();
+                extended.as_slice()
+            };
             for (sum, &k) in self.ar.iter_mut().zip(ks) {
                 *sum += answer_recall_at_k(chain, contains, k);
             }
@@ -269,6 +294,58 @@ pub fn evaluate_column(
     ks: &[usize],
     chain_column: &str,
 ) -> Result<EvalReport> {
+    score_predictions(&GoldSet::read(gold)?, pred, ks, chain_column)
+}
+
+/// The gold questions of a question file, read once for any number of prediction
+/// files ([`score_predictions`]).
+pub struct GoldSet {
+    golds: Vec<Gold>,
+    /// Questions kept for scoring whose gold labels are unusable: skipped, reported.
+    skipped: HashSet<String>,
+    bad_rows: Problem,
+}
+
+impl GoldSet {
+    /// Reads the question file `gold`.
+    pub fn read(gold: &Path) -> Result<Self> {
+        let mut set = GoldSet {
+            golds: Vec::new(),
+            skipped: HashSet::new(),
+            bad_rows: Problem::default(),
+        };
+        for (row, item) in (0u64..).zip(QuestionReader::open(gold, BATCH_ROWS)?) {
+            match item? {
+                Ok(q) if !q.gold_usable() => {
+                    let why = q
+                        .issues
+                        .iter()
+                        .find(|i| i.starts_with(questions::UNUSABLE_GOLD))
+                        .cloned()
+                        .or_else(|| q.gold_problems().into_iter().next())
+                        .unwrap_or_default();
+                    set.bad_rows
+                        .add(|| format!("row {row} ({}): {why}; skipped", q.id));
+                    set.skipped.insert(q.id);
+                }
+                Ok(q) => set.golds.push(Gold::new(q)),
+                Err(bad) => set
+                    .bad_rows
+                    .add(|| format!("row {}: {}", bad.row, bad.reason)),
+            }
+        }
+        Ok(set)
+    }
+}
+
+/// Scores the predictions in `pred` (chains in `chain_column`) against `gold` at
+/// cut-offs `ks`.
+pub fn score_predictions(
+    gold: &GoldSet,
+    pred: &Path,
+    ks: &[usize],
+    chain_column: &str,
+) -> Result<EvalReport> {
     if ks.is_empty() || ks.contains(&0) {
         bail!("--k needs positive cut-offs, e.g. --k 2,5,10");
     }
@@ -278,39 +355,28 @@ pub fn evaluate_column(
     let ks = ks.as_slice();
     let mut report = EvalReport {
         k: ks.to_vec(),
+        gold_bad_rows: gold.bad_rows.clone(),
         ..EvalReport::default()
     };
-    let mut golds = Vec::new();
-    // Questions kept for scoring whose gold labels are unusable: skipped, reported.
-    let mut skipped = HashSet::new();
-    for (row, item) in (0u64..).zip(QuestionReader::open(gold, BATCH_ROWS)?) {
-        match item? {
-            Ok(q) if !q.gold_usable() => {
-                let why = q
-                    .issues
-                    .iter()
-                    .find(|i| i.starts_with(questions::UNUSABLE_GOLD))
-                    .cloned()
-                    .or_else(|| q.gold_problems().into_iter().next())
-                    .unwrap_or_default();
-                report
-                    .gold_bad_rows
-                    .add(|| format!("row {row} ({}): {why}; skipped", q.id));
-                skipped.insert(q.id);
-            }
-            Ok(q) => golds.push(Gold::new(q)),
-            Err(bad) => report
-                .gold_bad_rows
-                .add(|| format!("row {}: {}", bad.row, bad.reason)),
-        }
-    }
+    let (golds, skipped) = (&gold.golds, &gold.skipped);
     report.gold_questions = golds.len() as u64;
     let gold_ids: HashMap<&str, usize> = golds
         .iter()
         .enumerate()
         .map(|(i, g)| (g.id.as_str(), i))
         .collect();
-    let (preds, cols) = read_predictions(pred, chain_column, &gold_ids, &skipped, &mut report)?;
+    let (preds, cols) = if is_ranked_pool(pred, chain_column)? {
+        let none = PredColumns {
+            answer: false,
+            facts: false,
+        };
+        (
+            read_ranked_pools(pred, golds, &gold_ids, skipped, &mut report)?,
+            none,
+        )
+    } else {
+        read_predictions(pred, chain_column, &gold_ids, skipped, &mut report)?
+    };
 
     let mut overall = Sums::default();
     let mut by_hops: BTreeMap<usize, Sums> = BTreeMap::new();
@@ -326,8 +392,13 @@ pub fn evaluate_column(
                     .add(|| format!("{}: chain is null or holds a null index", g.id));
                 None
             }
-            Some(Pred { chain: Some(c), .. }) => {
-                match c.iter().find(|&&i| i < 0 || i as usize >= g.passages) {
+            Some(Pred {
+                chain: Some(c),
+                outside_answer,
+                ..
+            }) => {
+                let limit = g.passages + outside_answer.len();
+                match c.iter().find(|&&i| i < 0 || i as usize >= limit) {
                     Some(bad) => {
                         report.invalid.add(|| {
                             format!("{}: passage {bad} (the question has {})", g.id, g.passages)
@@ -338,8 +409,10 @@ pub fn evaluate_column(
                 }
             }
         };
+        let outside = p.as_ref().map_or(&[][..], |p| p.outside_answer.as_slice());
         let scored = Scored {
             chain: chain.as_deref(),
+            outside_answer: outside,
             answer: p.as_ref().and_then(|p| p.answer.as_deref()),
             facts: p.as_ref().and_then(|p| p.facts.as_deref()),
         };
@@ -352,6 +425,74 @@ pub fn evaluate_column(
         .map(|(h, s)| (h, s.scores(ks, cols)))
         .collect();
     Ok(report)
+}
+
+/// Whether `pred` is a question file of ranked pools (`hopscore retrieve`'s output: no
+/// `chain_column`, a `passages` column) rather than chains into the gold pools.
+fn is_ranked_pool(pred: &Path, chain_column: &str) -> Result<bool> {
+    let input = ParquetInput::open(pred, 1)?;
+    Ok(input.schema.field_with_name(chain_column).is_err()
+        && input.schema.field_with_name("passages").is_ok())
+}
+
+/// Reads a question file of ranked pools as predictions: each hit, best first, is the
+/// gold question's passage with the same title and text, or (a passage outside the
+/// gold pool) an index past the pool that is never gold, its answer flag taken from
+/// its own text.
+fn read_ranked_pools(
+    path: &Path,
+    golds: &[Gold],
+    gold_ids: &HashMap<&str, usize>,
+    skipped: &HashSet<String>,
+    report: &mut EvalReport,
+) -> Result<Vec<Option<Pred>>> {
+    let mut preds: Vec<Option<Pred>> = (0..gold_ids.len()).map(|_| None).collect();
+    let reader = QuestionReader::open(path, BATCH_ROWS)
+        .with_context(|| format!("reading the ranked pools of {}", path.display()))?;
+    for (row, item) in (0u64..).zip(reader) {
+        report.prediction_rows += 1;
+        let q = match item? {
+            Ok(q) => q,
+            Err(bad) => {
+                report
+                    .invalid
+                    .add(|| format!("prediction row {row}: {}", bad.reason));
+                continue;
+            }
+        };
+        let Some(&at) = gold_ids.get(q.id.as_str()) else {
+            if !skipped.contains(&q.id) {
+                report.unknown.add(|| q.id.clone());
+            }
+            continue;
+        };
+        if preds[at].is_some() {
+            report.repeated.add(|| q.id.clone());
+            continue;
+        }
+        let gold = &golds[at];
+        let mut outside_answer = Vec::new();
+        let chain = q
+            .passages
+            .iter()
+            .map(|p| {
+                let key = (p.title.clone(), p.text.clone());
+                let index = gold.passage_index.get(&key).copied().unwrap_or_else(|| {
+                    let answers = gold.answers.iter().map(String::as_str);
+                    outside_answer.push(answer_in_passage(&p.title, &p.text, answers));
+                    gold.passages + outside_answer.len() - 1
+                });
+                index as i64
+            })
+            .collect();
+        preds[at] = Some(Pred {
+            chain: Some(chain),
+            outside_answer,
+            answer: None,
+            facts: None,
+        });
+    }
+    Ok(preds)
 }
 
 /// Reads the prediction file into a vector aligned with the gold questions; returns
@@ -452,6 +593,7 @@ fn read_predictions(
             };
             preds[g] = Some(Pred {
                 chain,
+                outside_answer: Vec::new(),
                 answer,
                 facts,
             });

@@ -6,6 +6,7 @@
 
 pub mod answer;
 pub mod eval;
+pub mod plot;
 pub mod retrieval;
 pub mod sets;
 

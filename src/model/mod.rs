@@ -9,6 +9,7 @@ pub mod decoder;
 pub mod decoder_config;
 pub mod gguf;
 pub mod heads;
+pub mod hub;
 pub mod layers;
 pub mod prefix;
 pub mod t5;

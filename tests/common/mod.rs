@@ -462,3 +462,17 @@ pub fn t5_golden_sequences(
         })
         .collect()
 }
+
+/// The key-value metadata of a Parquet file (the `hopscore.*` run metadata).
+pub fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
+    let r = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(path).unwrap())
+        .unwrap();
+    use parquet::file::reader::FileReader;
+    r.metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap()
+        .iter()
+        .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
+        .collect()
+}

@@ -1,0 +1,162 @@
+//! The recall plot of `hopscore eval --plot`: Recall@k against k, a line per run, one
+//! panel for all questions and one per hop count (plotters' SVG backend).
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Result};
+use plotters::prelude::*;
+
+use super::eval::{EvalReport, Scores};
+
+/// Width and height of one panel, in pixels.
+const PANEL: (u32, u32) = (420, 360);
+
+/// Writes the recall plot of `runs` (a name and its report, scored at every k from 1
+/// on) to `path` (`.svg`), atomically.
+pub fn write_recall_plot(path: &Path, runs: &[(String, EvalReport)]) -> Result<()> {
+    if path.extension().and_then(|e| e.to_str()) != Some("svg") {
+        bail!(
+            "--plot {}: the plot is written as SVG; name a .svg file",
+            path.display()
+        );
+    }
+    let svg = recall_svg(runs)?;
+    crate::io::atomic::write_file(path, svg.as_bytes())
+}
+
+/// The plot as an SVG document.
+pub fn recall_svg(runs: &[(String, EvalReport)]) -> Result<String> {
+    let Some((_, first)) = runs.first() else {
+        bail!("no run to plot");
+    };
+    let mut groups: Vec<Option<usize>> = vec![None];
+    let mut hops: Vec<usize> = runs
+        .iter()
+        .flat_map(|(_, r)| r.by_hops.keys().copied())
+        .collect();
+    hops.sort_unstable();
+    hops.dedup();
+    groups.extend(hops.into_iter().map(Some));
+    let k_max = first.k.iter().copied().max().unwrap_or(1).max(2);
+
+    let mut svg = String::new();
+    {
+        let size = (PANEL.0 * groups.len() as u32, PANEL.1);
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        let err = |e: &dyn std::fmt::Display| anyhow!("drawing the recall plot: {e}");
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let panels = root.split_evenly((1, groups.len()));
+        for (panel, group) in panels.iter().zip(&groups) {
+            let title = match group {
+                None => "all questions".to_string(),
+                Some(h) => format!("{h}-hop questions"),
+            };
+            let mut chart = ChartBuilder::on(panel)
+                .caption(title, ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(36)
+                .y_label_area_size(48)
+                .build_cartesian_2d(0.5f64..k_max as f64 + 0.5, 0f64..1.0)
+                .map_err(|e| err(&e))?;
+            chart
+                .configure_mesh()
+                .x_desc("k")
+                .y_desc("Recall@k")
+                .x_labels(k_max.min(12))
+                .x_label_formatter(&|x| format!("{x:.0}"))
+                .draw()
+                .map_err(|e| err(&e))?;
+            for (i, (name, report)) in runs.iter().enumerate() {
+                let scores: Option<&Scores> = match group {
+                    None => Some(&report.overall),
+                    Some(h) => report.by_hops.get(h),
+                };
+                let Some(scores) = scores else { continue };
+                let color = Palette99::pick(i).to_rgba();
+                let points: Vec<(f64, f64)> = scores
+                    .recall_at_k
+                    .iter()
+                    .map(|(&k, &r)| (k as f64, r))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                    .map_err(|e| err(&e))?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                    .map_err(|e| err(&e))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| err(&e))?;
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(recall: &[f64], hop_recall: &[f64]) -> EvalReport {
+        let scores = |r: &[f64]| Scores {
+            recall_at_k: r.iter().enumerate().map(|(i, &v)| (i + 1, v)).collect(),
+            ..Scores::default()
+        };
+        EvalReport {
+            k: (1..=recall.len()).collect(),
+            overall: scores(recall),
+            by_hops: [(2, scores(hop_recall))].into_iter().collect(),
+            ..EvalReport::default()
+        }
+    }
+
+    #[test]
+    fn one_line_per_run_in_each_panel() {
+        let runs = vec![
+            (
+                "bm25".to_string(),
+                report(&[0.1, 0.4, 0.6], &[0.2, 0.5, 0.7]),
+            ),
+            (
+                "lepus".to_string(),
+                report(&[0.3, 0.7, 0.9], &[0.3, 0.8, 0.9]),
+            ),
+        ];
+        let svg = recall_svg(&runs).unwrap();
+        // Two panels × two runs: a line and a legend mark each, in one colour per run
+        // (the axes and the mesh are 1 pixel wide).
+        let strokes: Vec<&str> = svg
+            .split("<polyline")
+            .skip(1)
+            .filter(|p| p.contains("stroke-width=\"2\""))
+            .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(strokes.len(), 2 * 2 * 2, "{svg}");
+        let mut colours = strokes.clone();
+        colours.sort_unstable();
+        colours.dedup();
+        assert_eq!(colours.len(), 2, "{strokes:?}");
+        // A marker per k per run and panel.
+        assert_eq!(svg.matches("<circle").count(), 3 * 2 * 2, "{svg}");
+        for text in [
+            "all questions",
+            "2-hop questions",
+            "bm25",
+            "lepus",
+            "Recall@k",
+        ] {
+            assert!(svg.contains(text), "{text}");
+        }
+        let err = write_recall_plot(Path::new("/tmp/x.png"), &runs).unwrap_err();
+        assert!(err.to_string().contains("name a .svg file"), "{err}");
+    }
+}
