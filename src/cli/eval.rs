@@ -88,6 +88,7 @@ fn run_name(pred: &Path) -> String {
 pub fn run(args: &EvalArgs) -> Result<Vec<EvalRun>> {
     let names = args.names()?;
     if let Some(plot) = &args.plot {
+        crate::metrics::plot::check_plot_path(plot)?;
         let mut inputs = vec![Named::new("--gold", &args.gold)];
         inputs.extend(args.pred.iter().map(|p| Named::new("--pred", p)));
         check_outputs(&inputs, &[(Named::new("--plot", plot), Kind::File)])?;

@@ -11,17 +11,37 @@ use super::eval::{EvalReport, Scores};
 /// Width and height of one panel, in pixels.
 const PANEL: (u32, u32) = (420, 360);
 
+/// Line colours, one per run in turn (Tableau 10: distinct, readable on white).
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
 /// Writes the recall plot of `runs` (a name and its report, scored at every k from 1
 /// on) to `path` (`.svg`), atomically.
 pub fn write_recall_plot(path: &Path, runs: &[(String, EvalReport)]) -> Result<()> {
+    check_plot_path(path)?;
+    let svg = recall_svg(runs)?;
+    crate::io::atomic::write_file(path, svg.as_bytes())
+}
+
+/// Refuses a plot path that is not an `.svg` file (before any work).
+pub fn check_plot_path(path: &Path) -> Result<()> {
     if path.extension().and_then(|e| e.to_str()) != Some("svg") {
         bail!(
             "--plot {}: the plot is written as SVG; name a .svg file",
             path.display()
         );
     }
-    let svg = recall_svg(runs)?;
-    crate::io::atomic::write_file(path, svg.as_bytes())
+    Ok(())
 }
 
 /// The plot as an SVG document.
@@ -72,7 +92,7 @@ pub fn recall_svg(runs: &[(String, EvalReport)]) -> Result<String> {
                     Some(h) => report.by_hops.get(h),
                 };
                 let Some(scores) = scores else { continue };
-                let color = Palette99::pick(i).to_rgba();
+                let color = COLOURS[i % COLOURS.len()].to_rgba();
                 let points: Vec<(f64, f64)> = scores
                     .recall_at_k
                     .iter()
