@@ -782,3 +782,67 @@ fn an_interrupted_download_is_never_loaded_and_resumes() {
         vectors(&tmp.path().join("b.parquet"))
     );
 }
+
+/// `org/name:file.gguf` fetches that one file (none of the repository's other files)
+/// and scores as the local file does (SmolLM2, `loglik`).
+#[test]
+fn a_gguf_file_is_named_after_the_colon() {
+    let Some(gguf) = common::SMOLLM2_GGUF.require() else {
+        return;
+    };
+    let name = gguf.file_name().unwrap().to_str().unwrap().to_string();
+    let hub = Hub::start();
+    let files = vec![
+        (name.clone(), std::fs::read(&gguf).unwrap()),
+        ("other.Q8_0.gguf".to_string(), vec![0u8; 64]),
+        ("config.json".to_string(), b"{}".to_vec()),
+    ];
+    hub.add("org/smollm2", "main", SHA1, files);
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("rows.parquet");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("prompt", DataType::Utf8, false),
+        Field::new("target", DataType::Utf8, false),
+    ]));
+    let column = |v: [&str; 2]| Arc::new(StringArray::from_iter_values(v)) as _;
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            column(["a", "b"]),
+            column([
+                "Document: Paris is in France.",
+                "Document: Ada wrote notes.",
+            ]),
+            column([" Where is Paris?", " Who wrote the notes?"]),
+        ],
+    )
+    .unwrap();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&input).unwrap(), schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let loglik = |model: &str, out: &str| {
+        let output = tmp.path().join(out);
+        let mut c = common::hopscore();
+        c.env("HF_HOME", tmp.path().join("hf"))
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .env_remove("HF_HUB_OFFLINE");
+        c.args(["loglik", "--model", model, "--input"])
+            .arg(&input)
+            .arg("--output")
+            .arg(&output);
+        ok(&c.output().unwrap());
+        let batch = common::read_parquet(&output);
+        let sums = batch.column_by_name("loglik_sum").unwrap();
+        let sums = sums.as_primitive::<arrow::datatypes::Float64Type>();
+        sums.values().to_vec()
+    };
+    let local = loglik(gguf.to_str().unwrap(), "local.parquet");
+    let by_id = loglik(&format!("org/smollm2:{name}"), "hub.parquet");
+    assert_eq!(local, by_id);
+    let fetched: Vec<String> = hub.downloads();
+    assert!(
+        fetched.len() == 1 && fetched[0].contains(&name),
+        "{fetched:?}"
+    );
+}
