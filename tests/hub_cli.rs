@@ -826,6 +826,7 @@ fn a_gguf_file_is_named_after_the_colon() {
         let mut c = common::hopscore();
         c.env("HF_HOME", tmp.path().join("hf"))
             .env("HF_ENDPOINT", &hub.endpoint)
+            .env_remove("HF_HUB_CACHE")
             .env_remove("HF_HUB_OFFLINE");
         c.args(["loglik", "--model", model, "--input"])
             .arg(&input)

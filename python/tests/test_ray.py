@@ -64,7 +64,7 @@ def test_embed_actors_give_the_clis_rows(local_ray, passages, tmp_path, word_tok
 
 
 def test_embed_actors_take_a_hub_id_from_the_cache(local_ray, passages, tmp_path, hub_home, monkeypatch):
-    env = {"HF_HOME": str(hub_home), "HF_HUB_OFFLINE": "1"}
+    env = {"HF_HOME": str(hub_home), "HF_HUB_CACHE": str(hub_home / "hub"), "HF_HUB_OFFLINE": "1"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)  # the CLI run compared with
     job = {"model": "org/tiny-bert"}
