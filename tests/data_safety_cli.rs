@@ -249,9 +249,12 @@ fn zero_negative_and_nan_numeric_flags_are_refused_naming_the_flag() {
         let name = flag.split('=').next().unwrap();
         assert!(err.contains(name), "{flag}: {err}");
     }
-    let (code, err) = run(common::hopscore().args([
-        "beam", "--model", "m", "--input", "i", "--output", "o", "--tau", "nan",
-    ]));
+    // (The model must exist: model flags are resolved as they are parsed.)
+    let model = common::fixture("beam/model");
+    let (code, err) = run(common::hopscore()
+        .args(["beam", "--model"])
+        .arg(&model)
+        .args(["--input", "i", "--output", "o", "--tau", "nan"]));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--tau"), "{err}");
     let (code, err) = run(common::hopscore().args([
@@ -672,9 +675,13 @@ fn an_output_over_a_model_input_is_refused() {
     let (tmp, q) = question_file(2);
     let model = tmp.path().join("model.bin");
     std::fs::write(&model, b"weights").unwrap();
+    let labeler = tmp.path().join("labeler-dir");
+    std::fs::create_dir(&labeler).unwrap();
     let label = |output: &Path| {
         let mut c = common::hopscore();
-        c.args(["label", "--labeler", "labeler-dir", "--filter"])
+        c.args(["label", "--labeler"])
+            .arg(&labeler)
+            .arg("--filter")
             .arg(&model)
             .arg("--input")
             .arg(&q)
