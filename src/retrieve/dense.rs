@@ -220,6 +220,16 @@ impl DenseIndex {
                     self.dim,
                     path,
                 )?;
+                if let Some(at) = block.iter().position(|v| !v.is_finite()) {
+                    let r = at / self.dim;
+                    bail!(
+                        "{}: row {} (id `{}`): `embedding` holds NaN or ±inf (a NaN would rank \
+                         first for every query): embed that passage again or drop the row",
+                        path.display(),
+                        batch.rows.get(r).copied().unwrap_or(r as u64),
+                        ids.value(r)
+                    );
+                }
                 f(row0 + batch.rows.first().copied().unwrap_or(0), &ids, block)?;
             }
             row0 += total;
@@ -333,6 +343,40 @@ mod tests {
         assert_eq!(
             got,
             vec![("p1".into(), 0.9), ("p3".into(), 0.9), ("p4".into(), 0.7)]
+        );
+    }
+
+    #[test]
+    fn a_non_finite_vector_is_refused_naming_its_row() {
+        use arrow::array::{Float32Array, StringArray};
+        use arrow::datatypes::{Field, Schema};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.parquet");
+        let item = Arc::new(Field::new("item", DataType::Float32, false));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("embedding", DataType::FixedSizeList(item.clone(), 2), false),
+        ]));
+        let values = Float32Array::from(vec![1.0, 0.0, f32::NAN, 0.0, 0.0, 1.0]);
+        let embedding = FixedSizeListArray::new(item, 2, Arc::new(values), None);
+        let batch = arrow::array::RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+                Arc::new(embedding),
+            ],
+        )
+        .unwrap();
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let index = DenseIndex::open(&[path]).unwrap();
+        let err = index.load_all().unwrap_err().to_string();
+        assert!(
+            err.contains("row 1 (id `b`)") && err.contains("NaN"),
+            "{err}"
         );
     }
 
