@@ -79,11 +79,11 @@ pub trait Run {
 
 /// The subcommands of the registered jobs ([`crate::jobs::for_each_job`]).
 macro_rules! job_commands {
-    ($($(#[$doc:meta])* $variant:ident($config:ty, $args:ty)),* $(,)?) => {
+    ($($(#[$doc:meta])* $variant:ident($module:ident, $config:ident, $args:ident)),* $(,)?) => {
         /// The subcommands of the jobs, one per registered job.
         #[derive(Debug, Subcommand)]
         pub enum JobCommand {
-            $($(#[$doc])* $variant($args)),*
+            $($(#[$doc])* $variant($module::$args)),*
         }
 
         impl Run for JobCommand {

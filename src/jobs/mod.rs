@@ -97,30 +97,30 @@ impl std::ops::DerefMut for Stream {
     }
 }
 
-/// Every scoring job, registered once: its [`JobConfig`] variant, its config type
-/// (which implements [`JobKind`] in the job's module) and its command-line arguments
-/// (`cli::<name>`, which implement `cli::Run`), with the subcommand's help line.
-/// `for_each_job!(m)` calls the macro `m` with the list: the library makes
+/// Every scoring job, registered once: its [`JobConfig`] variant, its module name, its
+/// config type in `jobs::<module>` (which implements [`JobKind`]) and the name of its
+/// command-line arguments, which the command line resolves in its own module of that
+/// name (the library never names the command line's types), with the subcommand's help
+/// line. `for_each_job!(m)` calls the macro `m` with the list: the library makes
 /// [`JobConfig`], [`JobConfig::from_options`] and [`build`] of it (below), the command
-/// line its job subcommands (`cli::JobCommand`). docs/architecture.md, "Adding a
-/// scorer".
+/// line its job subcommands (`JobCommand`). docs/architecture.md, "Adding a scorer".
 macro_rules! for_each_job {
     ($m:ident) => {
         $m! {
             /// Beam Retrieval over a question file: chains, scores and features.
-            Beam(crate::jobs::beam::BeamConfig, crate::cli::beam::BeamArgs),
+            Beam(beam, BeamConfig, BeamArgs),
             /// EfficientRAG over a question file: Labeler tags and kept text, Filter queries.
-            Label(crate::jobs::label::LabelConfig, crate::cli::label::LabelArgs),
+            Label(label, LabelConfig, LabelArgs),
             /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
-            Review(crate::jobs::review::ReviewConfig, crate::cli::review::ReviewArgs),
+            Review(review, ReviewConfig, ReviewArgs),
             /// LEPUS reranking of each question's passages with a causal LM or a T5 encoder-decoder (or BM25).
-            Lepus(crate::jobs::lepus::LepusConfig, crate::cli::lepus::LepusArgs),
+            Lepus(lepus, LepusConfig, LepusArgs),
             /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
-            Classify(crate::jobs::classify::ClassifyConfig, crate::cli::classify::ClassifyArgs),
+            Classify(classify, ClassifyConfig, ClassifyArgs),
             /// Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE).
-            Embed(crate::jobs::embed::EmbedConfig, crate::cli::embed::EmbedArgs),
+            Embed(embed, EmbedConfig, EmbedArgs),
             /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM or a T5 encoder-decoder (LEPUS).
-            Loglik(crate::jobs::loglik::LoglikConfig, crate::cli::loglik::LoglikArgs),
+            Loglik(loglik, LoglikConfig, LoglikArgs),
         }
     };
 }
@@ -188,16 +188,16 @@ fn is_device_option(name: &str) -> bool {
 
 /// [`JobConfig`], [`JobConfig::from_options`] and [`build`] for the registered jobs.
 macro_rules! job_configs {
-    ($($(#[$doc:meta])* $variant:ident($config:ty, $args:ty)),* $(,)?) => {
+    ($($(#[$doc:meta])* $variant:ident($module:ident, $config:ident, $args:ident)),* $(,)?) => {
         /// The config of any job, to build it without naming its type.
         #[derive(Debug, Clone)]
         pub enum JobConfig {
-            $($(#[$doc])* $variant($config)),*
+            $($(#[$doc])* $variant($module::$config)),*
         }
 
         impl JobConfig {
             /// The names of the jobs.
-            pub const NAMES: &'static [&'static str] = &[$(<$config as JobKind>::NAME),*];
+            pub const NAMES: &'static [&'static str] = &[$(<$module::$config as JobKind>::NAME),*];
 
             /// The job `command` names with `options` set by name — its config's field
             /// names (the command line's flags with `_` for `-`) — and the device among
@@ -213,8 +213,8 @@ macro_rules! job_configs {
                     .into_iter()
                     .partition(|(name, _)| is_device_option(name));
                 let config = match command {
-                    $(<$config as JobKind>::NAME => {
-                        JobConfig::$variant(<$config as JobKind>::from_options(&job)?)
+                    $(<$module::$config as JobKind>::NAME => {
+                        JobConfig::$variant(<$module::$config as JobKind>::from_options(&job)?)
                     })*
                     _ => anyhow::bail!(
                         "`{command}` is not a job: use one of {}",
