@@ -8,7 +8,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::io::paths::{check_outputs, Kind, Named};
-use crate::metrics::eval::{score_predictions, EvalReport, GoldSet, Scores};
+use crate::metrics::eval::{keep_cutoffs, score_predictions, EvalReport, GoldSet, Scores};
 
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
@@ -94,28 +94,33 @@ pub fn run(args: &EvalArgs) -> Result<Vec<EvalRun>> {
         check_outputs(&inputs, &[(Named::new("--plot", plot), Kind::File)])?;
     }
     let gold = GoldSet::read(&args.gold)?;
-    let score = |ks: &[usize]| -> Result<Vec<EvalRun>> {
-        names
-            .iter()
-            .zip(&args.pred)
-            .map(|(name, pred)| {
-                Ok(EvalRun {
-                    name: name.clone(),
-                    pred: pred.clone(),
-                    report: score_predictions(&gold, pred, ks, &args.chain_column)?,
-                })
-            })
-            .collect()
+    // With a plot, one pass at every cut-off up to the largest serves the curves and,
+    // cut down to `--k`, the table.
+    let k_max = args.k.iter().copied().max().unwrap_or(1);
+    let ks: Vec<usize> = match &args.plot {
+        Some(_) => (1..=k_max).collect(),
+        None => args.k.clone(),
     };
-    let runs = score(&args.k)?;
+    let mut runs = names
+        .iter()
+        .zip(&args.pred)
+        .map(|(name, pred)| {
+            Ok(EvalRun {
+                name: name.clone(),
+                pred: pred.clone(),
+                report: score_predictions(&gold, pred, &ks, &args.chain_column)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     if let Some(plot) = &args.plot {
-        let k_max = args.k.iter().copied().max().unwrap_or(1);
-        let every_k: Vec<usize> = (1..=k_max).collect();
-        let curves: Vec<(String, EvalReport)> = score(&every_k)?
-            .into_iter()
-            .map(|r| (r.name, r.report))
+        let curves: Vec<(String, EvalReport)> = runs
+            .iter()
+            .map(|r| (r.name.clone(), r.report.clone()))
             .collect();
         crate::metrics::plot::write_recall_plot(plot, &curves)?;
+        for run in &mut runs {
+            keep_cutoffs(&mut run.report, &args.k);
+        }
     }
     Ok(runs)
 }

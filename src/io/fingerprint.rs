@@ -107,7 +107,7 @@ pub fn contents(inputs: &[Named]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
+fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -17,6 +17,7 @@
 //! with a gold answer; SP and joint count questions with gold supporting facts
 //! (HotpotQA, 2Wiki).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
@@ -112,8 +113,9 @@ struct Gold {
     answers: Vec<String>,
     /// Per passage, whether it holds the answer; `None` when AR does not apply.
     contains_answer: Option<Vec<bool>>,
-    /// (title, text) → passage index, to read ranked pools (`hopscore retrieve`).
-    passage_index: HashMap<(String, String), usize>,
+    /// Per passage, a hash of its title and text, to read ranked pools
+    /// (`hopscore retrieve`) without keeping the texts.
+    passage_keys: Vec<u64>,
     facts: Option<Vec<SupportingFact>>,
 }
 
@@ -133,14 +135,12 @@ impl Gold {
                 .map(|p| answer_in_passage(&p.title, &p.text, answers.iter().map(String::as_str)))
                 .collect()
         });
-        let passage_index = q
-            .passages
-            .iter()
-            .enumerate()
-            .map(|(i, p)| ((p.title.clone(), p.text.clone()), i))
-            .collect();
         Gold {
-            passage_index,
+            passage_keys: q
+                .passages
+                .iter()
+                .map(|p| passage_key(&p.title, &p.text))
+                .collect(),
             hops: q.hop_count(),
             passages: q.passages.len(),
             supporting: q.supporting,
@@ -175,7 +175,9 @@ struct PredColumns {
 #[derive(Clone, Copy)]
 struct Scored<'a> {
     chain: Option<&'a [usize]>,
-    outside_answer: &'a [bool],
+    /// Per chain index, whether that passage holds the answer (the gold pool's flags,
+    /// then a ranked pool's hits outside it); `None` when AR does not apply.
+    contains_answer: Option<&'a [bool]>,
     answer: Option<&'a str>,
     facts: Option<&'a [SupportingFact]>,
 }
@@ -216,15 +218,8 @@ impl Sums {
                 *sum += recall_at_k(chain, &g.supporting, k);
             }
         }
-        if let Some(contains) = &g.contains_answer {
+        if let Some(contains) = p.contains_answer {
             self.ar_questions += 1;
-            let extended: Vec<bool>;
-            let contains = if p.outside_answer.is_empty() {
-                contains.as_slice()
-            } else {
-                extended = contains.iter().chain(p.outside_answer).copied().collect();
-                extended.as_slice()
-            };
             for (sum, &k) in self.ar.iter_mut().zip(ks) {
                 *sum += answer_recall_at_k(chain, contains, k);
             }
@@ -410,9 +405,16 @@ pub fn score_predictions(
             }
         };
         let outside = p.as_ref().map_or(&[][..], |p| p.outside_answer.as_slice());
+        let contains_answer: Option<Cow<[bool]>> = g.contains_answer.as_deref().map(|c| {
+            if outside.is_empty() {
+                Cow::Borrowed(c)
+            } else {
+                Cow::Owned(c.iter().chain(outside).copied().collect())
+            }
+        });
         let scored = Scored {
             chain: chain.as_deref(),
-            outside_answer: outside,
+            contains_answer: contains_answer.as_deref(),
             answer: p.as_ref().and_then(|p| p.answer.as_deref()),
             facts: p.as_ref().and_then(|p| p.facts.as_deref()),
         };
@@ -425,6 +427,25 @@ pub fn score_predictions(
         .map(|(h, s)| (h, s.scores(ks, cols)))
         .collect();
     Ok(report)
+}
+
+/// `report` with only the cut-offs `ks` (a subset of those it was scored at) in its
+/// R@k and AR@k: one scoring pass serves a table at some cut-offs and a curve at all.
+pub fn keep_cutoffs(report: &mut EvalReport, ks: &[usize]) {
+    report.k.retain(|k| ks.contains(k));
+    for s in std::iter::once(&mut report.overall).chain(report.by_hops.values_mut()) {
+        s.recall_at_k.retain(|k, _| ks.contains(k));
+        s.answer_recall_at_k.retain(|k, _| ks.contains(k));
+    }
+}
+
+/// A passage's identity across files: a hash of its title and text (SipHash with
+/// fixed keys, so equal within and across runs of this build).
+fn passage_key(title: &str, text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (title, text).hash(&mut h);
+    h.finish()
 }
 
 /// Whether `pred` is a question file of ranked pools (`hopscore retrieve`'s output: no
@@ -476,8 +497,9 @@ fn read_ranked_pools(
             .passages
             .iter()
             .map(|p| {
-                let key = (p.title.clone(), p.text.clone());
-                let index = gold.passage_index.get(&key).copied().unwrap_or_else(|| {
+                let key = passage_key(&p.title, &p.text);
+                let found = gold.passage_keys.iter().position(|&k| k == key);
+                let index = found.unwrap_or_else(|| {
                     let answers = gold.answers.iter().map(String::as_str);
                     outside_answer.push(answer_in_passage(&p.title, &p.text, answers));
                     gold.passages + outside_answer.len() - 1

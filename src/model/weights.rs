@@ -289,6 +289,15 @@ fn convert<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> f32) -> Vec<f32>
 }
 
 fn shard_files(index: &Path) -> Result<Vec<PathBuf>, WeightError> {
+    let dir = index.parent().unwrap_or(Path::new("."));
+    Ok(shard_names(index)?
+        .into_iter()
+        .map(|s| dir.join(s))
+        .collect())
+}
+
+/// The shard file names a `model.safetensors.index.json` names, each once, sorted.
+pub(crate) fn shard_names(index: &Path) -> Result<Vec<String>, WeightError> {
     let text = std::fs::read_to_string(index).map_err(|source| WeightError::Io {
         path: index.display().to_string(),
         source,
@@ -308,8 +317,7 @@ fn shard_files(index: &Path) -> Result<Vec<PathBuf>, WeightError> {
         .collect();
     shards.sort();
     shards.dedup();
-    let dir = index.parent().unwrap_or(Path::new("."));
-    Ok(shards.into_iter().map(|s| dir.join(s)).collect())
+    Ok(shards)
 }
 
 /// Where a [`Weights`] view reads from.

@@ -2,15 +2,15 @@
 //! files from `/api/models/{repo}/revision/{rev}?blobs=true`, each missing file through
 //! the `hf-hub` crate into the cache, checked against the listing.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
-use super::{shard_names, target, Fetch, HubId, HubSettings, Need};
+use super::{target, Fetch, HubId, HubSettings, Need};
+use crate::model::weights::shard_names;
 
 /// The snapshot path of `id` (downloading what the cache lacks), or why not.
 pub(super) fn fetch(
@@ -283,17 +283,7 @@ fn verify(path: &Path, file: &Sibling, repo: &str) -> Result<()> {
         .filter(|&want| want != size)
         .map(|want| format!("{size} bytes of {want}"));
     if let (None, Some(lfs)) = (&problem, &file.lfs) {
-        let mut hasher = Sha256::new();
-        let mut f = std::fs::File::open(&blob)?;
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-        }
-        let got = crate::io::fingerprint::hex(&hasher.finalize());
+        let got = crate::io::fingerprint::read_sha256(&blob)?;
         if !got.eq_ignore_ascii_case(&lfs.sha256) {
             problem = Some(format!("SHA-256 {got}, the hub lists {}", lfs.sha256));
         }

@@ -20,8 +20,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
-use serde::Deserialize;
+use anyhow::{anyhow, bail, Result};
+
+use crate::model::weights::shard_names;
 
 /// The hub's address when `HF_ENDPOINT` is not set.
 const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
@@ -289,22 +290,6 @@ fn cached(id: &HubId, need: Need, repo_dir: &Path) -> Result<PathBuf, String> {
     } else {
         Err(format!("snapshot {commit} lacks {}", missing.join(", ")))
     }
-}
-
-/// The shard file names of a `model.safetensors.index.json`, each once.
-fn shard_names(index: &Path) -> Result<Vec<String>> {
-    #[derive(Deserialize)]
-    struct Index {
-        weight_map: std::collections::BTreeMap<String, String>,
-    }
-    let text = std::fs::read_to_string(index)
-        .with_context(|| format!("cannot read {}", index.display()))?;
-    let parsed: Index = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a safetensors index", index.display()))?;
-    let mut names: Vec<String> = parsed.weight_map.into_values().collect();
-    names.sort();
-    names.dedup();
-    Ok(names)
 }
 
 #[cfg(test)]
