@@ -638,15 +638,8 @@ fn sigterm_leaves_the_group_in_flight_for_resume() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let pid = child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let done = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&done.stderr);
-    assert_eq!(done.status.code(), Some(130), "{err}");
+    let (code, err) = common::signal_and_wait(child, "TERM");
+    assert_eq!(code, Some(130), "{err}");
     assert!(!out.exists(), "no row of the group was finished");
     let committed = std::fs::read_to_string(parts.join("committed.jsonl")).unwrap_or_default();
     assert_eq!(

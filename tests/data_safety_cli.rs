@@ -1011,3 +1011,436 @@ fn merge_refusal_names_the_differing_column_not_the_schema_blob() {
         "{err}"
     );
 }
+
+// Issue 40: the newer commands (retrieve, instruction-search, embed) held to the same
+// promises. Dense-index cases are in embed_cli.rs, lepus and instruction-search with a
+// model in lepus_parity.rs.
+
+/// Runs `c`, which must fail (exit 1); its stderr.
+fn refused(c: &mut Command) -> String {
+    let (code, err) = run(c);
+    assert_eq!(code, Some(1), "{err}");
+    err
+}
+
+/// A passage corpus (`id`, `title`, `text`).
+fn write_corpus(path: &Path, rows: &[(&str, &str, &str)]) {
+    use arrow::array::{ArrayRef, RecordBatch, StringArray};
+    let col = |i: usize| {
+        let field = |r: &(&str, &str, &str)| [r.0, r.1, r.2][i].to_string();
+        Arc::new(StringArray::from_iter_values(rows.iter().map(field))) as ArrayRef
+    };
+    let batch =
+        RecordBatch::try_from_iter([("id", col(0)), ("title", col(1)), ("text", col(2))]).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// The passages of [`question`] and two more, as a corpus.
+fn mill_corpus(path: &Path) {
+    write_corpus(
+        path,
+        &[
+            ("p0", "Mill", "The red mill stands on the Avon river."),
+            ("p1", "Avon", "The Avon is a river in England."),
+            ("p2", "Other", "Nothing to see here."),
+            ("p3", "Thames", "The Thames runs through London."),
+            (
+                "p4",
+                "Severn",
+                "The Severn is the longest river in Britain.",
+            ),
+        ],
+    );
+}
+
+fn retrieve(questions: &Path, corpus: &Path, output: &Path, extra: &[&str]) -> Command {
+    let mut c = common::hopscore();
+    c.args(["retrieve", "--retriever", "bm25", "--questions"])
+        .arg(questions)
+        .arg("--corpus")
+        .arg(corpus)
+        .arg("--output")
+        .arg(output)
+        .args(extra);
+    c
+}
+
+/// Issue 40: `retrieve` quarantined every question without passages — the
+/// open-domain input a first stage exists for. They are retrieved for like the others.
+#[test]
+fn retrieve_takes_open_domain_questions_without_passages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut qs = questions(3, "red");
+    for q in &mut qs {
+        q.passages.clear();
+        q.supporting.clear();
+        q.hops = None;
+    }
+    let (q, corpus, out) = (
+        tmp.path().join("q.parquet"),
+        tmp.path().join("corpus.parquet"),
+        tmp.path().join("out.parquet"),
+    );
+    write_questions(&q, &qs);
+    mill_corpus(&corpus);
+    let (code, err) = run(&mut retrieve(&q, &corpus, &out, &["--k", "2"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(rows(&out), 3);
+    assert_eq!(rows(&tmp.path().join("out.quarantine.parquet")), 0);
+    let got = hopscore::io::questions::QuestionReader::open(&out, 16)
+        .unwrap()
+        .map(|r| r.unwrap().unwrap())
+        .collect::<Vec<_>>();
+    // The pools are the BM25 index's top 2 over the corpus.
+    let reference = hopscore::retrieve::Corpus::from_parquet(&corpus).unwrap();
+    for q in got {
+        let want: Vec<&str> = reference
+            .index
+            .search(&q.question, 2)
+            .iter()
+            .map(|h| reference.titles[h.doc].as_str())
+            .collect();
+        let titles: Vec<&str> = q.passages.iter().map(|p| p.title.as_str()).collect();
+        assert_eq!(titles, want, "{}", q.id);
+        assert_eq!(titles.len(), 2);
+    }
+}
+
+/// Issue 40: a corpus id on two rows put its passage twice in a pool (and hybrid
+/// counted it twice). Refused, naming the id.
+#[test]
+fn retrieve_refuses_a_corpus_id_on_two_rows() {
+    let (tmp, q) = question_file(1);
+    let corpus = tmp.path().join("corpus.parquet");
+    write_corpus(
+        &corpus,
+        &[
+            ("p0", "Mill", "The red mill stands on the Avon river."),
+            ("p1", "Avon", "The Avon is a river in England."),
+            ("p0", "Mill", "The red mill stands on the Avon river."),
+        ],
+    );
+    let out = tmp.path().join("out.parquet");
+    let err = refused(&mut retrieve(&q, &corpus, &out, &[]));
+    assert!(err.contains("id `p0` is on two rows"), "{err}");
+    assert!(!out.exists());
+}
+
+/// Issue 40: `eval --gold <retrieve output>` skipped the questions whose gold passages
+/// retrieval missed as "unusable gold" (or scored what was left of their gold), so
+/// R@k read 1.00 where retrieve found half. A gold passage not retrieved is gold never
+/// found.
+#[test]
+fn eval_counts_gold_that_retrieval_missed_as_a_miss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut with_facts = question("q0", "red");
+    with_facts.supporting_facts = Some(vec![
+        hopscore::io::questions::SupportingFact {
+            title: "Mill".into(),
+            sent_idx: 0,
+        },
+        hopscore::io::questions::SupportingFact {
+            title: "Avon".into(),
+            sent_idx: 0,
+        },
+    ]);
+    let mut other = question("q1", "red");
+    other.question = "Which river is in England?".into();
+    let (q, corpus, out) = (
+        tmp.path().join("q.parquet"),
+        tmp.path().join("corpus.parquet"),
+        tmp.path().join("out.parquet"),
+    );
+    write_questions(&q, &[with_facts, other]);
+    mill_corpus(&corpus);
+    // k = 1: each question's pool holds one of its two gold passages.
+    let (code, err) = run(&mut retrieve(&q, &corpus, &out, &["--k", "1"]));
+    assert_eq!(code, Some(0), "{err}");
+    let report = hopscore::metrics::eval::evaluate(&out, &out, &[1, 2]).unwrap();
+    assert_eq!(report.overall.retrieval_questions, 2, "none skipped");
+    assert_eq!(
+        report.gold_bad_rows.count, 0,
+        "{:?}",
+        report.gold_bad_rows.examples
+    );
+    assert_eq!(report.overall.recall_at_k[&1], 0.0);
+    assert_eq!(report.overall.recall_at_k[&2], 0.0);
+    // Against the input's gold, the same.
+    let report = hopscore::metrics::eval::evaluate(&q, &out, &[1]).unwrap();
+    assert_eq!(report.overall.recall_at_k[&1], 0.0);
+}
+
+/// Issue 40: `retrieve` had none of the file runner's guards: a second run on one
+/// output was not refused, and temporaries of killed runs stayed. It holds the
+/// output's lock and clears them.
+#[test]
+fn retrieve_holds_the_output_lock_and_clears_stale_temporaries() {
+    let (tmp, q) = question_file(2);
+    let corpus = tmp.path().join("corpus.parquet");
+    mill_corpus(&corpus);
+    let out = tmp.path().join("o.parquet");
+    let parts = tmp.path().join("o.parquet.parts");
+    std::fs::create_dir(&parts).unwrap();
+    let mut lock = std::fs::File::create(parts.join("lock")).unwrap();
+    lock.try_lock().unwrap();
+    writeln!(lock, "4242").unwrap();
+    let err = refused(&mut retrieve(&q, &corpus, &out, &[]));
+    assert!(err.contains("(pid 4242) is writing"), "{err}");
+    assert!(!out.exists());
+    drop(lock);
+    // A killed run's temporary (a pid that is not running).
+    let stale = tmp.path().join(".o.parquet.999999999-0.tmp");
+    std::fs::write(&stale, b"half a file").unwrap();
+    let (code, err) = run(&mut retrieve(&q, &corpus, &out, &[]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!stale.exists(), "the stale temporary is removed");
+    assert!(!parts.exists(), "the lock goes with the run");
+    assert_eq!(rows(&out), 2);
+}
+
+/// Issue 40: Ctrl-C on `retrieve` exited 1 and suggested `--resume`, which retrieve
+/// does not have. It exits 130, writes nothing, and says to run again.
+#[test]
+fn retrieve_stops_at_ctrl_c_writing_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    write_questions(&q, &questions(3000, "red"));
+    let corpus = tmp.path().join("corpus.parquet");
+    let texts: Vec<(String, String, String)> = (0..20_000)
+        .map(|i| {
+            (
+                format!("p{i}"),
+                format!("T{i}"),
+                format!("river mill {i} w{}", i % 97),
+            )
+        })
+        .collect();
+    let rows_ref: Vec<(&str, &str, &str)> = texts
+        .iter()
+        .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+        .collect();
+    write_corpus(&corpus, &rows_ref);
+    let out = tmp.path().join("o.parquet");
+    let child = retrieve(&q, &corpus, &out, &["--question-rows", "1"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The lock is taken before the corpus loads; the run then takes seconds.
+    while !tmp.path().join("o.parquet.parts/lock").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let (code, err) = common::signal_and_wait(child, "INT");
+    assert_eq!(code, Some(130), "{err}");
+    assert!(!err.contains("--resume"), "{err}");
+    assert!(err.contains("run the same command again"), "{err}");
+    assert_eq!(files_in(tmp.path()), ["corpus.parquet", "q.parquet"]);
+}
+
+/// Issue 40: every file `instruction-search` writes (its report, `<stem>.best.txt`,
+/// the runs directory) goes through the output guard: `--output` equal to `--input`,
+/// to `--templates` or to a file of the model replaced it, and `--templates
+/// s.best.txt --output s.json` shrank the candidates file to one line.
+#[test]
+fn every_file_instruction_search_writes_goes_through_the_output_guard() {
+    let (tmp, q) = question_file(2);
+    let model = tmp.path().join("t5");
+    std::fs::create_dir(&model).unwrap();
+    for e in std::fs::read_dir(common::fixture("t5/v1_1")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
+    }
+    let templates = tmp.path().join("s.best.txt");
+    std::fs::write(
+        &templates,
+        "Document: <P> Question:\nPassage: <P> Question:\n",
+    )
+    .unwrap();
+    let search = |output: &Path| {
+        let mut c = common::hopscore();
+        c.arg("instruction-search")
+            .arg("--model")
+            .arg(&model)
+            .arg("--input")
+            .arg(&q)
+            .arg("--templates")
+            .arg(&templates)
+            .arg("--output")
+            .arg(output);
+        c
+    };
+    let before = |p: &Path| std::fs::read(p).unwrap();
+    let (q0, t0, c0) = (
+        before(&q),
+        before(&templates),
+        before(&model.join("config.json")),
+    );
+    for (output, names) in [
+        (q.clone(), "--input"),
+        (templates.clone(), "--templates"),
+        (model.join("config.json"), "inside the --model"),
+        (tmp.path().join("s.json"), "the best-instruction file"),
+    ] {
+        let err = refused(&mut search(&output));
+        assert!(err.contains(names), "{output:?}: {err}");
+    }
+    assert_eq!(before(&q), q0);
+    assert_eq!(before(&templates), t0);
+    assert_eq!(before(&model.join("config.json")), c0);
+    assert!(!tmp.path().join("s.json.runs").exists());
+}
+
+/// Issue 40: the guard compared outputs with input files and folders, not with the
+/// files inside an input folder: `embed --output M/model.safetensors`, `retrieve
+/// --output ENC/config.json` and `lepus --output T5/model.safetensors` replaced the
+/// model's files.
+#[test]
+fn an_output_inside_a_model_directory_is_refused() {
+    let (tmp, q) = question_file(2);
+    let copy = |fixture: &str, name: &str| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for e in std::fs::read_dir(common::fixture(fixture)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+        }
+        dir
+    };
+    let (bert, t5) = (copy("bert/random_plain", "bert"), copy("t5/v1_1", "t5"));
+    let tokenizer = common::word_tokenizer(tmp.path());
+    let corpus = tmp.path().join("corpus.parquet");
+    mill_corpus(&corpus);
+    let files = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        files_in(dir)
+            .into_iter()
+            .map(|n| (n.clone(), std::fs::read(dir.join(&n)).unwrap()))
+            .collect()
+    };
+    let (bert0, t50) = (files(&bert), files(&t5));
+    let mut embed = common::hopscore();
+    embed
+        .arg("embed")
+        .arg("--model")
+        .arg(&bert)
+        .arg("--tokenizer")
+        .arg(&tokenizer)
+        .arg("--input")
+        .arg(&corpus)
+        .arg("--output")
+        .arg(bert.join("model.safetensors"));
+    let mut dense = common::hopscore();
+    dense
+        .args(["retrieve", "--retriever", "dense", "--questions"])
+        .arg(&q)
+        .arg("--corpus")
+        .arg(&corpus)
+        .arg("--output")
+        .arg(bert.join("config.json"))
+        .arg("--index")
+        .arg(&corpus)
+        .arg("--encoder")
+        .arg(&bert)
+        .arg("--tokenizer")
+        .arg(&tokenizer);
+    let mut lepus = common::hopscore();
+    lepus
+        .arg("lepus")
+        .arg("--model")
+        .arg(&t5)
+        .arg("--input")
+        .arg(&q)
+        .arg("--output")
+        .arg(t5.join("model.safetensors"));
+    for (c, flag) in [
+        (&mut embed, "--model"),
+        (&mut dense, "--encoder"),
+        (&mut lepus, "--model"),
+    ] {
+        let err = refused(c);
+        assert!(err.contains(&format!("is inside the {flag}")), "{err}");
+    }
+    assert_eq!(files(&bert), bert0);
+    assert_eq!(files(&t5), t50);
+}
+
+/// Issue 40: a damaged line of `committed.jsonl` was reported at "line 1" whatever
+/// its place. The message names the line.
+#[test]
+fn a_damaged_commit_log_line_is_named_by_its_number() {
+    let (tmp, q) = question_file(4);
+    let out = tmp.path().join("o.parquet");
+    let blocked = unwritable(tmp.path());
+    let blocked = blocked.to_str().unwrap();
+    // Parts of one row commit; the final quarantine cannot be written.
+    let (code, _) = run(&mut bm25(
+        &q,
+        &out,
+        &["--part-rows", "1", "--quarantine", blocked],
+    ));
+    assert_eq!(code, Some(1));
+    let log = tmp.path().join("o.parquet.parts/committed.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 3, "{text}");
+    lines[2] = "{\"first_row\": 2, oops}";
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let err = refused(&mut bm25(
+        &q,
+        &out,
+        &["--part-rows", "1", "--resume", "--quarantine", blocked],
+    ));
+    assert!(
+        err.contains("committed.jsonl is damaged at line 3"),
+        "{err}"
+    );
+}
+
+/// Issue 40: a damaged row group gave "cannot skip field type Map" (or the like)
+/// without the file or the row group. Both are named, with the rows it holds.
+#[test]
+fn a_damaged_row_group_is_named_with_its_file_and_rows() {
+    use parquet::file::reader::FileReader;
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tmp.path().join("q.parquet");
+    let mut w = QuestionWriter::create(&q, &[]).unwrap();
+    for g in 0..3 {
+        w.write(&questions(4, &format!("g{g}"))).unwrap(); // a row group each
+    }
+    w.finish().unwrap();
+    let meta = parquet::file::serialized_reader::SerializedFileReader::new(
+        std::fs::File::open(&q).unwrap(),
+    )
+    .unwrap()
+    .metadata()
+    .clone();
+    let group = meta.row_group(1);
+    let (start, len) = group.columns()[3].byte_range();
+    let mut bytes = std::fs::read(&q).unwrap();
+    for b in &mut bytes[start as usize..(start + len) as usize] {
+        *b = 0xA5;
+    }
+    std::fs::write(&q, &bytes).unwrap();
+    let err = refused(&mut bm25(&q, &tmp.path().join("o.parquet"), &[]));
+    assert!(
+        err.contains("q.parquet: row group 1 (rows 4..8) cannot be read"),
+        "{err}"
+    );
+}
+
+/// Issue 40: progress showed only on a terminal; with stderr in a file (a batch job,
+/// nohup) nothing told how far a run was. A line with rate and ETA is logged.
+#[test]
+fn progress_lines_appear_when_stderr_is_a_file() {
+    let (tmp, q) = question_file(5);
+    let (code, err) =
+        run(bm25(&q, &tmp.path().join("o.parquet"), &[]).env("HOPSCORE_PROGRESS_SECS", "0"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("progress: 5/5 rows (100.0%)"), "{err}");
+    assert!(err.contains("rows/s") && err.contains("ETA 0s"), "{err}");
+}

@@ -104,13 +104,15 @@ fn a_broken_config_names_the_parse_error_once() {
 #[test]
 fn an_unreadable_gguf_names_the_os_error_once() {
     let tmp = tempfile::tempdir().unwrap();
-    let gguf = tmp.path().join("m.gguf");
+    let model = tmp.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    let gguf = model.join("m.gguf");
     // A dangling link: the folder lists one .gguf file, which cannot be opened.
-    std::os::unix::fs::symlink(tmp.path().join("absent.gguf"), &gguf).unwrap();
+    std::os::unix::fs::symlink(model.join("absent.gguf"), &gguf).unwrap();
     let err = failing(&[
         "loglik".as_ref(),
         "--model".as_ref(),
-        tmp.path().as_os_str(),
+        model.as_os_str(),
         "--input".as_ref(),
         tmp.path().join("pairs.parquet").as_os_str(),
         "--output".as_ref(),

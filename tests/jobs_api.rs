@@ -255,3 +255,103 @@ fn question_job_batches_equal_the_cli_files() {
     let mut job = Stream::new(build(JobConfig::Lepus(args.config()), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &questions, 11, &bm25);
 }
+
+/// The embed job of the random BERT fixture with the word tokenizer, on `device`.
+fn embed_job(dir: &Path, device: &DeviceConfig) -> anyhow::Result<Stream> {
+    let mut config = hopscore::jobs::embed::EmbedConfig::new(common::fixture("bert/random_plain"));
+    config.tokenizer = Some(common::word_tokenizer(dir));
+    Ok(Stream::new(build(JobConfig::Embed(config), device)?))
+}
+
+/// Three passage rows `p0`, `p1`, `p2`; `text` gives row 1's text bytes.
+fn passages(text: &[u8]) -> RecordBatch {
+    let mut values = b"w5 w6".to_vec();
+    let mut offsets = vec![0i32, values.len() as i32];
+    values.extend_from_slice(text);
+    offsets.push(values.len() as i32);
+    values.extend_from_slice(b"w9 w10 w11");
+    offsets.push(values.len() as i32);
+    // Safety: the offsets are in bounds and ascending; the bytes may be invalid
+    // UTF-8 on purpose (what an array from Python can hold: arrow does not check
+    // arrays imported across the C data interface).
+    let texts = unsafe {
+        StringArray::new_unchecked(
+            arrow::buffer::OffsetBuffer::new(offsets.into()),
+            values.into(),
+            None,
+        )
+    };
+    RecordBatch::try_from_iter([
+        (
+            "id",
+            strings(3, |i| Some(format!("p{i}"))) as arrow::array::ArrayRef,
+        ),
+        ("text", Arc::new(texts) as _),
+    ])
+    .unwrap()
+}
+
+/// Issue 40: the library (and Python's `Embedder.embed`) embedded text that is not
+/// valid UTF-8, which the CLI quarantines. The row goes to the quarantine naming the
+/// column; the others are embedded as before.
+#[test]
+fn text_that_is_not_valid_utf8_goes_to_the_quarantine_in_the_library_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut job = embed_job(tmp.path(), &DeviceConfig::CPU).unwrap();
+    let valid = job.process(&passages(b"w7 w8")).unwrap();
+    let out = job.process(&passages(b"w7 \xff\xfe w8")).unwrap();
+    assert_eq!(out.rows.num_rows(), 2);
+    assert_eq!(out.quarantine.num_rows(), 1);
+    let row = out
+        .quarantine
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::UInt64Array>();
+    assert_eq!(
+        row.unwrap().value(0),
+        4,
+        "rows count on across batches (3 + 1)"
+    );
+    let reason = out
+        .quarantine
+        .column(2)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    assert!(reason
+        .value(0)
+        .contains("column `text` holds bytes that are not valid UTF-8"));
+    // The good rows are those of the valid batch, rows 0 and 2.
+    let embedding = |b: &RecordBatch| b.column_by_name("embedding").unwrap().clone();
+    let keep = arrow::compute::take(
+        &embedding(&valid.rows),
+        &arrow::array::UInt32Array::from(vec![0, 2]),
+        None,
+    )
+    .unwrap();
+    assert_eq!(&embedding(&out.rows), &keep);
+}
+
+/// Issue 40: `threads=0` was accepted, and a job with `threads=1` after one with
+/// another count failed ("global thread pool has already been initialized"). Each job
+/// runs in a pool of its own count; 0 is refused naming the option.
+#[test]
+fn jobs_in_one_process_keep_their_own_thread_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let on = |threads| DeviceConfig {
+        threads,
+        ..DeviceConfig::CPU
+    };
+    let input = passages(b"w7 w8");
+    let two = embed_job(tmp.path(), &on(Some(2)))
+        .unwrap()
+        .process(&input)
+        .unwrap();
+    let one = embed_job(tmp.path(), &on(Some(1)))
+        .unwrap()
+        .process(&input)
+        .unwrap();
+    assert_eq!(one.rows.columns(), two.rows.columns());
+    let err = format!("{:#}", embed_job(tmp.path(), &on(Some(0))).err().unwrap());
+    assert!(err.contains("threads"), "{err}");
+}

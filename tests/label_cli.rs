@@ -374,3 +374,37 @@ fn dense_retrieval_ranks_by_the_bi_encoder() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--index"));
 }
+
+/// Issue 40: `label --retriever dense --index X` without `--corpus` ignored the index
+/// (the loop retrieves from each question's own passages). Refused before anything
+/// loads, saying what the index needs.
+#[test]
+fn an_index_without_a_corpus_is_refused() {
+    if common::DEBERTA_V3_TOKENIZER.require().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index.parquet");
+    std::fs::write(&index, b"never read").unwrap();
+    let encoder = common::fixture("bert/random_plain");
+    let out = label(
+        &tmp.path().join("q.parquet"),
+        &tmp.path().join("o.parquet"),
+        &[
+            "--retriever",
+            "dense",
+            "--encoder",
+            encoder.to_str().unwrap(),
+            "--index",
+            index.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--index is the vectors of a --corpus"),
+        "{err}"
+    );
+}

@@ -315,16 +315,22 @@ fn lepus_with_bf16_and_int8_dense_layers() {
 
 /// `hopscore lepus` arguments on `questions` (written to `dir/q.parquet`) with
 /// `model`, output `dir/ranked.parquet`, and `extra` flags.
+/// `dir/q.parquet` holding `questions`.
+fn question_file(dir: &Path, questions: &[Question]) -> PathBuf {
+    let input = dir.join("q.parquet");
+    let mut w = QuestionWriter::create(&input, &[]).unwrap();
+    w.write(questions).unwrap();
+    w.finish().unwrap();
+    input
+}
+
 fn lepus_args(
     dir: &Path,
     model: &Path,
     questions: &[Question],
     extra: &[String],
 ) -> hopscore::cli::lepus::LepusArgs {
-    let input = dir.join("q.parquet");
-    let mut w = QuestionWriter::create(&input, &[]).unwrap();
-    w.write(questions).unwrap();
-    w.finish().unwrap();
+    let input = question_file(dir, questions);
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let mut argv: Vec<String> = [
         "hopscore",
@@ -501,16 +507,54 @@ fn tiny_gpt2_with_demonstrations_matches_the_python_reference() {
 /// quarantined with the reason, and the run's summary counts them.
 #[test]
 fn prompts_over_the_demonstration_budget_are_quarantined_and_counted() {
-    let Case { questions, .. } = case("gpt2_demos");
-    let golden = common::fixture_json("lepus/gpt2_demos.json");
+    over_budget_prompts_are_quarantined(
+        "gpt2_demos",
+        &gpt2_dir(),
+        None,
+        "no question token fits in the prompt budget of 1000",
+    );
+}
+
+/// Issue 40: T5's encoder prompt is cut from its end to the budget (as the official
+/// code cuts it); with demonstrations that fill the budget the cut removed every
+/// passage, and every passage of a question scored the same, unnoticed. Such
+/// questions are quarantined and counted like the causal path's.
+#[test]
+fn t5_prompts_cut_to_their_demonstrations_are_quarantined_and_counted() {
+    over_budget_prompts_are_quarantined(
+        "t5_demos",
+        &t5_dir(),
+        Some(150),
+        "the cut removed the passages",
+    );
+}
+
+/// Runs the demonstration case `name` with documents of up to 230 tokens (and the
+/// prompt budget `budget`, when given): some questions are quarantined with `reason`,
+/// counted, and the others written.
+fn over_budget_prompts_are_quarantined(
+    name: &str,
+    model: &Path,
+    budget: Option<usize>,
+    reason: &str,
+) {
+    let Case { questions, .. } = case(name);
+    let golden = common::fixture_json(&format!("lepus/{name}.json"));
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("ranked.parquet");
     let mut flags = vec!["--max-doc-tokens".to_string(), "230".into()];
     flags.extend(demo_flags(&golden));
-    let args = lepus_args(dir.path(), &gpt2_dir(), &questions, &flags);
+    if let Some(budget) = budget {
+        let at = flags
+            .iter()
+            .position(|f| f == "--demo-max-prompt-tokens")
+            .unwrap();
+        flags[at + 1] = budget.to_string();
+    }
+    let args = lepus_args(dir.path(), model, &questions, &flags);
     let summary = hopscore::cli::lepus::run(&args).unwrap();
     let bad = common::read_parquet(&summary.quarantine_path);
-    assert!(bad.num_rows() > 0, "some prompts are over 1000 bytes");
+    assert!(bad.num_rows() > 0, "some prompts are over the budget");
     assert_eq!(summary.stats.bad_rows, bad.num_rows() as u64);
     let written = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
         std::fs::File::open(&output).unwrap(),
@@ -521,13 +565,7 @@ fn prompts_over_the_demonstration_budget_are_quarantined_and_counted() {
     .num_rows() as usize;
     assert_eq!(written + bad.num_rows(), questions.len());
     let reasons = bad.column_by_name("reason").unwrap().as_string::<i32>();
-    assert!(
-        reasons
-            .value(0)
-            .contains("no question token fits in the prompt budget of 1000"),
-        "{}",
-        reasons.value(0)
-    );
+    assert!(reasons.value(0).contains(reason), "{}", reasons.value(0));
 }
 
 #[test]
@@ -580,6 +618,55 @@ fn lepus_command_with_t5_demonstrations_and_an_ensemble_writes_the_reference_ran
         run_to(&format!("s{i}"), &["--part-rows", "5", "--shard", &shard]).unwrap();
     }
     common::assert_merged_shards_equal_whole(dir.path(), 3);
+}
+
+/// Issue 40: SIGTERM on `lepus` searched every admitted question (up to
+/// `--max-active`) to the end before exiting. It now stops before the next forward
+/// pass: exit 130 with the questions in flight left for `--resume` (here every question
+/// is admitted at once, so the old run committed them all), and the resumed output
+/// has the bytes of a whole run.
+#[test]
+fn sigterm_leaves_the_questions_in_flight_for_resume() {
+    let Case { questions, .. } = case("t5_demos");
+    let dir = tempfile::tempdir().unwrap();
+    let input = question_file(dir.path(), &questions);
+    let lepus = |name: &str, extra: &[&str]| {
+        let mut c = common::hopscore();
+        c.args(["lepus", "--max-batch-tokens", "64", "--part-rows", "1"])
+            .args(["--max-doc-tokens", "40", "--num-templates", "2"])
+            .arg("--model")
+            .arg(t5_dir())
+            .arg("--input")
+            .arg(&input)
+            .arg("--output")
+            .arg(dir.path().join(format!("{name}.parquet")))
+            .args(extra)
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    assert!(lepus("whole", &[]).status().unwrap().success());
+    let child = lepus("parts", &[]).spawn().unwrap();
+    let parts = dir.path().join("parts.parquet.parts");
+    // The first part is committed: the other questions are in flight.
+    let committed = || std::fs::read_to_string(parts.join("committed.jsonl")).unwrap_or_default();
+    while committed().is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (code, err) = common::signal_and_wait(child, "TERM");
+    assert_eq!(code, Some(130), "{err}");
+    let lines = committed().lines().count();
+    assert!(
+        lines < questions.len(),
+        "{lines} of {} questions committed: the ones in flight were finished first",
+        questions.len()
+    );
+    let resumed = lepus("parts", &["--resume"]).output().unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    common::assert_parts_equal_whole(dir.path());
 }
 
 /// `hopscore instruction-search` with the T5 fixture and the `t5_demos` settings over
@@ -673,4 +760,108 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
         .iter()
         .zip(&before)
         .all(|(c, t)| modified(c) != *t));
+    // Issue 40: the development file replaced in place (same path, other content)
+    // reran nothing; compared by content, as `--resume` does, every candidate runs.
+    let before: Vec<_> = rerun.candidates.iter().map(modified).collect();
+    let mut w = QuestionWriter::create(&changed.lepus.run.input, &[]).unwrap();
+    w.write(&questions[..questions.len() - 1]).unwrap();
+    w.finish().unwrap();
+    let replaced = run(&changed).unwrap();
+    assert!(replaced
+        .candidates
+        .iter()
+        .zip(&before)
+        .all(|(c, t)| modified(c) != *t));
+}
+
+/// Issue 40: `instruction-search --shard` scored half the development file against
+/// all of it, and a development file without gold scored every candidate 0 and named
+/// a "best". Both are refused before any candidate runs.
+#[test]
+fn instruction_search_refuses_a_shard_and_a_development_file_without_gold() {
+    use hopscore::cli::instruction_search::{run, InstructionSearchArgs};
+    let Case { questions, .. } = case("t5_demos");
+    let dir = tempfile::tempdir().unwrap();
+    let candidates = dir.path().join("candidates.txt");
+    std::fs::write(&candidates, "Document: <P> Question:\n").unwrap();
+    let flags = [
+        "--templates".to_string(),
+        candidates.to_str().unwrap().into(),
+    ];
+    let mut lepus = lepus_args(dir.path(), &t5_dir(), &questions, &flags);
+    lepus.run.output = dir.path().join("search.json");
+    let mut args = InstructionSearchArgs { lepus, k: vec![2] };
+    args.lepus.run.shard = Some(hopscore::pipeline::control::parse_shard("0/2").unwrap());
+    let err = format!("{:#}", run(&args).unwrap_err());
+    assert!(err.contains("--shard does not apply"), "{err}");
+    args.lepus.run.shard = None;
+    let no_gold: Vec<Question> = questions
+        .iter()
+        .cloned()
+        .map(|mut q| {
+            q.supporting.clear();
+            q.supporting_facts = None;
+            q
+        })
+        .collect();
+    let mut w = QuestionWriter::create(&args.lepus.run.input, &[]).unwrap();
+    w.write(&no_gold).unwrap();
+    w.finish().unwrap();
+    let err = format!("{:#}", run(&args).unwrap_err());
+    assert!(err.contains("has no question with gold passages"), "{err}");
+    assert!(!dir.path().join("search.json.runs").exists());
+}
+
+/// Issue 40: an instruction search killed inside a candidate and run again with a
+/// changed flag failed ("… was started with other inputs or options … Delete it"),
+/// although every candidate reruns when a setting changes. The interrupted candidate
+/// now starts again under the new settings.
+#[test]
+fn an_instruction_search_killed_inside_a_candidate_reruns_with_changed_flags() {
+    let Case { questions, .. } = case("t5_demos");
+    let dir = tempfile::tempdir().unwrap();
+    let input = question_file(dir.path(), &questions);
+    let candidates = dir.path().join("candidates.txt");
+    std::fs::write(
+        &candidates,
+        "Document: <P> Question:\nPassage: <P> Review the passage and ask a question:\n",
+    )
+    .unwrap();
+    let search = |extra: &[&str]| {
+        let mut c = common::hopscore();
+        c.args([
+            "instruction-search",
+            "--part-rows",
+            "1",
+            "--max-batch-tokens",
+            "64",
+        ])
+        .arg("--model")
+        .arg(t5_dir())
+        .arg("--input")
+        .arg(&input)
+        .arg("--templates")
+        .arg(&candidates)
+        .arg("--output")
+        .arg(dir.path().join("search.json"))
+        .args(extra)
+        .stderr(std::process::Stdio::piped());
+        c
+    };
+    let mut child = search(&[]).spawn().unwrap();
+    let log = dir
+        .path()
+        .join("search.json.runs/instruction-000.parquet.parts/committed.jsonl");
+    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL, inside the first candidate
+    child.wait().unwrap();
+    let done = search(&["--temperature", "2"]).output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{err}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("search.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["candidates"].as_array().unwrap().len(), 2);
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int32Type, UInt32Type, UInt64Type};
-use hopscore::io::questions::{Dataset, Passage, Question, QuestionWriter};
+use hopscore::io::questions::{Passage, Question, QuestionWriter};
 
 /// What the server does with one request.
 enum Act {
@@ -197,9 +197,6 @@ fn handle(stream: TcpStream, count: &AtomicUsize, seen: &Mutex<HashMap<String, u
 
 fn question(id: &str, text: &str, passages: &[(&str, &str)]) -> Question {
     Question {
-        id: id.into(),
-        dataset: Dataset::HotpotQa,
-        question: text.into(),
         passages: passages
             .iter()
             .map(|(t, x)| Passage {
@@ -208,14 +205,8 @@ fn question(id: &str, text: &str, passages: &[(&str, &str)]) -> Question {
                 sentences: None,
             })
             .collect(),
-        supporting: Vec::new(),
         hops: Some(2),
-        answer: None,
-        answer_aliases: Vec::new(),
-        question_type: None,
-        level: None,
-        supporting_facts: None,
-        issues: Vec::new(),
+        ..common::bare_question(id, text)
     }
 }
 

@@ -291,6 +291,15 @@ fn configs_and_checkpoints_that_do_not_fit_are_refused_by_name() {
         c.as_object_mut().unwrap().remove("decoder_start_token_id");
     }));
     assert!(e.contains("decoder_start_token_id"), "{e}");
+    // Issue 40: a start id past the vocabulary loaded and failed at the first batch.
+    let e = load_error(&edited(|c| {
+        let vocab = c["vocab_size"].as_u64().unwrap();
+        c["decoder_start_token_id"] = vocab.into();
+    }));
+    assert!(
+        e.contains("decoder_start_token_id") && e.contains("below vocab_size"),
+        "{e}"
+    );
     // Tied: the stored lm_head is HF's to ignore, but the d_kv no longer fits.
     let e = load_error(&edited(|c| c["d_kv"] = 8.into()));
     assert!(e.contains("SelfAttention.q.weight"), "{e}");

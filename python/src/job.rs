@@ -52,7 +52,7 @@ fn score(job: &mut dyn Job, batches: &[RecordBatch], schema: &SchemaRef) -> Resu
     for batch in batches {
         let numbers: Vec<u64> = (first..first + batch.num_rows() as u64).collect();
         first += numbers.len() as u64;
-        let out = job.process_rows(batch, &numbers)?;
+        let out = jobs::process_checked(job, batch, &numbers)?;
         rows.push(with_schema(&out_schema, &out.rows)?);
         bad.push(with_schema(&bad_schema, &out.quarantine)?);
     }

@@ -150,3 +150,38 @@ def test_a_pandas_round_trip_of_a_question_file_is_accepted(questions, request):
     assert again.rows.to_pylist() == direct.rows.to_pylist()
     assert again.quarantine.column("id").to_pylist() == ["bad-no-passages"]
     assert isinstance(frame, pd.DataFrame)
+
+
+def test_text_that_is_not_valid_utf8_goes_to_the_quarantine(word_tokenizer):
+    """Issue 40: ``Embedder.embed`` embedded text whose bytes are not UTF-8 (an array
+    built from raw buffers; Arrow does not check arrays that cross the C data
+    interface), which the CLI quarantines. The row goes to the quarantine naming the
+    column; the others are embedded."""
+    pieces = [b"w5 w6", b"w7 \xff w8", b"w9 w10"]
+    ends = [0]
+    for p in pieces:
+        ends.append(ends[-1] + len(p))
+    offsets = pa.array(ends, pa.int32()).buffers()[1]
+    text = pa.Array.from_buffers(pa.string(), 3, [None, offsets, pa.py_buffer(b"".join(pieces))])
+    table = pa.table({"id": ["p0", "p1", "p2"], "text": text})
+    job = hopscore.Embedder(fixture("bert/random_plain"), tokenizer=word_tokenizer)
+    rows, bad = job.embed(table)
+    assert rows.column("id").to_pylist() == ["p0", "p2"]
+    assert bad.to_pylist() == [
+        {"row": 1, "id": "p1", "reason": "column `text` holds bytes that are not valid UTF-8"}
+    ]
+    valid = job.embed(pa.table({"id": ["p0", "p2"], "text": ["w5 w6", "w9 w10"]})).rows
+    assert rows.column("embedding").to_pylist() == valid.column("embedding").to_pylist()
+
+
+def test_jobs_in_one_process_keep_their_own_thread_counts(word_tokenizer):
+    """Issue 40: ``threads=0`` was accepted, and a job with ``threads=1`` after one
+    with another count raised "global thread pool has already been initialized". Each
+    job runs in a pool of its own size."""
+    passages = pa.table({"id": ["a", "b"], "text": ["w5 w6", "w7 w8 w9"]})
+    model = fixture("bert/random_plain")
+    two = hopscore.Embedder(model, tokenizer=word_tokenizer, threads=2).embed(passages)
+    one = hopscore.Embedder(model, tokenizer=word_tokenizer, threads=1).embed(passages)
+    assert one.rows.equals(two.rows)
+    with pytest.raises(ValueError, match=r"\(threads\) must be at least 1"):
+        hopscore.Embedder(model, tokenizer=word_tokenizer, threads=0)

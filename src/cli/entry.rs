@@ -59,7 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             let n = cli::merge::run(&args)?;
             eprintln!("merged {n} shards into {}", args.output.display());
         }
-        Command::Retrieve(args) => eprintln!("{}", cli::retrieve::run(&args)?),
+        Command::Retrieve(args) => return cli::retrieve::main(&args),
         Command::BenchLoglik(args) => {
             let r = cli::bench_loglik::run(&args)?;
             if args.json {

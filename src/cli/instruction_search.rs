@@ -6,8 +6,11 @@
 //!
 //! Each candidate's run is an ordinary lepus output under `<output>.runs/`
 //! (`instruction-007.parquet`, with its parts while it runs): an interrupted search
-//! continues where it stopped, finished candidates whose settings are unchanged are
-//! not run again.
+//! continues where it stopped, finished candidates whose settings and input contents
+//! (development file, model, tokenizer, demonstrations: by SHA-256, as `--resume`
+//! compares them) are unchanged are not run again, and a candidate interrupted under
+//! other settings starts again. Every file the search writes (`--output`, the runs
+//! directory, `<stem>.best.txt`) goes through the output guard first.
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +20,10 @@ use serde::Serialize;
 
 use super::lepus::LepusArgs;
 use crate::io::atomic::write_file;
+use crate::io::fingerprint;
+use crate::io::paths::{check_outputs, Kind, Named};
 use crate::jobs::lepus::LepusScorer;
-use crate::metrics::eval::evaluate_column;
+use crate::metrics::eval::{score_predictions, GoldSet};
 use crate::strategy::lepus::instruction_templates;
 
 #[derive(Debug, Clone, Args)]
@@ -61,11 +66,14 @@ pub struct SearchReport {
     pub interrupted: bool,
 }
 
-/// What a finished candidate was run with: its run is reused when this is unchanged.
+/// What a candidate was run with: a finished run is reused, an interrupted one
+/// resumed, only when this is unchanged.
 #[derive(Serialize)]
 struct RunSettings<'a> {
     template: &'a str,
     config: crate::jobs::lepus::LepusConfig,
+    /// `hopscore.sha256.<flag>` of the development file and the other inputs.
+    contents: &'a [(String, String)],
 }
 
 fn runs_dir(output: &Path) -> PathBuf {
@@ -82,6 +90,11 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         "instruction-search needs --scorer lm (BM25 reads no instruction)"
     );
     ensure!(!args.k.is_empty(), "--k needs at least one cut-off");
+    ensure!(
+        lepus.run.shard.is_none(),
+        "instruction-search ranks candidates over the whole development file: --shard does \
+         not apply (split the candidates file instead)"
+    );
     let file = lepus
         .templates
         .as_deref()
@@ -93,6 +106,34 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         bail!("{} holds no instruction", file.display());
     }
     let runs = runs_dir(&lepus.run.output);
+    let best_file = lepus.run.output.with_extension("best.txt");
+    let base = super::lepus::file_run(lepus);
+    let mut inputs = vec![Named::new("--input", &base.input)];
+    inputs.extend(base.inputs.iter().cloned());
+    check_outputs(
+        &inputs,
+        &[
+            (Named::new("--output", &lepus.run.output), Kind::File),
+            (Named::new("the runs directory", &runs), Kind::Dir),
+            (
+                Named::new("the best-instruction file", &best_file),
+                Kind::File,
+            ),
+        ],
+    )?;
+    let gold = GoldSet::read(&lepus.run.input)?;
+    ensure!(
+        gold.retrieval_questions() > 0,
+        "{} has no question with gold passages (`supporting`): instruction search ranks \
+         the candidates by their recall of them; give a development file with gold labels",
+        lepus.run.input.display()
+    );
+    let contents: Vec<(String, String)> = fingerprint::contents(
+        &inputs
+            .into_iter()
+            .filter(|n| n.what != "--templates")
+            .collect::<Vec<_>>(),
+    )?;
     std::fs::create_dir_all(&runs).with_context(|| format!("cannot create {}", runs.display()))?;
     let mut candidates = Vec::new();
     let mut interrupted = false;
@@ -106,13 +147,14 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         one.run.output = stem.with_extension("parquet");
         one.run.quarantine = None;
         let done = stem.with_extension("done.json");
+        let started = stem.with_extension("started.json");
         let settings = serde_json::to_string(&RunSettings {
             template: &template.0,
             config: one.config(),
+            contents: &contents,
         })?;
-        let finished =
-            one.run.output.is_file() && std::fs::read_to_string(&done).is_ok_and(|d| d == settings);
-        if !finished {
+        let same = |marker: &Path| std::fs::read_to_string(marker).is_ok_and(|d| d == settings);
+        if !(one.run.output.is_file() && same(&done)) {
             eprintln!(
                 "instruction {}/{}: {}",
                 index + 1,
@@ -121,7 +163,14 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
             );
             let mut parts = one.run.output.as_os_str().to_owned();
             parts.push(".parts");
-            one.run.resume = Path::new(&parts).is_dir();
+            let parts = PathBuf::from(parts);
+            one.run.resume = parts.is_dir() && same(&started);
+            if parts.is_dir() && !one.run.resume {
+                // Interrupted under other settings or inputs: that candidate starts again.
+                std::fs::remove_dir_all(&parts)
+                    .with_context(|| format!("cannot remove {}", parts.display()))?;
+            }
+            write_file(&started, settings.as_bytes())?;
             let summary = super::lepus::run(&one)?;
             if summary.interrupted {
                 interrupted = true;
@@ -129,7 +178,7 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
             }
             write_file(&done, settings.as_bytes())?;
         }
-        let report = evaluate_column(&lepus.run.input, &one.run.output, &args.k, "chain")?;
+        let report = score_predictions(&gold, &one.run.output, &args.k, "chain")?;
         candidates.push(Candidate {
             index,
             template: template.0.clone(),
@@ -150,7 +199,6 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
             .unwrap_or(std::cmp::Ordering::Equal)
             .then(a.index.cmp(&b.index))
     });
-    let best_file = lepus.run.output.with_extension("best.txt");
     if let Some(best) = candidates.first() {
         write_file(&best_file, format!("{}\n", best.template).as_bytes())?;
     }

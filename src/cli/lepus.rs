@@ -167,16 +167,22 @@ impl LepusArgs {
     }
 }
 
-/// Runs `hopscore lepus`.
-pub fn run(args: &LepusArgs) -> Result<RunSummary> {
-    // First, so that a Ctrl-C while the model loads is handled too.
-    crate::pipeline::control::install_interrupt_handler();
-    let run = args.run.file_run(super::inputs(&[
+/// Where a lepus run reads and writes: `--input`, `--output` and the files it reads
+/// besides (model, tokenizer, templates, demonstrations).
+pub fn file_run(args: &LepusArgs) -> files::FileRun {
+    args.run.file_run(super::inputs(&[
         ("--model", args.model.as_deref()),
         ("--tokenizer", args.tokenizer.as_deref()),
         ("--templates", args.templates.as_deref()),
         ("--demos", args.demos.as_deref()),
-    ]));
+    ]))
+}
+
+/// Runs `hopscore lepus`.
+pub fn run(args: &LepusArgs) -> Result<RunSummary> {
+    // First, so that a Ctrl-C while the model loads is handled too.
+    crate::pipeline::control::install_interrupt_handler();
+    let run = file_run(args);
     run.check_paths(&[])?;
     let config = args.config();
     if args.scorer == LepusScorer::Bm25 {

@@ -82,6 +82,25 @@ impl RetrieveArgs {
     }
 }
 
+/// Runs `hopscore retrieve` and prints its summary; a stop (Ctrl-C, SIGTERM) writes
+/// nothing and exits 130 (retrieve has no parts to resume: it runs again).
+pub fn main(args: &RetrieveArgs) -> Result<i32> {
+    match run(args) {
+        Ok(summary) => {
+            eprintln!("{summary}");
+            Ok(0)
+        }
+        Err(e) if e.is::<crate::pipeline::control::Interrupted>() => {
+            eprintln!(
+                "interrupted: retrieve wrote nothing (its files are written whole at the \
+                 end); run the same command again"
+            );
+            Ok(super::entry::EXIT_INTERRUPTED)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs `hopscore retrieve`.
 pub fn run(args: &RetrieveArgs) -> Result<RetrieveSummary> {
     crate::pipeline::control::install_interrupt_handler();

@@ -31,6 +31,11 @@ pub struct ParquetInput {
     /// Whether strings are read as bytes and checked here.
     checks_text: bool,
     next_row: u64,
+    /// The file, the first row of each row group and the read-as-bytes schema (when
+    /// text is checked here), to find a damaged row group.
+    path: std::path::PathBuf,
+    group_starts: Vec<u64>,
+    bytes_schema: Option<Arc<SchemaDescriptor>>,
 }
 
 /// One batch of a [`ParquetInput`].
@@ -49,19 +54,29 @@ impl ParquetInput {
         let unreadable = || format!("{} is not a readable Parquet file", path.display());
         let builder = ParquetRecordBatchReaderBuilder::try_new(open()?).with_context(unreadable)?;
         let total_rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
+        let group_starts = builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .scan(0u64, |start, g| {
+                let first = *start;
+                *start += g.num_rows().max(0) as u64;
+                Some(first)
+            })
+            .collect();
         let schema = builder.schema().clone();
         let parquet_schema = builder.metadata().file_metadata().schema_descr_ptr();
         let (bytes_schema, checks_text) = strings_as_bytes(&parquet_schema.root_schema_ptr())?;
-        let reader = if checks_text {
-            let options = ArrowReaderOptions::new()
-                .with_parquet_schema(Arc::new(SchemaDescriptor::new(bytes_schema)))
-                .with_skip_arrow_metadata(true);
-            ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options)
-                .with_context(unreadable)?
-                .with_batch_size(batch_rows)
-                .build()?
-        } else {
-            builder.with_batch_size(batch_rows).build()?
+        let bytes_schema = checks_text.then(|| Arc::new(SchemaDescriptor::new(bytes_schema)));
+        let reader = match &bytes_schema {
+            Some(schema) => ParquetRecordBatchReaderBuilder::try_new_with_options(
+                open()?,
+                bytes_options(schema),
+            )
+            .with_context(unreadable)?
+            .with_batch_size(batch_rows)
+            .build()?,
+            None => builder.with_batch_size(batch_rows).build()?,
         };
         Ok(Self {
             reader,
@@ -69,7 +84,52 @@ impl ParquetInput {
             schema,
             checks_text,
             next_row: 0,
+            path: path.to_path_buf(),
+            group_starts,
+            bytes_schema,
         })
+    }
+
+    /// Whether row group `g` reads to its end.
+    fn group_reads(&self, g: usize) -> bool {
+        let read = || -> Result<()> {
+            let file = File::open(&self.path)?;
+            let builder = match &self.bytes_schema {
+                Some(schema) => ParquetRecordBatchReaderBuilder::try_new_with_options(
+                    file,
+                    bytes_options(schema),
+                )?,
+                None => ParquetRecordBatchReaderBuilder::try_new(file)?,
+            };
+            for batch in builder.with_row_groups(vec![g]).build()? {
+                batch?;
+            }
+            Ok(())
+        };
+        read().is_ok()
+    }
+
+    /// Where a read failed: the file, and the first row group from the next row on
+    /// that does not read (each is tried alone).
+    fn failed_at(&self) -> String {
+        let first = self
+            .group_starts
+            .partition_point(|&s| s <= self.next_row)
+            .saturating_sub(1);
+        let g = (first..self.group_starts.len())
+            .find(|&g| !self.group_reads(g))
+            .unwrap_or(first);
+        let end = self
+            .group_starts
+            .get(g + 1)
+            .copied()
+            .unwrap_or(self.total_rows);
+        format!(
+            "{}: row group {g} (rows {}..{end}) cannot be read; the file is damaged (rewrite \
+             it, or drop that row group)",
+            self.path.display(),
+            self.group_starts.get(g).copied().unwrap_or(0),
+        )
     }
 
     /// Converts a batch read with strings as bytes back to the file's schema, leaving
@@ -84,29 +144,9 @@ impl ParquetInput {
                 bad: Vec::new(),
             });
         }
-        let mut reasons: Vec<Option<String>> = vec![None; raw.num_rows()];
-        for (field, col) in self.schema.fields().iter().zip(raw.columns()) {
-            for (r, bad) in invalid_utf8(col, field.data_type()).into_iter().enumerate() {
-                if bad && reasons[r].is_none() {
-                    reasons[r] = Some(format!(
-                        "column `{}` holds bytes that are not valid UTF-8",
-                        field.name()
-                    ));
-                }
-            }
-        }
-        let ids = raw.column_by_name("id").map(|c| c.as_ref());
-        let bad: Vec<BadRow> = reasons
-            .iter()
-            .enumerate()
-            .filter_map(|(r, why)| {
-                Some(BadRow {
-                    row: first + r as u64,
-                    id: ids.and_then(|c| readable_id(c, r)),
-                    reason: why.clone()?,
-                })
-            })
-            .collect();
+        let reasons = utf8_problems(self.schema.fields(), raw.columns(), raw.num_rows());
+        let rows: Vec<u64> = (first..self.next_row).collect();
+        let bad = bad_text_rows(&raw, &rows, &reasons);
         let keep = BooleanArray::from_iter(reasons.iter().map(|w| Some(w.is_none())));
         let kept = arrow::compute::filter_record_batch(&raw, &keep)?;
         let columns = kept
@@ -182,10 +222,17 @@ impl Iterator for ParquetInput {
     fn next(&mut self) -> Option<Self::Item> {
         let raw = match self.reader.next()? {
             Ok(b) => b,
-            Err(e) => return Some(Err(e.into())),
+            Err(e) => return Some(Err(anyhow::Error::from(e).context(self.failed_at()))),
         };
         Some(self.decode(raw))
     }
+}
+
+/// Reader options that read text as bytes (`schema`: from [`strings_as_bytes`]).
+fn bytes_options(schema: &Arc<SchemaDescriptor>) -> ArrowReaderOptions {
+    ArrowReaderOptions::new()
+        .with_parquet_schema(schema.clone())
+        .with_skip_arrow_metadata(true)
 }
 
 /// `root` with the UTF-8 annotation taken off every BYTE_ARRAY leaf (so the reader
@@ -231,8 +278,88 @@ fn strings_as_bytes(root: &TypePtr) -> Result<(TypePtr, bool)> {
     }
 }
 
-/// Per element of `col` (read with strings as bytes), whether it holds bytes that are
-/// not valid UTF-8 where `target` (the file's type) has text.
+/// Per row, the first column (of `fields`, holding `columns`) with text that is not
+/// valid UTF-8, as the quarantine reason.
+fn utf8_problems(
+    fields: &arrow::datatypes::Fields,
+    columns: &[ArrayRef],
+    rows: usize,
+) -> Vec<Option<String>> {
+    let mut reasons: Vec<Option<String>> = vec![None; rows];
+    for (field, col) in fields.iter().zip(columns) {
+        for (r, bad) in invalid_utf8(col, field.data_type()).into_iter().enumerate() {
+            if bad && reasons[r].is_none() {
+                reasons[r] = Some(format!(
+                    "column `{}` holds bytes that are not valid UTF-8",
+                    field.name()
+                ));
+            }
+        }
+    }
+    reasons
+}
+
+/// The bad rows of `batch` (numbered `rows`) that `reasons` names.
+fn bad_text_rows(batch: &RecordBatch, rows: &[u64], reasons: &[Option<String>]) -> Vec<BadRow> {
+    let ids = batch.column_by_name("id").map(|c| c.as_ref());
+    reasons
+        .iter()
+        .zip(rows)
+        .enumerate()
+        .filter_map(|(r, (why, &row))| {
+            Some(BadRow {
+                row,
+                id: ids.and_then(|c| readable_id(c, r)),
+                reason: why.clone()?,
+            })
+        })
+        .collect()
+}
+
+/// `batch` (rows numbered `rows`) without its rows whose text is not valid UTF-8, with
+/// their numbers, and those rows as bad rows naming the column. Arrow arrays that
+/// crossed the C data interface (from Python) are not checked on the way in: this is
+/// the check the file reader makes.
+pub fn screen_text(
+    batch: &RecordBatch,
+    rows: &[u64],
+) -> Result<(RecordBatch, Vec<u64>, Vec<BadRow>)> {
+    let schema = batch.schema();
+    let reasons = utf8_problems(schema.fields(), batch.columns(), batch.num_rows());
+    if reasons.iter().all(Option::is_none) {
+        return Ok((batch.clone(), rows.to_vec(), Vec::new()));
+    }
+    let bad = bad_text_rows(batch, rows, &reasons);
+    let keep = BooleanArray::from_iter(reasons.iter().map(|w| Some(w.is_none())));
+    let kept_rows = rows
+        .iter()
+        .zip(&reasons)
+        .filter(|(_, why)| why.is_none())
+        .map(|(&r, _)| r)
+        .collect();
+    Ok((
+        arrow::compute::filter_record_batch(batch, &keep)?,
+        kept_rows,
+        bad,
+    ))
+}
+
+/// Per string of a `Utf8`/`LargeUtf8` array, whether its bytes are not valid UTF-8
+/// (arrow's `value()` would assume they are).
+fn invalid_strings<O: arrow::array::OffsetSizeTrait>(col: &dyn Array) -> Vec<bool> {
+    let a = col.as_string::<O>();
+    let (offsets, bytes) = (a.value_offsets(), a.values().as_slice());
+    (0..a.len())
+        .map(|r| {
+            let (start, end) = (offsets[r].as_usize(), offsets[r + 1].as_usize());
+            a.is_valid(r) && std::str::from_utf8(&bytes[start..end]).is_err()
+        })
+        .collect()
+}
+
+/// Per element of `col`, whether it holds bytes that are not valid UTF-8 where
+/// `target` (the file's type) has text: `col` read with strings as bytes, or strings
+/// whose bytes were never checked.
 fn invalid_utf8(col: &ArrayRef, target: &DataType) -> Vec<bool> {
     let is_text = matches!(
         target,
@@ -245,6 +372,8 @@ fn invalid_utf8(col: &ArrayRef, target: &DataType) -> Vec<bool> {
             .collect()
     };
     match (col.data_type(), target) {
+        (DataType::Utf8, _) => invalid_strings::<i32>(col),
+        (DataType::LargeUtf8, _) => invalid_strings::<i64>(col),
         (DataType::Binary, _) if is_text => col
             .as_binary::<i32>()
             .iter()
@@ -289,6 +418,11 @@ fn readable_id(col: &dyn Array, r: usize) -> Option<String> {
         return None;
     }
     match col.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8
+            if invalid_utf8(&col.slice(r, 1), col.data_type())[0] =>
+        {
+            None
+        }
         DataType::Binary => std::str::from_utf8(col.as_binary::<i32>().value(r))
             .ok()
             .map(str::to_string),

@@ -52,11 +52,17 @@ fn read_log(log: &Path) -> Result<Vec<PartEntry>> {
     }
     text[..complete]
         .lines()
-        .map(|line| {
-            serde_json::from_str(line).with_context(|| {
-                format!(
-                    "{} is damaged; delete its directory to start over",
-                    log.display()
+        .enumerate()
+        .map(|(n, line)| {
+            serde_json::from_str(line).map_err(|e| {
+                let what = e.to_string();
+                let what = what.split(" at line ").next().unwrap_or_default();
+                anyhow::anyhow!(
+                    "{} is damaged at line {}, column {}: {what}; delete its directory to \
+                     start over",
+                    log.display(),
+                    n + 1,
+                    e.column()
                 )
             })
         })
@@ -258,6 +264,34 @@ pub fn parts_dir(output: &Path) -> PathBuf {
     let mut name = output.file_name().unwrap_or_default().to_os_string();
     name.push(".parts");
     output.with_file_name(name)
+}
+
+/// The lock of an output written whole at the end (no parts: `retrieve`), held in
+/// `<output>.parts/lock` like a parts run's, so the two kinds of run exclude each
+/// other; the directory goes when the lock is dropped.
+pub struct OutputLock {
+    dir: PathBuf,
+    _lock: Lock,
+}
+
+impl OutputLock {
+    /// Locks `output` (refusing a second writer, naming it), then removes the
+    /// temporaries killed runs left for each of `dests` (the output and its siblings).
+    pub fn acquire(output: &Path, dests: &[&Path]) -> Result<Self> {
+        let dir = parts_dir(output);
+        let lock = lock(&dir, output)?;
+        for dest in dests {
+            super::atomic::remove_stale_temporaries(dest)?;
+        }
+        Ok(Self { dir, _lock: lock })
+    }
+}
+
+impl Drop for OutputLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join(LOCK));
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 /// How [`Parts::open`] found the parts directory.

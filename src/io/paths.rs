@@ -1,6 +1,7 @@
 //! The guard every command runs before it opens anything for writing: no output (the
-//! output file, its quarantine file, a parts or cache directory) may be an input file
-//! or hold one, and no two outputs may be the same file. Paths are compared after
+//! output file, its quarantine file, a report, a parts, runs or cache directory) may be
+//! an input file, hold one, or lie inside an input directory (a model's), and no two
+//! outputs may be the same file. Paths are compared after
 //! resolving symbolic links, `.` and `..`; existing files are also compared by device
 //! and inode (hard links); outputs that do not exist yet are resolved through their
 //! nearest existing ancestor.
@@ -57,6 +58,17 @@ pub enum OverlapError {
         input_path: PathBuf,
     },
     #[error(
+        "{output} {} is inside the {input} {}: the run would add to or replace the files \
+         of that input; write outside it",
+        .output_path.display(), .input_path.display()
+    )]
+    OutputInsideInput {
+        output: String,
+        output_path: PathBuf,
+        input: String,
+        input_path: PathBuf,
+    },
+    #[error(
         "{output} {} is {found}, not a regular file: hopscore writes its outputs as new \
          files renamed into place, which would replace it. Give the path of a regular \
          file (or of none yet)",
@@ -104,7 +116,8 @@ fn file_type(path: &Path) -> Option<(bool, bool, &'static str)> {
     Some((t.is_file(), t.is_dir(), what))
 }
 
-/// Refuses when an output of `outputs` is or holds an input of `inputs`, two outputs
+/// Refuses when an output of `outputs` is, holds or lies inside an input of `inputs`
+/// (an input directory: a model's files are its inputs too), two outputs
 /// are the same path, or an output exists as something else than what it will be (a
 /// device, a FIFO or a directory where a file goes). Inputs that do not exist are
 /// skipped (opening them fails later with its own message).
@@ -152,6 +165,14 @@ pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), 
                     input_path: input.path.clone(),
                 });
             }
+            if in_resolved.is_dir() && out_resolved.starts_with(&in_resolved) {
+                return Err(OverlapError::OutputInsideInput {
+                    output: out.what.clone(),
+                    output_path: out.path.clone(),
+                    input: input.what.clone(),
+                    input_path: input.path.clone(),
+                });
+            }
         }
     }
     for (i, (a, _)) in outputs.iter().enumerate() {
@@ -167,6 +188,12 @@ pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Whether `a` and `b` name the same file: the same path once resolved, or the same
+/// inode (a hard link).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    resolve(a) == resolve(b) || same_inode(a, b)
 }
 
 #[cfg(unix)]
@@ -260,6 +287,22 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, OverlapError::SameOutput { .. }), "{err}");
         assert!(check_outputs(&inputs, &[file(&new)]).is_ok());
+        // An output inside an input directory (a model's), new or replacing a file.
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        std::fs::write(model.join("model.safetensors"), b"w").unwrap();
+        let inputs = [Named::new("--model", &model)];
+        for p in [
+            model.join("model.safetensors"),
+            model.join("sub/new.parquet"),
+        ] {
+            let err = check_outputs(&inputs, &[file(&p)]).unwrap_err();
+            assert!(
+                matches!(err, OverlapError::OutputInsideInput { .. }),
+                "{err}"
+            );
+        }
+        assert!(check_outputs(&inputs, &[file(&dir.path().join("model.parquet"))]).is_ok());
     }
 
     #[test]

@@ -131,16 +131,32 @@ impl Question {
     /// quarantine reason. Problems with the gold labels do not make a question
     /// unusable for scoring: see [`Question::gold_problems`].
     pub fn check(&self) -> Result<(), String> {
+        self.check_query()?;
+        if self.passages.is_empty() {
+            return Err("the question has no passages".into());
+        }
+        Ok(())
+    }
+
+    /// Checks what a query needs (an id and a question; passages are optional: a
+    /// first-stage retriever fills them).
+    pub fn check_query(&self) -> Result<(), String> {
         if self.id.trim().is_empty() {
             return Err("id is empty".into());
         }
         if self.question.trim().is_empty() {
             return Err("question is empty".into());
         }
-        if self.passages.is_empty() {
-            return Err("the question has no passages".into());
-        }
         Ok(())
+    }
+
+    /// The titles of the gold passages a retriever missed ([`gold_not_retrieved`]):
+    /// gold the pool lacks, which `eval` counts as never found.
+    pub fn gold_not_retrieved(&self) -> impl Iterator<Item = &str> {
+        self.issues.iter().filter_map(|i| {
+            i.strip_prefix(NOT_RETRIEVED.0)?
+                .strip_suffix(NOT_RETRIEVED.1)
+        })
     }
 
     /// What is wrong with the gold labels (`supporting`, `supporting_facts`, `hops`),
@@ -160,7 +176,8 @@ impl Question {
             problems.push(hops_problem(0));
         }
         for fact in self.supporting_facts.iter().flatten() {
-            if !self.passages.iter().any(|p| p.title == fact.title) {
+            let missed = || self.gold_not_retrieved().any(|t| t == fact.title);
+            if !self.passages.iter().any(|p| p.title == fact.title) && !missed() {
                 problems.push(format!(
                     "supporting fact title {:?} is not the title of any passage",
                     fact.title
@@ -193,6 +210,16 @@ impl Question {
         !self.issues.iter().any(|i| i.starts_with(UNUSABLE_GOLD)) && self.gold_problems().is_empty()
     }
 }
+
+/// The `issues` entry naming (by title) a gold passage of the input that `retrieve`
+/// did not put in the pool: still gold, never found
+/// ([`Question::gold_not_retrieved`] reads it back).
+pub fn gold_not_retrieved(title: &str) -> String {
+    format!("{}{title}{}", NOT_RETRIEVED.0, NOT_RETRIEVED.1)
+}
+
+/// What surrounds the title in a [`gold_not_retrieved`] entry.
+const NOT_RETRIEVED: (&str, &str) = ("gold passage `", "` was not retrieved");
 
 /// The start of an `issues` entry that makes the gold labels unusable (the question is
 /// still scored; `eval` skips it and reports why).
@@ -420,7 +447,12 @@ pub type RowResult = std::result::Result<Question, BadRow>;
 pub struct QuestionReader {
     input: ParquetInput,
     pending: VecDeque<RowResult>,
+    /// What a usable row needs ([`Question::check`], or [`Question::check_query`]).
+    check: Check,
 }
+
+/// The check a decoded question must pass to be a good row.
+type Check = fn(&Question) -> std::result::Result<(), String>;
 
 impl QuestionReader {
     /// Opens `path`, checking the columns against [`schema`]. `batch_rows` is the number
@@ -431,6 +463,16 @@ impl QuestionReader {
         Ok(Self {
             input,
             pending: VecDeque::new(),
+            check: Question::check,
+        })
+    }
+
+    /// [`QuestionReader::open`] for queries: a question without passages is a good
+    /// row (what a first-stage retriever reads).
+    pub fn open_queries(path: &Path, batch_rows: usize) -> Result<Self> {
+        Ok(Self {
+            check: Question::check_query,
+            ..Self::open(path, batch_rows)?
         })
     }
 
@@ -487,7 +529,7 @@ impl Iterator for QuestionReader {
                 Ok(b) => b,
                 Err(e) => return Some(Err(e).context("reading the question file")),
             };
-            let rows = match decode_batch(&input.batch, &input.rows) {
+            let rows = match decode_rows(&input.batch, &input.rows, self.check) {
                 Ok(rows) => rows,
                 Err(e) => return Some(Err(e)),
             };
@@ -578,6 +620,11 @@ fn required<T>(col: Option<T>, name: &str) -> Result<T> {
 /// Decodes the rows of `batch` (of a schema [`check_schema`] accepts); `rows` are
 /// their file row numbers.
 pub fn decode_batch(batch: &RecordBatch, rows: &[u64]) -> Result<Vec<RowResult>> {
+    decode_rows(batch, rows, Question::check)
+}
+
+/// [`decode_batch`] with `check` deciding which questions are good rows.
+fn decode_rows(batch: &RecordBatch, rows: &[u64], check: Check) -> Result<Vec<RowResult>> {
     let cols = Columns {
         id: required(string_col(batch, "id")?, "id")?,
         dataset: required(string_col(batch, "dataset")?, "dataset")?,
@@ -594,7 +641,7 @@ pub fn decode_batch(batch: &RecordBatch, rows: &[u64]) -> Result<Vec<RowResult>>
     };
     Ok((0..batch.num_rows())
         .map(|r| {
-            decode_row(&cols, r).map_err(|reason| BadRow {
+            decode_row(&cols, r, check).map_err(|reason| BadRow {
                 row: rows[r],
                 id: (!cols.id.is_null(r)).then(|| cols.id.value(r).to_string()),
                 reason,
@@ -682,7 +729,7 @@ fn hops_problem(hops: i32) -> String {
     format!("hops is {hops} {HOPS_PROBLEM}")
 }
 
-fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
+fn decode_row(c: &Columns, r: usize, check: Check) -> std::result::Result<Question, String> {
     let dataset_name = text(&c.dataset, r, "dataset")?;
     let dataset = Dataset::parse(&dataset_name).ok_or_else(|| {
         format!("dataset {dataset_name:?} is not one of hotpotqa, musique, 2wiki")
@@ -771,7 +818,7 @@ fn decode_row(c: &Columns, r: usize) -> std::result::Result<Question, String> {
         supporting_facts,
         issues: list_or_empty(&c.issues, "an issue")?,
     };
-    q.check()?;
+    check(&q)?;
     q.note_gold_problems(gold);
     Ok(q)
 }

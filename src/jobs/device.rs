@@ -29,8 +29,9 @@ pub struct DeviceConfig {
     /// scores slightly, see docs/parity.md).
     #[serde(default)]
     pub cpu_gemm: CpuGemm,
-    /// CPU worker threads; `None` leaves the global pool as it is (all cores unless
-    /// set before).
+    /// CPU worker threads: a pool of its own for a job the library builds
+    /// (`jobs::build`), the global pool's size on the command line; `None` uses the
+    /// global pool as it is (all cores unless set before).
     pub threads: Option<usize>,
     /// CUDA graphs of whole forwards (see `backend::cuda::graphs`).
     pub cuda_graphs: bool,
@@ -46,6 +47,20 @@ impl DeviceConfig {
         threads: None,
         cuda_graphs: true,
     };
+
+    /// A worker pool of `threads` threads for one job (`None` without `threads`:
+    /// the process's global pool); 0 threads is refused.
+    pub fn thread_pool(&self) -> anyhow::Result<Option<rayon::ThreadPool>> {
+        let Some(n) = self.threads else {
+            return Ok(None);
+        };
+        crate::jobs::options::at_least_one("threads", n)?;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("cannot start {n} worker threads: {e}"))
+    }
 
     /// Sizes the global rayon pool to `threads` (once per process; asking again for
     /// the size it already has is not an error).

@@ -115,6 +115,13 @@ pub fn embedder<B: Backend>(config: EmbedConfig, be: B) -> Result<Embedder<B>> {
         &TextTokenizer::locate(&config.model, config.tokenizer.as_deref())?,
         Some(max_len),
     )?;
+    let specials = tok.special_tokens(false);
+    anyhow::ensure!(
+        max_len > specials,
+        "--max-length {max_len} leaves no room for text: the tokenizer adds {specials} \
+         special tokens to every row; give at least {}",
+        specials + 1
+    );
     let metadata = run_metadata(
         &be,
         &config.model,
@@ -176,9 +183,15 @@ impl<B: Backend> Embedder<B> {
 
     /// The checkpoint's checksum, as the output metadata records it.
     pub fn model_sha256(&self) -> Option<&str> {
+        self.recorded("model_sha256")
+    }
+
+    /// What the output metadata records as `hopscore.<key>` (the resolved pooling,
+    /// normalisation, max length, prefix, model checksum).
+    pub fn recorded(&self, key: &str) -> Option<&str> {
         self.metadata
             .iter()
-            .find(|(k, _)| k == "hopscore.model_sha256")
+            .find(|(k, _)| k.strip_prefix("hopscore.") == Some(key))
             .map(|(_, v)| v.as_str())
     }
 

@@ -114,6 +114,17 @@ impl Options for LabelConfig {
         if let Some(encoder) = &self.encoder {
             encoder.check()?;
         }
+        anyhow::ensure!(
+            self.index.is_empty() || self.corpus.is_some(),
+            "--index is the vectors of a --corpus: without --corpus the loop retrieves from \
+             each question's own passages and would ignore it; give --corpus FILE (the \
+             file the index was embedded from) or leave --index out"
+        );
+        anyhow::ensure!(
+            self.index.is_empty() || self.retriever == LabelRetriever::Dense,
+            "--index is read by --retriever dense only; give --retriever dense or leave \
+             --index out"
+        );
         self.scheduler.check()
     }
 
@@ -339,6 +350,7 @@ fn dense_encoder(config: &LabelConfig) -> Result<Option<Arc<Embedder<CpuBackend>
 /// The corpus's vectors from its index, in corpus order (every row must have one).
 fn corpus_vectors(
     corpus: &Corpus,
+    corpus_path: &std::path::Path,
     index: &[PathBuf],
     encoder: &Embedder<CpuBackend>,
 ) -> Result<Vec<f32>> {
@@ -348,7 +360,8 @@ fn corpus_vectors(
          by `hopscore embed` from the same corpus file)"
     );
     let index = DenseIndex::open(index)?;
-    index.check_encoder(encoder.dim(), encoder.model_sha256())?;
+    index.check_corpus(corpus_path)?;
+    index.check_encoder(encoder.dim(), |key| encoder.recorded(key))?;
     let (ids, vectors) = index.load_all()?;
     let row: std::collections::HashMap<&str, usize> = ids
         .iter()
@@ -425,7 +438,7 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
             }
             let dense = match &encoder {
                 Some(e) => Some(DenseVectors {
-                    vectors: corpus_vectors(&c, &config.index, e)?,
+                    vectors: corpus_vectors(&c, path, &config.index, e)?,
                     encoder: e.clone(),
                 }),
                 None => None,

@@ -233,7 +233,8 @@ impl Strategy for Bm25Task {
 /// and question tokenised separately, BOS when the tokenizer asks for it), cut to
 /// `max_tokens`; for an encoder-decoder the prompt as it is (the encoder input) and the
 /// question (the labels), each with the tokenizer's special tokens and cut to
-/// `max_tokens`.
+/// `max_tokens` (a cut that leaves every passage's prompt the same ends the question:
+/// [`crate::strategy::lepus::LepusSearch`]).
 pub struct LmEncoder {
     pub tok: Arc<CausalTokenizer>,
     pub max_tokens: usize,

@@ -78,9 +78,53 @@ impl Stream {
     pub fn process(&mut self, batch: &RecordBatch) -> Result<JobOutput> {
         let first = self.next_row;
         let rows: Vec<u64> = (first..first + batch.num_rows() as u64).collect();
-        let out = self.job.process_rows(batch, &rows)?;
+        let out = process_checked(self.job.as_mut(), batch, &rows)?;
         self.next_row += rows.len() as u64;
         Ok(out)
+    }
+}
+
+/// [`Job::process_rows`] after the check the file reader makes: a row whose text is
+/// not valid UTF-8 goes to the quarantine naming the column, the others are processed.
+/// Arrays from another runtime (Python, across the C data interface) arrive unchecked.
+pub fn process_checked(job: &mut dyn Job, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
+    let (kept, kept_rows, bad) = crate::io::parquet_io::screen_text(batch, rows)?;
+    if bad.is_empty() {
+        return job.process_rows(batch, rows);
+    }
+    let mut out = job.process_rows(&kept, &kept_rows)?;
+    let schema = job.quarantine_schema();
+    let screened = crate::io::quarantine::batch(&bad, schema.clone())?;
+    out.quarantine = arrow::compute::concat_batches(&schema, [&screened, &out.quarantine])?;
+    Ok(out)
+}
+
+/// A job whose work runs in a worker pool of its own (`DeviceConfig::threads`), so
+/// that jobs in one process (Python, a service) each keep their thread count.
+struct Pooled {
+    pool: rayon::ThreadPool,
+    job: Box<dyn Job>,
+}
+
+impl Job for Pooled {
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        self.job.check_input(input)
+    }
+    fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
+        self.job.output_schema(input)
+    }
+    fn quarantine_schema(&self) -> SchemaRef {
+        self.job.quarantine_schema()
+    }
+    fn metadata(&self) -> &[(String, String)] {
+        self.job.metadata()
+    }
+    fn batch_rows(&self) -> usize {
+        self.job.batch_rows()
+    }
+    fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
+        let job = &mut self.job;
+        self.pool.install(|| job.process_rows(batch, rows))
     }
 }
 
@@ -221,14 +265,17 @@ macro_rules! job_configs {
                         Self::NAMES.join(", ")
                     ),
                 };
-                Ok((config, options::with_options(&device, &[], "the device")?))
+                let device: DeviceConfig = options::with_options(&device, &[], "the device")?;
+                options::none_or_at_least_one("threads", device.threads)?;
+                Ok((config, device))
             }
         }
 
-        /// Loads the job `config` describes on `device` (sizing the CPU worker pool
-        /// first when `device.threads` is set; `review` runs no model: give it
-        /// [`DeviceConfig::CPU`]). Models named by a hub id are taken from the hub
-        /// cache, or downloaded into it, first ([`options::resolve_models`]).
+        /// Loads the job `config` describes on `device` (`review` runs no model: give
+        /// it [`DeviceConfig::CPU`]). With `device.threads`, the job loads and runs in
+        /// a worker pool of that many threads of its own; without, in the process's
+        /// global pool. Models named by a hub id are taken from the hub cache, or
+        /// downloaded into it, first ([`options::resolve_models`]).
         pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
             let config = match config {
                 $(JobConfig::$variant(mut c) => {
@@ -236,10 +283,16 @@ macro_rules! job_configs {
                     JobConfig::$variant(c)
                 })*
             };
-            device.init_threads()?;
-            device::with_backend!(owned device, be => match config {
+            let load = move || device::with_backend!(owned device, be => match config {
                 $(JobConfig::$variant(c) => c.load(be),)*
-            })
+            });
+            match device.thread_pool()? {
+                None => load(),
+                Some(pool) => {
+                    let job = pool.install(load)?;
+                    Ok(Box::new(Pooled { pool, job }))
+                }
+            }
         }
     };
 }

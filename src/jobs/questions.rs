@@ -179,6 +179,7 @@ impl<S: QuestionScorer> FileJob for QuestionJob<S> {
                 reason,
             }),
             Finished::Bad(bad) => Err(bad),
+            Finished::Left => return None,
         })
     }
 

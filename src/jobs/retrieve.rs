@@ -6,7 +6,13 @@
 //! over the corpus, or both fused by reciprocal rank. Questions are read in chunks of
 //! `question_rows`; each chunk scans the index once. Gold labels carry over by passage:
 //! a retrieved passage with the title and text of a gold passage of the input is gold
-//! in the output, and a gold passage not retrieved is noted in `issues`.
+//! in the output, and a gold passage not retrieved is noted in `issues`
+//! ([`gold_not_retrieved`], which `eval` counts as a miss).
+//!
+//! A question needs an id and a text, not passages: an open-domain question file
+//! (empty passage lists) is what a first stage exists for. The run holds the
+//! output's lock, writes its three files whole at the end, and stops between index
+//! blocks or question chunks at Ctrl-C with nothing written.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -23,9 +29,10 @@ use crate::backend::Backend;
 use crate::io::atomic::commit_all;
 use crate::io::metadata::tool_metadata;
 use crate::io::parquet_io::{create_writer, sibling};
+use crate::io::parts::OutputLock;
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::QuarantineWriter;
-use crate::io::questions::{Passage, Question, QuestionReader, QuestionWriter};
+use crate::io::questions::{gold_not_retrieved, Passage, Question, QuestionReader, QuestionWriter};
 use crate::retrieve::corpus::for_each_passage;
 use crate::retrieve::dense::{reciprocal_rank_fusion, DenseIndex};
 use crate::retrieve::Corpus;
@@ -114,6 +121,7 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             (Named::new("the scores file", &scores_path), Kind::File),
         ],
     )?;
+    let _lock = OutputLock::acquire(&c.output, &[&c.output, &quarantine, &scores_path])?;
     let dense = match c.retriever {
         Retriever::Bm25 => None,
         Retriever::Dense | Retriever::Hybrid => Some(DenseSearch::open(c, be)?),
@@ -122,7 +130,7 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
         Retriever::Dense => None,
         Retriever::Bm25 | Retriever::Hybrid => Some(Corpus::from_parquet(&c.corpus)?),
     };
-    // The corpus row of each id (the first, if an id repeats).
+    // The corpus row of each id (distinct: `Corpus::from_parquet` checks).
     let doc_of: HashMap<&str, usize> = lexical
         .iter()
         .flat_map(|corpus| {
@@ -130,7 +138,6 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
                 .ids
                 .iter()
                 .enumerate()
-                .rev()
                 .map(|(i, id)| (id.as_str(), i))
         })
         .collect();
@@ -149,21 +156,15 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
     let mut writer = QuestionWriter::create(&c.output, &metadata)?;
     let mut scores = ScoresWriter::create(&scores_path, &metadata)?;
     let mut bad = QuarantineWriter::create(&quarantine, &metadata)?;
-    let mut reader = QuestionReader::open(&c.questions, c.question_rows.max(1))?;
+    let mut reader = QuestionReader::open_queries(&c.questions, c.question_rows.max(1))?;
     let total = reader.total_rows();
     let mut tally = Tally::default();
     loop {
+        crate::pipeline::control::stop_point()?;
         let (mut chunk, seen) = (Vec::new(), tally.seen);
         for row in reader.by_ref().take(c.question_rows.max(1)) {
             match row? {
-                Ok(q) => match q.check() {
-                    Ok(()) => chunk.push(q),
-                    Err(reason) => bad.write(&[crate::io::quarantine::BadRow {
-                        row: tally.seen,
-                        id: Some(q.id.clone()),
-                        reason,
-                    }])?,
-                },
+                Ok(q) => chunk.push(q),
                 Err(b) => bad.write(&[b])?,
             }
             tally.seen += 1;
@@ -213,7 +214,9 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
         };
         // An index id the corpus lacks (or holds without usable text) is left out.
         for r in &mut rankings {
+            let before = r.len();
             r.retain(|(id, _)| passages.contains_key(id));
+            tally.unknown_hits += (before - r.len()) as u64;
         }
         let out: Vec<Question> = chunk
             .into_iter()
@@ -226,6 +229,15 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             "retrieve: {}/{total} questions, {:.1} s",
             tally.seen,
             started.elapsed().as_secs_f64()
+        );
+    }
+    if tally.unknown_hits > 0 {
+        log::warn!(
+            "{} hits named index ids that --corpus {} lacks (or holds without usable \
+             text): they were left out, so some pools are shorter than --k {}",
+            tally.unknown_hits,
+            c.corpus.display(),
+            c.k
         );
     }
     // All three files are complete before any is put in place.
@@ -262,8 +274,9 @@ impl<B: Backend> DenseSearch<B> {
             .clone()
             .context("dense retrieval needs the query encoder (--encoder DIR)")?;
         let index = DenseIndex::open(&c.index)?;
+        index.check_corpus(&c.corpus)?;
         let embedder = embedder(encoder, be)?;
-        index.check_encoder(embedder.dim(), embedder.model_sha256())?;
+        index.check_encoder(embedder.dim(), |key| embedder.recorded(key))?;
         Ok(Self { embedder, index })
     }
 
@@ -329,6 +342,8 @@ fn passage(title: &str, text: &str) -> Passage {
 #[derive(Default)]
 struct Tally {
     seen: u64,
+    /// Hits whose id the corpus lacks.
+    unknown_hits: u64,
     with_gold: u64,
     recall: [f64; RECALL_AT.len()],
 }
@@ -357,7 +372,7 @@ impl Tally {
         let missing: Vec<String> = gold
             .iter()
             .filter(|g| !pool.iter().any(|p| same(g, p)))
-            .map(|g| format!("gold passage `{}` was not retrieved", g.title))
+            .map(|g| gold_not_retrieved(&g.title))
             .collect();
         if !gold.is_empty() {
             self.with_gold += 1;

@@ -201,8 +201,8 @@ impl ReviewJob {
             .is_some_and(|s: &AtomicBool| s.load(Ordering::SeqCst))
     }
 
-    /// Reviews one question; `None` when a stop cut it short.
-    fn review(&self, row: u64, q: &Question, status: Status) -> Finished<Option<ReviewRow>> {
+    /// Reviews one question; [`Finished::Left`] when a stop cut it short.
+    fn review(&self, row: u64, q: &Question, status: Status) -> Finished<ReviewRow> {
         let r = match self.review_row(row, q) {
             Ok(r) => r,
             Err(bad) => return Finished::Bad(bad),
@@ -210,7 +210,7 @@ impl ReviewJob {
         let mut tally = self.tally.lock().expect("tally lock");
         if r.answer.is_none() && self.stopped() {
             tally.interrupted += 1;
-            return Finished::Done(None);
+            return Finished::Left;
         }
         tally.add(row, &r);
         let c = tally.calls;
@@ -218,7 +218,7 @@ impl ReviewJob {
             "{} calls ({} cached), {} retries",
             c.llm_calls, c.cached_calls, c.retries
         ));
-        Finished::Done(Some(r))
+        Finished::Done(r)
     }
 
     /// The output row of one question, or why it cannot be reviewed.
@@ -317,7 +317,7 @@ fn as_task() -> Prepare<Question> {
 /// a stop cut short.
 impl Engine for ReviewJob {
     type Task = Question;
-    type Out = Option<ReviewRow>;
+    type Out = ReviewRow;
 
     fn queue_rows(&self) -> usize {
         2 * self.config.concurrency
@@ -326,7 +326,7 @@ impl Engine for ReviewJob {
     fn run(
         &mut self,
         rx: Receiver<(u64, Admission<Question>)>,
-        tx: Sender<(u64, Finished<Option<ReviewRow>>)>,
+        tx: Sender<(u64, Finished<ReviewRow>)>,
         status: Status,
     ) -> Result<PipelineStats> {
         let this = &*self;
@@ -388,7 +388,7 @@ impl FileJob for ReviewJob {
         question_source(input, review_schema(), as_task())
     }
 
-    fn settle(_row: u64, item: Finished<Option<ReviewRow>>) -> Option<Result<ReviewRow, BadRow>> {
+    fn settle(_row: u64, item: Finished<ReviewRow>) -> Option<Result<ReviewRow, BadRow>> {
         item.settled()
     }
 

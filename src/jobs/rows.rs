@@ -126,7 +126,7 @@ impl<S: RowScorer> RowJob<S> {
         &mut self,
         group: Vec<(u64, Admission<RecordBatch>)>,
         stats: &mut PipelineStats,
-    ) -> Result<Vec<(u64, Finished<Option<RecordBatch>>)>> {
+    ) -> Result<Vec<(u64, Finished<RecordBatch>)>> {
         let (mut rows, mut tasks, mut out) = (Vec::new(), Vec::new(), Vec::new());
         for (row, admission) in group {
             match admission {
@@ -142,7 +142,7 @@ impl<S: RowScorer> RowJob<S> {
         };
         let scored = match self.score_rows(&concat_batches(&first.schema(), &tasks)?, &rows) {
             Err(e) if e.is::<crate::pipeline::control::Interrupted>() => {
-                out.extend(rows.into_iter().map(|row| (row, Finished::Done(None))));
+                out.extend(rows.into_iter().map(|row| (row, Finished::Left)));
                 return Ok(out);
             }
             scored => scored?,
@@ -154,7 +154,7 @@ impl<S: RowScorer> RowJob<S> {
             match bad.next_if(|b| b.row == row) {
                 Some(b) => out.push((row, Finished::Bad(b))),
                 None => {
-                    out.push((row, Finished::Done(Some(scored.rows.slice(next_good, 1)))));
+                    out.push((row, Finished::Done(scored.rows.slice(next_good, 1))));
                     next_good += 1;
                 }
             }
@@ -200,7 +200,7 @@ fn chunk_rows(chunk: Result<InputBatch>) -> Vec<Result<(u64, Pending<RecordBatch
 /// `None`: a row left unfinished by a stop.
 impl<S: RowScorer> Engine for RowJob<S> {
     type Task = RecordBatch;
-    type Out = Option<RecordBatch>;
+    type Out = RecordBatch;
 
     fn queue_rows(&self) -> usize {
         S::BATCH_ROWS
@@ -211,7 +211,7 @@ impl<S: RowScorer> Engine for RowJob<S> {
     fn run(
         &mut self,
         rx: Receiver<(u64, Admission<RecordBatch>)>,
-        tx: Sender<(u64, Finished<Option<RecordBatch>>)>,
+        tx: Sender<(u64, Finished<RecordBatch>)>,
         _status: Status,
     ) -> Result<PipelineStats> {
         let mut stats = PipelineStats::default();
@@ -231,7 +231,7 @@ impl<S: RowScorer> Engine for RowJob<S> {
             }
             for (row, item) in self.score_group(group, &mut stats)? {
                 // Rows a stop left unfinished are not counted: `--resume` scores them.
-                stats.rows += u64::from(!matches!(item, Finished::Done(None)));
+                stats.rows += u64::from(!matches!(item, Finished::Left));
                 stats.bad_rows += u64::from(matches!(item, Finished::Bad(_)));
                 tx.send((row, item))
                     .map_err(|_| anyhow::anyhow!("the writer stopped early"))?;
@@ -258,10 +258,7 @@ impl<S: RowScorer> FileJob for RowJob<S> {
         })
     }
 
-    fn settle(
-        _row: u64,
-        item: Finished<Option<RecordBatch>>,
-    ) -> Option<Result<RecordBatch, BadRow>> {
+    fn settle(_row: u64, item: Finished<RecordBatch>) -> Option<Result<RecordBatch, BadRow>> {
         item.settled()
     }
 

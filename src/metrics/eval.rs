@@ -135,15 +135,23 @@ impl Gold {
                 .map(|p| answer_in_passage(&p.title, &p.text, answers.iter().map(String::as_str)))
                 .collect()
         });
+        // A gold passage retrieval missed (`retrieve`'s output as gold) is gold no
+        // chain can hold: an index past any pool.
+        let missed = q.gold_not_retrieved().count();
+        let mut supporting = q.supporting;
+        supporting.extend((0..missed).map(|j| usize::MAX - j));
         Gold {
             passage_keys: q
                 .passages
                 .iter()
                 .map(|p| passage_key(&p.title, &p.text))
                 .collect(),
-            hops: q.hop_count(),
+            hops: q
+                .hops
+                .filter(|&h| h >= 1)
+                .map_or(supporting.len(), |h| h as usize),
             passages: q.passages.len(),
-            supporting: q.supporting,
+            supporting,
             id: q.id,
             answers,
             contains_answer,
@@ -302,6 +310,14 @@ pub struct GoldSet {
 }
 
 impl GoldSet {
+    /// The questions whose gold passages retrieval metrics score (R@k, EM, F1).
+    pub fn retrieval_questions(&self) -> usize {
+        self.golds
+            .iter()
+            .filter(|g| !g.supporting.is_empty())
+            .count()
+    }
+
     /// Reads the question file `gold`.
     pub fn read(gold: &Path) -> Result<Self> {
         let mut set = GoldSet {

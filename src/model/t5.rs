@@ -194,6 +194,13 @@ impl T5Config {
                 "the decoder's first input (T5 uses the pad id, 0) must be set",
             )
         })?;
+        if decoder_start_token_id as usize >= r.vocab_size {
+            return Err(unsupported(
+                "decoder_start_token_id",
+                decoder_start_token_id,
+                &format!("must be a token id below vocab_size {}", r.vocab_size),
+            ));
+        }
         // configuration_t5.py: v1.0 configs (tied) scale the decoder output; v1.1
         // configs say `tie_word_embeddings: false` and keep their own `lm_head`.
         let tie = r.tie_word_embeddings.unwrap_or(true);

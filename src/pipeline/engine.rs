@@ -18,19 +18,22 @@ pub enum Admission<T> {
     Bad(BadRow),
 }
 
-/// One finished input row (sent with its row number, in the order rows finish).
+/// One input row the engine is done with (sent with its row number, in the order rows
+/// finish).
 pub enum Finished<O> {
     Done(O),
     Bad(BadRow),
+    /// Left unfinished by a stop (Ctrl-C, SIGTERM), for a later run (`--resume`).
+    Left,
 }
 
-impl<R> Finished<Option<R>> {
-    /// A finished row of an engine that marks the rows a stop left unfinished `None`:
-    /// its output row or bad row, or `None` for a later run to compute.
+impl<R> Finished<R> {
+    /// The output row or bad row; `None` for a row left for a later run.
     pub fn settled(self) -> Option<Result<R, BadRow>> {
         match self {
-            Finished::Done(row) => row.map(Ok),
+            Finished::Done(row) => Some(Ok(row)),
             Finished::Bad(bad) => Some(Err(bad)),
+            Finished::Left => None,
         }
     }
 }

@@ -8,6 +8,11 @@
 //! scored, its next hop is queued at once, alongside other questions' hops. Batches
 //! are filled oldest question first (then sorted longest first), so questions finish
 //! roughly in input order and the writer can commit its parts early.
+//!
+//! A stop (Ctrl-C, SIGTERM: [`super::control::INTERRUPTED`]) is taken between forward
+//! passes: the questions in flight, and those admitted but not yet read, are sent back
+//! as [`Finished::Left`] for `--resume`, instead of being searched to the end (which
+//! takes hours with real models and `--max-active` questions in flight).
 
 use std::time::Instant;
 
@@ -65,7 +70,8 @@ struct Queued {
 /// The engine of the question jobs: scores the tasks admitted on `admit_rx` in
 /// token-budget batches (`score`: sequences and head indices → logits per sequence)
 /// and sends each finished question to `done_tx`; `progress` is called after each
-/// batch. Both limits of `config` must be at least 1.
+/// batch. Both limits of `config` must be at least 1. Stops before the next forward
+/// pass once a stop is requested (see the module doc).
 pub fn run<S: Strategy>(
     config: SchedulerConfig,
     admit_rx: Receiver<(u64, Admission<S>)>,
@@ -134,6 +140,17 @@ pub fn run<S: Strategy>(
             continue;
         }
 
+        if crate::pipeline::control::stop_point().is_err() {
+            for active in slots.iter().flatten() {
+                done(active.row, Finished::Left)?;
+            }
+            // The reader sends no row after a stop; what it sent before is left too.
+            for (row, _) in admit_rx.iter() {
+                stats.rows += 1;
+                done(row, Finished::Left)?;
+            }
+            return Ok(stats);
+        }
         let (batch, used) = take_batch(&mut queue, config.max_batch_tokens);
         queued_tokens -= used;
         let seqs: Vec<Sequence> = batch.iter().map(|q| q.seq.clone()).collect();
@@ -343,6 +360,7 @@ mod tests {
                             (id, sum)
                         }
                         Finished::Bad(b) => (b.row, -1.0),
+                        Finished::Left => unreachable!("no stop is requested"),
                     })
                     .collect::<Vec<_>>())
             },

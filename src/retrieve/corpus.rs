@@ -1,10 +1,13 @@
 //! A passage corpus for retrieval beyond a question's own pool (`--corpus FILE`): a
 //! Parquet file with columns `id` (string or integer), `text` (string) and optionally
-//! `title` (string). Rows without usable text are skipped and counted.
+//! `title` (string). Rows without usable text or with a null id are skipped and
+//! counted; an id on two rows is refused (its passage would fill two places of a pool).
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use std::collections::HashMap;
+
+use anyhow::{bail, Context, Result};
 use arrow::array::Array;
 
 use super::Bm25Index;
@@ -51,6 +54,7 @@ pub fn for_each_passage(path: &Path, mut f: impl FnMut(&str, &str, &str)) -> Res
         for bad in &batch.bad {
             skipped.note(format!("row {}: {}", bad.row, bad.reason));
         }
+        let batch_rows = batch.rows;
         let batch = batch.batch;
         let id = display_column(batch.column_by_name("id").expect("checked"))?;
         let text = string_column(&batch, "text")?;
@@ -58,6 +62,10 @@ pub fn for_each_passage(path: &Path, mut f: impl FnMut(&str, &str, &str)) -> Res
             .then(|| string_column(&batch, "title"))
             .transpose()?;
         for r in 0..batch.num_rows() {
+            if id.is_null(r) {
+                skipped.note(format!("row {}: id is null", batch_rows_or(&batch_rows, r)));
+                continue;
+            }
             match check_text(&text, r, "text") {
                 Ok(Some(t)) => {
                     let title = title
@@ -82,8 +90,13 @@ pub fn for_each_passage(path: &Path, mut f: impl FnMut(&str, &str, &str)) -> Res
     Ok(skipped)
 }
 
+/// The file row of batch row `r` (`r` when the batch does not say).
+fn batch_rows_or(rows: &[u64], r: usize) -> u64 {
+    rows.get(r).copied().unwrap_or(r as u64)
+}
+
 impl Corpus {
-    /// Reads the whole file and builds the index.
+    /// Reads the whole file and builds the index; refuses an id on two rows.
     pub fn from_parquet(path: &Path) -> Result<Self> {
         let (mut ids, mut titles, mut texts) = (Vec::new(), Vec::new(), Vec::new());
         let skipped = for_each_passage(path, |id, title, text| {
@@ -91,6 +104,20 @@ impl Corpus {
             titles.push(title.to_string());
             texts.push(text.to_string());
         })?;
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(j) = first.insert(id, i) {
+                bail!(
+                    "corpus {}: id `{id}` is on two rows (titles {:?} and {:?}): its \
+                     passage would fill two places of a pool; give each passage one id \
+                     (drop the repeated rows)",
+                    path.display(),
+                    titles[j],
+                    titles[i]
+                );
+            }
+        }
+        drop(first);
         let docs: Vec<String> = titles
             .iter()
             .zip(&texts)

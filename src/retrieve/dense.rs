@@ -2,17 +2,26 @@
 //! `hopscore embed` (`id`, `embedding`), streamed in blocks. Each block is one GEMM
 //! (queries × blockᵀ, on the backend: the CPU or the GPU) and a bounded top-k per
 //! query, so memory is the block plus `queries × k` hits, whatever the index size.
+//!
+//! An index is checked before its hits are trusted: no file twice, the shards of one
+//! corpus complete and none twice (`hopscore.shard`), made from the corpus searched
+//! (`hopscore.input_sha256`) by the query encoder's model, pooling and normalisation;
+//! the first scan refuses a null or repeated id and a vector holding NaN or ±inf.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering as Atomic};
 
 use anyhow::{bail, Context, Result};
 use arrow::array::{Array, AsArray, FixedSizeListArray};
 use arrow::datatypes::{DataType, Float16Type, Float32Type};
 
 use crate::backend::Backend;
+use crate::io::fingerprint::file_sha256;
 use crate::io::parquet_io::{display_column, ParquetInput};
+use crate::io::paths::same_file;
+use crate::pipeline::control::{parse_shard, Shard};
 use crate::tensor::HostTensor;
 
 /// Index rows per block (one GEMM each): 8192 × 768 f32 is 24 MiB.
@@ -99,7 +108,15 @@ pub struct DenseIndex {
     /// `hopscore.model_sha256` of the files (all equal).
     pub model_sha256: Option<String>,
     pub rows: u64,
+    /// Each file's `hopscore.*` metadata (empty for an index other tools wrote).
+    recorded: Vec<HashMap<String, String>>,
+    /// Whether a whole scan has found every id present and distinct.
+    ids_checked: AtomicBool,
 }
+
+/// The settings `embed` records that the query encoder must share: a mismatch is
+/// refused (`(metadata key, flag that sets it)`).
+const SAME_ENCODING: [(&str, &str); 2] = [("pooling", "--pooling"), ("normalize", "--normalize")];
 
 /// `fixed_size_list<float32|float16>` of width `dim`: the row-major f32 values.
 fn vectors(col: &dyn Array, dim: usize, path: &Path) -> Result<Vec<f32>> {
@@ -132,10 +149,22 @@ fn vectors(col: &dyn Array, dim: usize, path: &Path) -> Result<Vec<f32>> {
 }
 
 impl DenseIndex {
-    /// Opens `files` and checks that they agree on the width and the model.
+    /// Opens `files` and checks that they agree on the width and the model, that no
+    /// file is given twice, and that the shards they record cover one corpus once.
     pub fn open(files: &[PathBuf]) -> Result<Self> {
         anyhow::ensure!(!files.is_empty(), "no index file given (--index)");
+        for (i, a) in files.iter().enumerate() {
+            if let Some(b) = files[i + 1..].iter().find(|b| same_file(a, b)) {
+                bail!(
+                    "--index {} is given twice (as {}): each of its passages would be in \
+                     the pool twice; give each index file once",
+                    a.display(),
+                    b.display()
+                );
+            }
+        }
         let (mut dim, mut model, mut rows) = (None, None, 0);
+        let mut recorded = Vec::new();
         for path in files {
             let input = ParquetInput::open(path, 1)?;
             input.check_column("id", &["string", "integer"], true)?;
@@ -170,18 +199,170 @@ impl DenseIndex {
             dim = Some(width);
             model = sha;
             rows += input.total_rows;
+            recorded.push(
+                input
+                    .schema
+                    .metadata()
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        Some((k.strip_prefix("hopscore.")?.to_string(), v.clone()))
+                    })
+                    .collect(),
+            );
         }
-        Ok(Self {
+        let index = Self {
             files: files.to_vec(),
             dim: dim.expect("one file at least"),
             model_sha256: model,
             rows,
-        })
+            recorded,
+            ids_checked: AtomicBool::new(false),
+        };
+        index.check_shards()?;
+        Ok(index)
+    }
+
+    /// The files with their recorded `key`.
+    fn recorded<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a Path, &'a str)> + 'a {
+        self.files
+            .iter()
+            .zip(&self.recorded)
+            .filter_map(move |(f, m)| Some((f.as_path(), m.get(key)?.as_str())))
+    }
+
+    /// Refuses shards (`hopscore.shard`) that do not cover one corpus exactly once: a
+    /// whole index twice, a whole one with a shard, a shard twice or one missing.
+    fn check_shards(&self) -> Result<()> {
+        let mut whole: Vec<&Path> = Vec::new();
+        let mut parts: Vec<(&Path, Shard)> = Vec::new();
+        for (file, shard) in self.recorded("shard") {
+            match shard {
+                "all" => whole.push(file),
+                s => parts.push((
+                    file,
+                    parse_shard(s)
+                        .map_err(|e| anyhow::anyhow!("{}: hopscore.shard {e}", file.display()))?,
+                )),
+            }
+        }
+        let both = |a: &Path, b: &Path, why: &str| {
+            anyhow::anyhow!(
+                "--index {} and {} {why}: each passage would be in the pool twice; give \
+                 one index of the corpus (or its shards, each once)",
+                a.display(),
+                b.display()
+            )
+        };
+        match (whole.as_slice(), parts.first()) {
+            ([a, b, ..], _) => return Err(both(a, b, "both index the whole corpus")),
+            ([a], Some((b, _))) => {
+                return Err(both(a, b, "index the whole corpus and a shard of it"))
+            }
+            _ => {}
+        }
+        let Some(&(first, Shard { count, .. })) = parts.first() else {
+            return Ok(());
+        };
+        let mut seen: HashMap<u64, &Path> = HashMap::new();
+        for &(file, shard) in &parts {
+            if shard.count != count {
+                bail!(
+                    "--index {} is shard {shard} and {} shard {}/{count}: shards of one \
+                     embed run share their count",
+                    file.display(),
+                    first.display(),
+                    parts[0].1.index
+                );
+            }
+            if let Some(other) = seen.insert(shard.index, file) {
+                return Err(both(other, file, &format!("are both shard {shard}")));
+            }
+        }
+        let missing: Vec<String> = (0..count)
+            .filter(|i| !seen.contains_key(i))
+            .map(|i| format!("{i}/{count}"))
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "the index files cover {} of the corpus's {count} shards: shard {} missing \
+                 (its passages could never be retrieved); give every shard's file, or \
+                 `hopscore merge` them",
+                seen.len(),
+                missing.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses an index whose files were embedded from another file than `corpus`
+    /// (`hopscore.input_sha256`, when recorded).
+    pub fn check_corpus(&self, corpus: &Path) -> Result<()> {
+        let mut corpus_sha = None;
+        for (file, sha) in self.recorded("input_sha256") {
+            let want = match &corpus_sha {
+                Some(s) => s,
+                None => corpus_sha.insert(file_sha256(corpus)?),
+            };
+            if sha != want.as_str() {
+                bail!(
+                    "--index {} was embedded from another file than --corpus {} \
+                     (hopscore.input_sha256 differs): give the corpus the index was made \
+                     from, or embed this corpus",
+                    file.display(),
+                    corpus.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a query encoder of another width, model (`hopscore.model_sha256`),
+    /// pooling or normalisation than the index was embedded with; warns when the
+    /// truncation length differs or the passages had a prefix the queries lack.
+    /// `setting(key)` is the encoder's value of `hopscore.<key>`.
+    pub fn check_encoder<'a>(
+        &self,
+        dim: usize,
+        setting: impl Fn(&str) -> Option<&'a str>,
+    ) -> Result<()> {
+        self.check_model(dim, setting("model_sha256"))?;
+        for (key, flag) in SAME_ENCODING {
+            let Some(ours) = setting(key) else { continue };
+            if let Some((file, theirs)) = self.recorded(key).find(|&(_, v)| v != ours) {
+                bail!(
+                    "--index {} was embedded with {key} {theirs}, the query encoder has \
+                     {key} {ours}: queries and passages must be embedded alike; give \
+                     {flag} {}",
+                    file.display(),
+                    on_off(theirs)
+                );
+            }
+        }
+        if let Some(ours) = setting("max_length") {
+            if let Some((file, theirs)) = self.recorded("max_length").find(|&(_, v)| v != ours) {
+                log::warn!(
+                    "--index {} was embedded with max_length {theirs}, queries are cut at \
+                     {ours} tokens",
+                    file.display()
+                );
+            }
+        }
+        if setting("prefix").is_some_and(str::is_empty) {
+            if let Some((file, theirs)) = self.recorded("prefix").find(|&(_, v)| !v.is_empty()) {
+                log::warn!(
+                    "--index {}'s passages were embedded with the prefix {theirs:?}, the \
+                     queries with none: a model trained with prefixes (E5) wants its query \
+                     prefix (--query-prefix)",
+                    file.display()
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Refuses an encoder of another width, or of another model than the one the
     /// index names (`hopscore.model_sha256`).
-    pub fn check_encoder(&self, dim: usize, model_sha256: Option<&str>) -> Result<()> {
+    fn check_model(&self, dim: usize, model_sha256: Option<&str>) -> Result<()> {
         anyhow::ensure!(
             dim == self.dim,
             "the encoder gives {dim}-wide vectors, the index holds {}-wide ones",
@@ -203,6 +384,8 @@ impl DenseIndex {
         &self,
         mut f: impl FnMut(u64, &arrow::array::StringArray, Vec<f32>) -> Result<()>,
     ) -> Result<()> {
+        let check = !self.ids_checked.load(Atomic::Relaxed);
+        let mut hashes: Vec<u64> = Vec::with_capacity(if check { self.rows as usize } else { 0 });
         let mut row0 = 0u64;
         for path in &self.files {
             let mut input = ParquetInput::open(path, BLOCK_ROWS)?;
@@ -215,6 +398,17 @@ impl DenseIndex {
                 }
                 let b = &batch.batch;
                 let ids = display_column(b.column_by_name("id").context("no id")?)?;
+                if let Some(r) = (0..ids.len()).find(|&r| ids.is_null(r)) {
+                    bail!(
+                        "{}: row {}: `id` is null (a vector no hit could name): give every \
+                         index row its passage id",
+                        path.display(),
+                        batch.rows.get(r).copied().unwrap_or(r as u64)
+                    );
+                }
+                if check {
+                    hashes.extend((0..ids.len()).map(|r| id_hash(ids.value(r))));
+                }
                 let block = vectors(
                     b.column_by_name("embedding").context("no embedding")?,
                     self.dim,
@@ -233,6 +427,50 @@ impl DenseIndex {
                 f(row0 + batch.rows.first().copied().unwrap_or(0), &ids, block)?;
             }
             row0 += total;
+        }
+        if check {
+            self.check_distinct(hashes)?;
+            self.ids_checked.store(true, Atomic::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Refuses an id that two index rows share (`hashes`: of every id, in row order);
+    /// a repeated hash is confirmed on the ids themselves by a second scan.
+    fn check_distinct(&self, mut hashes: Vec<u64>) -> Result<()> {
+        hashes.sort_unstable();
+        let repeated: HashSet<u64> = hashes
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        drop(hashes);
+        if repeated.is_empty() {
+            return Ok(());
+        }
+        let mut first: HashMap<String, (PathBuf, u64)> = HashMap::new();
+        for path in &self.files {
+            let mut input = ParquetInput::open(path, BLOCK_ROWS)?;
+            for batch in input.by_ref() {
+                let batch = batch.with_context(|| format!("reading {}", path.display()))?;
+                let ids = display_column(batch.batch.column_by_name("id").context("no id")?)?;
+                for (r, &row) in batch.rows.iter().enumerate() {
+                    let id = ids.value(r);
+                    if !repeated.contains(&id_hash(id)) {
+                        continue;
+                    }
+                    if let Some((file, at)) = first.get(id) {
+                        bail!(
+                            "index id `{id}` is on two rows ({} row {at}, {} row {row}): \
+                             its passage would be in the pool twice; give each passage \
+                             one vector (embed a corpus without repeated ids)",
+                            file.display(),
+                            path.display()
+                        );
+                    }
+                    first.insert(id.to_string(), (path.clone(), row));
+                }
+            }
         }
         Ok(())
     }
@@ -270,14 +508,30 @@ impl DenseIndex {
             let scores = be.download(&be.linear(&q, &w, None)?)?;
             for (qi, top) in best.iter_mut().enumerate() {
                 for (r, &s) in scores.data[qi * rows..(qi + 1) * rows].iter().enumerate() {
-                    if !ids.is_null(r) {
-                        top.offer(s, row0 + r as u64, || ids.value(r).to_string());
-                    }
+                    top.offer(s, row0 + r as u64, || ids.value(r).to_string());
                 }
             }
             Ok(())
         })?;
         Ok(best.into_iter().map(TopK::into_sorted).collect())
+    }
+}
+
+/// A 64-bit hash of an index id (collisions are confirmed on the ids).
+fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+/// A recorded `true`/`false` as the flag spells it (`on`/`off`); other values as
+/// they are.
+fn on_off(v: &str) -> &str {
+    match v {
+        "true" => "on",
+        "false" => "off",
+        v => v,
     }
 }
 

@@ -322,7 +322,30 @@ impl LepusSearch {
                 }
             }
         }
+        if let Some(t) = self.cut_to_one_prompt(&pending) {
+            self.result = Some(Err(format!(
+                "every passage's prompt under template {t} is the same once cut to the \
+                 prompt budget (the demonstrations and instruction fill it; the cut removed \
+                 the passages), so every passage would score the same; raise \
+                 --demo-max-prompt-tokens (--max-prompt-tokens without demonstrations) or \
+                 pass --truncate-demos"
+            )));
+            return;
+        }
         self.pending = pending;
+    }
+
+    /// A template whose prompts differ in text but are one sequence once encoded: the
+    /// length cut left nothing of what tells the paths apart.
+    fn cut_to_one_prompt(&self, pending: &[Pending]) -> Option<usize> {
+        let t = self.templates.len();
+        (0..t).find(|&k| {
+            let of_template = || pending.iter().skip(k).step_by(t);
+            let texts: std::collections::HashSet<String> = of_template()
+                .map(|p| self.prompt(&p.path, p.template))
+                .collect();
+            texts.len() > 1 && of_template().all(|p| p.seq.ids == pending[k].seq.ids)
+        })
     }
 
     /// Per path of the current step (in order), its score over the templates.
@@ -649,6 +672,46 @@ mod tests {
             assert_eq!(r.top_paths.len(), 2);
             assert!(r.top_paths.iter().all(|p| p.score == want_path), "{r:?}");
         }
+    }
+
+    #[test]
+    fn prompts_cut_to_one_sequence_end_the_search() {
+        // An encoder whose budget ends before the documents: every prompt encodes the
+        // same, so every passage would score the same.
+        struct CutsEarly;
+        impl PromptEncoder for CutsEarly {
+            fn encode(&self, prompt: &str, _: &str) -> Result<Sequence, String> {
+                Ok(Sequence {
+                    ids: prompt.bytes().take(9).map(u32::from).collect(),
+                    type_ids: vec![0; 9],
+                    mask: Vec::new(),
+                })
+            }
+        }
+        let search = |docs: Vec<Option<String>>| {
+            let n = docs.len();
+            LepusSearch::new(
+                "q",
+                docs,
+                vec![vec![]; n],
+                Arc::from(vec![Template("Document: <P> Question:".into())]),
+                LepusConfig {
+                    first_hops: 1,
+                    ensemble: Ensemble::Mean,
+                    path_ensemble: Ensemble::Mean,
+                },
+                Arc::new(CutsEarly),
+            )
+        };
+        let mut s = search(vec![Some("d0".into()), Some("d1".into())]);
+        assert!(s.requests().is_empty());
+        let err = s.take_output().unwrap().unwrap_err();
+        assert!(err.contains("the cut removed the passages"), "{err}");
+        // One passage, or passages of one text, are no such cut.
+        assert!(!search(vec![Some("d0".into())]).requests().is_empty());
+        assert!(!search(vec![Some("d".into()), Some("d".into())])
+            .requests()
+            .is_empty());
     }
 
     #[test]

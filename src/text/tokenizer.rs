@@ -55,6 +55,14 @@ impl TextTokenizer {
         Ok(candidate)
     }
 
+    /// The special tokens the tokenizer adds to one text (`pair`: to two).
+    pub fn special_tokens(&self, pair: bool) -> usize {
+        use tokenizers::PostProcessor;
+        self.inner
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(pair))
+    }
+
     /// Ids of `text` without special tokens (truncated only if this tokenizer was
     /// loaded with a `max_len`).
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {

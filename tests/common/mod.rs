@@ -172,6 +172,40 @@ pub fn hopscore() -> std::process::Command {
     c
 }
 
+/// Sends `signal` (`INT`, `TERM`) to `child` and waits for it to end: its exit code and
+/// stderr (piped by the caller).
+pub fn signal_and_wait(child: std::process::Child, signal: &str) -> (Option<i32>, String) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let done = child.wait_with_output().unwrap();
+    (
+        done.status.code(),
+        String::from_utf8_lossy(&done.stderr).into_owned(),
+    )
+}
+
+/// A HotpotQA question with only an id and a text (no passages, gold or answer), for
+/// tests to fill in with struct update syntax.
+pub fn bare_question(id: &str, text: &str) -> hopscore::io::questions::Question {
+    hopscore::io::questions::Question {
+        id: id.into(),
+        dataset: hopscore::io::questions::Dataset::HotpotQa,
+        question: text.into(),
+        passages: Vec::new(),
+        supporting: Vec::new(),
+        hops: None,
+        answer: None,
+        answer_aliases: Vec::new(),
+        question_type: None,
+        level: None,
+        supporting_facts: None,
+        issues: Vec::new(),
+    }
+}
+
 /// `hopscore <command> --<flag> <fixture>… --tokenizer <DeBERTa-v3> --input … --output …`
 /// followed by `extra`: a question-file command on fixture models (the caller has
 /// called `DEBERTA_V3_TOKENIZER.require()`).
