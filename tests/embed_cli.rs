@@ -533,6 +533,21 @@ fn retrieve_refuses_an_index_that_would_put_a_passage_twice_in_a_pool() {
     let s1 = s.embed(&s.corpus, "s1.parquet", &["--shard", "1/2"]);
     let (ok, err) = s.retrieve(&[&s0, &s1], &[]);
     assert!(ok, "both shards, once each: {err}");
+    let merged = s.path("merged.parquet");
+    let out = common::hopscore()
+        .arg("merge")
+        .args([&s0, &s1])
+        .arg("-o")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, err) = s.retrieve(&[&merged], &[]);
+    assert!(ok, "the merged shards are the whole corpus: {err}");
     let again = s.path("s0-again.parquet");
     std::fs::copy(&s0, &again).unwrap();
     let (ok, err) = s.retrieve(&[&s0, &s1, &again], &[]);
