@@ -3,7 +3,7 @@
 //! at several points and resumed writes the same bytes as an uninterrupted one, and
 //! shards merged with `hopscore merge` equal an unsharded run.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

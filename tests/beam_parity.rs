@@ -5,7 +5,7 @@
 //! With bf16 or int8 dense layers (`--cpu-gemm`) the same goldens measure the
 //! accuracy cost: the score errors and the chains that change.
 
-mod common;
+use crate::common;
 
 use hopscore::backend::cpu::{CpuBackend, CpuGemm};
 use hopscore::model::batch::PackedBatch;

@@ -7,7 +7,7 @@
 //! - a random BertModel in the Contriever layout (bare keys, a pooler, no
 //!   sentence-transformers files): last hidden state, mean and [CLS] pooling.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! quarantine file, input order kept across token-budget batches; and `inspect`, plus
 //! the errors for broken checkpoints.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

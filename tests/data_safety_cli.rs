@@ -2,7 +2,7 @@
 //! corrupted or a run hung, each named after what it guards. Most run `hopscore lepus
 //! --scorer bm25` (no model) on small question files written here.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -719,6 +719,15 @@ fn an_output_over_a_model_input_is_refused() {
 /// Two runs writing one `--output` from different inputs corrupted it. The parts
 /// directory is locked for the life of a run (the lock held here stands for a run in
 /// progress); a second writer is refused naming the holder's pid and changes nothing.
+/// Creates the parts directory `parts` and holds its lock as run 4242 would.
+fn hold_lock(parts: &Path) -> std::fs::File {
+    std::fs::create_dir(parts).unwrap();
+    let mut lock = std::fs::File::create(parts.join("lock")).unwrap();
+    lock.try_lock().unwrap();
+    writeln!(lock, "4242").unwrap();
+    lock
+}
+
 #[test]
 fn a_second_writer_of_one_output_is_refused_naming_the_holder() {
     let tmp = tempfile::tempdir().unwrap();
@@ -727,10 +736,7 @@ fn a_second_writer_of_one_output_is_refused_naming_the_holder() {
     write_questions(&b, &questions(3, "blue"));
     let out = tmp.path().join("o.parquet");
     let parts = tmp.path().join("o.parquet.parts");
-    std::fs::create_dir(&parts).unwrap();
-    let mut lock = std::fs::File::create(parts.join("lock")).unwrap();
-    lock.try_lock().unwrap();
-    writeln!(lock, "4242").unwrap();
+    let lock = hold_lock(&parts);
     let (code, err) = run(&mut bm25(&b, &out, &[]));
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -900,14 +906,7 @@ fn pandas_like(src: &Path, dest: &Path) {
         columns.push(c);
     }
     let batch = arrow::array::RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(
-        std::fs::File::create(dest).unwrap(),
-        batch.schema(),
-        None,
-    )
-    .unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    common::write_parquet(dest, &batch);
 }
 
 /// One null passage title stopped the whole run with a message naming neither file
@@ -1032,14 +1031,7 @@ fn write_corpus(path: &Path, rows: &[(&str, &str, &str)]) {
     };
     let batch =
         RecordBatch::try_from_iter([("id", col(0)), ("title", col(1)), ("text", col(2))]).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(
-        std::fs::File::create(path).unwrap(),
-        batch.schema(),
-        None,
-    )
-    .unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    common::write_parquet(path, &batch);
 }
 
 /// The passages of [`question`] and two more, as a corpus.
@@ -1187,10 +1179,7 @@ fn retrieve_holds_the_output_lock_and_clears_stale_temporaries() {
     mill_corpus(&corpus);
     let out = tmp.path().join("o.parquet");
     let parts = tmp.path().join("o.parquet.parts");
-    std::fs::create_dir(&parts).unwrap();
-    let mut lock = std::fs::File::create(parts.join("lock")).unwrap();
-    lock.try_lock().unwrap();
-    writeln!(lock, "4242").unwrap();
+    let lock = hold_lock(&parts);
     let err = refused(&mut retrieve(&q, &corpus, &out, &[]));
     assert!(err.contains("(pid 4242) is writing"), "{err}");
     assert!(!out.exists());

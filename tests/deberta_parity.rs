@@ -5,7 +5,7 @@
 //! mask 0 are excluded: HF gives them a uniform attention over all keys, hopscore
 //! zeros them; neither reaches real positions (docs/spec.md §0).
 
-mod common;
+use crate::common;
 
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::model::batch::Sequence;

@@ -6,7 +6,7 @@
 //! within 1e-4 (f32), at temperature 1 and 1.4. The sequences of a case are scored in
 //! one packed batch (HF ran them right-padded).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

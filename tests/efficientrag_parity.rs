@@ -5,7 +5,7 @@
 //! kept texts and queries identical (compared through sha256 prefixes: the goldens
 //! hold no dataset text), tag logits within 1e-4.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

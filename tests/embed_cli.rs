@@ -9,7 +9,7 @@
 //!   rank fusion; gold passages carry over and the recall the run reports is the one
 //!   its output gives.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -479,11 +479,7 @@ impl SmallIndex {
         let mut flags = vec!["--tokenizer", self.tokenizer.to_str().unwrap()];
         flags.extend_from_slice(extra);
         let done = embed(&common::fixture("bert/random_plain"), corpus, &out, &flags);
-        assert!(
-            done.status.success(),
-            "{}",
-            String::from_utf8_lossy(&done.stderr)
-        );
+        common::assert_success(&done);
         out
     }
 
@@ -541,11 +537,7 @@ fn retrieve_refuses_an_index_that_would_put_a_passage_twice_in_a_pool() {
         .arg(&merged)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let (ok, err) = s.retrieve(&[&merged], &[]);
     assert!(ok, "the merged shards are the whole corpus: {err}");
     let again = s.path("s0-again.parquet");
@@ -645,10 +637,7 @@ fn an_index_row_with_a_null_id_is_refused() {
     .clone()
     .with_metadata(batch.schema().metadata().clone());
     let batch = RecordBatch::try_new(Arc::new(schema), columns).unwrap();
-    let mut w =
-        ArrowWriter::try_new(std::fs::File::create(&index).unwrap(), batch.schema(), None).unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    common::write_parquet(&index, &batch);
     // The rewrite changed no recorded key but the file: retrieve still takes it as an
     // index of this corpus.
     let (ok, err) = s.retrieve(&[&index], &[]);

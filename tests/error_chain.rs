@@ -3,7 +3,7 @@
 //! Each case points a command at a missing or broken file and counts the cause's text
 //! in stderr.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -8,7 +8,7 @@
 //! repositories need `HF_TOKEN`; a missing file or a `.bin`-only repository is named;
 //! an interrupted download is never loaded and resumes.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

@@ -2,7 +2,7 @@
 //! records on hand-written files, and `hopscore eval` end to end with hand-computed
 //! scores.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

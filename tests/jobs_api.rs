@@ -2,7 +2,7 @@
 //! yields the rows and bad rows of the CLI's output and quarantine files, with the
 //! same columns, and the run metadata as schema metadata.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,17 +12,6 @@ use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
-
-fn write(path: &Path, batch: &RecordBatch) {
-    let mut w = parquet::arrow::ArrowWriter::try_new(
-        std::fs::File::create(path).unwrap(),
-        batch.schema(),
-        None,
-    )
-    .unwrap();
-    w.write(batch).unwrap();
-    w.close().unwrap();
-}
 
 fn strings(n: usize, f: impl Fn(usize) -> Option<String>) -> Arc<StringArray> {
     Arc::new((0..n).map(f).collect::<StringArray>())
@@ -110,7 +99,7 @@ fn classify_job_batches_equal_the_cli_files() {
     )
     .unwrap();
     let path = tmp.path().join("pairs.parquet");
-    write(&path, &input);
+    common::write_parquet(&path, &input);
     let output = tmp.path().join("scores.parquet");
     let args = hopscore::cli::classify::ClassifyArgs {
         model: common::fixture("deberta/v3_seqcls"),
@@ -166,7 +155,7 @@ fn loglik_job_batches_equal_the_cli_files() {
     )
     .unwrap();
     let path = tmp.path().join("ll.parquet");
-    write(&path, &input);
+    common::write_parquet(&path, &input);
     let output = tmp.path().join("ll_out.parquet");
     let args = hopscore::cli::loglik::LoglikArgs {
         model: gguf,

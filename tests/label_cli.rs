@@ -5,7 +5,7 @@
 //! retrieves from one shared corpus (on a corpus made of one question's own passages it
 //! repeats the pool run exactly).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -15,7 +15,7 @@
 //!
 //! The texts are rebuilt from the HotpotQA slice.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! separating space ends the prompt or starts the target; bad rows are quarantined
 //! with their reason. Needs weights/smollm2/; the texts come from the HotpotQA slice.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

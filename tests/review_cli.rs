@@ -5,7 +5,7 @@
 //! reason, bad rows go to the quarantine file, and a second run with the server gone is
 //! served entirely from the response cache.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -7,7 +7,7 @@
 //! - tokenizer: the tokenizer built from GGUF metadata gives HF's ids for the texts
 //!   rebuilt from the HotpotQA slice of tests/fixtures/data (the 16 pairs it holds).
 
-mod common;
+use crate::common;
 
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};

@@ -11,7 +11,7 @@
 //! - the prompts rebuilt from the data slice tokenise to the golden ids;
 //! - config fields and tensors that do not fit are refused by name.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -4,7 +4,7 @@
 //! questions are in the data slices of tests/fixtures/data (15 per dataset), and 17
 //! project-written edge cases stored with their text.
 
-mod common;
+use crate::common;
 
 use hopscore::text::TextTokenizer;
 use serde_json::Value;

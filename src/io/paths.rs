@@ -177,7 +177,7 @@ pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), 
     }
     for (i, (a, _)) in outputs.iter().enumerate() {
         for (b, _) in &outputs[i + 1..] {
-            if resolve(&a.path) == resolve(&b.path) || same_inode(&a.path, &b.path) {
+            if same_file(&a.path, &b.path) {
                 return Err(OverlapError::SameOutput {
                     first: a.what.clone(),
                     first_path: a.path.clone(),

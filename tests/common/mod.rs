@@ -172,6 +172,27 @@ pub fn hopscore() -> std::process::Command {
     c
 }
 
+/// Writes `batch` as a Parquet file at `path`.
+pub fn write_parquet(path: &Path, batch: &arrow::array::RecordBatch) {
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Asserts that a finished command succeeded, showing its stderr when not.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Sends `signal` (`INT`, `TERM`) to `child` and waits for it to end: its exit code and
 /// stderr (piped by the caller).
 pub fn signal_and_wait(child: std::process::Child, signal: &str) -> (Option<i32>, String) {
