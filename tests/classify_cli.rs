@@ -634,9 +634,7 @@ fn sigterm_leaves_the_group_in_flight_for_resume() {
     // The model is loaded and rows are read once the parts directory exists; then the
     // first forward passes run.
     let parts = tmp.path().join("o.parquet.parts");
-    while !parts.exists() {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    common::wait_until("the parts directory", || parts.exists());
     std::thread::sleep(std::time::Duration::from_millis(200));
     let (code, err) = common::signal_and_wait(child, "TERM");
     assert_eq!(code, Some(130), "{err}");

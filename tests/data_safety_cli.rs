@@ -1222,9 +1222,8 @@ fn retrieve_stops_at_ctrl_c_writing_nothing() {
         .spawn()
         .unwrap();
     // The lock is taken before the corpus loads; the run then takes seconds.
-    while !tmp.path().join("o.parquet.parts/lock").exists() {
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+    let lock = tmp.path().join("o.parquet.parts/lock");
+    common::wait_until("the output's lock", || lock.exists());
     let (code, err) = common::signal_and_wait(child, "INT");
     assert_eq!(code, Some(130), "{err}");
     assert!(!err.contains("--resume"), "{err}");

@@ -649,9 +649,7 @@ fn sigterm_leaves_the_questions_in_flight_for_resume() {
     let parts = dir.path().join("parts.parquet.parts");
     // The first part is committed: the other questions are in flight.
     let committed = || std::fs::read_to_string(parts.join("committed.jsonl")).unwrap_or_default();
-    while committed().is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    common::wait_until("the first commit", || !committed().is_empty());
     let (code, err) = common::signal_and_wait(child, "TERM");
     assert_eq!(code, Some(130), "{err}");
     let lines = committed().lines().count();
@@ -852,9 +850,9 @@ fn an_instruction_search_killed_inside_a_candidate_reruns_with_changed_flags() {
     let log = dir
         .path()
         .join("search.json.runs/instruction-000.parquet.parts/committed.jsonl");
-    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    common::wait_until("the first candidate's first commit", || {
+        !std::fs::read_to_string(&log).unwrap_or_default().is_empty()
+    });
     child.kill().unwrap(); // SIGKILL, inside the first candidate
     child.wait().unwrap();
     let done = search(&["--temperature", "2"]).output().unwrap();

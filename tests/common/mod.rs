@@ -193,6 +193,19 @@ pub fn assert_success(out: &std::process::Output) {
     );
 }
 
+/// Polls `ready` every 5 ms until it holds; panics naming `what` after 300 s (a hang
+/// guard, not a speed limit: a run that never gets there would hold the suite).
+pub fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "waited 300 s for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Sends `signal` (`INT`, `TERM`) to `child` and waits for it to end: its exit code and
 /// stderr (piped by the caller).
 pub fn signal_and_wait(child: std::process::Child, signal: &str) -> (Option<i32>, String) {
