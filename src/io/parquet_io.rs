@@ -316,18 +316,19 @@ fn bad_text_rows(batch: &RecordBatch, rows: &[u64], reasons: &[Option<String>]) 
         .collect()
 }
 
+/// What [`screen_text`] keeps and leaves out: the batch of valid rows, their row
+/// numbers, and the bad rows.
+pub type Screened = (RecordBatch, Vec<u64>, Vec<BadRow>);
+
 /// `batch` (rows numbered `rows`) without its rows whose text is not valid UTF-8, with
-/// their numbers, and those rows as bad rows naming the column. Arrow arrays that
-/// crossed the C data interface (from Python) are not checked on the way in: this is
-/// the check the file reader makes.
-pub fn screen_text(
-    batch: &RecordBatch,
-    rows: &[u64],
-) -> Result<(RecordBatch, Vec<u64>, Vec<BadRow>)> {
+/// their numbers, and those rows as bad rows naming the column; `None` when every row
+/// is valid. Arrow arrays that crossed the C data interface (from Python) are not
+/// checked on the way in: this is the check the file reader makes.
+pub fn screen_text(batch: &RecordBatch, rows: &[u64]) -> Result<Option<Screened>> {
     let schema = batch.schema();
     let reasons = utf8_problems(schema.fields(), batch.columns(), batch.num_rows());
     if reasons.iter().all(Option::is_none) {
-        return Ok((batch.clone(), rows.to_vec(), Vec::new()));
+        return Ok(None);
     }
     let bad = bad_text_rows(batch, rows, &reasons);
     let keep = BooleanArray::from_iter(reasons.iter().map(|w| Some(w.is_none())));
@@ -337,11 +338,11 @@ pub fn screen_text(
         .filter(|(_, why)| why.is_none())
         .map(|(&r, _)| r)
         .collect();
-    Ok((
+    Ok(Some((
         arrow::compute::filter_record_batch(batch, &keep)?,
         kept_rows,
         bad,
-    ))
+    )))
 }
 
 /// Per string of a `Utf8`/`LargeUtf8` array, whether its bytes are not valid UTF-8

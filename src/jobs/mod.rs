@@ -88,10 +88,9 @@ impl Stream {
 /// not valid UTF-8 goes to the quarantine naming the column, the others are processed.
 /// Arrays from another runtime (Python, across the C data interface) arrive unchecked.
 pub fn process_checked(job: &mut dyn Job, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
-    let (kept, kept_rows, bad) = crate::io::parquet_io::screen_text(batch, rows)?;
-    if bad.is_empty() {
+    let Some((kept, kept_rows, bad)) = crate::io::parquet_io::screen_text(batch, rows)? else {
         return job.process_rows(batch, rows);
-    }
+    };
     let mut out = job.process_rows(&kept, &kept_rows)?;
     let schema = job.quarantine_schema();
     let screened = crate::io::quarantine::batch(&bad, schema.clone())?;
@@ -112,9 +111,6 @@ impl Job for Pooled {
     }
     fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
         self.job.output_schema(input)
-    }
-    fn quarantine_schema(&self) -> SchemaRef {
-        self.job.quarantine_schema()
     }
     fn metadata(&self) -> &[(String, String)] {
         self.job.metadata()

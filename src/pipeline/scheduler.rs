@@ -141,12 +141,13 @@ pub fn run<S: Strategy>(
         }
 
         if crate::pipeline::control::stop_point().is_err() {
+            // Rows left for `--resume` are not counted as done (as the row jobs count).
             for active in slots.iter().flatten() {
+                stats.rows -= 1;
                 done(active.row, Finished::Left)?;
             }
             // The reader sends no row after a stop; what it sent before is left too.
             for (row, _) in admit_rx.iter() {
-                stats.rows += 1;
                 done(row, Finished::Left)?;
             }
             return Ok(stats);
