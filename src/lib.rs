@@ -14,6 +14,7 @@ pub mod io;
 pub mod jobs;
 pub mod metrics;
 pub mod model;
+pub mod options;
 pub mod pipeline;
 pub mod post;
 pub mod quant;

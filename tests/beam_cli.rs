@@ -105,7 +105,10 @@ fn killed_and_resumed_runs_write_the_same_bytes_and_the_reference_chains() {
         "only {kills} kills landed before the run finished"
     );
 
-    // Ctrl-C: the run commits the rows in flight and exits with 130.
+    // Ctrl-C: the run commits the rows in flight and exits with 130, keeping the parts
+    // of the killed runs (on a loaded machine every kill may land before a run opened
+    // its parts: then there are none to keep).
+    let had_parts = parts.join("manifest.json").is_file();
     let mut child = beam(&questions, &resumed, &args)
         .arg("--resume")
         .stderr(std::process::Stdio::null())
@@ -124,7 +127,7 @@ fn killed_and_resumed_runs_write_the_same_bytes_and_the_reference_chains() {
             "Ctrl-C exits with 130"
         );
         assert!(
-            parts.join("manifest.json").is_file(),
+            !had_parts || parts.join("manifest.json").is_file(),
             "committed parts are kept"
         );
     } else {

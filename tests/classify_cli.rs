@@ -10,8 +10,9 @@ use std::sync::Arc;
 use arrow::array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use hopscore::backend::cpu::CpuGemm;
-use hopscore::cli::classify::{run, ClassifyArgs};
-use hopscore::cli::DeviceOpts;
+use hopscore::cli::job::{run, FileArgs, JobArgs};
+use hopscore::jobs::classify::ClassifyConfig;
+use hopscore::jobs::DeviceConfig;
 use parquet::arrow::ArrowWriter;
 use sha2::{Digest, Sha256};
 
@@ -80,21 +81,14 @@ fn classify_matches_hf_logits_and_quarantines_bad_rows() {
     let input = tmp.path().join("pairs.parquet");
     write_input(&input, &rows);
     let output = tmp.path().join("out/scores.parquet");
-    let summary = run(&ClassifyArgs {
-        model: common::fixture("deberta/v3_seqcls"),
+    let config = ClassifyConfig {
         tokenizer: Some(tokenizer),
-        input,
-        output: output.clone(),
-        head: None,
         // Smaller than the longest sequence: every sequence becomes its own batch.
         max_batch_tokens: 200,
-        max_length: None,
-        quarantine: None,
-        parts: hopscore::cli::row_run::PartArgs::default(),
-        device: DeviceOpts::CPU,
-    })
-    .unwrap();
-    assert_eq!((summary.scored, summary.quarantined), (3, 4));
+        ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
+    };
+    let summary = run(common::job_args(config, &input, &output)).unwrap();
+    assert_eq!(common::scored_and_quarantined(&summary), (3, 4));
 
     let out = common::read_parquet(&output);
     let ids = out
@@ -167,26 +161,26 @@ fn cuda_run_records_its_dtype() {
     let input = tmp.path().join("pairs.parquet");
     write_input(&input, &rows);
     let output = tmp.path().join("scores.parquet");
-    let summary = run(&ClassifyArgs {
-        model: common::fixture("deberta/v3_seqcls"),
+    let config = ClassifyConfig {
         tokenizer: Some(common::word_tokenizer(tmp.path())),
-        input,
-        output: output.clone(),
-        head: None,
         max_batch_tokens: 4096,
-        max_length: None,
-        quarantine: None,
-        parts: hopscore::cli::row_run::PartArgs::default(),
-        device: DeviceOpts {
-            device: DeviceKind::Cuda,
+        ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
+    };
+    let summary = run(JobArgs {
+        device: DeviceConfig {
+            kind: DeviceKind::Cuda,
             gpu: 0,
             dtype: DType::Bf16,
             cuda_graphs: true,
-            ..DeviceOpts::CPU
+            ..DeviceConfig::CPU
         },
+        ..common::job_args(config, &input, &output)
     })
     .unwrap();
-    assert_eq!(summary.scored, gold.len() as u64);
+    assert_eq!(
+        common::scored_and_quarantined(&summary).0,
+        gold.len() as u64
+    );
     let meta = key_values(&output);
     assert_eq!(meta["hopscore.dtype"], "bf16");
     assert!(meta["hopscore.device"].starts_with("cuda:0"), "{meta:?}");
@@ -235,18 +229,16 @@ fn wrong_column_type_is_a_clear_error() {
     let mut w = ArrowWriter::try_new(std::fs::File::create(&input).unwrap(), schema, None).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
-    let err = run(&ClassifyArgs {
-        model: common::fixture("deberta/v3_seqcls"),
+    let config = ClassifyConfig {
         tokenizer: Some(common::word_tokenizer(tmp.path())),
-        input,
-        output: tmp.path().join("o.parquet"),
-        head: None,
         max_batch_tokens: 1000,
-        max_length: None,
-        quarantine: None,
-        parts: hopscore::cli::row_run::PartArgs::default(),
-        device: DeviceOpts::CPU,
-    })
+        ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
+    };
+    let err = run(common::job_args(
+        config,
+        &input,
+        &tmp.path().join("o.parquet"),
+    ))
     .unwrap_err();
     assert!(
         format!("{err:#}").contains("column `text_a` has type Float32"),
@@ -420,36 +412,35 @@ impl PartRun {
     /// An f32 run whose parts are committed but whose merge fails (the quarantine path
     /// is blocked), so that a resume has parts to check.
     fn leave_parts(&self) {
-        assert!(run(&self.args(false, true, CpuGemm::F32)).is_err());
+        assert!(run(self.args(false, true, CpuGemm::F32)).is_err());
     }
 
     /// The error of resuming in `cpu_gemm`, which must be refused.
     fn resume_refusal(&self, cpu_gemm: CpuGemm) -> String {
         format!(
             "{:#}",
-            run(&self.args(true, false, cpu_gemm)).expect_err("refused")
+            run(self.args(true, false, cpu_gemm)).expect_err("refused")
         )
     }
 
     /// The run's arguments; `fail_merge` points the quarantine into the blocker file.
-    fn args(&self, resume: bool, fail_merge: bool, cpu_gemm: CpuGemm) -> ClassifyArgs {
-        ClassifyArgs {
-            model: common::fixture("deberta/v3_seqcls"),
+    fn args(&self, resume: bool, fail_merge: bool, cpu_gemm: CpuGemm) -> JobArgs<ClassifyConfig> {
+        let config = ClassifyConfig {
             tokenizer: Some(self.tokenizer.clone()),
-            input: self.input.clone(),
-            output: self.output(),
-            head: None,
             max_batch_tokens: 64,
-            max_length: None,
-            quarantine: fail_merge.then(|| self.blocked.clone()),
-            parts: hopscore::cli::row_run::PartArgs {
+            ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
+        };
+        JobArgs {
+            config,
+            files: FileArgs {
+                quarantine: fail_merge.then(|| self.blocked.clone()),
                 resume,
-                shard: None,
-                part_rows: 4,
+                part_rows: Some(4),
+                ..common::file_args(&self.input, &self.output())
             },
-            device: DeviceOpts {
+            device: DeviceConfig {
                 cpu_gemm,
-                ..DeviceOpts::CPU
+                ..DeviceConfig::CPU
             },
         }
     }
@@ -490,7 +481,7 @@ fn resume_refuses_another_cpu_gemm_naming_the_device() {
     );
     // Started over (the unfinished run's parts removed), it records the mode.
     std::fs::remove_dir_all(job.tmp.path().join("o.parquet.parts")).unwrap();
-    run(&job.args(false, false, CpuGemm::Bf16)).unwrap();
+    run(job.args(false, false, CpuGemm::Bf16)).unwrap();
     assert_eq!(
         key_values(&job.output())["hopscore.device"],
         "cpu (bf16 dense layers)"
@@ -533,7 +524,6 @@ fn show_prints_selected_columns_and_counts() {
 /// shards and merged gives the rows of a whole run (the parts do not change a byte).
 #[test]
 fn classify_parts_resume_and_shards_keep_the_rows() {
-    use hopscore::cli::row_run::PartArgs;
     let tmp = tempfile::tempdir().unwrap();
     let tokenizer = common::word_tokenizer(tmp.path());
     let words = |i: usize| format!("w{} w{} w{}", i + 3, i * 7 % 90 + 3, i % 5 + 3);
@@ -546,48 +536,50 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
         .collect();
     let input = tmp.path().join("pairs.parquet");
     write_input(&input, &rows);
-    let args = |name: &str, parts: PartArgs, quarantine: Option<std::path::PathBuf>| ClassifyArgs {
-        model: common::fixture("deberta/v3_seqcls"),
+    let config = ClassifyConfig {
         tokenizer: Some(tokenizer.clone()),
-        input: input.clone(),
-        output: tmp.path().join(format!("{name}.parquet")),
-        head: None,
         max_batch_tokens: 64,
-        max_length: None,
-        quarantine,
-        parts,
-        device: DeviceOpts::CPU,
+        ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
     };
-    let whole = args("whole", PartArgs::default(), None);
-    assert_eq!(run(&whole).unwrap().quarantined, 2);
-    let sevens = |resume| PartArgs {
-        resume,
-        shard: None,
-        part_rows: 7,
+    // A run into `<name>.parquet` with the files' flags `files` sets.
+    let args = |name: &str, files: &dyn Fn(FileArgs) -> FileArgs| JobArgs {
+        files: files(common::file_args(
+            &input,
+            &tmp.path().join(format!("{name}.parquet")),
+        )),
+        ..common::job_args(config.clone(), &input, &input)
+    };
+    let whole = args("whole", &|f| f);
+    assert_eq!(run(whole).unwrap().stats.bad_rows, 2);
+    let sevens = |resume| {
+        move |f| FileArgs {
+            resume,
+            part_rows: Some(7),
+            ..f
+        }
     };
     // The final merge fails (the quarantine path is under a file): the parts stay.
     let blocker = tmp.path().join("blocker");
     std::fs::write(&blocker, b"a file").unwrap();
-    let failed = args("parts", sevens(false), Some(blocker.join("q.parquet")));
-    assert!(run(&failed).is_err());
+    let failed = args("parts", &|f| FileArgs {
+        quarantine: Some(blocker.join("q.parquet")),
+        ..sevens(false)(f)
+    });
+    assert!(run(failed).is_err());
     assert!(tmp
         .path()
         .join("parts.parquet.parts/manifest.json")
         .is_file());
-    let resumed = run(&args("parts", sevens(true), None)).unwrap();
-    assert_eq!(
-        resumed.scored + resumed.quarantined,
-        0,
-        "every row was committed"
-    );
+    let resumed = run(args("parts", &sevens(true))).unwrap();
+    assert_eq!(resumed.stats.rows, 0, "every row was committed");
     common::assert_parts_equal_whole(tmp.path());
 
     for i in 0..3 {
-        let shard = PartArgs {
-            shard: Some(hopscore::pipeline::control::Shard { index: i, count: 3 }),
-            ..sevens(false)
+        let shard = |f| FileArgs {
+            shard: Some(hopscore::io::shard::Shard { index: i, count: 3 }),
+            ..sevens(false)(f)
         };
-        run(&args(&format!("s{i}"), shard, None)).unwrap();
+        run(args(&format!("s{i}"), &shard)).unwrap();
     }
     common::assert_merged_shards_equal_whole(tmp.path(), 3);
 }
@@ -675,19 +667,12 @@ fn an_all_null_column_of_type_null_reads_as_nulls() {
     w.close().unwrap();
     let scored = |input: &Path, name: &str| {
         let output = tmp.path().join(format!("{name}.parquet"));
-        run(&ClassifyArgs {
-            model: common::fixture("deberta/v3_seqcls"),
+        let config = ClassifyConfig {
             tokenizer: Some(tokenizer.clone()),
-            input: input.to_path_buf(),
-            output: output.clone(),
-            head: None,
             max_batch_tokens: 64,
-            max_length: None,
-            quarantine: None,
-            parts: Default::default(),
-            device: DeviceOpts::CPU,
-        })
-        .unwrap();
+            ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
+        };
+        run(common::job_args(config, input, &output)).unwrap();
         common::read_parquet(&output)
     };
     let (a, b) = (scored(&typed, "a"), scored(&nulls, "b"));

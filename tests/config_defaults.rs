@@ -1,13 +1,13 @@
 //! One source of defaults: the library's configs (`BeamConfig::new`, …, built on
 //! `Options::defaults`), the CLI's flags (clap's defaults read the same) and Python's
 //! keyword arguments (`JobConfig::from_options`) give the same config, field by field
-//! (their `Debug` forms), for every scoring job.
+//! (their `Debug` forms), for every job, `review` included.
 
 use clap::Parser;
 use hopscore::cli::{Cli, Command, JobCommand};
 use hopscore::jobs::{
     beam::BeamConfig, classify::ClassifyConfig, embed::EmbedConfig, label::LabelConfig,
-    lepus::LepusConfig, loglik::LoglikConfig,
+    lepus::LepusConfig, loglik::LoglikConfig, review::ReviewConfig, review::ReviewStrategy,
 };
 use hopscore::jobs::{DeviceConfig, JobConfig};
 
@@ -43,13 +43,13 @@ fn cli_config(args: &[&str]) -> (JobConfig, DeviceConfig) {
         unreachable!("{args:?} is not a job")
     };
     match job {
-        JobCommand::Beam(a) => (JobConfig::Beam(a.config()), a.device.config()),
-        JobCommand::Label(a) => (JobConfig::Label(a.config()), a.device.config()),
-        JobCommand::Lepus(a) => (JobConfig::Lepus(a.config()), a.device.config()),
-        JobCommand::Classify(a) => (JobConfig::Classify(a.config()), a.device.config()),
-        JobCommand::Embed(a) => (JobConfig::Embed(a.config()), a.device.config()),
-        JobCommand::Loglik(a) => (JobConfig::Loglik(a.config()), a.device.config()),
-        JobCommand::Review(_) => unreachable!("review has no options by name"),
+        JobCommand::Beam(a) => (JobConfig::Beam(a.config), a.device),
+        JobCommand::Label(a) => (JobConfig::Label(a.config), a.device),
+        JobCommand::Lepus(a) => (JobConfig::Lepus(a.config), a.device),
+        JobCommand::Classify(a) => (JobConfig::Classify(a.config), a.device),
+        JobCommand::Embed(a) => (JobConfig::Embed(a.config), a.device),
+        JobCommand::Loglik(a) => (JobConfig::Loglik(a.config), a.device),
+        JobCommand::Review(a) => (JobConfig::Review(a.config), a.device.into()),
     }
 }
 
@@ -79,6 +79,18 @@ fn library_config_constructors_equal_the_cli_defaults() {
         (
             vec!["embed", "--model", "m"],
             JobConfig::Embed(EmbedConfig::new("m".into())),
+        ),
+        (
+            vec![
+                "review",
+                "--strategy",
+                "allies",
+                "--endpoint",
+                "e",
+                "--llm-model",
+                "x",
+            ],
+            JobConfig::Review(ReviewConfig::new(ReviewStrategy::Allies, "e", "x")),
         ),
     ];
     for (args, library) in cases {
@@ -209,6 +221,25 @@ fn python_options_build_the_config_the_cli_flags_do() {
             "off",
             "--prefix",
             "passage: ",
+        ],
+    );
+    same_as_cli(
+        "review",
+        json!({"strategy": "tor", "endpoint": "e", "llm_model": "x", "widths": [4, 2], "no_cache": true, "expansion": "cot", "timeout": 5.0}),
+        &[
+            "--strategy",
+            "tor",
+            "--endpoint",
+            "e",
+            "--llm-model",
+            "x",
+            "--widths",
+            "4,2",
+            "--no-cache",
+            "--expansion",
+            "cot",
+            "--timeout",
+            "5",
         ],
     );
     same_as_cli(

@@ -545,7 +545,7 @@ struct ThreeSteps {
     step: usize,
 }
 
-impl hopscore::strategy::Strategy for ThreeSteps {
+impl hopscore::pipeline::Strategy for ThreeSteps {
     type Output = String;
     fn requests(&self) -> Vec<(hopscore::model::batch::Sequence, usize)> {
         if self.step == 3 {

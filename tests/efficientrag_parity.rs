@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::jobs::label::{Models, TagPooling};
-use hopscore::strategy::efficientrag::{ChunkSource, EfficientRag, LoopConfig, PoolChunks};
-use hopscore::strategy::Strategy;
+use hopscore::pipeline::Strategy;
+use hopscore::retrieve::chunks::{ChunkSource, PoolChunks};
+use hopscore::strategy::efficientrag::{EfficientRag, LoopConfig};
 use hopscore::text::render::efficientrag_chunk;
 use hopscore::text::TextTokenizer;
 use serde_json::Value;

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema};
+use hopscore::cli::job::{run, FileArgs, JobArgs};
 use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
+use hopscore::pipeline::SchedulerConfig;
 
 fn strings(n: usize, f: impl Fn(usize) -> Option<String>) -> Arc<StringArray> {
     Arc::new((0..n).map(f).collect::<StringArray>())
@@ -101,22 +103,14 @@ fn classify_job_batches_equal_the_cli_files() {
     let path = tmp.path().join("pairs.parquet");
     common::write_parquet(&path, &input);
     let output = tmp.path().join("scores.parquet");
-    let args = hopscore::cli::classify::ClassifyArgs {
-        model: common::fixture("deberta/v3_seqcls"),
+    let config = hopscore::jobs::classify::ClassifyConfig {
         tokenizer: Some(tokenizer),
-        input: path,
-        output: output.clone(),
-        head: None,
         max_batch_tokens: 100,
-        max_length: None,
-        quarantine: None,
-        parts: hopscore::cli::row_run::PartArgs::default(),
-        device: hopscore::cli::DeviceOpts::CPU,
+        ..hopscore::jobs::classify::ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
     };
-    let summary = hopscore::cli::classify::run(&args).unwrap();
-    assert_eq!((summary.scored, summary.quarantined), (37, 3));
-    let mut job =
-        Stream::new(build(JobConfig::Classify(args.config()), &DeviceConfig::CPU).unwrap());
+    let summary = run(common::job_args(config.clone(), &path, &output)).unwrap();
+    assert_eq!(common::scored_and_quarantined(&summary), (37, 3));
+    let mut job = Stream::new(build(JobConfig::Classify(config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &input, 16, &output);
     // A batch without the required column is a job-level error naming it.
     let err = job.process(&input.project(&[0, 2]).unwrap()).unwrap_err();
@@ -157,21 +151,14 @@ fn loglik_job_batches_equal_the_cli_files() {
     let path = tmp.path().join("ll.parquet");
     common::write_parquet(&path, &input);
     let output = tmp.path().join("ll_out.parquet");
-    let args = hopscore::cli::loglik::LoglikArgs {
-        model: gguf,
-        tokenizer: None,
-        input: path,
-        output: output.clone(),
+    let config = hopscore::jobs::loglik::LoglikConfig {
         temperature: 1.4,
         min_shared_prefix: 4,
         max_batch_tokens: 128,
-        max_length: None,
-        quarantine: None,
-        parts: hopscore::cli::row_run::PartArgs::default(),
-        device: hopscore::cli::DeviceOpts::CPU,
+        ..hopscore::jobs::loglik::LoglikConfig::new(gguf)
     };
-    hopscore::cli::loglik::run(&args).unwrap();
-    let mut job = Stream::new(build(JobConfig::Loglik(args.config()), &DeviceConfig::CPU).unwrap());
+    run(common::job_args(config.clone(), &path, &output)).unwrap();
+    let mut job = Stream::new(build(JobConfig::Loglik(config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &input, 5, &output);
     assert!(
         job.output_schema(&input.schema())
@@ -196,18 +183,19 @@ fn question_file(dir: &Path) -> (std::path::PathBuf, RecordBatch) {
     (path.clone(), common::read_parquet(&path))
 }
 
-fn run_args(input: &Path, output: &Path) -> hopscore::cli::question_run::RunArgs {
-    hopscore::cli::question_run::RunArgs {
-        input: input.to_path_buf(),
-        output: output.to_path_buf(),
-        max_batch_tokens: 4096,
-        max_active: 8,
-        quarantine: None,
-        resume: false,
-        shard: None,
-        part_rows: 5,
+/// The question runs' files: parts of 5 questions.
+fn run_args(input: &Path, output: &Path) -> FileArgs {
+    FileArgs {
+        part_rows: Some(5),
+        ..common::file_args(input, output)
     }
 }
+
+/// The question runs' scheduler: small batches, few questions in flight.
+const SCHEDULER: SchedulerConfig = SchedulerConfig {
+    max_batch_tokens: 4096,
+    max_active: 8,
+};
 
 #[test]
 fn question_job_batches_equal_the_cli_files() {
@@ -217,18 +205,17 @@ fn question_job_batches_equal_the_cli_files() {
     let tmp = tempfile::tempdir().unwrap();
     let (input, questions) = question_file(tmp.path());
     let output = tmp.path().join("chains.parquet");
-    let args = hopscore::cli::beam::BeamArgs {
-        model: common::fixture("beam/model"),
+    let config = hopscore::jobs::beam::BeamConfig {
         tokenizer: Some(tokenizer),
-        beam_size: 2,
-        hops: hopscore::jobs::beam::Hops::FromData,
-        tau: -1.0,
-        max_hops: 4,
-        run: run_args(&input, &output),
-        device: hopscore::cli::DeviceOpts::CPU,
+        scheduler: SCHEDULER,
+        ..hopscore::jobs::beam::BeamConfig::new(common::fixture("beam/model"))
     };
-    hopscore::cli::beam::run(&args).unwrap();
-    let mut job = Stream::new(build(JobConfig::Beam(args.config()), &DeviceConfig::CPU).unwrap());
+    run(JobArgs {
+        files: run_args(&input, &output),
+        ..common::job_args(config.clone(), &input, &output)
+    })
+    .unwrap();
+    let mut job = Stream::new(build(JobConfig::Beam(config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &questions, 7, &output);
 
     let bm25 = tmp.path().join("bm25.parquet");
@@ -239,9 +226,10 @@ fn question_job_batches_equal_the_cli_files() {
     else {
         unreachable!("a lepus command line")
     };
-    args.run = run_args(&input, &bm25);
-    hopscore::cli::lepus::run(&args).unwrap();
-    let mut job = Stream::new(build(JobConfig::Lepus(args.config()), &DeviceConfig::CPU).unwrap());
+    args.files = run_args(&input, &bm25);
+    args.config.scheduler = SCHEDULER;
+    run(args.clone()).unwrap();
+    let mut job = Stream::new(build(JobConfig::Lepus(args.config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &questions, 11, &bm25);
 }
 

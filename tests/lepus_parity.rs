@@ -26,11 +26,10 @@ use clap::Parser;
 use hopscore::backend::cpu::{CpuBackend, CpuGemm};
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
 use hopscore::jobs::decoder::load_decoder;
-use hopscore::jobs::lepus::{
-    demo_templates, score_requests, templates as templates_of, LmEncoder, LmSetup,
-};
+use hopscore::jobs::lepus::{demo_templates, score_requests, templates as templates_of, LmSetup};
+use hopscore::pipeline::Strategy;
 use hopscore::strategy::lepus::{parse_templates, Ensemble, InstructionPosition, LepusConfig};
-use hopscore::strategy::Strategy;
+use hopscore::text::prompt::LmEncoder;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -329,7 +328,7 @@ fn lepus_args(
     model: &Path,
     questions: &[Question],
     extra: &[String],
-) -> hopscore::cli::lepus::LepusArgs {
+) -> hopscore::cli::job::JobArgs<hopscore::jobs::lepus::LepusConfig> {
     let input = question_file(dir, questions);
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let mut argv: Vec<String> = [
@@ -398,7 +397,7 @@ fn lepus_command_writes_the_rankings_of(name: &str, model: &Path, extra: &[Strin
     }
     flags.extend_from_slice(extra);
     let args = lepus_args(dir.path(), model, &questions, &flags);
-    let summary = hopscore::cli::lepus::run(&args).unwrap();
+    let summary = hopscore::cli::job::run(args).unwrap();
     assert_eq!((summary.stats.rows, summary.stats.bad_rows), (16, 0));
     let batch = common::read_parquet(&output);
     assert_eq!(batch.num_rows(), 16);
@@ -485,7 +484,7 @@ fn demonstrations_are_put_before_the_template_as_run_py_does() {
     let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
         unreachable!()
     };
-    let config = args.config();
+    let config = args.config;
     let loaded = load_decoder(&CpuBackend::F32, &gpt2_dir(), None).unwrap();
     let got = demo_templates(
         &config,
@@ -552,7 +551,7 @@ fn over_budget_prompts_are_quarantined(
         flags[at + 1] = budget.to_string();
     }
     let args = lepus_args(dir.path(), model, &questions, &flags);
-    let summary = hopscore::cli::lepus::run(&args).unwrap();
+    let summary = hopscore::cli::job::run(args).unwrap();
     let bad = common::read_parquet(&summary.quarantine_path);
     assert!(bad.num_rows() > 0, "some prompts are over the budget");
     assert_eq!(summary.stats.bad_rows, bad.num_rows() as u64);
@@ -598,8 +597,8 @@ fn lepus_command_with_t5_demonstrations_and_an_ensemble_writes_the_reference_ran
             golden["max_doc_tokens"].to_string(),
         ]);
         let mut args = lepus_args(dir.path(), &t5_dir(), &questions, &all);
-        args.run.output = dir.path().join(format!("{name}.parquet"));
-        hopscore::cli::lepus::run(&args)
+        args.files.output = dir.path().join(format!("{name}.parquet"));
+        hopscore::cli::job::run(args)
     };
     run_to("whole", &["--part-rows", "5"]).unwrap();
     let blocker = dir.path().join("blocker");
@@ -699,7 +698,7 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
     flags.extend(search_flags(&golden));
     flags.extend(demo_flags(&golden));
     let mut lepus = lepus_args(dir.path(), &t5_dir(), &questions, &flags);
-    lepus.run.output = dir.path().join("search.json");
+    lepus.files.output = dir.path().join("search.json");
     let args = InstructionSearchArgs {
         lepus,
         k: vec![2, 10],
@@ -751,7 +750,7 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
         before
     );
     let mut changed = args.clone();
-    changed.lepus.temperature = 1.0;
+    changed.lepus.config.temperature = 1.0;
     let rerun = run(&changed).unwrap();
     assert!(rerun
         .candidates
@@ -761,7 +760,7 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
     // Issue 40: the development file replaced in place (same path, other content)
     // reran nothing; compared by content, as `--resume` does, every candidate runs.
     let before: Vec<_> = rerun.candidates.iter().map(modified).collect();
-    let mut w = QuestionWriter::create(&changed.lepus.run.input, &[]).unwrap();
+    let mut w = QuestionWriter::create(&changed.lepus.files.input, &[]).unwrap();
     w.write(&questions[..questions.len() - 1]).unwrap();
     w.finish().unwrap();
     let replaced = run(&changed).unwrap();
@@ -787,12 +786,12 @@ fn instruction_search_refuses_a_shard_and_a_development_file_without_gold() {
         candidates.to_str().unwrap().into(),
     ];
     let mut lepus = lepus_args(dir.path(), &t5_dir(), &questions, &flags);
-    lepus.run.output = dir.path().join("search.json");
+    lepus.files.output = dir.path().join("search.json");
     let mut args = InstructionSearchArgs { lepus, k: vec![2] };
-    args.lepus.run.shard = Some(hopscore::pipeline::control::parse_shard("0/2").unwrap());
+    args.lepus.files.shard = Some(hopscore::io::shard::parse_shard("0/2").unwrap());
     let err = format!("{:#}", run(&args).unwrap_err());
     assert!(err.contains("--shard does not apply"), "{err}");
-    args.lepus.run.shard = None;
+    args.lepus.files.shard = None;
     let no_gold: Vec<Question> = questions
         .iter()
         .cloned()
@@ -802,7 +801,7 @@ fn instruction_search_refuses_a_shard_and_a_development_file_without_gold() {
             q
         })
         .collect();
-    let mut w = QuestionWriter::create(&args.lepus.run.input, &[]).unwrap();
+    let mut w = QuestionWriter::create(&args.lepus.files.input, &[]).unwrap();
     w.write(&no_gold).unwrap();
     w.finish().unwrap();
     let err = format!("{:#}", run(&args).unwrap_err());

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use arrow::array::{Array, Float64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema};
-use hopscore::cli::loglik::{run, LoglikArgs};
-use hopscore::cli::DeviceOpts;
+use hopscore::cli::job::run;
+use hopscore::jobs::loglik::LoglikConfig;
 
 #[test]
 fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
@@ -80,21 +80,14 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
     w.close().unwrap();
 
     let output = dir.path().join("out.parquet");
-    let summary = run(&LoglikArgs {
-        model: gguf,
-        tokenizer: None,
-        input,
-        output: output.clone(),
+    let config = LoglikConfig {
         temperature: 1.0,
         min_shared_prefix: 16,
         max_batch_tokens: 1024,
-        max_length: None,
-        quarantine: None,
-        parts: hopscore::cli::row_run::PartArgs::default(),
-        device: DeviceOpts::CPU,
-    })
-    .unwrap();
-    assert_eq!((summary.scored, summary.quarantined), (8, 4));
+        ..LoglikConfig::new(gguf)
+    };
+    let summary = run(common::job_args(config, &input, &output)).unwrap();
+    assert_eq!(common::scored_and_quarantined(&summary), (8, 4));
 
     let out = &common::read_parquet(&output);
     let col = |n: &str| out.column_by_name(n).unwrap().clone();

@@ -573,7 +573,7 @@ fn review_job_batches_equal_the_cli_file() {
     let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Review(args)) = cli.command else {
         unreachable!("a review command line")
     };
-    let mut job = Stream::new(build(JobConfig::Review(args.config()), &DeviceConfig::CPU).unwrap());
+    let mut job = Stream::new(build(JobConfig::Review(args.config), &DeviceConfig::CPU).unwrap());
     let questions = common::read_parquet(&input);
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for at in (0..questions.num_rows()).step_by(2) {

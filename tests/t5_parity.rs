@@ -17,12 +17,12 @@ use std::path::PathBuf;
 
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::jobs::decoder::{load_decoder, LanguageModel};
-use hopscore::jobs::lepus::LmEncoder;
 use hopscore::model::decoder::ScoredSequence;
 use hopscore::model::t5::{relative_position_bucket, T5Config};
 use hopscore::strategy::lepus::{
-    parse_templates, question_text, InstructionPosition, PromptEncoder, DEFAULT_INSTRUCTIONS,
+    parse_templates, question_text, InstructionPosition, DEFAULT_INSTRUCTIONS,
 };
+use hopscore::text::prompt::LmEncoder;
 use serde_json::Value;
 
 fn golden() -> Value {

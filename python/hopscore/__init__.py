@@ -41,6 +41,7 @@ __all__ = [
     "Embedder",
     "CrossEncoder",
     "CausalLM",
+    "Review",
     "set_threads",
     "main",
 ]
@@ -124,13 +125,17 @@ class BeamRetriever(Job):
 class EfficientRAG(Job):
     """EfficientRAG over question tables (``hopscore label``): Labeler tags and kept
     text, Filter queries. Defaults: ``tag_pooling="cls"``, BM25 over each question's
-    passages unless ``corpus`` names a corpus file."""
+    passages unless ``corpus`` names a corpus file; ``retriever="dense"`` embeds each
+    query with the bi-encoder ``encoder`` (after ``query_prefix``), over ``corpus``
+    through its ``embed`` vectors ``index`` (a list of files)."""
 
     command = "label"
 
     def __init__(self, labeler: Path, filter: Path, *, tokenizer: Optional[Path] = None,
                  corpus: Optional[Path] = None, tag_pooling: Optional[str] = None,
                  max_iter: Optional[int] = None, top_k: Optional[int] = None,
+                 retriever: Optional[str] = None, encoder: Optional[Path] = None,
+                 index: Optional["list[Path]"] = None, query_prefix: Optional[str] = None,
                  max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  cpu_gemm: Optional[str] = None,
@@ -219,3 +224,33 @@ class CausalLM(Job):
         super().__init__(**_options(locals()))
 
     loglik = Job.process
+
+
+class Review(Job):
+    """The LLM post-stage over question tables (``hopscore review``): Tree of Reviews
+    (``strategy="tor"``) or ALLIES (``"allies"``) against the OpenAI-compatible
+    ``endpoint`` serving ``llm_model``. A question whose calls fail for good is an
+    output row with ``status="failed"``. Responses are cached only in a directory
+    ``cache`` names (the CLI's default cache sits next to its output file). Defaults:
+    ``concurrency=4``, ``timeout=120.0``, ``max_retries=8``, ``temperature=0.0``,
+    ``max_tokens=512``; ToR ``depth=3``, ``widths=[5, 3, 3]``, ``expansion="mpc"``;
+    ALLIES ``beam_size=2``, ``beam_depth=2``, ``sub_questions=2``, ``top_n=2``,
+    ``threshold=0.8``."""
+
+    command = "review"
+
+    def __init__(self, strategy: str, endpoint: str, llm_model: str, *,
+                 chains: Optional[Path] = None, corpus: Optional[Path] = None,
+                 api_key_env: Optional[str] = None, concurrency: Optional[int] = None,
+                 cache: Optional[Path] = None, timeout: Optional[float] = None,
+                 max_retries: Optional[int] = None, backoff: Optional[float] = None,
+                 backoff_max: Optional[float] = None, temperature: Optional[float] = None,
+                 max_tokens: Optional[int] = None, depth: Optional[int] = None,
+                 widths: Optional["list[int]"] = None, expansion: Optional[str] = None,
+                 no_relevance_pruning: bool = False, no_repetitive_pruning: bool = False,
+                 beam_size: Optional[int] = None, beam_depth: Optional[int] = None,
+                 sub_questions: Optional[int] = None, top_n: Optional[int] = None,
+                 threshold: Optional[float] = None) -> None:
+        super().__init__(**_options(locals()))
+
+    review = Job.process

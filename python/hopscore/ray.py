@@ -117,3 +117,10 @@ class Loglik(_Actor):
     :class:`hopscore.CausalLM`."""
 
     job_class = hopscore.CausalLM
+
+
+class Review(_Actor):
+    """The LLM post-stage (Tree of Reviews or ALLIES): keyword arguments of
+    :class:`hopscore.Review` (each actor makes its own ``concurrency`` calls at once)."""
+
+    job_class = hopscore.Review

@@ -3,10 +3,10 @@
 use anyhow::{ensure, Result};
 use clap::Args;
 
-use super::DeviceOpts;
 use crate::backend::KernelTime;
 use crate::bench::{BenchResult, BenchSpec, ModelShape};
 use crate::jobs::device::with_backend;
+use crate::jobs::DeviceConfig;
 use crate::jobs::DeviceKind;
 
 #[derive(Debug, Clone, Args)]
@@ -18,11 +18,11 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]
     pub shape: ModelShape,
     /// Tokens per sequence (all sequences full length).
-    #[arg(long, default_value_t = 256, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = 256, value_parser = crate::options::values::positive_usize)]
     pub seq_len: usize,
     /// Sequences per forward pass. Default: 8 on the CPU; on a GPU, 65,536 tokens'
     /// worth (256 sequences at L = 256), enough to fill an H100.
-    #[arg(long, value_parser = super::flags::positive_usize)]
+    #[arg(long, value_parser = crate::options::values::positive_usize)]
     pub batch: Option<usize>,
     /// Size n of the n×n×n GEMM that measures the GPU's peak in the same dtype
     /// (0 skips it; ignored on the CPU).
@@ -32,10 +32,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// Timed passes (the mean is reported).
-    #[arg(long, default_value_t = 3, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = 3, value_parser = crate::options::values::positive_usize)]
     pub iters: usize,
     #[command(flatten)]
-    pub device: DeviceOpts,
+    pub device: DeviceConfig,
     /// Also count the kernel launches, GEMMs and host copies of one forward (GPU),
     /// outside and inside its CUDA graph replay.
     #[arg(long)]
@@ -54,7 +54,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         args.seq_len >= 2,
         "--seq-len must be at least 2 ([CLS] and [SEP])"
     );
-    let batch = args.batch.unwrap_or(match args.device.device {
+    let batch = args.batch.unwrap_or(match args.device.kind {
         DeviceKind::Cpu => 8,
         DeviceKind::Cuda => (65_536 / args.seq_len).max(1),
     });
@@ -72,7 +72,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchResult> {
         profile: args.profile,
         tanh_gelu: args.tanh_gelu,
     };
-    with_backend!(&args.device.config(), be => crate::bench::run(be, spec))
+    with_backend!(&args.device, be => crate::bench::run(be, spec))
 }
 
 /// Human-readable form of a result.

@@ -6,33 +6,33 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use super::DeviceOpts;
 pub use crate::bench::loglik::BenchLoglikResult;
 use crate::bench::loglik::LoglikBench;
 use crate::jobs::device::with_backend;
+use crate::jobs::DeviceConfig;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchLoglikArgs {
     /// A GGUF file, a directory holding one, or an HF directory (causal LM or T5).
-    #[arg(long, env = "HOPSCORE_MODEL", value_parser = super::flags::model_path)]
+    #[arg(long, env = "HOPSCORE_MODEL", value_parser = crate::options::values::model_path)]
     pub model: PathBuf,
     /// JSON `{"pairs": [{"ids": [..], "target_start": n}, ..]}`: token ids of prompt +
     /// target, targets from `target_start` on (tools/bench_decoder_reference.py writes it).
     #[arg(long)]
     pub pairs: PathBuf,
     /// Token budget of one forward pass.
-    #[arg(long, default_value_t = 8192, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = 8192, value_parser = crate::options::values::positive_usize)]
     pub max_batch_tokens: usize,
-    #[arg(long, default_value_t = 1.0, value_parser = super::flags::positive_f32)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::options::values::positive_f32)]
     pub temperature: f32,
     /// Untimed passes over all pairs before timing.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// Timed passes over all pairs (the mean is reported).
-    #[arg(long, default_value_t = 3, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = 3, value_parser = crate::options::values::positive_usize)]
     pub iters: usize,
     #[command(flatten)]
-    pub device: DeviceOpts,
+    pub device: DeviceConfig,
     /// Print one JSON line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -54,7 +54,7 @@ pub fn run(args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
         iters: args.iters,
         scores: args.scores.clone(),
     };
-    with_backend!(&args.device.config(), be => crate::bench::loglik::run(be, &bench))
+    with_backend!(&args.device, be => crate::bench::loglik::run(be, &bench))
 }
 
 /// Human-readable form of a result.

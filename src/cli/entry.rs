@@ -10,7 +10,7 @@ use std::ffi::OsString;
 
 use clap::Parser;
 
-use crate::cli::{self, Cli, Command, Run};
+use crate::cli::{self, Cli, Command};
 
 /// Interrupted by Ctrl-C/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
@@ -53,7 +53,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     cli::init_threads(cli.threads)?;
     match cli.command {
         Command::Job(job) => return job.run(),
-        Command::InstructionSearch(args) => return args.run(),
+        Command::InstructionSearch(args) => return cli::instruction_search::main(&args),
         Command::Show(args) => print!("{}", cli::show::run(&args)?),
         Command::Merge(args) => {
             let n = cli::merge::run(&args)?;

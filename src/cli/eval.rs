@@ -32,7 +32,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub gold: PathBuf,
     /// Cut-offs for Recall@k and AR@k, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "2,5,10", value_parser = super::flags::positive_usize)]
+    #[arg(long, value_delimiter = ',', default_value = "2,5,10", value_parser = crate::options::values::positive_usize)]
     pub k: Vec<usize>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]

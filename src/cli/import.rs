@@ -24,7 +24,7 @@ pub struct ImportArgs {
     pub quarantine: Option<PathBuf>,
     /// Questions per Parquet row group. Memory use is about this many questions; larger
     /// groups compress a little better and read faster.
-    #[arg(long, default_value_t = 1024, value_parser = super::flags::positive_usize)]
+    #[arg(long, default_value_t = 1024, value_parser = crate::options::values::positive_usize)]
     pub row_group_rows: usize,
 }
 

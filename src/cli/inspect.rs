@@ -12,10 +12,10 @@ use crate::text::TextTokenizer;
 #[derive(Debug, Clone, Args)]
 pub struct InspectArgs {
     /// Model directory (config.json + safetensors weights).
-    #[arg(long, value_parser = super::flags::model_path)]
+    #[arg(long, value_parser = crate::options::values::model_path)]
     pub model: PathBuf,
     /// tokenizer.json to report on, when the model directory has none.
-    #[arg(long, value_parser = super::flags::tokenizer_path)]
+    #[arg(long, value_parser = crate::options::values::tokenizer_path)]
     pub tokenizer: Option<PathBuf>,
 }
 

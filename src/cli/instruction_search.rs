@@ -18,11 +18,11 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
-use super::lepus::LepusArgs;
+use super::job::JobArgs;
 use crate::io::atomic::write_file;
 use crate::io::fingerprint;
 use crate::io::paths::{check_outputs, Kind, Named};
-use crate::jobs::lepus::LepusScorer;
+use crate::jobs::lepus::{LepusConfig, LepusScorer};
 use crate::metrics::eval::{score_predictions, GoldSet};
 use crate::strategy::lepus::instruction_templates;
 
@@ -33,10 +33,10 @@ pub struct InstructionSearchArgs {
     /// `--input` the development question file (with gold passages), `--output` the
     /// ranking (JSON).
     #[command(flatten)]
-    pub lepus: LepusArgs,
+    pub lepus: JobArgs<LepusConfig>,
     /// Recall cut-offs reported per candidate; the first ranks them, the next break
     /// ties.
-    #[arg(long, value_delimiter = ',', default_value = "2,10", value_parser = super::flags::positive_usize)]
+    #[arg(long, value_delimiter = ',', default_value = "2,10", value_parser = crate::options::values::positive_usize)]
     pub k: Vec<usize>,
 }
 
@@ -71,7 +71,7 @@ pub struct SearchReport {
 #[derive(Serialize)]
 struct RunSettings<'a> {
     template: &'a str,
-    config: crate::jobs::lepus::LepusConfig,
+    config: LepusConfig,
     /// `hopscore.sha256.<flag>` of the development file and the other inputs.
     contents: &'a [(String, String)],
 }
@@ -86,34 +86,35 @@ fn runs_dir(output: &Path) -> PathBuf {
 pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
     let lepus = &args.lepus;
     ensure!(
-        lepus.scorer == LepusScorer::Lm,
+        lepus.config.scorer == LepusScorer::Lm,
         "instruction-search needs --scorer lm (BM25 reads no instruction)"
     );
     ensure!(!args.k.is_empty(), "--k needs at least one cut-off");
     ensure!(
-        lepus.run.shard.is_none(),
+        lepus.files.shard.is_none(),
         "instruction-search ranks candidates over the whole development file: --shard does \
          not apply (split the candidates file instead)"
     );
     let file = lepus
+        .config
         .templates
         .as_deref()
         .context("--templates FILE: the candidate instructions, one per line")?;
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read --templates {}", file.display()))?;
-    let templates = instruction_templates(&text, lepus.config().instruction_position);
+    let templates = instruction_templates(&text, lepus.config.instruction_position);
     if templates.is_empty() {
         bail!("{} holds no instruction", file.display());
     }
-    let runs = runs_dir(&lepus.run.output);
-    let best_file = lepus.run.output.with_extension("best.txt");
-    let base = super::lepus::file_run(lepus);
+    let runs = runs_dir(&lepus.files.output);
+    let best_file = lepus.files.output.with_extension("best.txt");
+    let base = lepus.files.file_run(&lepus.config);
     let mut inputs = vec![Named::new("--input", &base.input)];
     inputs.extend(base.inputs.iter().cloned());
     check_outputs(
         &inputs,
         &[
-            (Named::new("--output", &lepus.run.output), Kind::File),
+            (Named::new("--output", &lepus.files.output), Kind::File),
             (Named::new("the runs directory", &runs), Kind::Dir),
             (
                 Named::new("the best-instruction file", &best_file),
@@ -121,12 +122,12 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
             ),
         ],
     )?;
-    let gold = GoldSet::read(&lepus.run.input)?;
+    let gold = GoldSet::read(&lepus.files.input)?;
     ensure!(
         gold.retrieval_questions() > 0,
         "{} has no question with gold passages (`supporting`): instruction search ranks \
          the candidates by their recall of them; give a development file with gold labels",
-        lepus.run.input.display()
+        lepus.files.input.display()
     );
     let contents: Vec<(String, String)> = fingerprint::contents(
         &inputs
@@ -142,49 +143,49 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         let line = stem.with_extension("txt");
         write_file(&line, format!("{}\n", template.0).as_bytes())?;
         let mut one = lepus.clone();
-        one.templates = Some(line);
-        one.num_templates = 1;
-        one.run.output = stem.with_extension("parquet");
-        one.run.quarantine = None;
+        one.config.templates = Some(line);
+        one.config.num_templates = 1;
+        one.files.output = stem.with_extension("parquet");
+        one.files.quarantine = None;
         let done = stem.with_extension("done.json");
         let started = stem.with_extension("started.json");
         let settings = serde_json::to_string(&RunSettings {
             template: &template.0,
-            config: one.config(),
+            config: one.config.clone(),
             contents: &contents,
         })?;
         let same = |marker: &Path| std::fs::read_to_string(marker).is_ok_and(|d| d == settings);
-        if !(one.run.output.is_file() && same(&done)) {
+        if !(one.files.output.is_file() && same(&done)) {
             eprintln!(
                 "instruction {}/{}: {}",
                 index + 1,
                 templates.len(),
                 template.0
             );
-            let mut parts = one.run.output.as_os_str().to_owned();
+            let mut parts = one.files.output.as_os_str().to_owned();
             parts.push(".parts");
             let parts = PathBuf::from(parts);
-            one.run.resume = parts.is_dir() && same(&started);
-            if parts.is_dir() && !one.run.resume {
+            one.files.resume = parts.is_dir() && same(&started);
+            if parts.is_dir() && !one.files.resume {
                 // Interrupted under other settings or inputs: that candidate starts again.
                 std::fs::remove_dir_all(&parts)
                     .with_context(|| format!("cannot remove {}", parts.display()))?;
             }
             write_file(&started, settings.as_bytes())?;
-            let summary = super::lepus::run(&one)?;
+            let summary = super::job::run(one.clone())?;
             if summary.interrupted {
                 interrupted = true;
                 break;
             }
             write_file(&done, settings.as_bytes())?;
         }
-        let report = score_predictions(&gold, &one.run.output, &args.k, "chain")?;
+        let report = score_predictions(&gold, &one.files.output, &args.k, "chain")?;
         candidates.push(Candidate {
             index,
             template: template.0.clone(),
             recall_at_k: report.overall.recall_at_k.clone(),
             questions: report.overall.retrieval_questions,
-            output: one.run.output.clone(),
+            output: one.files.output.clone(),
         });
     }
     let recalls = |c: &Candidate| -> Vec<f64> {
@@ -209,7 +210,7 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         interrupted,
     };
     write_file(
-        &lepus.run.output,
+        &lepus.files.output,
         serde_json::to_string_pretty(&report)?.as_bytes(),
     )?;
     Ok(report)
@@ -238,10 +239,9 @@ pub fn table(r: &SearchReport) -> String {
     out
 }
 
-impl super::Run for InstructionSearchArgs {
-    fn run(&self) -> Result<i32> {
-        let report = run(self)?;
-        print!("{}", table(&report));
-        Ok(super::entry::exit_code(report.interrupted))
-    }
+/// Runs `hopscore instruction-search`, prints its table and returns the exit code.
+pub fn main(args: &InstructionSearchArgs) -> Result<i32> {
+    let report = run(args)?;
+    print!("{}", table(&report));
+    Ok(super::entry::exit_code(report.interrupted))
 }

@@ -2,35 +2,23 @@
 //! function per subcommand, and the entry point ([`main_with_args`]) that `main.rs`
 //! and the Python console script call.
 
-pub mod beam;
 pub mod bench;
 pub mod bench_loglik;
-pub mod classify;
-pub mod embed;
 pub mod entry;
 pub mod eval;
-pub mod flags;
 pub mod import;
 pub mod inspect;
 pub mod instruction_search;
-pub mod label;
-pub mod lepus;
-pub mod loglik;
+pub mod job;
 pub mod merge;
-pub mod question_run;
 pub mod retrieve;
-pub mod review;
-pub mod row_run;
 pub mod show;
 
 pub use entry::main_with_args;
 
-use std::path::Path;
+pub use job::JobCommand;
 
-use crate::backend::cpu::CpuGemm;
-use crate::backend::dtype::DType;
-use crate::io::paths::Named;
-use crate::jobs::{DeviceConfig, DeviceKind};
+use crate::jobs::DeviceConfig;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -39,7 +27,7 @@ use clap::{Parser, Subcommand};
 #[command(version, about, propagate_version = true)]
 pub struct Cli {
     /// Worker threads for the CPU backend (default: all cores).
-    #[arg(long, global = true, env = "HOPSCORE_THREADS", value_parser = flags::positive_usize)]
+    #[arg(long, global = true, env = "HOPSCORE_THREADS", value_parser = crate::options::values::positive_usize)]
     pub threads: Option<usize>,
     #[command(subcommand)]
     pub command: Command,
@@ -72,80 +60,6 @@ pub enum Command {
     InstructionSearch(instruction_search::InstructionSearchArgs),
 }
 
-/// A job's subcommand: runs, prints its summary and returns the exit code.
-pub trait Run {
-    fn run(&self) -> Result<i32>;
-}
-
-/// The subcommands of the registered jobs ([`crate::jobs::for_each_job`]).
-macro_rules! job_commands {
-    ($($(#[$doc:meta])* $variant:ident($module:ident, $config:ident, $args:ident)),* $(,)?) => {
-        /// The subcommands of the jobs, one per registered job.
-        #[derive(Debug, Subcommand)]
-        pub enum JobCommand {
-            $($(#[$doc])* $variant($module::$args)),*
-        }
-
-        impl Run for JobCommand {
-            fn run(&self) -> Result<i32> {
-                match self {
-                    $(JobCommand::$variant(args) => args.run()),*
-                }
-            }
-        }
-    };
-}
-crate::jobs::for_each_job!(job_commands);
-
-/// `--device`, `--gpu`, `--dtype`, `--cpu-gemm`: where the model runs and in which
-/// element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
-pub struct DeviceOpts {
-    #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.kind)]
-    pub device: DeviceKind,
-    /// CUDA device ordinal (with `--device cuda`).
-    #[arg(long, default_value_t = DeviceConfig::CPU.gpu)]
-    pub gpu: usize,
-    /// Element type of weights and activations on the GPU (accumulation is f32).
-    #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.dtype)]
-    pub dtype: DType,
-    /// Arithmetic of the dense layers on the CPU: f32 (the reference), bf16
-    /// (AVX512-BF16) or int8 (dynamic per-row × per-channel, AVX512-VNNI). bf16 and int8
-    /// are faster and change scores slightly (docs/parity.md); a CPU without the
-    /// instructions runs f32 and says so.
-    #[arg(long, value_enum, default_value_t = DeviceConfig::CPU.cpu_gemm)]
-    pub cpu_gemm: CpuGemm,
-    /// Run each forward as a CUDA graph, captured once per batch bucket (batches are
-    /// padded to token/sequence/length buckets) and replayed: far fewer launches for
-    /// small models; `off` runs every op on its own (debugging, per-kernel profiles).
-    #[arg(long, value_name = "on|off", env = "HOPSCORE_CUDA_GRAPHS", default_value = "on",
-          value_parser = flags::on_off, action = clap::ArgAction::Set)]
-    pub cuda_graphs: bool,
-}
-
-impl DeviceOpts {
-    /// The CPU backend: the flags' defaults ([`DeviceConfig::CPU`]).
-    pub const CPU: DeviceOpts = DeviceOpts {
-        device: DeviceConfig::CPU.kind,
-        gpu: DeviceConfig::CPU.gpu,
-        dtype: DeviceConfig::CPU.dtype,
-        cpu_gemm: DeviceConfig::CPU.cpu_gemm,
-        cuda_graphs: DeviceConfig::CPU.cuda_graphs,
-    };
-
-    /// The library's device config (threads are set once by [`init_threads`]).
-    pub fn config(&self) -> DeviceConfig {
-        DeviceConfig {
-            kind: self.device,
-            gpu: self.gpu,
-            dtype: self.dtype,
-            cpu_gemm: self.cpu_gemm,
-            threads: None,
-            cuda_graphs: self.cuda_graphs,
-        }
-    }
-}
-
 /// Sets the size of the global rayon pool (all cores when `None`).
 pub fn init_threads(threads: Option<usize>) -> Result<()> {
     DeviceConfig {
@@ -153,15 +67,6 @@ pub fn init_threads(threads: Option<usize>) -> Result<()> {
         ..DeviceConfig::CPU
     }
     .init_threads()
-}
-
-/// The paths a command reads besides `--input` (`(flag, path)`, `None` when not given),
-/// for the guard that no output overwrites an input.
-pub fn inputs(paths: &[(&str, Option<&Path>)]) -> Vec<Named> {
-    paths
-        .iter()
-        .filter_map(|&(flag, path)| path.map(|p| Named::new(flag, p)))
-        .collect()
 }
 
 /// Prints the library's `log` records on stderr, as the command line shows them: info

@@ -1,85 +1,19 @@
 //! `hopscore retrieve`: candidate pools for a question file from a passage corpus
 //! ([`crate::jobs::retrieve`]): dense (an `embed` index), BM25, or both fused.
 
-use std::path::PathBuf;
-
 use anyhow::Result;
 use clap::Args;
 
-use super::DeviceOpts;
-use crate::jobs::embed::EmbedConfig;
-use crate::jobs::retrieve::{self, RetrieveConfig, RetrieveSummary, Retriever};
-use crate::model::bert::Pooling;
+use crate::jobs::retrieve::{self, RetrieveConfig, RetrieveSummary};
+use crate::jobs::DeviceConfig;
 
+/// The flags of `hopscore retrieve`: its config's and the device's (the query encoder's).
 #[derive(Debug, Clone, Args)]
 pub struct RetrieveArgs {
-    /// Question file (`hopscore import`); its passages are replaced by the hits.
-    #[arg(long)]
-    pub questions: PathBuf,
-    /// Passage Parquet: `id`, `text`, optionally `title` (the file given to `embed`).
-    #[arg(long)]
-    pub corpus: PathBuf,
-    /// `hopscore embed` outputs over the corpus (repeat for several files).
-    #[arg(long, num_args = 1..)]
-    pub index: Vec<PathBuf>,
-    /// The query encoder: the model that embedded the index.
-    #[arg(long, env = "HOPSCORE_ENCODER", value_parser = super::flags::model_path)]
-    pub encoder: Option<PathBuf>,
-    /// The encoder's tokenizer.json (or a directory holding it), when its directory has none.
-    #[arg(long, value_parser = super::flags::tokenizer_path)]
-    pub tokenizer: Option<PathBuf>,
-    /// Text put before every question (E5: "query: "; BGE's instruction).
-    #[arg(long, default_value = "")]
-    pub query_prefix: String,
-    /// Pooling, when it differs from the encoder directory's (as for `embed`).
-    #[arg(long, value_enum)]
-    pub pooling: Option<Pooling>,
-    /// L2-normalise the query vectors (default: as the encoder directory says).
-    #[arg(long, value_name = "on|off", value_parser = super::flags::on_off, action = clap::ArgAction::Set)]
-    pub normalize: Option<bool>,
-    #[arg(long, value_enum, default_value_t = Retriever::Dense)]
-    pub retriever: Retriever,
-    /// Passages per question.
-    #[arg(long, default_value_t = 20, value_parser = super::flags::positive_usize)]
-    pub k: usize,
-    /// How deep each ranking goes into the fusion (`--retriever hybrid`).
-    #[arg(long, default_value_t = 100, value_parser = super::flags::positive_usize)]
-    pub fusion_depth: usize,
-    /// Questions per index scan (each scan reads the whole index once).
-    #[arg(long, default_value_t = 4096, value_parser = super::flags::positive_usize)]
-    pub question_rows: usize,
-    /// Output question file; the scores go to `<output stem>.retrieval.parquet`.
-    #[arg(long)]
-    pub output: PathBuf,
-    /// Where bad questions go. Default: `<output stem>.quarantine.parquet`.
-    #[arg(long)]
-    pub quarantine: Option<PathBuf>,
     #[command(flatten)]
-    pub device: DeviceOpts,
-}
-
-impl RetrieveArgs {
-    /// The library's config of the job.
-    pub fn config(&self) -> RetrieveConfig {
-        RetrieveConfig {
-            questions: self.questions.clone(),
-            corpus: self.corpus.clone(),
-            index: self.index.clone(),
-            encoder: self.encoder.clone().map(|model| EmbedConfig {
-                pooling: self.pooling,
-                normalize: self.normalize,
-                prefix: self.query_prefix.clone(),
-                tokenizer: self.tokenizer.clone(),
-                ..EmbedConfig::new(model)
-            }),
-            retriever: self.retriever,
-            k: self.k,
-            fusion_depth: self.fusion_depth,
-            output: self.output.clone(),
-            quarantine: self.quarantine.clone(),
-            question_rows: self.question_rows,
-        }
-    }
+    pub config: RetrieveConfig,
+    #[command(flatten)]
+    pub device: DeviceConfig,
 }
 
 /// Runs `hopscore retrieve` and prints its summary; a stop (Ctrl-C, SIGTERM) writes
@@ -104,9 +38,8 @@ pub fn main(args: &RetrieveArgs) -> Result<i32> {
 /// Runs `hopscore retrieve`.
 pub fn run(args: &RetrieveArgs) -> Result<RetrieveSummary> {
     crate::pipeline::control::install_interrupt_handler();
-    let config = args.config();
-    crate::jobs::device::with_backend!(owned &args.device.config(), be => {
-        retrieve::run(&config, be)
+    crate::jobs::device::with_backend!(owned &args.device, be => {
+        retrieve::run(&args.config, be)
     })
 }
 

@@ -15,7 +15,7 @@ use crate::io::fingerprint;
 use crate::io::parquet_io::sibling;
 use crate::io::parts::concat_parquet;
 use crate::io::paths::{check_outputs, Kind, Named};
-use crate::pipeline::control::parse_shard;
+use crate::io::shard::parse_shard;
 
 const SHARD_KEY: &str = "hopscore.shard";
 

@@ -18,3 +18,4 @@ pub mod paths;
 pub mod quarantine;
 pub mod questions;
 pub mod schemas;
+pub mod shard;

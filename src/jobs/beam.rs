@@ -18,16 +18,17 @@ use crate::backend::Backend;
 use crate::io::columns::ScoredChainsBuilder;
 use crate::io::fingerprint::file_sha256;
 use crate::io::metadata::run_metadata;
+use crate::io::paths::Named;
 use crate::io::questions::Question;
 use crate::io::schemas::beam_schema;
-use crate::jobs::options::{self, Options};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::hub::Need;
+use crate::options::{self, Options};
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
+use crate::pipeline::Strategy;
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode, MAX_LEN};
-use crate::strategy::Strategy;
 use crate::text::render::{beam_passage, beam_question, PassageStyle};
 use crate::text::TextTokenizer;
 
@@ -97,22 +98,39 @@ impl TryFrom<HopsValue> for Hops {
     }
 }
 
-/// What to load and how to search.
+/// What to load and how to search: the flags of `hopscore beam` and the options of
+/// Python's `hopscore.Beam`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct BeamConfig {
     /// Beam Retrieval checkpoint directory (config.json + safetensors with the
     /// `hop_classifier_layer` and `hop_n_classifier_layer` heads).
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_MODEL",
+        value_parser = crate::options::values::model_path))]
     pub model: PathBuf,
     /// tokenizer.json (or its directory) when the model directory has none.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
+        value_parser = crate::options::values::tokenizer_path))]
     pub tokenizer: Option<PathBuf>,
-    /// Beams kept per hop.
+    /// Beams kept per hop (the official models were trained with 1 or 2).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = BeamConfig::defaults().beam_size,
+        value_parser = crate::options::values::positive_usize))]
     pub beam_size: usize,
+    /// Hop count: a number, `from-data` (the question file's `hops`, as the official
+    /// evaluation does), or `auto` (the paper's τ rule, with --tau and --max-hops).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = BeamConfig::defaults().hops,
+        value_parser = str::parse::<Hops>))]
     pub hops: Hops,
-    /// [`Hops::Auto`]: continue while the best score of a hop is at least this.
+    /// `--hops auto`: continue while the best score of a hop is at least this.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = BeamConfig::defaults().tau,
+        allow_hyphen_values = true, value_parser = crate::options::values::finite_f32))]
     pub tau: f32,
-    /// [`Hops::Auto`]: most hops searched (truncation budgets use this count).
+    /// `--hops auto`: most hops searched (truncation budgets use this count).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = BeamConfig::defaults().max_hops,
+        value_parser = crate::options::values::positive_usize))]
     pub max_hops: usize,
     #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
     pub scheduler: SchedulerConfig,
 }
 
@@ -149,6 +167,13 @@ impl Options for BeamConfig {
 
     fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
         options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        options::named(&[
+            ("--model", Some(&self.model)),
+            ("--tokenizer", self.tokenizer.as_deref()),
+        ])
     }
 }
 
@@ -380,4 +405,18 @@ fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
     RecordBatch::try_new(beam_schema(), columns).context("building the output batch")
 }
 
-super::job_kind!(BeamConfig, "beam", ["model"]);
+super::job_kind!(BeamConfig, "beam", ["model"], "question", 256);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hops_parse_from_a_count_or_a_word() {
+        let parse = |s: &str| s.parse::<Hops>();
+        assert_eq!(parse("3"), Ok(Hops::Fixed(3)));
+        assert_eq!(parse("from-data"), Ok(Hops::FromData));
+        assert_eq!(parse("auto"), Ok(Hops::Auto));
+        assert!(parse("0").is_err() && parse("two").is_err());
+    }
+}

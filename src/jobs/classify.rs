@@ -15,28 +15,40 @@ use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer}
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
 use crate::io::parquet_io::check_str;
-use crate::jobs::options::{self, Options};
+use crate::io::paths::Named;
 use crate::model::batch::Sequence;
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::select;
 use crate::model::hub::Need;
+use crate::options::{self, Options};
 use crate::text::TextTokenizer;
 
-/// What to load and how to batch.
+/// What to load and how to batch: the flags of `hopscore classify` and the options of
+/// Python's `hopscore.CrossEncoder`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ClassifyConfig {
     /// Model directory: config.json, model.safetensors (or a sharded index) and,
-    /// unless `tokenizer` is given, tokenizer.json.
+    /// unless --tokenizer is given, tokenizer.json.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_MODEL",
+        value_parser = crate::options::values::model_path))]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it), when the model directory has none.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
+        value_parser = crate::options::values::tokenizer_path))]
     pub tokenizer: Option<PathBuf>,
-    /// Head to score with; needed only when the checkpoint has several
-    /// sequence-level heads.
+    /// Head to score with (`sequence`, `hop1`, `hop_n`, …; see `hopscore inspect`).
+    /// Needed only when the checkpoint has several sequence-level heads.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub head: Option<String>,
-    /// Token budget of one forward pass.
+    /// Token budget of one forward pass. Larger batches use the cores better and
+    /// need more memory (about 4·H·(12 + L) bytes per token on CPU).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ClassifyConfig::defaults().max_batch_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub max_batch_tokens: usize,
-    /// Truncation length of a pair, special tokens included (default: the model's
-    /// max_position_embeddings).
+    /// Truncation length of a pair, special tokens included (longest-first).
+    /// Default: the model's max_position_embeddings.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_usize))]
     pub max_length: Option<usize>,
 }
 
@@ -69,6 +81,13 @@ impl Options for ClassifyConfig {
 
     fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
         options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        options::named(&[
+            ("--model", Some(&self.model)),
+            ("--tokenizer", self.tokenizer.as_deref()),
+        ])
     }
 }
 
@@ -176,4 +195,4 @@ fn score<B: Backend>(
     })
 }
 
-super::job_kind!(ClassifyConfig, "classify", ["model"]);
+super::job_kind!(ClassifyConfig, "classify", ["model"], "row", 4096);

@@ -15,26 +15,54 @@ pub enum DeviceKind {
     Cuda,
 }
 
-/// Device, element type and threads of a job (the CLI's `--device`, `--gpu`,
-/// `--dtype`, `--cpu-gemm` and `--threads`).
+/// Device, element type and threads of a job: the flags `--device`, `--gpu`, `--dtype`,
+/// `--cpu-gemm` and `--cuda-graphs` of every job that runs a model (`--threads` is
+/// the command line's global flag), and Python's keyword arguments of the same names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct DeviceConfig {
+    /// Where the model runs.
     #[serde(rename = "device")]
+    #[cfg_attr(feature = "cli", arg(long = "device", value_name = "DEVICE", value_enum,
+        default_value_t = DeviceConfig::CPU.kind))]
     pub kind: DeviceKind,
-    /// CUDA device ordinal (with [`DeviceKind::Cuda`]).
+    /// CUDA device ordinal (with `--device cuda`).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = DeviceConfig::CPU.gpu))]
     pub gpu: usize,
-    /// Element type of weights and activations on the GPU.
+    /// Element type of weights and activations on the GPU (accumulation is f32).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = DeviceConfig::CPU.dtype))]
     pub dtype: DType,
-    /// Arithmetic of the dense layers on the CPU (f32 unless asked; bf16 and int8 change
-    /// scores slightly, see docs/parity.md).
+    /// Arithmetic of the dense layers on the CPU: f32 (the reference), bf16
+    /// (AVX512-BF16) or int8 (dynamic per-row × per-channel, AVX512-VNNI). bf16 and int8
+    /// are faster and change scores slightly (docs/parity.md); a CPU without the
+    /// instructions runs f32 and says so.
     #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = DeviceConfig::CPU.cpu_gemm))]
     pub cpu_gemm: CpuGemm,
     /// CPU worker threads: a pool of its own for a job the library builds
     /// (`jobs::build`), the global pool's size on the command line; `None` uses the
     /// global pool as it is (all cores unless set before).
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub threads: Option<usize>,
-    /// CUDA graphs of whole forwards (see `backend::cuda::graphs`).
+    /// Run each forward as a CUDA graph, captured once per batch bucket (batches are
+    /// padded to token/sequence/length buckets) and replayed: far fewer launches for
+    /// small models; `off` runs every op on its own (debugging, per-kernel profiles).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "on|off", env = "HOPSCORE_CUDA_GRAPHS",
+        default_value = "on", value_parser = crate::options::values::on_off,
+        action = clap::ArgAction::Set))]
     pub cuda_graphs: bool,
+}
+
+/// The device options of a job that runs no model (`review`): none; it runs on the
+/// CPU ([`DeviceConfig::CPU`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct NoDevice {}
+
+impl From<NoDevice> for DeviceConfig {
+    fn from(_: NoDevice) -> Self {
+        DeviceConfig::CPU
+    }
 }
 
 impl DeviceConfig {
@@ -54,7 +82,7 @@ impl DeviceConfig {
         let Some(n) = self.threads else {
             return Ok(None);
         };
-        crate::jobs::options::at_least_one("threads", n)?;
+        crate::options::at_least_one("threads", n)?;
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build()
@@ -118,7 +146,7 @@ macro_rules! with_backend {
 }
 pub(crate) use with_backend;
 
-impl crate::jobs::options::Options for DeviceConfig {
+impl crate::options::Options for DeviceConfig {
     /// The CPU, as the command line's `--device` defaults to.
     fn defaults() -> Self {
         Self::CPU

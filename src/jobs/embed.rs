@@ -17,33 +17,49 @@ use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer}
 use super::value_name;
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
-use crate::jobs::options::{self, Options};
+use crate::io::paths::Named;
 use crate::model::batch::Sequence;
 use crate::model::bert::{BertEmbedder, EmbeddingHead, Pooling};
 use crate::model::hub::Need;
+use crate::options::{self, Options};
 use crate::text::TextTokenizer;
 
-/// What to load, how to pool and how to write.
+/// What to load, how to pool and how to write: the flags of `hopscore embed` and the
+/// options of Python's `hopscore.Embedder`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct EmbedConfig {
-    /// Model directory: config.json, model.safetensors (or a sharded index),
-    /// tokenizer.json and, for sentence-transformers models, modules.json.
+    /// BERT-family model directory (sentence-transformers or plain HF): config.json,
+    /// model.safetensors, tokenizer.json, and modules.json + 1_Pooling/ where present.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_ENCODER",
+        value_parser = crate::options::values::model_path))]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it), when the model directory has none.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::tokenizer_path))]
     pub tokenizer: Option<PathBuf>,
-    /// Pooling; default: the model's `1_Pooling/config.json`, else mean.
+    /// Pooling of the token vectors. Default: the model's 1_Pooling/config.json, else
+    /// mean (Contriever).
+    #[cfg_attr(feature = "cli", arg(long, value_enum))]
     pub pooling: Option<Pooling>,
-    /// L2-normalise; default: whether the model has a Normalize module.
+    /// L2-normalise the vectors. Default: whether modules.json has a Normalize module.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "on|off",
+        value_parser = crate::options::values::on_off, action = clap::ArgAction::Set))]
     pub normalize: Option<bool>,
-    /// Truncation length, special tokens included; default: the model's
-    /// `max_seq_length`, else max_position_embeddings.
+    /// Truncation length, special tokens included. Default: the model's
+    /// sentence_bert_config.json max_seq_length, else max_position_embeddings.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_usize))]
     pub max_length: Option<usize>,
-    /// Text put before every row's text (E5: `"passage: "`).
+    /// Text put before every passage (E5: "passage: ").
+    #[cfg_attr(feature = "cli", arg(long, default_value = ""))]
     pub prefix: String,
     /// Write float16 vectors (half the size; ~3 significant digits).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub float16: bool,
-    /// Token budget of one forward pass (4096: on 2 CPU cores MiniLM runs 1.2× faster
-    /// than at 16384, whose activations leave the caches; a GPU wants 16384 or more).
+    /// Token budget of one forward pass. The default suits CPUs (on 2 cores MiniLM runs
+    /// 1.2× faster than at 16384, whose activations leave the caches); on a GPU use
+    /// 16384 or more.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = EmbedConfig::defaults().max_batch_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub max_batch_tokens: usize,
 }
 
@@ -79,6 +95,13 @@ impl Options for EmbedConfig {
 
     fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
         options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        options::named(&[
+            ("--model", Some(&self.model)),
+            ("--tokenizer", self.tokenizer.as_deref()),
+        ])
     }
 }
 
@@ -302,4 +325,4 @@ impl<B: Backend> RowScorer for Embedder<B> {
     }
 }
 
-super::job_kind!(EmbedConfig, "embed", ["model"]);
+super::job_kind!(EmbedConfig, "embed", ["model"], "row", 4096);

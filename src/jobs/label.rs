@@ -21,50 +21,80 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::io::fingerprint::{file_sha256, model_sha256};
 use crate::io::metadata::run_metadata;
+use crate::io::paths::Named;
 use crate::io::questions::Question;
 use crate::io::schemas::{iteration_fields, label_schema};
-use crate::jobs::options::{self, Options};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles};
 use crate::model::heads::Pooling;
 use crate::model::hub::Need;
+use crate::options::{self, Options};
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
-use crate::retrieve::dense::{top_k_inner_product, DenseIndex};
+use crate::pipeline::Strategy;
+use crate::retrieve::chunks::{
+    corpus_vectors, ChunkSource, CorpusChunks, DensePool, DenseVectors, PoolChunks, QueryEncoder,
+};
 use crate::retrieve::Corpus;
 use crate::strategy::efficientrag::{
-    ChunkSource, EfficientRag, Iteration, LabelResult, LoopConfig, PoolChunks, FILTER, LABELER,
-    MAX_ITER, TOP_K,
+    EfficientRag, Iteration, LabelResult, LoopConfig, FILTER, LABELER, MAX_ITER, TOP_K,
 };
-use crate::strategy::Strategy;
 use crate::text::render::efficientrag_chunk;
 use crate::text::TextTokenizer;
 
-/// What to load and how to search.
+/// What to load and how to search: the flags of `hopscore label` and the options of
+/// Python's `hopscore.Label`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct LabelConfig {
-    /// EfficientRAG Labeler checkpoint directory.
+    /// EfficientRAG Labeler checkpoint directory (`deberta.*`, `pooler.dense.*`,
+    /// `sequence_classifier.*` with 2 or 3 tags, `token_classifier.*`).
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_LABELER",
+        value_parser = crate::options::values::model_path))]
     pub labeler: PathBuf,
-    /// EfficientRAG Filter checkpoint directory.
+    /// EfficientRAG Filter checkpoint directory (a `DebertaV2ForTokenClassification`
+    /// with 2 labels).
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_FILTER",
+        value_parser = crate::options::values::model_path))]
     pub filter: PathBuf,
-    /// tokenizer.json (or its directory) when the Labeler directory has none.
+    /// tokenizer.json (or its directory) when the Labeler directory has none; both
+    /// models share it.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
+        value_parser = crate::options::values::tokenizer_path))]
     pub tokenizer: Option<PathBuf>,
-    /// Retrieve from this corpus (Parquet `id`, `text`, optional `title`) instead of
-    /// each question's own passages.
+    /// Retrieve from this corpus (Parquet `id`, `text`, optional `title`; one BM25
+    /// index built at start) instead of each question's own passages.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub corpus: Option<PathBuf>,
+    /// Tag-head pooling: `cls` (the official code: ContextPooler on [CLS]) or `mean`
+    /// (the paper: the pooler on the mean of the token states).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = LabelConfig::defaults().tag_pooling))]
     pub tag_pooling: TagPooling,
     /// Most iterations (retrieve, label, filter) per question.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LabelConfig::defaults().max_iter,
+        value_parser = crate::options::values::positive_usize))]
     pub max_iter: usize,
     /// Chunks retrieved per iteration.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LabelConfig::defaults().top_k,
+        value_parser = crate::options::values::positive_usize))]
     pub top_k: usize,
-    /// BM25, or dense with `encoder` (the official code's Contriever retrieval).
+    /// `bm25`, or `dense` as the official code retrieves (a bi-encoder such as
+    /// Contriever-MSMARCO: --encoder; over --corpus, its vectors: --index).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = LabelConfig::defaults().retriever))]
     pub retriever: LabelRetriever,
-    /// The bi-encoder of dense retrieval (its `prefix` is the query prefix); it runs
-    /// on the CPU, one query per iteration.
-    pub encoder: Option<EmbedConfig>,
-    /// With `corpus` and dense retrieval: `hopscore embed` outputs of that corpus.
+    /// The bi-encoder of `--retriever dense` (a BERT-family directory as for `embed`);
+    /// it embeds each iteration's query on the CPU.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_ENCODER",
+        value_parser = crate::options::values::model_path))]
+    pub encoder: Option<PathBuf>,
+    /// `hopscore embed` outputs of the --corpus file (dense retrieval over a corpus).
+    #[cfg_attr(feature = "cli", arg(long, num_args = 1..))]
     pub index: Vec<PathBuf>,
+    /// Text put before every query (E5: "query: ").
+    #[cfg_attr(feature = "cli", arg(long, default_value = ""))]
+    pub query_prefix: String,
     #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
     pub scheduler: SchedulerConfig,
 }
 
@@ -104,6 +134,7 @@ impl Options for LabelConfig {
             retriever: LabelRetriever::Bm25,
             encoder: None,
             index: Vec::new(),
+            query_prefix: String::new(),
             scheduler: SchedulerConfig::default(),
         }
     }
@@ -111,9 +142,6 @@ impl Options for LabelConfig {
     fn check(&self) -> Result<()> {
         options::at_least_one("max_iter", self.max_iter)?;
         options::at_least_one("top_k", self.top_k)?;
-        if let Some(encoder) = &self.encoder {
-            encoder.check()?;
-        }
         anyhow::ensure!(
             self.index.is_empty() || self.corpus.is_some(),
             "--index is the vectors of a --corpus: without --corpus the loop retrieves from \
@@ -131,10 +159,20 @@ impl Options for LabelConfig {
     fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
         let models = [&mut self.labeler, &mut self.filter];
         let mut paths = options::model_and_tokenizer(models, self.tokenizer.as_mut());
-        if let Some(encoder) = self.encoder.as_mut() {
-            paths.extend(encoder.model_paths());
-        }
+        paths.extend(self.encoder.as_mut().map(|e| (e, Need::Model)));
         paths
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        let mut inputs = options::named(&[
+            ("--labeler", Some(&self.labeler)),
+            ("--filter", Some(&self.filter)),
+            ("--tokenizer", self.tokenizer.as_deref()),
+            ("--corpus", self.corpus.as_deref()),
+            ("--encoder", self.encoder.as_deref()),
+        ]);
+        inputs.extend(self.index.iter().map(|p| Named::new("--index", p)));
+        inputs
     }
 }
 
@@ -264,75 +302,10 @@ impl<B: Backend> Models<B> {
     }
 }
 
-/// Dense retrieval over a chunk source's chunks (the official code's Contriever
-/// index): the query embedded on the CPU each iteration, the `k` chunks of largest
-/// inner product, best first.
-struct DenseVectors {
-    encoder: Arc<Embedder<CpuBackend>>,
-    /// `[chunks, dim]`, in the source's chunk order.
-    vectors: Vec<f32>,
-}
-
-impl DenseVectors {
-    fn search(&self, query: &str, k: usize) -> Vec<usize> {
-        match self.encoder.embed_texts(&[query]) {
-            Ok(q) => top_k_inner_product(&q, &self.vectors, k)
-                .into_iter()
-                .map(|(doc, _)| doc)
-                .collect(),
-            Err(e) => {
-                // Only a tokenizer failure gets here (the CPU backend has no device
-                // errors); the question then ends with nothing retrieved.
-                log::error!("dense retrieval: cannot embed the query: {e:#}");
-                Vec::new()
-            }
-        }
-    }
-}
-
-/// A question's own passages searched densely.
-struct DensePool {
-    chunks: Vec<String>,
-    dense: DenseVectors,
-}
-
-impl ChunkSource for DensePool {
-    fn search(&self, query: &str, k: usize) -> Vec<usize> {
-        self.dense.search(query, k)
-    }
-    fn chunk(&self, doc: usize) -> String {
-        self.chunks[doc].clone()
-    }
-}
-
-/// A corpus as a chunk source: chunks `"{title}: {text}"` (just the text when the
-/// title is empty); BM25 over `title + " " + text`, or dense over its index vectors.
-struct CorpusChunks {
-    corpus: Corpus,
-    dense: Option<DenseVectors>,
-}
-
-impl ChunkSource for CorpusChunks {
-    fn search(&self, query: &str, k: usize) -> Vec<usize> {
-        match &self.dense {
-            Some(d) => d.search(query, k),
-            None => self
-                .corpus
-                .index
-                .search(query, k)
-                .iter()
-                .map(|h| h.doc)
-                .collect(),
-        }
-    }
-    fn chunk(&self, doc: usize) -> String {
-        let (title, text) = (&self.corpus.titles[doc], &self.corpus.texts[doc]);
-        if title.is_empty() {
-            text.clone()
-        } else {
-            efficientrag_chunk(title, text, None)
-        }
-    }
+/// `encoder` embedding one query at a time.
+fn query_encoder(encoder: &Arc<Embedder<CpuBackend>>) -> QueryEncoder {
+    let encoder = encoder.clone();
+    Arc::new(move |query: &str| encoder.embed_texts(&[query]))
 }
 
 /// The query encoder of dense retrieval (`None` for BM25).
@@ -340,43 +313,15 @@ fn dense_encoder(config: &LabelConfig) -> Result<Option<Arc<Embedder<CpuBackend>
     if config.retriever == LabelRetriever::Bm25 {
         return Ok(None);
     }
-    let encoder = config
+    let model = config
         .encoder
         .clone()
         .context("--retriever dense needs the bi-encoder (--encoder DIR)")?;
+    let encoder = EmbedConfig {
+        prefix: config.query_prefix.clone(),
+        ..EmbedConfig::new(model)
+    };
     Ok(Some(Arc::new(embedder(encoder, CpuBackend::F32)?)))
-}
-
-/// The corpus's vectors from its index, in corpus order (every row must have one).
-fn corpus_vectors(
-    corpus: &Corpus,
-    corpus_path: &std::path::Path,
-    index: &[PathBuf],
-    encoder: &Embedder<CpuBackend>,
-) -> Result<Vec<f32>> {
-    anyhow::ensure!(
-        !index.is_empty(),
-        "--retriever dense with --corpus needs the corpus's vectors (--index FILE, written \
-         by `hopscore embed` from the same corpus file)"
-    );
-    let index = DenseIndex::open(index)?;
-    index.check_corpus(corpus_path)?;
-    index.check_encoder(encoder.dim(), |key| encoder.recorded(key))?;
-    let (ids, vectors) = index.load_all()?;
-    let row: std::collections::HashMap<&str, usize> = ids
-        .iter()
-        .enumerate()
-        .map(|(r, id)| (id.as_str(), r))
-        .collect();
-    let dim = index.dim;
-    let mut out = Vec::with_capacity(corpus.len() * dim);
-    for id in &corpus.ids {
-        let r = *row.get(id.as_str()).with_context(|| {
-            format!("corpus row `{id}` has no vector in the index: embed this corpus file")
-        })?;
-        out.extend_from_slice(&vectors[r * dim..(r + 1) * dim]);
-    }
-    Ok(out)
 }
 
 /// One question's loop plus its id.
@@ -438,8 +383,10 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
             }
             let dense = match &encoder {
                 Some(e) => Some(DenseVectors {
-                    vectors: corpus_vectors(&c, path, &config.index, e)?,
-                    encoder: e.clone(),
+                    vectors: corpus_vectors(&c, path, &config.index, e.dim(), |key| {
+                        e.recorded(key)
+                    })?,
+                    encoder: query_encoder(e),
                 }),
                 None => None,
             };
@@ -524,7 +471,7 @@ impl<B: Backend> QuestionScorer for LabelScorer<B> {
                     Arc::new(DensePool {
                         chunks: chunks(),
                         dense: DenseVectors {
-                            encoder: e.clone(),
+                            encoder: query_encoder(e),
                             vectors,
                         },
                     })
@@ -658,4 +605,4 @@ fn label_batch(chunk: &[Labeled], ids: Option<&DocIds>) -> Result<RecordBatch> {
     }
 }
 
-super::job_kind!(LabelConfig, "label", ["labeler", "filter"]);
+super::job_kind!(LabelConfig, "label", ["labeler", "filter"], "question", 256);

@@ -28,24 +28,26 @@ use super::questions::{Prepare, QuestionJob, QuestionScorer};
 use crate::backend::Backend;
 use crate::io::columns::ScoredChainsBuilder;
 use crate::io::metadata::{run_metadata, tool_metadata};
+use crate::io::paths::Named;
 use crate::io::questions::Question;
 use crate::io::schemas::lepus_schema;
-use crate::jobs::options::{self, Options};
+use crate::jobs::device::with_backend;
+use crate::jobs::DeviceConfig;
 use crate::model::batch::Sequence;
 use crate::model::decoder::ScoredSequence;
 use crate::model::hub::Need;
-use crate::pipeline::files::ToBatch;
+use crate::options::{self, Options};
+use crate::pipeline::files::{self, FileRun, RunSummary, ToBatch};
 use crate::pipeline::SchedulerConfig;
-use crate::retrieve::tfidf::TfIdfOptions;
-use crate::retrieve::{Bm25Index, TfIdf};
+use crate::pipeline::Strategy;
+use crate::retrieve::Bm25Index;
 use crate::strategy::lepus::{
     parse_templates, question_text, with_demos, Demo, Ensemble, InstructionPosition,
     LepusConfig as SearchConfig, LepusResult, LepusSearch, PromptEncoder, ScoredPath, Template,
     DEFAULT_INSTRUCTIONS,
 };
-use crate::strategy::Strategy;
 use crate::text::causal_tokenizer::CausalTokenizer;
-use crate::text::words::clean_up_tokenization;
+use crate::text::prompt::{shorten, LmEncoder};
 
 /// Which scorer ranks the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -56,53 +58,100 @@ pub enum LepusScorer {
     Bm25,
 }
 
-/// What to load and how to rank.
+/// What to load and how to rank: the flags of `hopscore lepus` and the options of
+/// Python's `hopscore.Lepus`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct LepusConfig {
-    /// A GGUF file, a directory holding one, or an HF directory of a causal LM or a
-    /// T5-family encoder-decoder (not needed with [`LepusScorer::Bm25`]).
+    /// A GGUF file, a directory holding one, or an HF directory (config.json,
+    /// model.safetensors, tokenizer.json) of a causal LM or a T5-family
+    /// encoder-decoder. Not needed with `--scorer bm25`.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_MODEL", value_parser = crate::options::values::model_path))]
     pub model: Option<PathBuf>,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
+        value_parser = crate::options::values::tokenizer_path))]
     pub tokenizer: Option<PathBuf>,
+    /// `lm`: LEPUS with the language model; `bm25`: BM25 (Lucene scoring, k1 0.9, b 0.4)
+    /// of the question against each passage's title and text, no model (a baseline).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = LepusConfig::defaults().scorer))]
     pub scorer: LepusScorer,
-    /// Instruction file (default: hopscore's own set, src/strategy/lepus_instructions.txt).
+    /// Instruction file (see src/strategy/lepus_instructions.txt for the format).
+    /// Default: hopscore's own instruction set.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub templates: Option<PathBuf>,
-    /// Templates used (the first N of the set).
+    /// Templates used (the first N of the set); scores are combined by --ensemble.
+    /// 1 is the official code's default; each template multiplies the work.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().num_templates,
+        value_parser = crate::options::values::positive_usize))]
     pub num_templates: usize,
+    /// Where instruction lines go relative to the documents.
+    #[cfg_attr(feature = "cli", arg(long, value_enum,
+        default_value_t = LepusConfig::defaults().instruction_position))]
     pub instruction_position: InstructionPosition,
-    /// Ensemble over templates of single-document scores.
+    /// Ensemble over templates of single-document scores (paper: max is better;
+    /// official default: mean).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = LepusConfig::defaults().ensemble))]
     pub ensemble: Ensemble,
-    /// Ensemble over templates of path scores.
+    /// Ensemble over templates of path scores (the official code always uses mean).
+    #[cfg_attr(feature = "cli", arg(long, value_enum,
+        default_value_t = LepusConfig::defaults().path_ensemble))]
     pub path_ensemble: Ensemble,
     /// K1: the best single documents expanded into two-document paths.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().first_hops,
+        value_parser = crate::options::values::positive_usize))]
     pub first_hops: usize,
-    /// K2: second documents per expanded document.
+    /// K2: second documents per expanded document (the TF-IDF best of the pool).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().second_hops))]
     pub second_hops: usize,
     /// Prepend `Title: {title}. ` to every document.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub title: bool,
     /// Documents are cut to this many tokens.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().max_doc_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub max_doc_tokens: usize,
-    /// Prompt + question are cut to this many tokens.
+    /// Prompt + question are cut to this many tokens (the question's tail is lost, as
+    /// in the official code); a prompt that leaves no question token fails the
+    /// question.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().max_prompt_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub max_prompt_tokens: usize,
-    /// Logits are divided by this before the log-softmax (must be > 0).
+    /// Logits are divided by T before the log-softmax (1.4 is best in the paper).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().temperature,
+        value_parser = crate::options::values::positive_f32))]
     pub temperature: f32,
-    /// Shared leading tokens from which sequences of a batch reuse one prefix pass
-    /// (0: off).
+    /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
+    /// the same first passage) run those tokens through the model once; scores are
+    /// unchanged. 0 turns the reuse off.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().min_shared_prefix))]
     pub min_shared_prefix: usize,
-    /// In-context demonstrations: the official demos file, a JSON list of
-    /// `{"question", "gold_path_texts"}` ([`crate::strategy::lepus::with_demos`]).
+    /// In-context demonstrations: a JSON list of `{"question": …, "gold_path_texts":
+    /// [...]}` (the official demos file). Each set of --demo-ids goes before every
+    /// template, each demonstration as the template on its gold path and its question.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub demos: Option<PathBuf>,
-    /// The demonstrations each template gets, by position in `demos`: one set per
-    /// ensemble member (the official `--demos_ids 0,1`; several sets: its ensemble).
+    /// The demonstrations of one set, by position in --demos (`0,1`: the first two).
+    /// Repeat for an ensemble of sets, combined like templates (--ensemble).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "0,1",
+        value_parser = crate::options::values::positions))]
     pub demo_ids: Vec<Vec<usize>>,
-    /// Cut each demonstration's texts to `demo_max_doc_tokens` (the official
+    /// Cut each demonstration's texts to --demo-max-doc-tokens tokens (the official
     /// `--truncate_demos`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub truncate_demos: bool,
+    /// With --truncate-demos: the tokens each demonstration's texts keep.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LepusConfig::defaults().demo_max_doc_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub demo_max_doc_tokens: usize,
-    /// With `demos`, prompt + question are cut to this many tokens instead of
-    /// `max_prompt_tokens` (the official `--demo_max_prompt_len`).
+    /// With --demos, prompt + question are cut to this many tokens instead of
+    /// --max-prompt-tokens (the official code's demo_max_prompt_len).
+    #[cfg_attr(feature = "cli", arg(long,
+        default_value_t = LepusConfig::defaults().demo_max_prompt_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub demo_max_prompt_tokens: usize,
     #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
     pub scheduler: SchedulerConfig,
 }
 
@@ -169,6 +218,15 @@ impl Options for LepusConfig {
     fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
         options::model_and_tokenizer(self.model.as_mut(), self.tokenizer.as_mut())
     }
+
+    fn inputs(&self) -> Vec<Named> {
+        options::named(&[
+            ("--model", self.model.as_deref()),
+            ("--tokenizer", self.tokenizer.as_deref()),
+            ("--templates", self.templates.as_deref()),
+            ("--demos", self.demos.as_deref()),
+        ])
+    }
 }
 
 /// One output row.
@@ -228,117 +286,6 @@ impl Strategy for Bm25Task {
     }
 }
 
-/// Encodes a prompt and the question for the model, as the official
-/// `score_prompt_batch` does: for a causal LM `prompt.trim() + " " + question` (prompt
-/// and question tokenised separately, BOS when the tokenizer asks for it), cut to
-/// `max_tokens`; for an encoder-decoder the prompt as it is (the encoder input) and the
-/// question (the labels), each with the tokenizer's special tokens and cut to
-/// `max_tokens` (a cut that leaves every passage's prompt the same ends the question:
-/// [`crate::strategy::lepus::LepusSearch`]).
-pub struct LmEncoder {
-    pub tok: Arc<CausalTokenizer>,
-    pub max_tokens: usize,
-    pub seq2seq: bool,
-}
-
-impl LmEncoder {
-    fn encode_seq2seq(&self, prompt: &str, question: &str) -> Result<Sequence, String> {
-        let encode = |text: &str| {
-            self.tok
-                .encode_with_specials(text, Some(self.max_tokens))
-                .map_err(|e| format!("{e:#}"))
-        };
-        let (mut ids, labels) = (encode(prompt)?, encode(question)?);
-        if ids.is_empty() || labels.is_empty() {
-            return Err("the prompt or the question has no tokens".into());
-        }
-        let mut type_ids = vec![0u32; ids.len()];
-        type_ids.resize(ids.len() + labels.len(), 1);
-        ids.extend(labels);
-        Ok(Sequence {
-            ids,
-            type_ids,
-            mask: Vec::new(),
-        })
-    }
-}
-
-impl PromptEncoder for LmEncoder {
-    fn encode(&self, prompt: &str, question: &str) -> Result<Sequence, String> {
-        if self.seq2seq {
-            return self.encode_seq2seq(prompt, question);
-        }
-        let enc = self
-            .tok
-            .encode_pair(&format!("{} ", prompt.trim()), question)
-            .map_err(|e| format!("{e:#}"))?;
-        if enc.target_start == 0 {
-            return Err("the prompt is empty and the model adds no BOS".into());
-        }
-        if enc.target_start >= self.max_tokens {
-            return Err(format!(
-                "the prompt is {} tokens: no question token fits in the prompt budget of {} \
-                 (--max-prompt-tokens; --demo-max-prompt-tokens with --demos)",
-                enc.target_start, self.max_tokens
-            ));
-        }
-        let mut ids = enc.ids;
-        ids.truncate(self.max_tokens);
-        let mut type_ids = vec![0u32; ids.len()];
-        type_ids[enc.target_start..].fill(1);
-        Ok(Sequence {
-            ids,
-            type_ids,
-            mask: Vec::new(),
-        })
-    }
-}
-
-/// The official `shorten_paragraph_if_necessary`: a text over `max_tokens` tokens is
-/// decoded from its first `max_tokens`, with `". "` appended unless it ends with `.`.
-/// `trailing` special tokens that the tokenizer appends (T5's `</s>`, which the
-/// official `tokenizer.encode` adds) count toward the length.
-pub fn shorten(
-    tok: &CausalTokenizer,
-    text: &str,
-    max_tokens: usize,
-    trailing: usize,
-) -> Result<String> {
-    let ids = crate::text::leading_ids(|t| tok.encode(t), text, max_tokens)?;
-    if ids.len() + trailing <= max_tokens {
-        return Ok(text.to_string());
-    }
-    let cut = clean_up_tokenization(&tok.decode(&ids[..max_tokens.min(ids.len())])?);
-    Ok(if cut.trim().ends_with('.') {
-        cut
-    } else {
-        format!("{cut}. ")
-    })
-}
-
-/// Per passage, the other non-blank passages ranked by TF-IDF cosine to the question
-/// (fitted on those candidates), the best `k` (none when their vocabulary is empty).
-pub fn tfidf_expansions(question: &str, texts: &[&str], k: usize) -> Vec<Vec<usize>> {
-    (0..texts.len())
-        .map(|d| {
-            let cands: Vec<usize> = (0..texts.len())
-                .filter(|&j| j != d && !texts[j].trim().is_empty())
-                .collect();
-            let docs: Vec<&str> = cands.iter().map(|&j| texts[j]).collect();
-            let model = TfIdf::with_options(&docs, TfIdfOptions::LEPUS);
-            if model.is_empty() {
-                return Vec::new();
-            }
-            let all: Vec<usize> = (0..docs.len()).collect();
-            model
-                .rank(question, &all, k)
-                .into_iter()
-                .map(|h| cands[h.doc])
-                .collect()
-        })
-        .collect()
-}
-
 /// How every question's search is set up.
 pub struct LmSetup {
     pub tok: Arc<CausalTokenizer>,
@@ -389,7 +336,7 @@ impl LmSetup {
             .collect::<Result<Vec<_>>>()
             .map_err(|e| format!("passage: {e:#}"))?;
         let texts: Vec<&str> = q.passages.iter().map(|p| p.text.as_str()).collect();
-        let expansions = tfidf_expansions(&question, &texts, self.second_hops);
+        let expansions = crate::retrieve::tfidf::expansions(&question, &texts, self.second_hops);
         Ok(LepusSearch::new(
             &question,
             docs,
@@ -404,12 +351,8 @@ impl LmSetup {
 /// BM25 of the question against each passage's `title text`, ranked (ties: passage
 /// order).
 fn bm25_ranking(q: &Question) -> Ranked {
-    let index = Bm25Index::over_passages(&q.passages);
-    let scores = index.scores(&q.question);
-    let single: Vec<f32> = (0..index.len())
-        .map(|d| scores.get(&d).copied().unwrap_or(0.0) as f32)
-        .collect();
-    let mut ranking: Vec<usize> = (0..index.len()).collect();
+    let single = Bm25Index::over_passages(&q.passages).passage_scores(&q.question);
+    let mut ranking: Vec<usize> = (0..single.len()).collect();
     ranking.sort_by(|&a, &b| single[b].total_cmp(&single[a]));
     Ranked {
         id: q.id.clone(),
@@ -776,10 +719,11 @@ fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
 
 impl crate::jobs::JobKind for LepusConfig {
     const NAME: &'static str = "lepus";
-
-    fn from_options(options: &crate::jobs::options::OptionMap) -> Result<Self> {
-        crate::jobs::options::with_options(options, &[], "`lepus`")
-    }
+    const REQUIRED: &'static [&'static str] = &[];
+    const ROW: &'static str = "question";
+    const PART_ROWS: u64 = 256;
+    type Device = DeviceConfig;
+    type Summary = RunSummary;
 
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn crate::jobs::Job>> {
         Ok(match self.scorer {
@@ -787,28 +731,26 @@ impl crate::jobs::JobKind for LepusConfig {
             LepusScorer::Lm => Box::new(lm_job(&self, templates(&self)?, be)?),
         })
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expansions_rank_the_other_passages_by_tfidf() {
-        let texts = [
-            "The river flows north.",
-            "Apricots grow on the terraces.",
-            "",
-            "The terraces face the river.",
-        ];
-        let e = tfidf_expansions("Which terraces grow apricots?", &texts, 2);
-        assert_eq!(e[0], vec![1, 3]);
-        assert_eq!(e[1], vec![3, 0]);
-        assert_eq!(e[3], vec![1, 0]);
-        assert_eq!(
-            e[2].len(),
-            2,
-            "a blank passage is no candidate but can be expanded"
-        );
+    /// Logs how many prompt tokens the shared-prefix reuse saved.
+    fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<RunSummary> {
+        if self.scorer == LepusScorer::Bm25 {
+            return files::run(&mut bm25_job(&self), run);
+        }
+        let templates = templates(&self)?;
+        with_backend!(owned device, be => {
+            let mut job = lm_job(&self, templates, be)?;
+            let summary = files::run(&mut job, run)?;
+            let (all, packed) = job.scorer.prefix_token_counts();
+            if all > 0 {
+                log::info!(
+                    "shared-prefix reuse: {packed} of {all} prompt tokens ran through the \
+                     model ({:.1}% saved; --min-shared-prefix {})",
+                    100.0 * (all - packed) as f64 / all as f64,
+                    self.min_shared_prefix
+                );
+            }
+            Ok(summary)
+        })
     }
 }

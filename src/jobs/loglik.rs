@@ -22,28 +22,47 @@ use super::rows::{InputColumn, RowJob, RowScorer};
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
 use crate::io::parquet_io::{check_text, string_column};
-use crate::jobs::options::{self, Options};
+use crate::io::paths::Named;
 use crate::model::batch::token_budget_groups;
 use crate::model::decoder::ScoredSequence;
 use crate::model::hub::Need;
+use crate::options::{self, Options};
 use crate::text::causal_tokenizer::CausalTokenizer;
 
-/// What to load and how to score.
+/// What to load and how to score: the flags of `hopscore loglik` and the options of
+/// Python's `hopscore.CausalLM`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct LoglikConfig {
-    /// A GGUF file, a directory holding one, or an HF directory (causal LM or T5).
+    /// A GGUF file (config and tokenizer from its metadata), a directory holding one,
+    /// or an HF directory (config.json, model.safetensors, tokenizer.json) of a causal
+    /// LM or a T5-family encoder-decoder.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_MODEL",
+        value_parser = crate::options::values::model_path))]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
+        value_parser = crate::options::values::tokenizer_path))]
     pub tokenizer: Option<PathBuf>,
-    /// Logits are divided by this before the log-softmax (must be > 0).
+    /// Logits are divided by T before the log-softmax (LEPUS: 1.4 is best in the
+    /// paper; 1.0 gives plain log-likelihoods).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LoglikConfig::defaults().temperature,
+        value_parser = crate::options::values::positive_f32))]
     pub temperature: f32,
-    /// Shared leading tokens from which sequences of a batch reuse one prefix pass
-    /// (0: off).
+    /// Sequences of one batch that share at least N leading tokens (LEPUS paths with
+    /// the same first passage) run those tokens through the model once; scores are
+    /// unchanged. 0 turns the reuse off.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LoglikConfig::defaults().min_shared_prefix))]
     pub min_shared_prefix: usize,
-    /// Token budget of one forward pass.
+    /// Token budget of one forward pass. Larger batches use the cores better and need
+    /// more memory (about 4·(6·H + 2·I) bytes per token on CPU, plus attention scores).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = LoglikConfig::defaults().max_batch_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub max_batch_tokens: usize,
-    /// Longest prompt + target accepted, in tokens (default: the model's context); for
-    /// an encoder-decoder, the longest prompt and the longest target (default 2048).
+    /// Longest prompt + target accepted, in tokens; longer rows are quarantined.
+    /// Default: the model's context length (an encoder-decoder: the longest prompt
+    /// and the longest target, 2048).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_usize))]
     pub max_length: Option<usize>,
 }
 
@@ -78,6 +97,13 @@ impl Options for LoglikConfig {
 
     fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
         options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        options::named(&[
+            ("--model", Some(&self.model)),
+            ("--tokenizer", self.tokenizer.as_deref()),
+        ])
     }
 }
 
@@ -309,4 +335,4 @@ pub fn token_logprobs<B: Backend>(
     Ok(out)
 }
 
-super::job_kind!(LoglikConfig, "loglik", ["model"]);
+super::job_kind!(LoglikConfig, "loglik", ["model"], "row", 4096);

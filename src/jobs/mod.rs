@@ -11,7 +11,6 @@ pub mod embed;
 pub mod label;
 pub mod lepus;
 pub mod loglik;
-pub mod options;
 pub mod questions;
 pub mod retrieve;
 pub mod review;
@@ -22,9 +21,12 @@ use anyhow::Result;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 
-pub use device::{DeviceConfig, DeviceKind};
+pub use device::{DeviceConfig, DeviceKind, NoDevice};
 
 use crate::backend::Backend;
+use crate::io::paths::{Kind, Named};
+use crate::options::{self, Options};
+use crate::pipeline::files::FileRun;
 
 /// What one batch of input rows gives.
 #[derive(Debug, Clone)]
@@ -137,61 +139,77 @@ impl std::ops::DerefMut for Stream {
     }
 }
 
-/// Every scoring job, registered once: its [`JobConfig`] variant, its module name, its
-/// config type in `jobs::<module>` (which implements [`JobKind`]) and the name of its
-/// command-line arguments, which the command line resolves in its own module of that
-/// name (the library never names the command line's types), with the subcommand's help
-/// line. `for_each_job!(m)` calls the macro `m` with the list: the library makes
-/// [`JobConfig`], [`JobConfig::from_options`] and [`build`] of it (below), the command
-/// line its job subcommands (`JobCommand`). docs/architecture.md, "Adding a scorer".
+/// Every scoring job, registered once: its [`JobConfig`] variant, its module and its
+/// config type in `jobs::<module>` (which implements [`JobKind`]), with the
+/// subcommand's help line. `for_each_job!(m)` calls the macro `m` with the list: the
+/// library makes [`JobConfig`], [`JobConfig::from_options`] and [`build`] of it
+/// (below), the command line its job subcommands (`cli::job::JobCommand`, whose flags
+/// are the configs' own). docs/architecture.md, "Adding a scorer".
 macro_rules! for_each_job {
     ($m:ident) => {
         $m! {
             /// Beam Retrieval over a question file: chains, scores and features.
-            Beam(beam, BeamConfig, BeamArgs),
+            Beam(beam, BeamConfig),
             /// EfficientRAG over a question file: Labeler tags and kept text, Filter queries.
-            Label(label, LabelConfig, LabelArgs),
+            Label(label, LabelConfig),
             /// LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint.
-            Review(review, ReviewConfig, ReviewArgs),
+            Review(review, ReviewConfig),
             /// LEPUS reranking of each question's passages with a causal LM or a T5 encoder-decoder (or BM25).
-            Lepus(lepus, LepusConfig, LepusArgs),
+            Lepus(lepus, LepusConfig),
             /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
-            Classify(classify, ClassifyConfig, ClassifyArgs),
+            Classify(classify, ClassifyConfig),
             /// Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE).
-            Embed(embed, EmbedConfig, EmbedArgs),
+            Embed(embed, EmbedConfig),
             /// Log-likelihood of (id, prompt, target) rows' targets under a causal LM or a T5 encoder-decoder (LEPUS).
-            Loglik(loglik, LoglikConfig, LoglikArgs),
+            Loglik(loglik, LoglikConfig),
         }
     };
 }
 #[cfg(feature = "cli")]
 pub(crate) use for_each_job;
 
-/// What the registry ([`for_each_job`]) needs of a job's config.
-pub trait JobKind: Sized {
+/// A job's config as the registry ([`for_each_job`]) and the runs over files need it:
+/// its options ([`Options`]: defaults, checks, model paths, input files), its name,
+/// and how it loads and runs.
+pub trait JobKind: Options + serde::Serialize + serde::de::DeserializeOwned {
     /// The job's name: its subcommand, and `command` in [`JobConfig::from_options`].
     const NAME: &'static str;
-    /// The config with `options` set by name ([`options::with_options`]).
-    fn from_options(options: &options::OptionMap) -> Result<Self>;
+    /// The options without a default (the paths of its models).
+    const REQUIRED: &'static [&'static str];
+    /// What an input row is, for summaries: `question` or `row`.
+    const ROW: &'static str;
+    /// Input rows per committed part of a run over files, unless the run says.
+    const PART_ROWS: u64;
+    /// The device options of the job's command: [`DeviceConfig`], or [`NoDevice`] for
+    /// a job that runs no model.
+    type Device: Into<DeviceConfig>;
+    /// What a run over files returns.
+    type Summary;
     /// Loads the job on `be`.
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
-    /// The model and tokenizer paths, which may be hub ids ([`options::Options::model_paths`]).
-    fn model_paths(&mut self) -> Vec<(&mut std::path::PathBuf, crate::model::hub::Need)> {
+    /// The directories and files a run writes besides its output, quarantine and parts
+    /// (review's response cache), for the guard that no output overwrites an input.
+    fn extra_outputs(&self) -> Vec<(Named, Kind)> {
         Vec::new()
     }
+    /// Loads the job on `device` and runs it over the files of `run` (Ctrl-C and
+    /// SIGTERM stop it: [`crate::pipeline::control::INTERRUPTED`]).
+    fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<Self::Summary>;
 }
 
 /// `impl JobKind` for a config `$config` named `$name` whose job loads with the
-/// `job(config, backend)` of the module it is used in; `$required`: the options
-/// without a default.
+/// `job(config, backend)` of the module it is used in and runs over files with the
+/// file runner; `$required`: the options without a default, `$row` and `$part_rows`:
+/// [`JobKind::ROW`] and [`JobKind::PART_ROWS`].
 macro_rules! job_kind {
-    ($config:ty, $name:literal, [$($required:literal),*]) => {
+    ($config:ty, $name:literal, [$($required:literal),*], $row:literal, $part_rows:literal) => {
         impl $crate::jobs::JobKind for $config {
             const NAME: &'static str = $name;
-
-            fn from_options(options: &$crate::jobs::options::OptionMap) -> anyhow::Result<Self> {
-                $crate::jobs::options::with_options(options, &[$($required),*], concat!("`", $name, "`"))
-            }
+            const REQUIRED: &'static [&'static str] = &[$($required),*];
+            const ROW: &'static str = $row;
+            const PART_ROWS: u64 = $part_rows;
+            type Device = $crate::jobs::DeviceConfig;
+            type Summary = $crate::pipeline::files::RunSummary;
 
             fn load<B: $crate::backend::Backend + 'static>(
                 self,
@@ -200,15 +218,24 @@ macro_rules! job_kind {
                 Ok(Box::new(job(self, be)?))
             }
 
-            fn model_paths(
-                &mut self,
-            ) -> Vec<(&mut std::path::PathBuf, $crate::model::hub::Need)> {
-                $crate::jobs::options::Options::model_paths(self)
+            fn run_files(
+                self,
+                device: &$crate::jobs::DeviceConfig,
+                run: &$crate::pipeline::files::FileRun,
+            ) -> anyhow::Result<$crate::pipeline::files::RunSummary> {
+                $crate::jobs::device::with_backend!(owned device, be => {
+                    $crate::pipeline::files::run(&mut job(self, be)?, run)
+                })
             }
         }
     };
 }
 pub(crate) use job_kind;
+
+/// `C` with `options` set by name ([`options::with_options`]), the required ones given.
+pub fn config_from_options<C: JobKind>(options: &options::OptionMap) -> Result<C> {
+    options::with_options(options, C::REQUIRED, &format!("`{}`", C::NAME))
+}
 
 /// Whether `name` is an option of the device (a serialised field of [`DeviceConfig`])
 /// among a job's options (Python's keyword arguments).
@@ -228,7 +255,7 @@ fn is_device_option(name: &str) -> bool {
 
 /// [`JobConfig`], [`JobConfig::from_options`] and [`build`] for the registered jobs.
 macro_rules! job_configs {
-    ($($(#[$doc:meta])* $variant:ident($module:ident, $config:ident, $args:ident)),* $(,)?) => {
+    ($($(#[$doc:meta])* $variant:ident($module:ident, $config:ident)),* $(,)?) => {
         /// The config of any job, to build it without naming its type.
         #[derive(Debug, Clone)]
         pub enum JobConfig {
@@ -254,7 +281,7 @@ macro_rules! job_configs {
                     .partition(|(name, _)| is_device_option(name));
                 let config = match command {
                     $(<$module::$config as JobKind>::NAME => {
-                        JobConfig::$variant(<$module::$config as JobKind>::from_options(&job)?)
+                        JobConfig::$variant(config_from_options(&job)?)
                     })*
                     _ => anyhow::bail!(
                         "`{command}` is not a job: use one of {}",
@@ -275,7 +302,7 @@ macro_rules! job_configs {
         pub fn build(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
             let config = match config {
                 $(JobConfig::$variant(mut c) => {
-                    options::resolve_models(JobKind::model_paths(&mut c))?;
+                    options::resolve_models(c.model_paths())?;
                     JobConfig::$variant(c)
                 })*
             };

@@ -20,8 +20,8 @@ use crate::io::questions::{check_schema, decode_batch, Question, QuestionReader}
 use crate::model::batch::Sequence;
 use crate::pipeline::engine::{finish_all, Status};
 use crate::pipeline::files::{FileJob, Pending, Source, ToBatch};
+use crate::pipeline::Strategy;
 use crate::pipeline::{scheduler, Admission, Engine, Finished, PipelineStats, SchedulerConfig};
-use crate::strategy::Strategy;
 
 /// Builds a question's search, or says why the question cannot be searched.
 pub type Prepare<T> = Arc<dyn Fn(&Question) -> Result<T, String> + Send + Sync>;

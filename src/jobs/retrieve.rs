@@ -33,6 +33,8 @@ use crate::io::parts::OutputLock;
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::QuarantineWriter;
 use crate::io::questions::{gold_not_retrieved, Passage, Question, QuestionReader, QuestionWriter};
+use crate::model::bert::Pooling;
+use crate::options::{self, Options};
 use crate::retrieve::corpus::for_each_passage;
 use crate::retrieve::dense::{reciprocal_rank_fusion, DenseIndex};
 use crate::retrieve::Corpus;
@@ -53,26 +55,108 @@ pub enum Retriever {
 /// The RRF constant of Cormack et al. (2009).
 const RRF_C: f64 = 60.0;
 
-/// What to read, how to rank, where to write.
+/// What to read, how to rank, where to write: the flags of `hopscore retrieve`.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RetrieveConfig {
+    /// Question file (`hopscore import`); its passages are replaced by the hits.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub questions: PathBuf,
-    /// Passage Parquet (`id`, `text`, optionally `title`): the texts of the hits.
+    /// Passage Parquet: `id`, `text`, optionally `title` (the file given to `embed`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub corpus: PathBuf,
-    /// `hopscore embed` outputs over the corpus (dense and hybrid).
+    /// `hopscore embed` outputs over the corpus (repeat for several files).
+    #[cfg_attr(feature = "cli", arg(long, num_args = 1..))]
     pub index: Vec<PathBuf>,
-    /// The query encoder (the index's model; its `prefix` is the query prefix).
-    pub encoder: Option<EmbedConfig>,
+    /// The query encoder: the model that embedded the index.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_ENCODER", value_parser = crate::options::values::model_path))]
+    pub encoder: Option<PathBuf>,
+    /// The encoder's tokenizer.json (or a directory holding it), when its directory has none.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::tokenizer_path))]
+    pub tokenizer: Option<PathBuf>,
+    /// Text put before every question (E5: "query: "; BGE's instruction).
+    #[cfg_attr(feature = "cli", arg(long, default_value = ""))]
+    pub query_prefix: String,
+    /// Pooling, when it differs from the encoder directory's (as for `embed`).
+    #[cfg_attr(feature = "cli", arg(long, value_enum))]
+    pub pooling: Option<Pooling>,
+    /// L2-normalise the query vectors (default: as the encoder directory says).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "on|off", value_parser = crate::options::values::on_off,
+        action = clap::ArgAction::Set))]
+    pub normalize: Option<bool>,
+    /// How passages are ranked.
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = RetrieveConfig::defaults().retriever))]
     pub retriever: Retriever,
     /// Passages per question.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = RetrieveConfig::defaults().k,
+        value_parser = crate::options::values::positive_usize))]
     pub k: usize,
-    /// Depth of each ranking that hybrid fuses.
+    /// How deep each ranking goes into the fusion (`--retriever hybrid`).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = RetrieveConfig::defaults().fusion_depth,
+        value_parser = crate::options::values::positive_usize))]
     pub fusion_depth: usize,
-    pub output: PathBuf,
-    /// Default: `<output stem>.quarantine.parquet`.
-    pub quarantine: Option<PathBuf>,
-    /// Questions per chunk (one index scan each).
+    /// Questions per index scan (each scan reads the whole index once).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = RetrieveConfig::defaults().question_rows,
+        value_parser = crate::options::values::positive_usize))]
     pub question_rows: usize,
+    /// Output question file; the scores go to `<output stem>.retrieval.parquet`.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub output: PathBuf,
+    /// Where bad questions go. Default: `<output stem>.quarantine.parquet`.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub quarantine: Option<PathBuf>,
+}
+
+impl Options for RetrieveConfig {
+    /// Every option at the command line's default; the paths empty.
+    fn defaults() -> Self {
+        Self {
+            questions: PathBuf::new(),
+            corpus: PathBuf::new(),
+            index: Vec::new(),
+            encoder: None,
+            tokenizer: None,
+            query_prefix: String::new(),
+            pooling: None,
+            normalize: None,
+            retriever: Retriever::Dense,
+            k: 20,
+            fusion_depth: 100,
+            question_rows: 4096,
+            output: PathBuf::new(),
+            quarantine: None,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        options::at_least_one("k", self.k)?;
+        options::at_least_one("fusion_depth", self.fusion_depth)?;
+        options::at_least_one("question_rows", self.question_rows)
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        let mut inputs = options::named(&[
+            ("--questions", Some(&self.questions)),
+            ("--corpus", Some(&self.corpus)),
+            ("--encoder", self.encoder.as_deref()),
+            ("--tokenizer", self.tokenizer.as_deref()),
+        ]);
+        inputs.extend(self.index.iter().map(|p| Named::new("--index", p)));
+        inputs
+    }
+}
+
+impl RetrieveConfig {
+    /// The query encoder's config (`None` without `encoder`).
+    fn encoder_config(&self) -> Option<EmbedConfig> {
+        self.encoder.clone().map(|model| EmbedConfig {
+            tokenizer: self.tokenizer.clone(),
+            pooling: self.pooling,
+            normalize: self.normalize,
+            prefix: self.query_prefix.clone(),
+            ..EmbedConfig::new(model)
+        })
+    }
 }
 
 /// Counts and recalls of a run.
@@ -99,22 +183,14 @@ const RECALL_AT: [usize; 4] = [2, 5, 10, 20];
 pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary> {
     let started = Instant::now();
     let c = config;
-    anyhow::ensure!(c.k > 0, "--k must be at least 1");
+    c.check()?;
     let quarantine = c
         .quarantine
         .clone()
         .unwrap_or_else(|| sibling(&c.output, "quarantine"));
     let scores_path = sibling(&c.output, "retrieval");
-    let mut inputs = vec![
-        Named::new("--questions", &c.questions),
-        Named::new("--corpus", &c.corpus),
-    ];
-    inputs.extend(c.index.iter().map(|p| Named::new("--index", p)));
-    if let Some(e) = &c.encoder {
-        inputs.push(Named::new("--encoder", &e.model));
-    }
     check_outputs(
-        &inputs,
+        &c.inputs(),
         &[
             (Named::new("--output", &c.output), Kind::File),
             (Named::new("the quarantine file", &quarantine), Kind::File),
@@ -270,8 +346,7 @@ struct DenseSearch<B: Backend> {
 impl<B: Backend> DenseSearch<B> {
     fn open(c: &RetrieveConfig, be: B) -> Result<Self> {
         let encoder = c
-            .encoder
-            .clone()
+            .encoder_config()
             .context("dense retrieval needs the query encoder (--encoder DIR)")?;
         let index = DenseIndex::open(&c.index)?;
         index.check_corpus(&c.corpus)?;

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Result;
 use arrow::array::RecordBatch;
@@ -24,22 +25,27 @@ use super::questions::{process_batch, question_source, Prepare};
 use super::review_io::{read_chains, review_batch, ReviewRow};
 use super::{with_metadata, Job, JobOutput};
 use crate::io::metadata::tool_metadata;
+use crate::io::parquet_io::sibling;
+use crate::io::paths::{Kind, Named};
 use crate::io::quarantine::BadRow;
 use crate::io::questions::{check_schema, Question};
 use crate::io::schemas::review_schema;
+use crate::options::{self, Options};
+use crate::pipeline::control::INTERRUPTED;
 use crate::pipeline::engine::Status;
-use crate::pipeline::files::{FileJob, Source, ToBatch};
+use crate::pipeline::files::{self, FileJob, FileRun, RunSummary, Source, ToBatch};
 use crate::pipeline::{Admission, Engine, Finished, PipelineStats};
 use crate::post::allies::{self, AlliesConfig};
 use crate::post::cache::ResponseCache;
 use crate::post::client::{ChatClient, ClientConfig};
-use crate::post::tor::{self, TorConfig};
+use crate::post::tor::{self, Expansion, TorConfig};
 use crate::post::{Bm25Retriever, CallStats, Doc, Retriever, Session};
 use crate::retrieve::Corpus;
 
 /// The LLM strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum ReviewStrategy {
     /// Tree of Reviews (docs/spec.md §4).
     Tor,
@@ -47,27 +53,250 @@ pub enum ReviewStrategy {
     Allies,
 }
 
-/// What to call and how to search.
-#[derive(Debug, Clone)]
+/// What to call and how to search: the flags of `hopscore review` and the options of
+/// Python's `hopscore.Review`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ReviewConfig {
+    /// `tor` (Tree of Reviews) or `allies`.
+    #[cfg_attr(feature = "cli", arg(long, value_enum))]
     pub strategy: ReviewStrategy,
-    /// The question file, as named in the run metadata (`hopscore.input`).
-    pub input: PathBuf,
     /// Chains from `hopscore beam` (`id`, `chain`): a question's chain passages replace
-    /// the first retrieval.
+    /// the first retrieval (ToR's first-level nodes, ALLIES's first evidence).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub chains: Option<PathBuf>,
     /// Retrieve new queries from this corpus (`id`, `title`, `text`) instead of the
     /// question's own passages.
+    #[cfg_attr(feature = "cli", arg(long, conflicts_with = "chains"))]
     pub corpus: Option<PathBuf>,
-    /// The endpoint, model, sampling and retry settings.
-    pub client: ClientConfig,
-    /// Response cache directory (`None`: no cache).
-    pub cache: Option<PathBuf>,
-    /// Calls in flight at once (worker threads).
+    /// Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_LLM_ENDPOINT"))]
+    pub endpoint: String,
+    /// Model name sent with every request.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_LLM_MODEL"))]
+    pub llm_model: String,
+    /// Environment variable holding the API key (sent as a Bearer token when set).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().api_key_env))]
+    pub api_key_env: String,
+    /// Calls in flight at once (one worker thread per call).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().concurrency,
+        value_parser = crate::options::values::positive_usize))]
     pub concurrency: usize,
-    /// ToR settings (`widths` holds one entry per depth).
-    pub tor: TorConfig,
-    pub allies: AlliesConfig,
+    /// Response cache directory. Default on the command line: `<output stem>.llm-cache`
+    /// next to the output; in the library: no cache.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub cache: Option<PathBuf>,
+    /// Send every request, read and write no cache.
+    #[cfg_attr(feature = "cli", arg(long, conflicts_with = "cache"))]
+    pub no_cache: bool,
+    /// Seconds one HTTP attempt may take (connect, wait and read).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().timeout,
+        value_parser = crate::options::values::positive_f64))]
+    pub timeout: f64,
+    /// Retries per call on 429/408/5xx, timeouts, connection errors and malformed bodies.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().max_retries))]
+    pub max_retries: u32,
+    /// First retry wait in seconds (doubled per retry, jittered; `Retry-After` wins).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().backoff,
+        value_parser = crate::options::values::non_negative_f64))]
+    pub backoff: f64,
+    /// Longest retry wait in seconds without a `Retry-After`.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().backoff_max,
+        value_parser = crate::options::values::non_negative_f64))]
+    pub backoff_max: f64,
+    /// Sampling temperature (the papers use 0).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().temperature,
+        value_parser = crate::options::values::non_negative_f32))]
+    pub temperature: f32,
+    /// Longest reply, in tokens.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().max_tokens,
+        value_parser = crate::options::values::positive_u32))]
+    pub max_tokens: u32,
+    /// ToR: tree depth (paper: 3).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().depth,
+        value_parser = crate::options::values::positive_usize))]
+    pub depth: usize,
+    /// ToR: children per node at each depth, the last repeated for deeper levels (paper: 5,3,3).
+    #[cfg_attr(feature = "cli", arg(long, value_delimiter = ',', default_value = "5,3,3",
+        value_parser = crate::options::values::positive_usize))]
+    pub widths: Vec<usize>,
+    /// ToR: how an unsupported path makes its next query (paper's main setting: mpc).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = ReviewConfig::defaults().expansion))]
+    pub expansion: Expansion,
+    /// ToR: expand IRRELEVANT nodes too (ablation).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_relevance_pruning: bool,
+    /// ToR: keep retrieved passages that are already evidence (ablation).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_repetitive_pruning: bool,
+    /// ALLIES: B, states kept per round.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().beam_size,
+        value_parser = crate::options::values::positive_usize))]
+    pub beam_size: usize,
+    /// ALLIES: D, rounds.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().beam_depth))]
+    pub beam_depth: usize,
+    /// ALLIES: K, sub-questions asked per state.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().sub_questions,
+        value_parser = crate::options::values::positive_usize))]
+    pub sub_questions: usize,
+    /// ALLIES: N, passages retrieved per query.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().top_n,
+        value_parser = crate::options::values::positive_usize))]
+    pub top_n: usize,
+    /// ALLIES: stop when a kept state scores at least this.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = ReviewConfig::defaults().threshold,
+        value_parser = crate::options::values::finite_f64))]
+    pub threshold: f64,
+}
+
+impl Options for ReviewConfig {
+    /// Every option at the command line's default; `strategy`, `endpoint` and
+    /// `llm_model` must be given.
+    fn defaults() -> Self {
+        Self {
+            strategy: ReviewStrategy::Tor,
+            chains: None,
+            corpus: None,
+            endpoint: String::new(),
+            llm_model: String::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            concurrency: 4,
+            cache: None,
+            no_cache: false,
+            timeout: 120.0,
+            max_retries: 8,
+            backoff: 1.0,
+            backoff_max: 60.0,
+            temperature: 0.0,
+            max_tokens: 512,
+            depth: 3,
+            widths: vec![5, 3, 3],
+            expansion: Expansion::Mpc,
+            no_relevance_pruning: false,
+            no_repetitive_pruning: false,
+            beam_size: 2,
+            beam_depth: 2,
+            sub_questions: 2,
+            top_n: 2,
+            threshold: 0.8,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        for (option, value) in [
+            ("concurrency", self.concurrency),
+            ("depth", self.depth),
+            ("beam_size", self.beam_size),
+            ("sub_questions", self.sub_questions),
+            ("top_n", self.top_n),
+        ] {
+            options::at_least_one(option, value)?;
+        }
+        anyhow::ensure!(
+            !self.widths.is_empty() && self.widths.iter().all(|&w| w >= 1),
+            "--widths (widths): every entry must be at least 1, got {:?}",
+            self.widths
+        );
+        anyhow::ensure!(
+            self.max_tokens >= 1,
+            "--max-tokens (max_tokens) must be at least 1"
+        );
+        options::finite("timeout", self.timeout as f32, true)?;
+        for (option, value) in [
+            ("backoff", self.backoff),
+            ("backoff_max", self.backoff_max),
+            ("temperature", self.temperature as f64),
+        ] {
+            options::finite(option, value as f32, false)?;
+            anyhow::ensure!(
+                value >= 0.0,
+                "--{} ({option}) must not be negative",
+                option.replace('_', "-")
+            );
+        }
+        options::finite("threshold", self.threshold as f32, false)
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        options::named(&[
+            ("--chains", self.chains.as_deref()),
+            ("--corpus", self.corpus.as_deref()),
+        ])
+    }
+}
+
+impl ReviewConfig {
+    /// The defaults (the command line's) for `strategy` against `endpoint` serving
+    /// `llm_model`.
+    pub fn new(strategy: ReviewStrategy, endpoint: &str, llm_model: &str) -> Self {
+        Self {
+            strategy,
+            endpoint: endpoint.into(),
+            llm_model: llm_model.into(),
+            ..Self::defaults()
+        }
+    }
+
+    /// The response cache directory of a run writing `output`: `cache`, else
+    /// `<output stem>.llm-cache`; `None` with `no_cache`.
+    pub fn cache_dir(&self, output: &Path) -> Option<PathBuf> {
+        (!self.no_cache).then(|| {
+            self.cache
+                .clone()
+                .unwrap_or_else(|| sibling(output, "llm-cache").with_extension(""))
+        })
+    }
+
+    /// The client's settings (the API key read from `api_key_env`), stopped by `stop`.
+    fn client(&self, stop: Option<&'static AtomicBool>) -> ClientConfig {
+        ClientConfig {
+            endpoint: self.endpoint.clone(),
+            model: self.llm_model.clone(),
+            api_key: std::env::var(&self.api_key_env)
+                .ok()
+                .filter(|k| !k.is_empty()),
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            timeout: Duration::from_secs_f64(self.timeout),
+            max_retries: self.max_retries,
+            backoff_base: Duration::from_secs_f64(self.backoff),
+            backoff_max: Duration::from_secs_f64(self.backoff_max),
+            stop,
+        }
+    }
+
+    /// ToR's settings: `widths` to one entry per depth, the last repeated.
+    fn tor(&self) -> TorConfig {
+        TorConfig {
+            widths: (0..self.depth)
+                .map(|d| self.widths[d.min(self.widths.len() - 1)])
+                .collect(),
+            expansion: self.expansion,
+            relevance_pruning: !self.no_relevance_pruning,
+            repetitive_pruning: !self.no_repetitive_pruning,
+        }
+    }
+
+    fn allies(&self) -> AlliesConfig {
+        AlliesConfig {
+            beam_size: self.beam_size,
+            depth: self.beam_depth,
+            sub_questions: self.sub_questions,
+            top_n: self.top_n,
+            threshold: self.threshold,
+        }
+    }
+}
+
+/// What a review run over files reports: the file runner's counts, the reviewed
+/// questions' tally and the cache it used.
+#[derive(Debug, Clone)]
+pub struct ReviewSummary {
+    pub run: RunSummary,
+    /// The reviewed questions (this run's).
+    pub tally: ReviewTally,
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// The counts of the questions a job has reviewed.
@@ -104,7 +333,11 @@ impl ReviewTally {
 
 /// A loaded review job.
 pub struct ReviewJob {
-    config: ReviewConfig,
+    strategy: ReviewStrategy,
+    concurrency: usize,
+    tor: TorConfig,
+    allies: AlliesConfig,
+    stop: Option<&'static AtomicBool>,
     client: ChatClient,
     chains: HashMap<String, Vec<usize>>,
     corpus: Option<Corpus>,
@@ -112,9 +345,17 @@ pub struct ReviewJob {
     tally: Mutex<ReviewTally>,
 }
 
+/// Where a review runs: its input file (named in the metadata; `None` for batches),
+/// its response cache (`None`: none) and the flag that stops its calls (`None`: never).
+pub struct ReviewRun<'a> {
+    pub input: Option<&'a Path>,
+    pub cache: Option<PathBuf>,
+    pub stop: Option<&'static AtomicBool>,
+}
+
 /// Loads the chains and the corpus and opens the client (and its cache).
-pub fn job(config: ReviewConfig) -> Result<ReviewJob> {
-    anyhow::ensure!(config.concurrency >= 1, "--concurrency must be at least 1");
+pub fn job(config: ReviewConfig, run: ReviewRun) -> Result<ReviewJob> {
+    config.check()?;
     let chains = match &config.chains {
         Some(p) => read_chains(p)?,
         None => HashMap::new(),
@@ -132,15 +373,16 @@ pub fn job(config: ReviewConfig) -> Result<ReviewJob> {
             Ok(c)
         })
         .transpose()?;
-    let cache = config
-        .cache
-        .as_deref()
-        .map(ResponseCache::open)
-        .transpose()?;
-    let client = ChatClient::new(config.client.clone(), cache)?;
+    let cache = run.cache.as_deref().map(ResponseCache::open).transpose()?;
+    let client = ChatClient::new(config.client(run.stop), cache)?;
+    let tor = config.tor();
     Ok(ReviewJob {
-        metadata: metadata(&config),
-        config,
+        metadata: metadata(&config, &tor, run.input),
+        strategy: config.strategy,
+        concurrency: config.concurrency,
+        allies: config.allies(),
+        tor,
+        stop: run.stop,
         client,
         chains,
         corpus,
@@ -149,22 +391,22 @@ pub fn job(config: ReviewConfig) -> Result<ReviewJob> {
 }
 
 /// The output's `hopscore.*` metadata: strategy settings, endpoint, model, inputs.
-fn metadata(c: &ReviewConfig) -> Vec<(String, String)> {
+fn metadata(c: &ReviewConfig, tor: &TorConfig, input: Option<&Path>) -> Vec<(String, String)> {
     let mut options = match c.strategy {
         ReviewStrategy::Tor => vec![
             ("strategy", "tor".to_string()),
-            ("widths", format!("{:?}", c.tor.widths)),
-            ("expansion", format!("{:?}", c.tor.expansion).to_lowercase()),
-            ("relevance_pruning", c.tor.relevance_pruning.to_string()),
-            ("repetitive_pruning", c.tor.repetitive_pruning.to_string()),
+            ("widths", format!("{:?}", tor.widths)),
+            ("expansion", format!("{:?}", tor.expansion).to_lowercase()),
+            ("relevance_pruning", tor.relevance_pruning.to_string()),
+            ("repetitive_pruning", tor.repetitive_pruning.to_string()),
         ],
         ReviewStrategy::Allies => vec![
             ("strategy", "allies".to_string()),
-            ("beam_size", c.allies.beam_size.to_string()),
-            ("beam_depth", c.allies.depth.to_string()),
-            ("sub_questions", c.allies.sub_questions.to_string()),
-            ("top_n", c.allies.top_n.to_string()),
-            ("threshold", c.allies.threshold.to_string()),
+            ("beam_size", c.beam_size.to_string()),
+            ("beam_depth", c.beam_depth.to_string()),
+            ("sub_questions", c.sub_questions.to_string()),
+            ("top_n", c.top_n.to_string()),
+            ("threshold", c.threshold.to_string()),
         ],
     };
     let path_or = |p: &Option<PathBuf>, none: &str, f: fn(String) -> String| {
@@ -172,11 +414,10 @@ fn metadata(c: &ReviewConfig) -> Vec<(String, String)> {
             .map_or(none.to_string(), |p| f(p.display().to_string()))
     };
     options.extend([
-        ("llm_endpoint", c.client.endpoint.clone()),
-        ("llm_model", c.client.model.clone()),
-        ("temperature", c.client.temperature.to_string()),
-        ("max_tokens", c.client.max_tokens.to_string()),
-        ("input", c.input.display().to_string()),
+        ("llm_endpoint", c.endpoint.clone()),
+        ("llm_model", c.llm_model.clone()),
+        ("temperature", c.temperature.to_string()),
+        ("max_tokens", c.max_tokens.to_string()),
         ("chains", path_or(&c.chains, "none", |p| p)),
         (
             "retrieval",
@@ -185,6 +426,10 @@ fn metadata(c: &ReviewConfig) -> Vec<(String, String)> {
             }),
         ),
     ]);
+    if let Some(input) = input {
+        let at = options.len() - 2;
+        options.insert(at, ("input", input.display().to_string()));
+    }
     tool_metadata(&options)
 }
 
@@ -195,10 +440,7 @@ impl ReviewJob {
     }
 
     fn stopped(&self) -> bool {
-        self.config
-            .client
-            .stop
-            .is_some_and(|s: &AtomicBool| s.load(Ordering::SeqCst))
+        self.stop.is_some_and(|s| s.load(Ordering::SeqCst))
     }
 
     /// Reviews one question; [`Finished::Left`] when a stop cut it short.
@@ -250,21 +492,13 @@ impl ReviewJob {
         };
         let from_chain = initial.is_some();
         let mut session = Session::new(&self.client);
-        let outcome = match self.config.strategy {
-            ReviewStrategy::Tor => tor::run(
-                &q.question,
-                initial,
-                &retriever,
-                &mut session,
-                &self.config.tor,
-            ),
-            ReviewStrategy::Allies => allies::run(
-                &q.question,
-                initial,
-                &retriever,
-                &mut session,
-                &self.config.allies,
-            ),
+        let outcome = match self.strategy {
+            ReviewStrategy::Tor => {
+                tor::run(&q.question, initial, &retriever, &mut session, &self.tor)
+            }
+            ReviewStrategy::Allies => {
+                allies::run(&q.question, initial, &retriever, &mut session, &self.allies)
+            }
         };
         let (answer, failure, evidence, trace) = match outcome {
             Ok(o) => {
@@ -320,7 +554,7 @@ impl Engine for ReviewJob {
     type Out = ReviewRow;
 
     fn queue_rows(&self) -> usize {
-        2 * self.config.concurrency
+        2 * self.concurrency
     }
 
     fn run(
@@ -331,7 +565,7 @@ impl Engine for ReviewJob {
     ) -> Result<PipelineStats> {
         let this = &*self;
         let (rows, bad_rows) = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..this.config.concurrency)
+            let workers: Vec<_> = (0..this.concurrency)
                 .map(|_| {
                     let (rx, tx) = (rx.clone(), tx.clone());
                     scope.spawn(move || {
@@ -426,17 +660,54 @@ impl Job for ReviewJob {
 
 impl crate::jobs::JobKind for ReviewConfig {
     const NAME: &'static str = "review";
+    const REQUIRED: &'static [&'static str] = &["strategy", "endpoint", "llm_model"];
+    const ROW: &'static str = "question";
+    const PART_ROWS: u64 = 256;
+    type Device = crate::jobs::NoDevice;
+    type Summary = ReviewSummary;
 
-    /// Refused: a review's endpoint client and stop flag are built in Rust.
-    fn from_options(_: &crate::jobs::options::OptionMap) -> Result<Self> {
-        anyhow::bail!(
-            "`review` is not built from options by name: build a `ReviewConfig` in Rust, or \
-             run `hopscore review`"
-        )
+    /// Runs no model: `be` is not used. No cache unless `cache` names one; calls are
+    /// never stopped.
+    fn load<B: crate::backend::Backend + 'static>(self, _be: B) -> Result<Box<dyn Job>> {
+        let cache = if self.no_cache {
+            None
+        } else {
+            self.cache.clone()
+        };
+        let run = ReviewRun {
+            input: None,
+            cache,
+            stop: None,
+        };
+        Ok(Box::new(job(self, run)?))
     }
 
-    /// Runs no model: `be` is not used.
-    fn load<B: crate::backend::Backend + 'static>(self, _be: B) -> Result<Box<dyn Job>> {
-        Ok(Box::new(job(self)?))
+    /// With the response cache `<output stem>.llm-cache` unless `cache` or `no_cache`
+    /// says otherwise; Ctrl-C ends the waits between retries at once, and the
+    /// questions it cuts short are left for `--resume`.
+    fn run_files(
+        self,
+        _device: &crate::jobs::DeviceConfig,
+        run: &FileRun,
+    ) -> Result<ReviewSummary> {
+        let cache_dir = self.cache_dir(&run.output);
+        let cache: Vec<(Named, Kind)> = cache_dir
+            .as_deref()
+            .map(|d| (Named::new("the response cache directory", d), Kind::Dir))
+            .into_iter()
+            .collect();
+        run.check_paths(&cache)?;
+        let review = ReviewRun {
+            input: Some(&run.input),
+            cache: cache_dir.clone(),
+            stop: Some(&INTERRUPTED),
+        };
+        let mut job = job(self, review)?;
+        let summary = files::run(&mut job, run)?;
+        Ok(ReviewSummary {
+            run: summary,
+            tally: job.tally(),
+            cache_dir,
+        })
     }
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{bail, ensure, Context, Result};
 
 use super::batch::{graph_key, PackedBatch, Sequence, StagedBatch, EXTRA_IDS};
-use super::decoder_config::{DecoderConfig, Family};
+use super::decoder_config::{DecoderConfig, Family, ModelType};
 use super::gguf::GgufFile;
 use super::layers::Linear;
 use super::prefix::PrefixPlan;
@@ -273,7 +273,8 @@ impl<B: Backend> DecoderForCausalLM<B> {
             }
             DecoderSource::Gguf(file) => {
                 let config = DecoderConfig::from_gguf(&file)?;
-                let permuted_qk = matches!(config.model_type.as_str(), "llama" | "mistral")
+                let permuted_qk = ModelType::named(&config.model_type)
+                    .is_some_and(|t| t.gguf_permuted_qk)
                     .then_some((config.num_heads, config.num_kv_heads));
                 (config, Weights::gguf(GgufSource { file, permuted_qk }))
             }

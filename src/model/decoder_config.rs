@@ -1,5 +1,6 @@
-//! Causal-LM configuration: HF `config.json` (`model_type` `gpt2`, `llama`, `mistral`,
-//! `qwen2`) or GGUF metadata, resolved into one validated [`DecoderConfig`].
+//! Causal-LM configuration: HF `config.json` (the `model_type`s of [`MODEL_TYPES`]:
+//! `gpt2`, `llama`, `mistral`, `qwen2`) or GGUF metadata, resolved into one validated
+//! [`DecoderConfig`].
 //!
 //! Defaults follow transformers' `GPT2Config`, `LlamaConfig`, `MistralConfig` and
 //! `Qwen2Config`; RoPE follows `modeling_rope_utils.py` (`default`, `linear`,
@@ -19,6 +20,72 @@ pub enum Family {
     Gpt2,
     /// RMSNorm, RoPE, grouped-query attention, SwiGLU MLP (Llama, Mistral, Qwen2).
     Llama,
+}
+
+/// A `model_type` (config.json) or `general.architecture` (GGUF) the decoder runs, and
+/// what sets it apart within its [`Family`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelType {
+    /// Its name in config.json's `model_type` and in GGUF's `general.architecture`.
+    pub name: &'static str,
+    pub family: Family,
+    /// Biases on q, k and v only, whatever `attention_bias` says (Qwen2); the GGUF
+    /// head size is then never `rope.dimension_count`.
+    pub qkv_bias_only: bool,
+    /// Read from GGUF files too (llama.cpp's GPT-2 layout is not: use safetensors).
+    pub gguf: bool,
+    /// llama.cpp stores its Q and K rows permuted for its RoPE layout (undone on load).
+    pub gguf_permuted_qk: bool,
+}
+
+/// Every model type the decoder runs: the one list to extend when a new member of a
+/// family comes (docs/architecture.md, "Adding a model family").
+pub const MODEL_TYPES: &[ModelType] = &[
+    ModelType {
+        name: "gpt2",
+        family: Family::Gpt2,
+        qkv_bias_only: false,
+        gguf: false,
+        gguf_permuted_qk: false,
+    },
+    ModelType {
+        name: "llama",
+        family: Family::Llama,
+        qkv_bias_only: false,
+        gguf: true,
+        gguf_permuted_qk: true,
+    },
+    ModelType {
+        name: "mistral",
+        family: Family::Llama,
+        qkv_bias_only: false,
+        gguf: true,
+        gguf_permuted_qk: true,
+    },
+    ModelType {
+        name: "qwen2",
+        family: Family::Llama,
+        qkv_bias_only: true,
+        gguf: true,
+        gguf_permuted_qk: false,
+    },
+];
+
+impl ModelType {
+    /// The model type named `name`, if the decoder runs it.
+    pub fn named(name: &str) -> Option<&'static ModelType> {
+        MODEL_TYPES.iter().find(|t| t.name == name)
+    }
+
+    /// The names of the model types, of those read from GGUF when `gguf`, for errors.
+    fn names(gguf: bool) -> String {
+        let names: Vec<&str> = MODEL_TYPES
+            .iter()
+            .filter(|t| t.gguf || !gguf)
+            .map(|t| t.name)
+            .collect();
+        names.join(", ")
+    }
 }
 
 /// How RoPE inverse frequencies are rescaled (`rope_type`).
@@ -164,13 +231,13 @@ impl DecoderConfig {
 
     /// Validates a raw config and fills in the defaults of its `model_type`.
     pub fn resolve(r: RawDecoderConfig) -> Result<Self, ConfigError> {
-        match r.model_type.as_str() {
-            "gpt2" => Self::resolve_gpt2(r),
-            "llama" | "mistral" | "qwen2" => Self::resolve_llama(r),
-            other => Err(unsupported(
+        match ModelType::named(&r.model_type).map(|t| t.family) {
+            Some(Family::Gpt2) => Self::resolve_gpt2(r),
+            Some(Family::Llama) => Self::resolve_llama(r),
+            None => Err(unsupported(
                 "model_type",
-                other,
-                "causal LMs supported: gpt2, llama, mistral, qwen2",
+                &r.model_type,
+                &format!("causal LMs supported: {}", ModelType::names(false)),
             )),
         }
     }
@@ -275,7 +342,7 @@ impl DecoderConfig {
             .or_else(|| params.and_then(|p| p.get("rope_theta")?.as_f64()))
             .unwrap_or(10_000.0);
         let scaling = rope_scaling(params, r.max_position_embeddings)?;
-        let qwen = r.model_type == "qwen2";
+        let qwen = ModelType::named(&r.model_type).is_some_and(|t| t.qkv_bias_only);
         let attention_bias = r.attention_bias.unwrap_or(false);
         Ok(Self {
             family: Family::Llama,
@@ -314,13 +381,16 @@ impl DecoderConfig {
                 )
             })?
             .to_string();
-        if !matches!(arch.as_str(), "llama" | "mistral" | "qwen2") {
+        let Some(model_type) = ModelType::named(&arch).filter(|t| t.gguf) else {
             return Err(unsupported(
                 "general.architecture",
                 &arch,
-                "GGUF decoders supported: llama, mistral, qwen2 (GPT-2: use safetensors)",
+                &format!(
+                    "GGUF decoders supported: {} (GPT-2: use safetensors)",
+                    ModelType::names(true)
+                ),
             ));
-        }
+        };
         let int = |key: &str| {
             g.get(&format!("{arch}.{key}"))
                 .and_then(|v| v.as_u64())
@@ -373,7 +443,7 @@ impl DecoderConfig {
             num_hidden_layers: int("block_count"),
             num_attention_heads: Some(heads),
             num_key_value_heads: int("attention.head_count_kv"),
-            head_dim: int("attention.key_length").or(if arch == "qwen2" {
+            head_dim: int("attention.key_length").or(if model_type.qkv_bias_only {
                 None
             } else {
                 int("rope.dimension_count")
@@ -392,7 +462,7 @@ impl DecoderConfig {
         };
         let mut c = Self::resolve(raw)?;
         // llama.cpp's qwen2 always has q/k/v biases and none on o_proj.
-        if arch != "qwen2" && c.qkv_bias {
+        if !model_type.qkv_bias_only && c.qkv_bias {
             c.o_bias = g.tensors.contains_key("blk.0.attn_output.bias");
         }
         Ok(c)

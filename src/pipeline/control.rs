@@ -1,5 +1,5 @@
-//! What every file run shares: the Ctrl-C flag that ends a run cleanly, the progress
-//! display, and `--shard i/N` row ranges.
+//! What every file run shares: the Ctrl-C flag that ends a run cleanly and the
+//! progress display.
 
 /// Set by Ctrl-C (SIGINT/SIGTERM): long runs stop reading input, finish the rows in
 /// flight, commit them, and exit so that `--resume` continues.
@@ -37,43 +37,6 @@ pub fn install_interrupt_handler() {
             );
         });
     });
-}
-
-/// A `--shard i/N` selection: the `i`-th of `N` contiguous, near-equal row ranges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: u64,
-    pub count: u64,
-}
-
-impl Shard {
-    /// Rows `[start, end)` of this shard among `total` input rows.
-    pub fn range(&self, total: u64) -> (u64, u64) {
-        (
-            total * self.index / self.count,
-            total * (self.index + 1) / self.count,
-        )
-    }
-}
-
-impl std::fmt::Display for Shard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
-}
-
-/// Parses `i/N` with `0 ≤ i < N`.
-pub fn parse_shard(s: &str) -> Result<Shard, String> {
-    let bad = || format!("`{s}`: expected i/N with 0 ≤ i < N, e.g. 0/4");
-    let (i, n) = s.split_once('/').ok_or_else(bad)?;
-    let (index, count) = (
-        i.trim().parse().map_err(|_| bad())?,
-        n.trim().parse().map_err(|_| bad())?,
-    );
-    if count == 0 || index >= count {
-        return Err(bad());
-    }
-    Ok(Shard { index, count })
 }
 
 /// The progress of a run over `total` rows, with a status line: on a terminal (with
@@ -232,17 +195,5 @@ mod tests {
         assert_eq!(format_secs(3725.0), "1h02m05s");
         assert_eq!(format_secs(65.4), "1m05s");
         assert_eq!(format_secs(7.0), "7s");
-    }
-
-    #[test]
-    fn shards_partition_the_rows() {
-        assert_eq!(parse_shard("1/4"), Ok(Shard { index: 1, count: 4 }));
-        assert!(
-            parse_shard("4/4").is_err() && parse_shard("x").is_err() && parse_shard("0/0").is_err()
-        );
-        let ranges: Vec<(u64, u64)> = (0..3)
-            .map(|i| Shard { index: i, count: 3 }.range(10))
-            .collect();
-        assert_eq!(ranges, vec![(0, 3), (3, 6), (6, 10)]);
     }
 }

@@ -9,4 +9,4 @@ pub mod files;
 pub mod scheduler;
 
 pub use engine::{Admission, Engine, Finished, PipelineStats};
-pub use scheduler::SchedulerConfig;
+pub use scheduler::{SchedulerConfig, Strategy};

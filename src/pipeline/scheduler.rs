@@ -21,22 +21,41 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::engine::{Admission, Finished, PipelineStats};
 use crate::model::batch::Sequence;
-use crate::strategy::Strategy;
+
+/// A per-question search the scheduler drives: the contract every question job's task
+/// (a search of `strategy/` with what its output needs) implements.
+pub trait Strategy: Send {
+    /// What a finished search yields.
+    type Output: Send;
+    /// Model inputs of the next step, each with the index of the head that scores it.
+    /// Empty once the search has finished.
+    fn requests(&self) -> Vec<(Sequence, usize)>;
+    /// Logits of the requests of the current step, in order.
+    fn feed(&mut self, logits: Vec<Vec<f32>>);
+    /// The output, once finished (taken at most once).
+    fn take_output(&mut self) -> Option<Self::Output>;
+}
 
 /// Scheduling limits.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct SchedulerConfig {
-    /// Tokens per forward pass.
+    /// Token budget of one forward pass.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = SchedulerConfig::default().max_batch_tokens,
+        value_parser = crate::options::values::positive_usize))]
     pub max_batch_tokens: usize,
-    /// Questions in flight at once (bounds memory).
+    /// Questions in flight at once: more mixes the steps of different questions
+    /// better, and holds more memory.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = SchedulerConfig::default().max_active,
+        value_parser = crate::options::values::positive_usize))]
     pub max_active: usize,
 }
 
 impl SchedulerConfig {
     /// Refuses a limit below 1, naming it.
     pub fn check(&self) -> Result<()> {
-        crate::jobs::options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
-        crate::jobs::options::at_least_one("max_active", self.max_active)
+        crate::options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
+        crate::options::at_least_one("max_active", self.max_active)
     }
 }
 

@@ -33,7 +33,7 @@ use super::parse::{after_tag, answer, first_of};
 use super::{distinct_indices, numbered, Doc, LlmError, Outcome, Retriever, Session};
 
 /// How a new query is made for an unsupported path (paper Table 4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Expansion {

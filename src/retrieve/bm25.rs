@@ -82,6 +82,15 @@ impl Bm25Index {
         Self::new(&docs)
     }
 
+    /// The score of every document for `query`, in document order (0 for one that
+    /// shares no term with it).
+    pub fn passage_scores(&self, query: &str) -> Vec<f32> {
+        let scores = self.scores(query);
+        (0..self.len())
+            .map(|d| scores.get(&d).copied().unwrap_or(0.0) as f32)
+            .collect()
+    }
+
     /// Number of indexed documents.
     pub fn len(&self) -> usize {
         self.doc_len.len()

@@ -21,7 +21,7 @@ use crate::backend::Backend;
 use crate::io::fingerprint::file_sha256;
 use crate::io::parquet_io::{display_column, ParquetInput};
 use crate::io::paths::same_file;
-use crate::pipeline::control::{parse_shard, Shard};
+use crate::io::shard::{parse_shard, Shard};
 use crate::tensor::HostTensor;
 
 /// Index rows per block (one GEMM each): 8192 × 768 f32 is 24 MiB.

@@ -7,6 +7,7 @@
 //! `token_pattern` `(?u)\b\w\w+\b`). BM25 also drops a small English stop-word list.
 
 pub mod bm25;
+pub mod chunks;
 pub mod corpus;
 pub mod dense;
 pub mod tfidf;

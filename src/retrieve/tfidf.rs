@@ -479,9 +479,51 @@ fn normalise(v: impl Iterator<Item = (usize, f64)>) -> Vec<(usize, f64)> {
     v
 }
 
+/// LEPUS's second hops: per passage, the other non-blank passages ranked by TF-IDF cosine to the question
+/// (fitted on those candidates), the best `k` (none when their vocabulary is empty).
+pub fn expansions(question: &str, texts: &[&str], k: usize) -> Vec<Vec<usize>> {
+    (0..texts.len())
+        .map(|d| {
+            let cands: Vec<usize> = (0..texts.len())
+                .filter(|&j| j != d && !texts[j].trim().is_empty())
+                .collect();
+            let docs: Vec<&str> = cands.iter().map(|&j| texts[j]).collect();
+            let model = TfIdf::with_options(&docs, TfIdfOptions::LEPUS);
+            if model.is_empty() {
+                return Vec::new();
+            }
+            let all: Vec<usize> = (0..docs.len()).collect();
+            model
+                .rank(question, &all, k)
+                .into_iter()
+                .map(|h| cands[h.doc])
+                .collect()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expansions_rank_the_other_passages_by_tfidf() {
+        let texts = [
+            "The river flows north.",
+            "Apricots grow on the terraces.",
+            "",
+            "The terraces face the river.",
+        ];
+        let e = expansions("Which terraces grow apricots?", &texts, 2);
+        assert_eq!(e[0], vec![1, 3]);
+        assert_eq!(e[1], vec![3, 0]);
+        assert_eq!(e[3], vec![1, 0]);
+        assert_eq!(
+            e[2].len(),
+            2,
+            "a blank passage is no candidate but can be expanded"
+        );
+    }
 
     #[test]
     fn cosine_matches_sklearn() {

@@ -273,7 +273,7 @@ impl BeamSearch {
     }
 }
 
-impl super::Strategy for BeamSearch {
+impl crate::pipeline::Strategy for BeamSearch {
     type Output = BeamResult;
 
     /// Head index 0 is `hop1`, 1 is `hop_n` (the order the `beam` command loads them).

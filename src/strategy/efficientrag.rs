@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::batch::Sequence;
-use crate::retrieve::Bm25Index;
+use crate::retrieve::chunks::ChunkSource;
 use crate::tensor::argmax;
 use crate::text::words::{clean_up_tokenization, words};
 use crate::text::TextTokenizer;
@@ -74,37 +74,6 @@ impl Tag {
             Tag::Terminate => "<TERMINATE>",
             Tag::Finish => "<FINISH>",
         }
-    }
-}
-
-/// Where the loop retrieves chunks: a BM25 index over texts the Labeler reads.
-pub trait ChunkSource: Send + Sync {
-    /// The `k` best chunks for `query`, best first (only chunks sharing a term).
-    fn search(&self, query: &str, k: usize) -> Vec<usize>;
-    /// The text of chunk `doc` as the Labeler reads it.
-    fn chunk(&self, doc: usize) -> String;
-}
-
-/// A question's own passages, rendered and indexed.
-pub struct PoolChunks {
-    chunks: Vec<String>,
-    index: Bm25Index,
-}
-
-impl PoolChunks {
-    /// Indexes the chunk texts themselves.
-    pub fn new(chunks: Vec<String>) -> Self {
-        let index = Bm25Index::new(&chunks);
-        Self { chunks, index }
-    }
-}
-
-impl ChunkSource for PoolChunks {
-    fn search(&self, query: &str, k: usize) -> Vec<usize> {
-        self.index.search(query, k).iter().map(|h| h.doc).collect()
-    }
-    fn chunk(&self, doc: usize) -> String {
-        self.chunks[doc].clone()
     }
 }
 
@@ -234,7 +203,10 @@ impl EfficientRag {
     }
 
     fn try_start_iteration(&mut self) -> Result<(), String> {
-        let retrieved = self.source.search(&self.query, self.config.top_k);
+        let retrieved = self
+            .source
+            .search(&self.query, self.config.top_k)
+            .map_err(|e| format!("retrieval for the query `{}`: {e}", self.query))?;
         self.iterations.push(Iteration {
             query: self.query.clone(),
             retrieved: retrieved.clone(),
@@ -348,7 +320,7 @@ impl EfficientRag {
     }
 }
 
-impl super::Strategy for EfficientRag {
+impl crate::pipeline::Strategy for EfficientRag {
     type Output = Result<LabelResult, String>;
 
     fn requests(&self) -> Vec<(Sequence, usize)> {
@@ -397,7 +369,8 @@ fn kept_ids<'a>(ids: &'a [u32], token_labels: &'a [f32]) -> impl Iterator<Item =
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::Strategy;
+    use crate::pipeline::Strategy;
+    use crate::retrieve::chunks::PoolChunks;
 
     fn tokenizer() -> Arc<TextTokenizer> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -511,6 +484,33 @@ mod tests {
         let r = s.outcome().unwrap().as_ref().unwrap();
         assert_eq!(r.stop, Stop::NothingRetrieved);
         assert!(r.iterations[0].retrieved.is_empty() && r.kept.is_empty());
+    }
+
+    /// A query the source cannot search (a bi-encoder that cannot embed it) fails the
+    /// question with the reason, instead of ending it as if nothing were retrieved.
+    #[test]
+    fn a_query_the_source_cannot_search_fails_the_question() {
+        struct Unsearchable;
+        impl ChunkSource for Unsearchable {
+            fn search(&self, _: &str, _: usize) -> Result<Vec<usize>, String> {
+                Err("cannot embed the query: no tokens".into())
+            }
+            fn chunk(&self, _: usize) -> String {
+                unreachable!("nothing was retrieved")
+            }
+        }
+        let s = EfficientRag::new(
+            "Where is Paris?",
+            Arc::new(Unsearchable),
+            tokenizer(),
+            config(),
+        );
+        assert!(s.requests().is_empty());
+        let err = s.outcome().unwrap().as_ref().unwrap_err();
+        assert_eq!(
+            err,
+            "retrieval for the query `Where is Paris?`: cannot embed the query: no tokens"
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::model::batch::Sequence;
 
 /// How scores under several templates are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Ensemble {
     Mean,
@@ -62,11 +63,18 @@ pub trait PromptEncoder: Send + Sync {
     fn encode(&self, prompt: &str, question: &str) -> Result<Sequence, String>;
 }
 
+impl PromptEncoder for crate::text::prompt::LmEncoder {
+    fn encode(&self, prompt: &str, question: &str) -> Result<Sequence, String> {
+        crate::text::prompt::LmEncoder::encode(self, prompt, question)
+    }
+}
+
 /// The instruction set shipped with hopscore (own wording; see the file's header).
 pub const DEFAULT_INSTRUCTIONS: &str = include_str!("lepus_instructions.txt");
 
 /// Where an instruction goes relative to the documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum InstructionPosition {
     /// `Document: <P> {instruction} Question:` (better in the paper, Fig. 3).
@@ -432,7 +440,7 @@ fn mean(v: &[f32]) -> f32 {
     (v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len().max(1) as f64) as f32
 }
 
-impl super::Strategy for LepusSearch {
+impl crate::pipeline::Strategy for LepusSearch {
     /// The result, or why the question could not be scored (an encoder error).
     type Output = Result<LepusResult, String>;
 
@@ -456,7 +464,7 @@ impl super::Strategy for LepusSearch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::Strategy;
+    use crate::pipeline::Strategy;
 
     /// One token per character; the question's characters are marked.
     struct Chars;

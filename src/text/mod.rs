@@ -2,6 +2,7 @@
 //! GGUF metadata).
 
 pub mod causal_tokenizer;
+pub mod prompt;
 pub mod render;
 pub mod tokenizer;
 pub mod words;

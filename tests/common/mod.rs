@@ -544,3 +544,33 @@ pub fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
         .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
         .collect()
 }
+
+/// The files of a job's run: `input` to `output`, every other flag at its default.
+pub fn file_args(input: &Path, output: &Path) -> hopscore::cli::job::FileArgs {
+    hopscore::cli::job::FileArgs {
+        input: input.to_path_buf(),
+        output: output.to_path_buf(),
+        quarantine: None,
+        resume: false,
+        shard: None,
+        part_rows: None,
+        limit: None,
+    }
+}
+
+/// A job's subcommand arguments: `config` over `input` to `output` on the CPU.
+pub fn job_args<C>(config: C, input: &Path, output: &Path) -> hopscore::cli::job::JobArgs<C>
+where
+    C: hopscore::jobs::JobKind<Device = hopscore::jobs::DeviceConfig> + clap::Args,
+{
+    hopscore::cli::job::JobArgs {
+        config,
+        files: file_args(input, output),
+        device: hopscore::jobs::DeviceConfig::CPU,
+    }
+}
+
+/// Rows scored and rows quarantined by a run.
+pub fn scored_and_quarantined(s: &hopscore::pipeline::files::RunSummary) -> (u64, u64) {
+    (s.stats.rows - s.stats.bad_rows, s.stats.bad_rows)
+}

@@ -91,6 +91,17 @@ pub fn non_negative_f64(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// Positions in a list, such as `0,1`.
+pub fn positions(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',')
+        .map(|i| {
+            i.trim()
+                .parse()
+                .map_err(|_| format!("`{s}`: expected positions such as 0,1"))
+        })
+        .collect()
+}
+
 /// A model, tokenizer or GGUF file: a local path (which always wins), or a Hugging
 /// Face Hub id (`org/name`, `org/name@revision`, `org/name:file.gguf`) resolved to its
 /// snapshot in the hub cache, downloading what the cache lacks

@@ -1,13 +1,16 @@
-//! Job configs by option name, the way Python's keyword arguments set them: a config
-//! serialises to a JSON object of its options (its defaults: [`Options::defaults`]),
+//! The options of a job: its config type is both the command line's flag set (with the
+//! `cli` feature each config derives `clap::Args`, every default read from
+//! [`Options::defaults`], every value checked by a parser of [`values`]) and, by name,
+//! Python's keyword arguments: a config serialises to a JSON object of its options,
 //! the given options replace theirs by name, and the object deserialises back and is
-//! checked ([`Options::check`]). The names, types, defaults and checks are the config
-//! types' own, the same the command line starts from (clap's `default_value_t` reads
-//! [`Options::defaults`]; every job's constructor runs [`Options::check`]); an unknown
+//! checked ([`Options::check`], which every job's constructor also runs). An unknown
 //! name or a value of the wrong type is refused naming the option.
 
-use std::path::PathBuf;
+pub mod values;
 
+use std::path::{Path, PathBuf};
+
+use crate::io::paths::Named;
 use crate::model::hub::Need;
 
 use anyhow::{anyhow, bail, Result};
@@ -32,6 +35,21 @@ pub trait Options: Sized {
     fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
         Vec::new()
     }
+    /// The files a run reads besides its input (model, tokenizer, corpus, …), each
+    /// named by its flag: no output may be or hold one, and a run's fingerprint holds
+    /// their contents.
+    fn inputs(&self) -> Vec<Named> {
+        Vec::new()
+    }
+}
+
+/// The paths given among `paths` (`(flag, path)`, `None` when not given), for
+/// [`Options::inputs`].
+pub fn named(paths: &[(&str, Option<&Path>)]) -> Vec<Named> {
+    paths
+        .iter()
+        .filter_map(|&(flag, path)| path.map(|p| Named::new(flag, p)))
+        .collect()
 }
 
 /// A model path and an optional tokenizer path, as [`Options::model_paths`] lists them.

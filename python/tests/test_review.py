@@ -1,0 +1,71 @@
+"""``hopscore.Review``, built from keyword arguments like every job, reviews the
+questions the CLI's ``hopscore review`` does against the same endpoint and gives the
+rows of its output file."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pyarrow.parquet as pq
+import pytest
+
+import hopscore
+from conftest import cli_run, flags
+
+#: Every call's reply: a review that answers, and the final answer's sentence.
+REPLY = "Relevance: [RELEVANT]\nSupport: [SUPPORTED]\nAction: [ANSWER] green\nThe answer is green."
+
+
+class _Model(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint that always gives :data:`REPLY`, counting calls."""
+
+    calls = 0
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).calls += 1
+        body = json.dumps({
+            "choices": [{"message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def endpoint():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Model)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("strategy", ["tor", "allies"])
+def test_review_rows_equal_the_cli_output(strategy, endpoint, questions, tmp_path):
+    opts = {"strategy": strategy, "endpoint": endpoint, "llm_model": "m", "depth": 1, "widths": None,
+            "beam_depth": 1, "concurrency": 2}
+    cli_rows, cli_bad = cli_run("review", flags(opts) + ["--no-cache"], questions, tmp_path)
+    _Model.calls = 0
+    result = hopscore.Review(**opts).process(pq.read_table(questions))
+    assert _Model.calls > 0, "the job called the endpoint"
+    assert result.rows.schema.equals(cli_rows.schema, check_metadata=False)
+    assert result.rows.to_pylist() == cli_rows.to_pylist()
+    assert set(result.rows.column("answer").to_pylist()) == {"green"}
+    assert result.quarantine.column("id").to_pylist() == cli_bad.column("id").to_pylist() == ["bad-no-passages"]
+    # The file's metadata also names the input file; every other key is the same.
+    file_meta = {k: v for k, v in cli_rows.schema.metadata.items()
+                 if k not in (b"hopscore.input", b"hopscore.input_rows", b"hopscore.input_sha256", b"hopscore.shard")}
+    assert result.rows.schema.metadata == file_meta
+
+
+def test_review_options_are_checked_by_name():
+    with pytest.raises(ValueError, match=r"`review` needs the option `endpoint`"):
+        hopscore._native.Job("review", '{"strategy": "tor", "llm_model": "m"}')
+    with pytest.raises(ValueError, match=r"--widths \(widths\)"):
+        hopscore.Review("tor", "http://127.0.0.1:9", "m", widths=[2, 0])
