@@ -29,7 +29,6 @@ use hopscore::backend::{
     AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense, DeviceCounts,
     Gate, Input, RelAttention, SeqLayout, SeqPooling, T5AttentionShape,
 };
-use hopscore::jobs::decoder::load_decoder;
 use hopscore::model::batch::{graph_key, PackedBatch};
 use hopscore::model::config::RelativeConfig;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
@@ -37,6 +36,7 @@ use hopscore::model::deberta::relative_index;
 use hopscore::model::decoder::{
     DecoderForCausalLM, DecoderSource, ScoredSequence, MIN_SHARED_PREFIX,
 };
+use hopscore::model::language_model::load_language_model;
 use hopscore::model::t5::relative_position_bucket;
 use hopscore::tensor::HostTensor;
 
@@ -1680,8 +1680,8 @@ fn check_t5(dtype: DType) {
     for name in ["v1_0", "v1_1"] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = rounded_checkpoint(&common::fixture(&format!("t5/{name}")), tmp.path(), dtype);
-        let cpu = load_decoder(&CpuBackend::F32, &dir, None).unwrap().model;
-        let model = load_decoder(&gpu, &dir, None).unwrap().model;
+        let cpu = load_language_model(&CpuBackend::F32, &dir).unwrap().model;
+        let model = load_language_model(&gpu, &dir).unwrap().model;
         let mut seqs: Vec<ScoredSequence> = common::t5_golden_sequences(name)
             .into_iter()
             .map(|(s, _)| s)

@@ -25,10 +25,11 @@ use arrow::datatypes::{Float32Type, Int32Type};
 use clap::Parser;
 use hopscore::backend::cpu::{CpuBackend, CpuGemm};
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
-use hopscore::jobs::decoder::load_decoder;
 use hopscore::jobs::lepus::{demo_templates, score_requests, templates as templates_of, LmSetup};
+use hopscore::model::language_model::load_language_model;
 use hopscore::pipeline::Strategy;
 use hopscore::strategy::lepus::{parse_templates, Ensemble, InstructionPosition, LepusConfig};
+use hopscore::text::causal_tokenizer;
 use hopscore::text::prompt::LmEncoder;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -146,7 +147,8 @@ fn run_case(name: &str, model: &Path, be: &CpuBackend) -> Outcome {
         expected,
         questions,
     } = case(name);
-    let loaded = load_decoder(be, model, None).unwrap();
+    let loaded = load_language_model(be, model).unwrap();
+    let tokenizer = causal_tokenizer::for_model(model, None).unwrap();
     let ensemble = match golden["ensemble"].as_str().unwrap() {
         "max" => Ensemble::Max,
         _ => Ensemble::Mean,
@@ -154,12 +156,8 @@ fn run_case(name: &str, model: &Path, be: &CpuBackend) -> Outcome {
     let templates = templates_text(&golden["templates"]);
     let n_templates = golden["templates"].as_array().unwrap().len();
     let seq2seq = loaded.model.is_seq2seq();
-    let trailing_specials = if seq2seq {
-        loaded.tokenizer.added_tokens()
-    } else {
-        0
-    };
-    let tok = Arc::new(loaded.tokenizer);
+    let trailing_specials = if seq2seq { tokenizer.added_tokens() } else { 0 };
+    let tok = Arc::new(tokenizer);
     let setup = LmSetup {
         encoder: Arc::new(LmEncoder {
             tok: tok.clone(),
@@ -485,14 +483,8 @@ fn demonstrations_are_put_before_the_template_as_run_py_does() {
         unreachable!()
     };
     let config = args.config;
-    let loaded = load_decoder(&CpuBackend::F32, &gpt2_dir(), None).unwrap();
-    let got = demo_templates(
-        &config,
-        templates_of(&config).unwrap(),
-        &loaded.tokenizer,
-        0,
-    )
-    .unwrap();
+    let tokenizer = causal_tokenizer::for_model(&gpt2_dir(), None).unwrap();
+    let got = demo_templates(&config, templates_of(&config).unwrap(), &tokenizer, 0).unwrap();
     let want: Vec<String> = json_list(&golden["templates"], |t| t.as_str().unwrap().to_string());
     assert_eq!(got.iter().map(|t| t.0.clone()).collect::<Vec<_>>(), want);
 }

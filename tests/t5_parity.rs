@@ -16,12 +16,13 @@ use crate::common;
 use std::path::PathBuf;
 
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::jobs::decoder::{load_decoder, LanguageModel};
 use hopscore::model::decoder::ScoredSequence;
+use hopscore::model::language_model::{load_language_model, LanguageModel};
 use hopscore::model::t5::{relative_position_bucket, T5Config};
 use hopscore::strategy::lepus::{
     parse_templates, question_text, InstructionPosition, DEFAULT_INSTRUCTIONS,
 };
+use hopscore::text::causal_tokenizer;
 use hopscore::text::prompt::LmEncoder;
 use serde_json::Value;
 
@@ -58,7 +59,7 @@ fn relative_position_buckets_match_transformers() {
 fn check_logprobs(name: &str, batch: usize) {
     let g = golden();
     let be = CpuBackend::F32;
-    let loaded = load_decoder(&be, &model_dir(name), None).unwrap();
+    let loaded = load_language_model(&be, &model_dir(name)).unwrap();
     assert!(matches!(loaded.model, LanguageModel::Seq2Seq(_)));
     let cases = common::t5_golden_sequences(name);
     let temps: Vec<f32> = g["temperatures"]
@@ -132,9 +133,9 @@ fn data_prompts(g: &Value) -> Vec<(usize, String, String)> {
 #[test]
 fn prompts_from_the_data_tokenise_to_the_golden_ids() {
     let g = golden();
-    let loaded = load_decoder(&CpuBackend::F32, &model_dir("v1_1"), None).unwrap();
+    let tokenizer = causal_tokenizer::for_model(&model_dir("v1_1"), None).unwrap();
     let encoder = LmEncoder {
-        tok: std::sync::Arc::new(loaded.tokenizer),
+        tok: std::sync::Arc::new(tokenizer),
         max_tokens: 2048,
         seq2seq: true,
     };
@@ -272,7 +273,7 @@ fn edited(edit: impl Fn(&mut Value)) -> tempfile::TempDir {
 }
 
 fn load_error(dir: &tempfile::TempDir) -> String {
-    match load_decoder(&CpuBackend::F32, dir.path(), None) {
+    match load_language_model(&CpuBackend::F32, dir.path()) {
         Ok(_) => panic!("loaded"),
         Err(e) => format!("{e:#}"),
     }

@@ -10,9 +10,9 @@ use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, KernelTime};
-use crate::jobs::decoder::load_language_model;
 use crate::jobs::loglik::{token_logprobs, Loglik};
 use crate::model::decoder::ScoredSequence;
+use crate::model::language_model::load_language_model;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -82,7 +82,7 @@ pub fn run<B: Backend>(be: &B, args: &LoglikBench) -> Result<BenchLoglikResult> 
         .collect();
     ensure!(!seqs.is_empty(), "{} has no pairs", args.pairs.display());
     // Token ids in, so no tokenizer: the model alone.
-    let model = load_language_model(be, &args.model)?;
+    let model = load_language_model(be, &args.model)?.model;
     let pass = || token_logprobs(be, &model, &seqs, args.temperature, args.max_batch_tokens);
     let mut results = Vec::new();
     for _ in 0..args.warmup {

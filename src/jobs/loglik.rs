@@ -17,7 +17,6 @@ use arrow::array::{Array, ArrayRef, Float64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::Field;
 use rayon::prelude::*;
 
-use super::decoder::{load_decoder, LanguageModel, LoadedDecoder};
 use super::rows::{InputColumn, RowJob, RowScorer};
 use crate::backend::Backend;
 use crate::io::metadata::run_metadata;
@@ -26,8 +25,9 @@ use crate::io::paths::Named;
 use crate::model::batch::token_budget_groups;
 use crate::model::decoder::ScoredSequence;
 use crate::model::hub::Need;
+use crate::model::language_model::{load_language_model, LanguageModel};
 use crate::options::{self, Options};
-use crate::text::causal_tokenizer::CausalTokenizer;
+use crate::text::causal_tokenizer::{self, CausalTokenizer};
 
 /// What to load and how to score: the flags of `hopscore loglik` and the options of
 /// Python's `hopscore.CausalLM`.
@@ -127,10 +127,11 @@ impl Loglik {
     }
 }
 
-/// A loaded decoder with its tokenizer and scoring options.
+/// A loaded LM with its tokenizer and scoring options.
 pub struct LoglikScorer<B: Backend> {
     be: B,
-    loaded: LoadedDecoder<B>,
+    model: LanguageModel<B>,
+    tokenizer: CausalTokenizer,
     temperature: f32,
     max_len: usize,
     max_batch_tokens: usize,
@@ -143,25 +144,28 @@ pub type LoglikJob<B> = RowJob<LoglikScorer<B>>;
 /// Loads the decoder and tokenizer of `config` on `be`.
 pub fn job<B: Backend>(config: LoglikConfig, be: B) -> Result<LoglikJob<B>> {
     config.check()?;
-    let mut loaded = load_decoder(&be, &config.model, config.tokenizer.as_deref())?;
-    loaded.model.set_min_shared_prefix(config.min_shared_prefix);
-    let max_len = config.max_length.unwrap_or(loaded.model.context());
+    let tokenizer = causal_tokenizer::for_model(&config.model, config.tokenizer.as_deref())?;
+    let loaded = load_language_model(&be, &config.model)?;
+    let mut model = loaded.model;
+    model.set_min_shared_prefix(config.min_shared_prefix);
+    let max_len = config.max_length.unwrap_or(model.context());
     let metadata = run_metadata(
         &be,
         &config.model,
         &loaded.weights_paths,
         &[
-            ("model_type", loaded.model.model_type().to_string()),
+            ("model_type", model.model_type().to_string()),
             ("temperature", config.temperature.to_string()),
             ("max_length", max_len.to_string()),
-            ("add_bos", loaded.tokenizer.add_bos.to_string()),
-            ("tokenizer", loaded.tokenizer.source.display().to_string()),
+            ("add_bos", tokenizer.add_bos.to_string()),
+            ("tokenizer", tokenizer.source.display().to_string()),
             ("device", be.name()),
         ],
     )?;
     Ok(RowJob::new(LoglikScorer {
         be,
-        loaded,
+        model,
+        tokenizer,
         temperature: config.temperature,
         max_len,
         max_batch_tokens: config.max_batch_tokens,
@@ -189,9 +193,9 @@ impl<B: Backend> RowScorer for LoglikScorer<B> {
     fn prepare(&self, batch: &RecordBatch) -> Result<Vec<Result<ScoredSequence, String>>> {
         tokenize(
             batch,
-            &self.loaded.tokenizer,
+            &self.tokenizer,
             self.max_len,
-            self.loaded.model.is_seq2seq(),
+            self.model.is_seq2seq(),
         )
     }
 
@@ -202,7 +206,7 @@ impl<B: Backend> RowScorer for LoglikScorer<B> {
     fn score(&mut self, rows: &[ScoredSequence]) -> Result<Vec<ArrayRef>> {
         let results = score(
             &self.be,
-            &self.loaded.model,
+            &self.model,
             rows,
             self.temperature,
             self.max_batch_tokens,

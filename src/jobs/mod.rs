@@ -5,7 +5,6 @@
 
 pub mod beam;
 pub mod classify;
-pub mod decoder;
 pub mod device;
 pub mod embed;
 pub mod label;
@@ -26,7 +25,7 @@ pub use device::{DeviceConfig, DeviceKind, NoDevice};
 use crate::backend::Backend;
 use crate::io::paths::{Kind, Named};
 use crate::options::{self, Options};
-use crate::pipeline::files::FileRun;
+use crate::pipeline::files::{self, FileJob, FileRun};
 
 /// What one batch of input rows gives.
 #[derive(Debug, Clone)]
@@ -43,7 +42,7 @@ pub struct JobOutput {
 
 /// A loaded scoring job. A bad row never makes a call fail: it goes to the
 /// quarantine batch with its reason; errors are job-level (bad input schema, device
-/// failures).
+/// failures). Every job of the pipeline is one ([`FileJob`], below).
 pub trait Job: Send {
     /// Refuses an input schema that lacks a column the job reads or holds one of the
     /// wrong type, naming the column.
@@ -62,6 +61,34 @@ pub trait Job: Send {
     /// Processes `batch`, whose rows are the input rows numbered `rows` (the numbers
     /// the quarantine batch reports).
     fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput>;
+}
+
+/// A job of the pipeline called on batches: the rows of each batch run through its
+/// engine as a file's do ([`files::run_batch`]).
+impl<J: FileJob + Send> Job for J {
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        FileJob::check_input(self, input)
+    }
+    fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
+        Ok(with_metadata(
+            &*self.output_columns(input)?,
+            FileJob::metadata(self),
+        ))
+    }
+    fn metadata(&self) -> &[(String, String)] {
+        FileJob::metadata(self)
+    }
+    fn batch_rows(&self) -> usize {
+        FileJob::batch_rows(self)
+    }
+    fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
+        let run = files::run_batch(self, batch, rows)?;
+        Ok(JobOutput {
+            rows: run.rows,
+            quarantine: crate::io::quarantine::batch(&run.bad, self.quarantine_schema())?,
+            tokens: run.tokens,
+        })
+    }
 }
 
 /// A job fed a stream of batches: [`Stream::process`] numbers their rows from 0 across

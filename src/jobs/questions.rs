@@ -1,7 +1,7 @@
 //! Jobs over question files (`beam`, `label`, `lepus`): a [`QuestionScorer`] turns a
 //! question into a search ([`Strategy`]), scores batches of its model requests and
-//! turns finished searches into output rows; [`QuestionJob`] drives it as a [`Job`]
-//! and as a [`FileJob`] through the continuous-batching scheduler, which mixes
+//! turns finished searches into output rows; [`QuestionJob`] drives it as a
+//! [`FileJob`] (and so a `Job`) through the continuous-batching scheduler, which mixes
 //! the requests of the questions of a batch (or, in the file runner
 //! [`crate::pipeline::files`], of the whole file) into token-budget forward passes.
 
@@ -14,11 +14,10 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{with_metadata, Job, JobOutput};
-use crate::io::quarantine::{self, BadRow};
+use crate::io::quarantine::BadRow;
 use crate::io::questions::{check_schema, decode_batch, Question, QuestionReader};
 use crate::model::batch::Sequence;
-use crate::pipeline::engine::{finish_all, Status};
+use crate::pipeline::engine::Status;
 use crate::pipeline::files::{FileJob, Pending, Source, ToBatch};
 use crate::pipeline::Strategy;
 use crate::pipeline::{scheduler, Admission, Engine, Finished, PipelineStats, SchedulerConfig};
@@ -97,35 +96,17 @@ pub fn question_source<T: 'static>(
     })
 }
 
-/// Processes the rows `rows` of `batch` with `job`'s engine (the whole batch in
-/// flight at once) and returns them in row order; rows left unfinished are left out.
-pub fn process_batch<J: FileJob>(
-    job: &mut J,
-    prepare: Prepare<J::Task>,
+/// The rows `rows` of a question batch in memory, each admitted by `prepare` (or bad).
+pub fn admit_questions<T>(
+    prepare: &Prepare<T>,
     batch: &RecordBatch,
     rows: &[u64],
-    schemas: (SchemaRef, SchemaRef),
-) -> Result<JobOutput> {
-    let admitted = rows
+) -> Result<Vec<(u64, Admission<T>)>> {
+    Ok(rows
         .iter()
         .zip(decode_batch(batch, rows)?)
-        .map(|(&row, item)| (row, admit(&prepare, row, item)))
-        .collect();
-    let (stats, finished) = finish_all(job, admitted)?;
-    let (mut good, mut bad) = (Vec::new(), Vec::new());
-    for (row, item) in finished {
-        match J::settle(row, item) {
-            Some(Ok(r)) => good.push(r),
-            Some(Err(b)) => bad.push(b),
-            None => {}
-        }
-    }
-    let out = (job.to_batch(schemas.0.clone()))(&good)?;
-    Ok(JobOutput {
-        rows: RecordBatch::try_new(schemas.0, out.columns().to_vec())?,
-        quarantine: quarantine::batch(&bad, schemas.1)?,
-        tokens: stats.tokens,
-    })
+        .map(|(&row, item)| (row, admit(prepare, row, item)))
+        .collect())
 }
 
 impl<S: QuestionScorer> Engine for QuestionJob<S> {
@@ -167,6 +148,26 @@ impl<S: QuestionScorer> FileJob for QuestionJob<S> {
         self.scorer.metadata()
     }
 
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        check_schema(input, "the input batch")
+    }
+
+    fn output_columns(&self, _input: &Schema) -> Result<SchemaRef> {
+        Ok(self.scorer.schema())
+    }
+
+    fn batch_rows(&self) -> usize {
+        256
+    }
+
+    fn admit_batch(
+        &self,
+        batch: &RecordBatch,
+        rows: &[u64],
+    ) -> Result<Vec<(u64, Admission<S::Task>)>> {
+        admit_questions(&self.scorer.prepare(), batch, rows)
+    }
+
     fn open(&self, input: &Path) -> Result<Source<S::Task>> {
         question_source(input, self.scorer.schema(), self.scorer.prepare())
     }
@@ -185,33 +186,5 @@ impl<S: QuestionScorer> FileJob for QuestionJob<S> {
 
     fn to_batch(&self, _schema: SchemaRef) -> ToBatch<S::Row> {
         self.scorer.to_batch()
-    }
-}
-
-impl<S: QuestionScorer> Job for QuestionJob<S> {
-    fn check_input(&self, input: &Schema) -> Result<()> {
-        check_schema(input, "the input batch")
-    }
-
-    fn output_schema(&self, _input: &Schema) -> Result<SchemaRef> {
-        Ok(with_metadata(&self.scorer.schema(), self.scorer.metadata()))
-    }
-
-    fn metadata(&self) -> &[(String, String)] {
-        self.scorer.metadata()
-    }
-
-    fn batch_rows(&self) -> usize {
-        256
-    }
-
-    fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
-        self.check_input(&batch.schema())?;
-        let schemas = (
-            self.output_schema(&batch.schema())?,
-            self.quarantine_schema(),
-        );
-        let prepare = self.scorer.prepare();
-        process_batch(self, prepare, batch, rows, schemas)
     }
 }

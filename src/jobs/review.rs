@@ -21,9 +21,9 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 use crossbeam_channel::{Receiver, Sender};
 
-use super::questions::{process_batch, question_source, Prepare};
+use super::questions::{admit_questions, question_source, Prepare};
 use super::review_io::{read_chains, review_batch, ReviewRow};
-use super::{with_metadata, Job, JobOutput};
+use super::Job;
 use crate::io::metadata::tool_metadata;
 use crate::io::parquet_io::sibling;
 use crate::io::paths::{Kind, Named};
@@ -618,6 +618,26 @@ impl FileJob for ReviewJob {
         true
     }
 
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        check_schema(input, "the input batch")
+    }
+
+    fn output_columns(&self, _input: &Schema) -> Result<SchemaRef> {
+        Ok(review_schema())
+    }
+
+    fn batch_rows(&self) -> usize {
+        64
+    }
+
+    fn admit_batch(
+        &self,
+        batch: &RecordBatch,
+        rows: &[u64],
+    ) -> Result<Vec<(u64, Admission<Question>)>> {
+        admit_questions(&as_task(), batch, rows)
+    }
+
     fn open(&self, input: &Path) -> Result<Source<Question>> {
         question_source(input, review_schema(), as_task())
     }
@@ -628,33 +648,6 @@ impl FileJob for ReviewJob {
 
     fn to_batch(&self, _schema: SchemaRef) -> ToBatch<ReviewRow> {
         Arc::new(review_batch)
-    }
-}
-
-impl Job for ReviewJob {
-    fn check_input(&self, input: &Schema) -> Result<()> {
-        check_schema(input, "the input batch")
-    }
-
-    fn output_schema(&self, _input: &Schema) -> Result<SchemaRef> {
-        Ok(with_metadata(&review_schema(), &self.metadata))
-    }
-
-    fn metadata(&self) -> &[(String, String)] {
-        &self.metadata
-    }
-
-    fn batch_rows(&self) -> usize {
-        64
-    }
-
-    fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
-        self.check_input(&batch.schema())?;
-        let schemas = (
-            self.output_schema(&batch.schema())?,
-            self.quarantine_schema(),
-        );
-        process_batch(self, as_task(), batch, rows, schemas)
     }
 }
 

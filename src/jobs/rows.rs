@@ -1,9 +1,9 @@
 //! Jobs that score independent rows (`classify`, `loglik`): a [`RowScorer`] validates
 //! and tokenises a batch's rows and scores the good ones; [`RowJob`] turns it into a
-//! [`Job`] that keeps the input's `id` in front of the result columns and sends bad
-//! rows (a null `id` always) to quarantine with their reason, and into a [`FileJob`]
-//! whose engine scores the rows of a file in groups of [`RowScorer::BATCH_ROWS`]
-//! (aligned on multiples of it, so a whole-file run groups rows as `process` would).
+//! [`FileJob`] (and so a `Job`) that keeps the input's `id` in front of the result
+//! columns, sends bad rows (a null `id` always) to quarantine with their reason, and
+//! whose engine scores rows in groups of [`RowScorer::BATCH_ROWS`] (aligned on
+//! multiples of it), from a file or from a batch in memory alike.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,12 +14,11 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{with_metadata, Job, JobOutput};
 use crate::io::parquet_io::{
     check_column, check_text, display_column, optional_string_column, string_column, InputBatch,
     ParquetInput,
 };
-use crate::io::quarantine::{self, BadRow};
+use crate::io::quarantine::BadRow;
 use crate::model::batch::{token_budget_groups, PackedBatch, Sequence};
 use crate::pipeline::engine::Status;
 use crate::pipeline::files::{FileJob, Pending, Source, ToBatch};
@@ -68,13 +67,6 @@ impl<S: RowScorer> RowJob<S> {
 
     /// Scores the rows of `batch`, numbered `rows_of`.
     fn score_rows(&mut self, batch: &RecordBatch, rows_of: &[u64]) -> Result<Scored> {
-        self.check_input(&batch.schema())?;
-        anyhow::ensure!(
-            rows_of.len() == batch.num_rows(),
-            "{} row numbers for a batch of {} rows",
-            rows_of.len(),
-            batch.num_rows()
-        );
         let id_col = batch
             .column_by_name("id")
             .context("the input has no `id`")?;
@@ -248,9 +240,37 @@ impl<S: RowScorer> FileJob for RowJob<S> {
         self.scorer.metadata()
     }
 
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        for &(name, accepted, required) in S::COLUMNS {
+            check_column(input, name, accepted, required)?;
+        }
+        Ok(())
+    }
+
+    fn output_columns(&self, input: &Schema) -> Result<SchemaRef> {
+        Ok(Arc::new(self.schema(input)?))
+    }
+
+    fn batch_rows(&self) -> usize {
+        S::BATCH_ROWS
+    }
+
+    /// Each row a one-row batch, as a file's rows are.
+    fn admit_batch(
+        &self,
+        batch: &RecordBatch,
+        rows: &[u64],
+    ) -> Result<Vec<(u64, Admission<RecordBatch>)>> {
+        Ok(rows
+            .iter()
+            .enumerate()
+            .map(|(i, &row)| (row, Admission::Task(batch.slice(i, 1))))
+            .collect())
+    }
+
     fn open(&self, input: &Path) -> Result<Source<RecordBatch>> {
         let input = ParquetInput::open(input, S::BATCH_ROWS)?;
-        self.check_input(&input.schema)?;
+        FileJob::check_input(self, &input.schema)?;
         Ok(Source {
             total_rows: input.total_rows,
             schema: Arc::new(self.schema(&input.schema)?),
@@ -264,39 +284,6 @@ impl<S: RowScorer> FileJob for RowJob<S> {
 
     fn to_batch(&self, schema: SchemaRef) -> ToBatch<RecordBatch> {
         Arc::new(move |rows: &[RecordBatch]| Ok(concat_batches(&schema, rows)?))
-    }
-}
-
-impl<S: RowScorer> Job for RowJob<S> {
-    fn check_input(&self, input: &Schema) -> Result<()> {
-        for &(name, accepted, required) in S::COLUMNS {
-            check_column(input, name, accepted, required)?;
-        }
-        Ok(())
-    }
-
-    fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
-        Ok(with_metadata(&self.schema(input)?, self.scorer.metadata()))
-    }
-
-    fn metadata(&self) -> &[(String, String)] {
-        self.scorer.metadata()
-    }
-
-    fn batch_rows(&self) -> usize {
-        S::BATCH_ROWS
-    }
-
-    fn process_rows(&mut self, batch: &RecordBatch, rows_of: &[u64]) -> Result<JobOutput> {
-        let scored = self.score_rows(batch, rows_of)?;
-        Ok(JobOutput {
-            rows: RecordBatch::try_new(
-                self.output_schema(&batch.schema())?,
-                scored.rows.columns().to_vec(),
-            )?,
-            quarantine: quarantine::batch(&scored.bad, self.quarantine_schema())?,
-            tokens: scored.tokens,
-        })
     }
 }
 

@@ -10,6 +10,7 @@ pub mod decoder_config;
 pub mod gguf;
 pub mod heads;
 pub mod hub;
+pub mod language_model;
 pub mod layers;
 pub mod prefix;
 pub mod t5;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Schema, SchemaRef};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::control::{Progress, INTERRUPTED};
@@ -41,13 +41,28 @@ pub struct Source<T> {
     pub rows: Box<dyn Iterator<Item = Result<(u64, Pending<T>)>> + Send>,
 }
 
-/// A job that reads a file, as the file runner drives it: its engine, and how rows
-/// are read and written.
+/// A job as the pipeline drives it: its engine, how rows are read (from a file,
+/// [`run`], or from a batch in memory, [`run_batch`]) and how they are written. Every
+/// job is one of these; `jobs::Job`, the library's batch API, is derived from it.
 pub trait FileJob: Engine {
     /// One output row.
     type Row: Send + 'static;
     /// Run metadata of the output files.
     fn metadata(&self) -> &[(String, String)];
+    /// Refuses an input schema that lacks a column the job reads or holds one of the
+    /// wrong type, naming the column.
+    fn check_input(&self, input: &Schema) -> Result<()>;
+    /// The output columns for an input of schema `input` (without metadata).
+    fn output_columns(&self, input: &Schema) -> Result<SchemaRef>;
+    /// Input rows per batch that suit the job.
+    fn batch_rows(&self) -> usize;
+    /// The rows of `batch` in memory, numbered `rows`, admitted as a file's rows are
+    /// (each a task or a bad row).
+    fn admit_batch(
+        &self,
+        batch: &RecordBatch,
+        rows: &[u64],
+    ) -> Result<Vec<(u64, Admission<Self::Task>)>>;
     /// Whether the output files also record the input (`hopscore.input_rows`,
     /// `input_sha256`, `shard`); the resume fingerprint always does.
     fn records_input(&self) -> bool {
@@ -65,6 +80,49 @@ pub trait FileJob: Engine {
     fn settle(row: u64, item: Finished<Self::Out>) -> Option<Result<Self::Row, BadRow>>;
     /// Output rows → record batch (run on the writer thread).
     fn to_batch(&self, schema: SchemaRef) -> ToBatch<Self::Row>;
+}
+
+/// What [`run_batch`] gives: the output rows (with the job's metadata), the bad rows
+/// and the tokens run through the model.
+pub struct BatchRun {
+    pub rows: RecordBatch,
+    pub bad: Vec<BadRow>,
+    pub tokens: u64,
+}
+
+/// Runs `job` over the rows of `batch`, numbered `rows`, all in flight at once: the
+/// finished rows in row order (rows a stop left unfinished are left out).
+pub fn run_batch<J: FileJob>(job: &mut J, batch: &RecordBatch, rows: &[u64]) -> Result<BatchRun> {
+    job.check_input(&batch.schema())?;
+    anyhow::ensure!(
+        rows.len() == batch.num_rows(),
+        "{} row numbers for a batch of {} rows",
+        rows.len(),
+        batch.num_rows()
+    );
+    let columns = job.output_columns(&batch.schema())?;
+    let schema = Arc::new(
+        columns
+            .as_ref()
+            .clone()
+            .with_metadata(job.metadata().iter().cloned().collect()),
+    );
+    let admitted = job.admit_batch(batch, rows)?;
+    let (stats, finished) = engine::finish_all(job, admitted)?;
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for (row, item) in finished {
+        match J::settle(row, item) {
+            Some(Ok(r)) => good.push(r),
+            Some(Err(b)) => bad.push(b),
+            None => {}
+        }
+    }
+    let out = (job.to_batch(columns))(&good)?;
+    Ok(BatchRun {
+        rows: RecordBatch::try_new(schema, out.columns().to_vec())?,
+        bad,
+        tokens: stats.tokens,
+    })
 }
 
 /// Output rows per record batch of a part file.

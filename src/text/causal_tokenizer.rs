@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value as Json};
 
+use crate::model::decoder::DecoderSource;
 use crate::model::gguf::{GgufFile, Value};
+use crate::model::t5::is_t5_dir;
 
 /// The pre-tokenizer split of llama.cpp's `llama-bpe` family (`_LLAMA3_SPLIT` in
 /// transformers' mapping).
@@ -53,6 +55,18 @@ const OTHER_SPLIT_PRE: &[&str] = &[
     "talkie",
     "minimax-m2",
 ];
+
+/// The tokenizer of the scoring LM at `model` (`model::language_model`): `tokenizer`
+/// when given; else a T5 or HF directory's tokenizer.json, or a GGUF file's vocabulary.
+pub fn for_model(model: &Path, tokenizer: Option<&Path>) -> Result<CausalTokenizer> {
+    if tokenizer.is_some() || is_t5_dir(model) {
+        return CausalTokenizer::from_dir(model, tokenizer);
+    }
+    match DecoderSource::open(model)? {
+        DecoderSource::Gguf(g) => from_gguf(&g),
+        DecoderSource::Hf { dir, .. } => CausalTokenizer::from_dir(&dir, None),
+    }
+}
 
 /// A causal LM's tokenizer and its BOS policy.
 pub struct CausalTokenizer {

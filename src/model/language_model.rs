@@ -1,15 +1,15 @@
-//! Loading a scoring LM with its tokenizer (the `loglik` and `lepus` jobs): a causal
-//! LM (GGUF or HF) or a T5-family encoder-decoder (HF), chosen by `config.json`.
+//! The scoring LM of LEPUS and `loglik` (docs/spec.md §3): a causal LM (GGUF or HF,
+//! [`super::decoder`]) or a T5-family encoder-decoder (HF, [`super::t5`]), chosen by
+//! the directory's `config.json`, behind one type that scores targets given prompts.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use super::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
+use super::t5::{is_t5_dir, T5Config, T5ForConditionalGeneration};
+use super::weights::{WeightStore, Weights};
 use crate::backend::Backend;
-use crate::model::decoder::{DecoderForCausalLM, DecoderSource, ScoredSequence};
-use crate::model::t5::{is_t5_dir, T5Config, T5ForConditionalGeneration};
-use crate::model::weights::{WeightStore, Weights};
-use crate::text::causal_tokenizer::{self, CausalTokenizer};
 
 /// A model that scores a target given a prompt.
 pub enum LanguageModel<B: Backend> {
@@ -77,14 +77,32 @@ impl<B: Backend> LanguageModel<B> {
     }
 }
 
-/// Opens a scoring LM without its tokenizer (token ids in: `hopscore bench-loglik`).
-pub fn load_language_model<B: Backend>(be: &B, model: &Path) -> Result<LanguageModel<B>> {
+/// A loaded scoring LM and the weight files it was read from (its fingerprint).
+pub struct LoadedModel<B: Backend> {
+    pub model: LanguageModel<B>,
+    pub weights_paths: Vec<PathBuf>,
+}
+
+/// Opens a scoring LM: a GGUF file, a directory holding one, an HF directory of a
+/// causal LM or of a T5-family model (chosen by its `config.json`). Its tokenizer is
+/// `text::causal_tokenizer::for_model`'s.
+pub fn load_language_model<B: Backend>(be: &B, model: &Path) -> Result<LoadedModel<B>> {
     let loading = || format!("loading {}", model.display());
-    Ok(if is_t5_dir(model) {
-        LanguageModel::Seq2Seq(load_t5(be, WeightStore::open(model)?, model).with_context(loading)?)
-    } else {
-        let source = DecoderSource::open(model)?;
-        LanguageModel::Causal(DecoderForCausalLM::load(be, source).with_context(loading)?)
+    if is_t5_dir(model) {
+        let store = WeightStore::open(model)?;
+        let weights_paths = store.paths().to_vec();
+        let t5 = load_t5(be, store, model).with_context(loading)?;
+        return Ok(LoadedModel {
+            model: LanguageModel::Seq2Seq(t5),
+            weights_paths,
+        });
+    }
+    let source = DecoderSource::open(model)?;
+    let weights_paths = source.weights_paths();
+    let decoder = DecoderForCausalLM::load(be, source).with_context(loading)?;
+    Ok(LoadedModel {
+        model: LanguageModel::Causal(decoder),
+        weights_paths,
     })
 }
 
@@ -95,46 +113,4 @@ fn load_t5<B: Backend>(
 ) -> Result<T5ForConditionalGeneration<B>> {
     let config = T5Config::from_file(&dir.join("config.json"))?;
     T5ForConditionalGeneration::from_weights(be, &Weights::new(store), config)
-}
-
-/// A loaded model with its tokenizer.
-pub struct LoadedDecoder<B: Backend> {
-    pub model: LanguageModel<B>,
-    pub tokenizer: CausalTokenizer,
-    pub weights_paths: Vec<PathBuf>,
-}
-
-/// Opens a scoring LM (a GGUF file, a directory holding one, an HF directory of a
-/// causal LM or of a T5-family model) and its tokenizer (`tokenizer` overrides the
-/// model's own).
-pub fn load_decoder<B: Backend>(
-    be: &B,
-    model: &Path,
-    tokenizer: Option<&Path>,
-) -> Result<LoadedDecoder<B>> {
-    let loading = || format!("loading {}", model.display());
-    if is_t5_dir(model) {
-        let tok = CausalTokenizer::from_dir(model, tokenizer)?;
-        let store = WeightStore::open(model)?;
-        let weights_paths = store.paths().to_vec();
-        let t5 = load_t5(be, store, model).with_context(loading)?;
-        return Ok(LoadedDecoder {
-            weights_paths,
-            model: LanguageModel::Seq2Seq(t5),
-            tokenizer: tok,
-        });
-    }
-    let source = DecoderSource::open(model)?;
-    let weights_paths = source.weights_paths();
-    let tok = match (&source, tokenizer) {
-        (_, Some(t)) => CausalTokenizer::from_dir(model, Some(t))?,
-        (DecoderSource::Gguf(g), None) => causal_tokenizer::from_gguf(g)?,
-        (DecoderSource::Hf { dir, .. }, None) => CausalTokenizer::from_dir(dir, None)?,
-    };
-    let model = DecoderForCausalLM::load(be, source).with_context(loading)?;
-    Ok(LoadedDecoder {
-        model: LanguageModel::Causal(model),
-        tokenizer: tok,
-        weights_paths,
-    })
 }
