@@ -1680,8 +1680,8 @@ fn check_t5(dtype: DType) {
     for name in ["v1_0", "v1_1"] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = rounded_checkpoint(&common::fixture(&format!("t5/{name}")), tmp.path(), dtype);
-        let cpu = load_language_model(&CpuBackend::F32, &dir).unwrap().model;
-        let model = load_language_model(&gpu, &dir).unwrap().model;
+        let cpu = load_language_model(&CpuBackend::F32, &dir).unwrap();
+        let model = load_language_model(&gpu, &dir).unwrap();
         let mut seqs: Vec<ScoredSequence> = common::t5_golden_sequences(name)
             .into_iter()
             .map(|(s, _)| s)

@@ -26,7 +26,7 @@ use clap::Parser;
 use hopscore::backend::cpu::{CpuBackend, CpuGemm};
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
 use hopscore::jobs::lepus::{demo_templates, score_requests, templates as templates_of, LmSetup};
-use hopscore::model::language_model::load_language_model;
+use hopscore::model::language_model::LanguageModelSource;
 use hopscore::pipeline::Strategy;
 use hopscore::strategy::lepus::{parse_templates, Ensemble, InstructionPosition, LepusConfig};
 use hopscore::text::causal_tokenizer;
@@ -147,15 +147,16 @@ fn run_case(name: &str, model: &Path, be: &CpuBackend) -> Outcome {
         expected,
         questions,
     } = case(name);
-    let loaded = load_language_model(be, model).unwrap();
-    let tokenizer = causal_tokenizer::for_model(model, None).unwrap();
+    let source = LanguageModelSource::open(model).unwrap();
+    let tokenizer = causal_tokenizer::for_model(&source, model, None).unwrap();
+    let lm = source.load(be).unwrap();
     let ensemble = match golden["ensemble"].as_str().unwrap() {
         "max" => Ensemble::Max,
         _ => Ensemble::Mean,
     };
     let templates = templates_text(&golden["templates"]);
     let n_templates = golden["templates"].as_array().unwrap().len();
-    let seq2seq = loaded.model.is_seq2seq();
+    let seq2seq = lm.is_seq2seq();
     let trailing_specials = if seq2seq { tokenizer.added_tokens() } else { 0 };
     let tok = Arc::new(tokenizer);
     let setup = LmSetup {
@@ -208,7 +209,7 @@ fn run_case(name: &str, model: &Path, be: &CpuBackend) -> Outcome {
                 }
             }
             let seqs: Vec<_> = requests.into_iter().map(|(s, _)| s).collect();
-            let logprobs = score_requests(be, &loaded.model, &seqs, temperature).unwrap();
+            let logprobs = score_requests(be, &lm, &seqs, temperature).unwrap();
             let means: Vec<f32> = logprobs
                 .iter()
                 .map(|lp| (lp.iter().map(|&x| f64::from(x)).sum::<f64>() / lp.len() as f64) as f32)
@@ -483,7 +484,7 @@ fn demonstrations_are_put_before_the_template_as_run_py_does() {
         unreachable!()
     };
     let config = args.config;
-    let tokenizer = causal_tokenizer::for_model(&gpt2_dir(), None).unwrap();
+    let tokenizer = common::scoring_tokenizer(&gpt2_dir());
     let got = demo_templates(&config, templates_of(&config).unwrap(), &tokenizer, 0).unwrap();
     let want: Vec<String> = json_list(&golden["templates"], |t| t.as_str().unwrap().to_string());
     assert_eq!(got.iter().map(|t| t.0.clone()).collect::<Vec<_>>(), want);
@@ -761,6 +762,15 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
         .iter()
         .zip(&before)
         .all(|(c, t)| modified(c) != *t));
+    // `--limit` ranks on the first N questions: a finished candidate of the whole file
+    // is not reused for it.
+    let before: Vec<_> = replaced.candidates.iter().map(modified).collect();
+    changed.lepus.files.limit = Some(3);
+    let limited = run(&changed).unwrap();
+    for (c, t) in limited.candidates.iter().zip(&before) {
+        assert_ne!(modified(c), *t, "{} was reused", c.output.display());
+        assert_eq!(common::read_parquet(&c.output).num_rows(), 3);
+    }
 }
 
 /// Issue 40: `instruction-search --shard` scored half the development file against

@@ -22,7 +22,6 @@ use hopscore::model::t5::{relative_position_bucket, T5Config};
 use hopscore::strategy::lepus::{
     parse_templates, question_text, InstructionPosition, DEFAULT_INSTRUCTIONS,
 };
-use hopscore::text::causal_tokenizer;
 use hopscore::text::prompt::LmEncoder;
 use serde_json::Value;
 
@@ -59,8 +58,8 @@ fn relative_position_buckets_match_transformers() {
 fn check_logprobs(name: &str, batch: usize) {
     let g = golden();
     let be = CpuBackend::F32;
-    let loaded = load_language_model(&be, &model_dir(name)).unwrap();
-    assert!(matches!(loaded.model, LanguageModel::Seq2Seq(_)));
+    let lm = load_language_model(&be, &model_dir(name)).unwrap();
+    assert!(matches!(lm, LanguageModel::Seq2Seq(_)));
     let cases = common::t5_golden_sequences(name);
     let temps: Vec<f32> = g["temperatures"]
         .as_array()
@@ -73,7 +72,7 @@ fn check_logprobs(name: &str, batch: usize) {
     for (ti, &t) in temps.iter().enumerate() {
         for chunk in cases.chunks(batch) {
             let seqs: Vec<ScoredSequence> = chunk.iter().map(|(s, _)| s.clone()).collect();
-            let got = loaded.model.target_logprobs(&be, &seqs, t).unwrap();
+            let got = lm.target_logprobs(&be, &seqs, t).unwrap();
             for ((_, want), got) in chunk.iter().zip(&got) {
                 assert_eq!(got.len(), want[ti].len());
                 for (a, b) in got.iter().zip(&want[ti]) {
@@ -133,7 +132,7 @@ fn data_prompts(g: &Value) -> Vec<(usize, String, String)> {
 #[test]
 fn prompts_from_the_data_tokenise_to_the_golden_ids() {
     let g = golden();
-    let tokenizer = causal_tokenizer::for_model(&model_dir("v1_1"), None).unwrap();
+    let tokenizer = common::scoring_tokenizer(&model_dir("v1_1"));
     let encoder = LmEncoder {
         tok: std::sync::Arc::new(tokenizer),
         max_tokens: 2048,

@@ -82,7 +82,7 @@ pub fn run<B: Backend>(be: &B, args: &LoglikBench) -> Result<BenchLoglikResult> 
         .collect();
     ensure!(!seqs.is_empty(), "{} has no pairs", args.pairs.display());
     // Token ids in, so no tokenizer: the model alone.
-    let model = load_language_model(be, &args.model)?.model;
+    let model = load_language_model(be, &args.model)?;
     let pass = || token_logprobs(be, &model, &seqs, args.temperature, args.max_batch_tokens);
     let mut results = Vec::new();
     for _ in 0..args.warmup {

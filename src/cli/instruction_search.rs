@@ -72,6 +72,8 @@ pub struct SearchReport {
 struct RunSettings<'a> {
     template: &'a str,
     config: LepusConfig,
+    /// `--limit`: the development questions the candidate was ranked on.
+    limit: Option<u64>,
     /// `hopscore.sha256.<flag>` of the development file and the other inputs.
     contents: &'a [(String, String)],
 }
@@ -152,6 +154,7 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         let settings = serde_json::to_string(&RunSettings {
             template: &template.0,
             config: one.config.clone(),
+            limit: one.files.limit,
             contents: &contents,
         })?;
         let same = |marker: &Path| std::fs::read_to_string(marker).is_ok_and(|d| d == settings);

@@ -99,7 +99,7 @@ impl TryFrom<HopsValue> for Hops {
 }
 
 /// What to load and how to search: the flags of `hopscore beam` and the options of
-/// Python's `hopscore.Beam`.
+/// Python's `hopscore.BeamRetriever`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct BeamConfig {

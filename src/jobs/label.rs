@@ -43,7 +43,7 @@ use crate::text::render::efficientrag_chunk;
 use crate::text::TextTokenizer;
 
 /// What to load and how to search: the flags of `hopscore label` and the options of
-/// Python's `hopscore.Label`.
+/// Python's `hopscore.EfficientRAG`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct LabelConfig {

@@ -25,7 +25,7 @@ use crate::io::paths::Named;
 use crate::model::batch::token_budget_groups;
 use crate::model::decoder::ScoredSequence;
 use crate::model::hub::Need;
-use crate::model::language_model::{load_language_model, LanguageModel};
+use crate::model::language_model::{LanguageModel, LanguageModelSource};
 use crate::options::{self, Options};
 use crate::text::causal_tokenizer::{self, CausalTokenizer};
 
@@ -144,15 +144,17 @@ pub type LoglikJob<B> = RowJob<LoglikScorer<B>>;
 /// Loads the decoder and tokenizer of `config` on `be`.
 pub fn job<B: Backend>(config: LoglikConfig, be: B) -> Result<LoglikJob<B>> {
     config.check()?;
-    let tokenizer = causal_tokenizer::for_model(&config.model, config.tokenizer.as_deref())?;
-    let loaded = load_language_model(&be, &config.model)?;
-    let mut model = loaded.model;
+    let source = LanguageModelSource::open(&config.model)?;
+    let tokenizer =
+        causal_tokenizer::for_model(&source, &config.model, config.tokenizer.as_deref())?;
+    let weights_paths = source.weights_paths();
+    let mut model = source.load(&be)?;
     model.set_min_shared_prefix(config.min_shared_prefix);
     let max_len = config.max_length.unwrap_or(model.context());
     let metadata = run_metadata(
         &be,
         &config.model,
-        &loaded.weights_paths,
+        &weights_paths,
         &[
             ("model_type", model.model_type().to_string()),
             ("temperature", config.temperature.to_string()),

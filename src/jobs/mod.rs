@@ -23,7 +23,6 @@ use arrow::datatypes::{Schema, SchemaRef};
 pub use device::{DeviceConfig, DeviceKind, NoDevice};
 
 use crate::backend::Backend;
-use crate::io::paths::{Kind, Named};
 use crate::options::{self, Options};
 use crate::pipeline::files::{self, FileJob, FileRun};
 
@@ -84,7 +83,10 @@ impl<J: FileJob + Send> Job for J {
     fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
         let run = files::run_batch(self, batch, rows)?;
         Ok(JobOutput {
-            rows: run.rows,
+            rows: RecordBatch::try_new(
+                self.output_schema(&batch.schema())?,
+                run.rows.columns().to_vec(),
+            )?,
             quarantine: crate::io::quarantine::batch(&run.bad, self.quarantine_schema())?,
             tokens: run.tokens,
         })
@@ -214,11 +216,6 @@ pub trait JobKind: Options + serde::Serialize + serde::de::DeserializeOwned {
     type Summary;
     /// Loads the job on `be`.
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
-    /// The directories and files a run writes besides its output, quarantine and parts
-    /// (review's response cache), for the guard that no output overwrites an input.
-    fn extra_outputs(&self) -> Vec<(Named, Kind)> {
-        Vec::new()
-    }
     /// Loads the job on `device` and runs it over the files of `run` (Ctrl-C and
     /// SIGTERM stop it: [`crate::pipeline::control::INTERRUPTED`]).
     fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<Self::Summary>;

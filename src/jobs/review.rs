@@ -190,6 +190,7 @@ impl Options for ReviewConfig {
             ("beam_size", self.beam_size),
             ("sub_questions", self.sub_questions),
             ("top_n", self.top_n),
+            ("max_tokens", self.max_tokens as usize),
         ] {
             options::at_least_one(option, value)?;
         }
@@ -198,24 +199,11 @@ impl Options for ReviewConfig {
             "--widths (widths): every entry must be at least 1, got {:?}",
             self.widths
         );
-        anyhow::ensure!(
-            self.max_tokens >= 1,
-            "--max-tokens (max_tokens) must be at least 1"
-        );
-        options::finite("timeout", self.timeout as f32, true)?;
-        for (option, value) in [
-            ("backoff", self.backoff),
-            ("backoff_max", self.backoff_max),
-            ("temperature", self.temperature as f64),
-        ] {
-            options::finite(option, value as f32, false)?;
-            anyhow::ensure!(
-                value >= 0.0,
-                "--{} ({option}) must not be negative",
-                option.replace('_', "-")
-            );
-        }
-        options::finite("threshold", self.threshold as f32, false)
+        options::finite("timeout", self.timeout, true)?;
+        options::non_negative("backoff", self.backoff)?;
+        options::non_negative("backoff_max", self.backoff_max)?;
+        options::non_negative("temperature", self.temperature)?;
+        options::finite("threshold", self.threshold, false)
     }
 
     fn inputs(&self) -> Vec<Named> {
@@ -418,6 +406,9 @@ fn metadata(c: &ReviewConfig, tor: &TorConfig, input: Option<&Path>) -> Vec<(Str
         ("llm_model", c.llm_model.clone()),
         ("temperature", c.temperature.to_string()),
         ("max_tokens", c.max_tokens.to_string()),
+    ]);
+    options.extend(input.map(|p| ("input", p.display().to_string())));
+    options.extend([
         ("chains", path_or(&c.chains, "none", |p| p)),
         (
             "retrieval",
@@ -426,10 +417,6 @@ fn metadata(c: &ReviewConfig, tor: &TorConfig, input: Option<&Path>) -> Vec<(Str
             }),
         ),
     ]);
-    if let Some(input) = input {
-        let at = options.len() - 2;
-        options.insert(at, ("input", input.display().to_string()));
-    }
     tool_metadata(&options)
 }
 

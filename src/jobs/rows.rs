@@ -273,7 +273,7 @@ impl<S: RowScorer> FileJob for RowJob<S> {
         FileJob::check_input(self, &input.schema)?;
         Ok(Source {
             total_rows: input.total_rows,
-            schema: Arc::new(self.schema(&input.schema)?),
+            schema: self.output_columns(&input.schema)?,
             rows: Box::new(input.flat_map(chunk_rows)),
         })
     }

@@ -77,40 +77,65 @@ impl<B: Backend> LanguageModel<B> {
     }
 }
 
-/// A loaded scoring LM and the weight files it was read from (its fingerprint).
-pub struct LoadedModel<B: Backend> {
-    pub model: LanguageModel<B>,
-    pub weights_paths: Vec<PathBuf>,
+/// A scoring LM opened but not yet loaded: a T5-family directory, or a causal LM's
+/// GGUF file or HF directory. Its tokenizer comes from here too
+/// (`text::causal_tokenizer::for_model`), so the files are opened once.
+pub enum LanguageModelSource {
+    Causal(DecoderSource),
+    Seq2Seq { dir: PathBuf, store: WeightStore },
 }
 
-/// Opens a scoring LM: a GGUF file, a directory holding one, an HF directory of a
-/// causal LM or of a T5-family model (chosen by its `config.json`). Its tokenizer is
-/// `text::causal_tokenizer::for_model`'s.
-pub fn load_language_model<B: Backend>(be: &B, model: &Path) -> Result<LoadedModel<B>> {
-    let loading = || format!("loading {}", model.display());
-    if is_t5_dir(model) {
-        let store = WeightStore::open(model)?;
-        let weights_paths = store.paths().to_vec();
-        let t5 = load_t5(be, store, model).with_context(loading)?;
-        return Ok(LoadedModel {
-            model: LanguageModel::Seq2Seq(t5),
-            weights_paths,
-        });
+impl LanguageModelSource {
+    /// Opens `model`: a GGUF file, a directory holding one, an HF directory of a
+    /// causal LM or of a T5-family model (chosen by its `config.json`).
+    pub fn open(model: &Path) -> Result<Self> {
+        Ok(if is_t5_dir(model) {
+            Self::Seq2Seq {
+                dir: model.to_path_buf(),
+                store: WeightStore::open(model)?,
+            }
+        } else {
+            Self::Causal(DecoderSource::open(model)?)
+        })
     }
-    let source = DecoderSource::open(model)?;
-    let weights_paths = source.weights_paths();
-    let decoder = DecoderForCausalLM::load(be, source).with_context(loading)?;
-    Ok(LoadedModel {
-        model: LanguageModel::Causal(decoder),
-        weights_paths,
-    })
+
+    /// The files whose checksums identify the weights.
+    pub fn weights_paths(&self) -> Vec<PathBuf> {
+        match self {
+            Self::Causal(source) => source.weights_paths(),
+            Self::Seq2Seq { store, .. } => store.paths().to_vec(),
+        }
+    }
+
+    /// The GGUF file or the directory the model is read from.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Causal(DecoderSource::Gguf(g)) => g.path(),
+            Self::Causal(DecoderSource::Hf { dir, .. }) | Self::Seq2Seq { dir, .. } => dir,
+        }
+    }
+
+    /// Loads the model on `be` (errors name its path).
+    pub fn load<B: Backend>(self, be: &B) -> Result<LanguageModel<B>> {
+        let loading = format!("loading {}", self.path().display());
+        self.load_weights(be).context(loading)
+    }
+
+    fn load_weights<B: Backend>(self, be: &B) -> Result<LanguageModel<B>> {
+        Ok(match self {
+            Self::Causal(source) => LanguageModel::Causal(DecoderForCausalLM::load(be, source)?),
+            Self::Seq2Seq { dir, store } => {
+                let config = T5Config::from_file(&dir.join("config.json"))?;
+                let t5 =
+                    T5ForConditionalGeneration::from_weights(be, &Weights::new(store), config)?;
+                LanguageModel::Seq2Seq(t5)
+            }
+        })
+    }
 }
 
-fn load_t5<B: Backend>(
-    be: &B,
-    store: WeightStore,
-    dir: &Path,
-) -> Result<T5ForConditionalGeneration<B>> {
-    let config = T5Config::from_file(&dir.join("config.json"))?;
-    T5ForConditionalGeneration::from_weights(be, &Weights::new(store), config)
+/// Opens and loads the scoring LM at `model` (without its tokenizer: token ids in,
+/// as `hopscore bench-loglik` runs it).
+pub fn load_language_model<B: Backend>(be: &B, model: &Path) -> Result<LanguageModel<B>> {
+    LanguageModelSource::open(model)?.load(be)
 }

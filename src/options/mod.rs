@@ -87,14 +87,32 @@ pub fn none_or_at_least_one(option: &str, value: Option<usize>) -> Result<()> {
 }
 
 /// Refuses a NaN or infinite `value` for `option`, and one ≤ 0 when `positive`.
-pub fn finite(option: &str, value: f32, positive: bool) -> Result<()> {
-    if !value.is_finite() || (positive && value <= 0.0) {
+pub fn finite<T: Into<f64> + Copy + std::fmt::Display>(
+    option: &str,
+    value: T,
+    positive: bool,
+) -> Result<()> {
+    let v: f64 = value.into();
+    if !v.is_finite() || (positive && v <= 0.0) {
         let what = if positive {
             "a positive number"
         } else {
             "a finite number"
         };
         bail!("{} must be {what}, got {value}", flag_and_field(option));
+    }
+    Ok(())
+}
+
+/// Refuses a NaN, infinite or negative `value` for `option` (a wait, a sampling
+/// temperature where 0 is greedy).
+pub fn non_negative<T: Into<f64> + Copy + std::fmt::Display>(option: &str, value: T) -> Result<()> {
+    finite(option, value, false)?;
+    if value.into() < 0.0 {
+        bail!(
+            "{} must not be negative, got {value}",
+            flag_and_field(option)
+        );
     }
     Ok(())
 }

@@ -82,7 +82,7 @@ pub trait FileJob: Engine {
     fn to_batch(&self, schema: SchemaRef) -> ToBatch<Self::Row>;
 }
 
-/// What [`run_batch`] gives: the output rows (with the job's metadata), the bad rows
+/// What [`run_batch`] gives: the output rows (the job's output columns), the bad rows
 /// and the tokens run through the model.
 pub struct BatchRun {
     pub rows: RecordBatch,
@@ -101,12 +101,6 @@ pub fn run_batch<J: FileJob>(job: &mut J, batch: &RecordBatch, rows: &[u64]) -> 
         batch.num_rows()
     );
     let columns = job.output_columns(&batch.schema())?;
-    let schema = Arc::new(
-        columns
-            .as_ref()
-            .clone()
-            .with_metadata(job.metadata().iter().cloned().collect()),
-    );
     let admitted = job.admit_batch(batch, rows)?;
     let (stats, finished) = engine::finish_all(job, admitted)?;
     let (mut good, mut bad) = (Vec::new(), Vec::new());
@@ -117,9 +111,8 @@ pub fn run_batch<J: FileJob>(job: &mut J, batch: &RecordBatch, rows: &[u64]) -> 
             None => {}
         }
     }
-    let out = (job.to_batch(columns))(&good)?;
     Ok(BatchRun {
-        rows: RecordBatch::try_new(schema, out.columns().to_vec())?,
+        rows: (job.to_batch(columns))(&good)?,
         bad,
         tokens: stats.tokens,
     })

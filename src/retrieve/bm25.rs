@@ -82,15 +82,6 @@ impl Bm25Index {
         Self::new(&docs)
     }
 
-    /// The score of every document for `query`, in document order (0 for one that
-    /// shares no term with it).
-    pub fn passage_scores(&self, query: &str) -> Vec<f32> {
-        let scores = self.scores(query);
-        (0..self.len())
-            .map(|d| scores.get(&d).copied().unwrap_or(0.0) as f32)
-            .collect()
-    }
-
     /// Number of indexed documents.
     pub fn len(&self) -> usize {
         self.doc_len.len()
@@ -127,12 +118,20 @@ impl Bm25Index {
         top_k(self.scores(query), k)
     }
 
+    /// The score of every document for `query`, in document order (0 for one that
+    /// shares no term with it).
+    pub fn scores_in_order(&self, query: &str) -> Vec<f64> {
+        let scores = self.scores(query);
+        (0..self.len())
+            .map(|d| scores.get(&d).copied().unwrap_or(0.0))
+            .collect()
+    }
+
     /// Every document ranked for `query`: matching ones by score, then the rest in index
     /// order (score 0).
     pub fn rank_all(&self, query: &str) -> Vec<Hit> {
-        let scores = self.scores(query);
         top_k(
-            (0..self.len()).map(|d| (d, scores.get(&d).copied().unwrap_or(0.0))),
+            self.scores_in_order(query).into_iter().enumerate(),
             self.len(),
         )
     }

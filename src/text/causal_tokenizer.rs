@@ -18,7 +18,7 @@ use serde_json::{json, Value as Json};
 
 use crate::model::decoder::DecoderSource;
 use crate::model::gguf::{GgufFile, Value};
-use crate::model::t5::is_t5_dir;
+use crate::model::language_model::LanguageModelSource;
 
 /// The pre-tokenizer split of llama.cpp's `llama-bpe` family (`_LLAMA3_SPLIT` in
 /// transformers' mapping).
@@ -56,15 +56,20 @@ const OTHER_SPLIT_PRE: &[&str] = &[
     "minimax-m2",
 ];
 
-/// The tokenizer of the scoring LM at `model` (`model::language_model`): `tokenizer`
-/// when given; else a T5 or HF directory's tokenizer.json, or a GGUF file's vocabulary.
-pub fn for_model(model: &Path, tokenizer: Option<&Path>) -> Result<CausalTokenizer> {
-    if tokenizer.is_some() || is_t5_dir(model) {
-        return CausalTokenizer::from_dir(model, tokenizer);
-    }
-    match DecoderSource::open(model)? {
-        DecoderSource::Gguf(g) => from_gguf(&g),
-        DecoderSource::Hf { dir, .. } => CausalTokenizer::from_dir(&dir, None),
+/// The tokenizer of the scoring LM `source` opened from `model`: `tokenizer` when
+/// given; else a T5 or HF directory's tokenizer.json, or a GGUF file's vocabulary.
+pub fn for_model(
+    source: &LanguageModelSource,
+    model: &Path,
+    tokenizer: Option<&Path>,
+) -> Result<CausalTokenizer> {
+    match (source, tokenizer) {
+        (_, Some(t)) => CausalTokenizer::from_dir(model, Some(t)),
+        (LanguageModelSource::Seq2Seq { dir, .. }, None) => CausalTokenizer::from_dir(dir, None),
+        (LanguageModelSource::Causal(DecoderSource::Gguf(g)), None) => from_gguf(g),
+        (LanguageModelSource::Causal(DecoderSource::Hf { dir, .. }), None) => {
+            CausalTokenizer::from_dir(dir, None)
+        }
     }
 }
 

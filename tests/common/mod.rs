@@ -574,3 +574,9 @@ where
 pub fn scored_and_quarantined(s: &hopscore::pipeline::files::RunSummary) -> (u64, u64) {
     (s.stats.rows - s.stats.bad_rows, s.stats.bad_rows)
 }
+
+/// The tokenizer of the scoring LM at `model` (its tokenizer.json or GGUF vocabulary).
+pub fn scoring_tokenizer(model: &Path) -> hopscore::text::causal_tokenizer::CausalTokenizer {
+    let source = hopscore::model::language_model::LanguageModelSource::open(model).unwrap();
+    hopscore::text::causal_tokenizer::for_model(&source, model, None).unwrap()
+}

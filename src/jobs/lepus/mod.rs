@@ -37,7 +37,7 @@ use crate::jobs::questions::{Prepare, QuestionJob, QuestionScorer};
 use crate::jobs::DeviceConfig;
 use crate::model::batch::Sequence;
 use crate::model::decoder::ScoredSequence;
-use crate::model::language_model::{load_language_model, LanguageModel};
+use crate::model::language_model::{LanguageModel, LanguageModelSource};
 use crate::pipeline::files::{self, FileRun, RunSummary, ToBatch};
 use crate::pipeline::Strategy;
 use crate::retrieve::Bm25Index;
@@ -171,7 +171,11 @@ impl LmSetup {
 /// BM25 of the question against each passage's `title text`, ranked (ties: passage
 /// order).
 fn bm25_ranking(q: &Question) -> Ranked {
-    let single = Bm25Index::over_passages(&q.passages).passage_scores(&q.question);
+    let single: Vec<f32> = Bm25Index::over_passages(&q.passages)
+        .scores_in_order(&q.question)
+        .into_iter()
+        .map(|s| s as f32)
+        .collect();
     let mut ranking: Vec<usize> = (0..single.len()).collect();
     ranking.sort_by(|&a, &b| single[b].total_cmp(&single[a]));
     Ranked {
@@ -246,10 +250,12 @@ pub type LmJob<B> = QuestionJob<LmScorer<B>>;
 /// Loads the LM and tokenizer of `config` on `be`; `templates` from [`templates`].
 pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> Result<LmJob<B>> {
     let model_path = model_path(config)?;
-    let tokenizer = causal_tokenizer::for_model(model_path, config.tokenizer.as_deref())?;
-    let mut loaded = load_language_model(&be, model_path)?;
-    loaded.model.set_min_shared_prefix(config.min_shared_prefix);
-    let context = loaded.model.context();
+    let source = LanguageModelSource::open(model_path)?;
+    let tokenizer = causal_tokenizer::for_model(&source, model_path, config.tokenizer.as_deref())?;
+    let weights_paths = source.weights_paths();
+    let mut model = source.load(&be)?;
+    model.set_min_shared_prefix(config.min_shared_prefix);
+    let context = model.context();
     let prompt_tokens = config.prompt_tokens();
     ensure!(
         prompt_tokens <= context,
@@ -259,7 +265,7 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
             None => "max-prompt-tokens",
         }
     );
-    let seq2seq = loaded.model.is_seq2seq();
+    let seq2seq = model.is_seq2seq();
     // The official shortening counts what `tokenizer.encode` appends: T5's `</s>`.
     let trailing = if seq2seq { tokenizer.added_tokens() } else { 0 };
     let templates = demo_templates(config, templates, &tokenizer, trailing)?;
@@ -271,7 +277,7 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
     let options = [
         ("strategy", "lepus".to_string()),
         ("scorer", "lm".to_string()),
-        ("model_type", loaded.model.model_type().to_string()),
+        ("model_type", model.model_type().to_string()),
         (
             "templates",
             serde_json::to_string(&templates.iter().map(|t| &t.0).collect::<Vec<_>>())?,
@@ -302,7 +308,7 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
             ("demo_max_prompt_tokens", prompt_tokens.to_string()),
         ]);
     }
-    let metadata = run_metadata(&be, model_path, &loaded.weights_paths, &options)?;
+    let metadata = run_metadata(&be, model_path, &weights_paths, &options)?;
     let tok = Arc::new(tokenizer);
     let setup = LmSetup {
         encoder: Arc::new(LmEncoder {
@@ -321,7 +327,7 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
     Ok(QuestionJob::new(
         LmScorer {
             be,
-            model: loaded.model,
+            model,
             setup: Arc::new(setup),
             temperature: config.temperature,
             metadata,
