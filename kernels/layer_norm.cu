@@ -1,10 +1,76 @@
 // layer_norm: x <- LN(x + residual) row-wise with affine weight, bias; row-major
-// [rows, cols], residual optional (nullptr). One block per row; the row is staged in
-// shared memory as f32 and normalised with a two-pass mean/variance. Global memory is
-// read and written by 16-byte vectors when cols is a multiple of 16 / sizeof(T) and
-// every pointer is aligned (else element by element).
-// CPU twin: src/backend/cpu/layer_norm.rs.
+// [rows, cols], residual optional (nullptr); a two-pass mean/variance in f32.
+// CPU twin: src/backend/cpu/layer_norm.rs. Two kernels:
+// - layer_norm_rows<NV>_<dtype> (v1): one warp per row, NORM_ROWS rows per block, the
+//   row held in registers as up to NV 16-byte vectors per lane (cols a multiple of
+//   16 / sizeof(T), at most 32 * NV vectors, every pointer aligned: the launcher
+//   checks); both sums are warp shuffles, so no shared memory and no block barrier;
+//   every load of a lane is issued before its first sum.
+// - layer_norm_<dtype> (v0, every other shape): one block per row; the row staged in
+//   shared memory as f32; global memory by 16-byte vectors when cols and the pointers
+//   allow (else element by element).
 #include "common.cuh"
+#include "geometry.cuh"
+
+template <typename T, unsigned NV>
+__device__ void layer_norm_rows(T* x, const T* residual, const T* weight, const T* bias, unsigned rows,
+                                unsigned cols, float eps) {
+  constexpr unsigned V = hopscore::kVec<T>;
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned r = blockIdx.x * hopscore::geometry::NORM_ROWS + (threadIdx.x >> 5);
+  if (r >= rows) return;  // the whole warp: its row is past the end
+  T* xr = x + (size_t)r * cols;
+  const T* rr = residual != nullptr ? residual + (size_t)r * cols : nullptr;
+  float v[NV][V];
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i) {
+    const unsigned c = (lane + 32 * i) * V;
+    if (c < cols) hopscore::load_vec(xr + c, v[i]);
+  }
+  if (rr != nullptr) {
+#pragma unroll
+    for (unsigned i = 0; i < NV; ++i) {
+      const unsigned c = (lane + 32 * i) * V;
+      if (c < cols) {
+        float q[V];
+        hopscore::load_vec(rr + c, q);
+#pragma unroll
+        for (unsigned k = 0; k < V; ++k) v[i][k] += q[k];
+      }
+    }
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i)
+    if ((lane + 32 * i) * V < cols) {
+#pragma unroll
+      for (unsigned k = 0; k < V; ++k) sum += v[i][k];
+    }
+  const float mean = hopscore::warp_sum(sum) / (float)cols;
+  float sq = 0.0f;
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i)
+    if ((lane + 32 * i) * V < cols) {
+#pragma unroll
+      for (unsigned k = 0; k < V; ++k) {
+        const float d = v[i][k] - mean;
+        sq += d * d;
+      }
+    }
+  const float inv = rsqrtf(hopscore::warp_sum(sq) / (float)cols + eps);
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i) {
+    const unsigned c = (lane + 32 * i) * V;
+    if (c < cols) {
+      float w[V], b[V];
+      hopscore::load_vec(weight + c, w);
+      hopscore::load_vec(bias + c, b);
+#pragma unroll
+      for (unsigned k = 0; k < V; ++k) v[i][k] = (v[i][k] - mean) * inv * w[k] + b[k];
+      hopscore::store_vec(xr + c, v[i]);
+    }
+  }
+}
 
 template <typename T>
 __device__ void layer_norm(T* x, const T* residual, const T* weight, const T* bias, unsigned rows,
@@ -79,3 +145,20 @@ __device__ void layer_norm(T* x, const T* residual, const T* weight, const T* bi
 LAYER_NORM_ENTRY(f32, float)
 LAYER_NORM_ENTRY(bf16, __nv_bfloat16)
 LAYER_NORM_ENTRY(f16, __half)
+
+#define LAYER_NORM_ROWS_ENTRY(NV, SUFFIX, T)                                                     \
+  extern "C" __global__ void __launch_bounds__(hopscore::geometry::NORM_ROWS * 32)              \
+      layer_norm_rows##NV##_##SUFFIX(T* x, const T* residual, const T* weight, const T* bias,   \
+                                     unsigned rows, unsigned cols, float eps) {                 \
+    layer_norm_rows<T, NV>(x, residual, weight, bias, rows, cols, eps);                         \
+  }                                                                                             \
+  HOPSCORE_ENTRY(layer_norm_rows##NV##_##SUFFIX);
+
+#define LAYER_NORM_ROWS_ENTRIES(NV)                 \
+  LAYER_NORM_ROWS_ENTRY(NV, f32, float)             \
+  LAYER_NORM_ROWS_ENTRY(NV, bf16, __nv_bfloat16)    \
+  LAYER_NORM_ROWS_ENTRY(NV, f16, __half)
+
+LAYER_NORM_ROWS_ENTRIES(2)
+LAYER_NORM_ROWS_ENTRIES(4)
+LAYER_NORM_ROWS_ENTRIES(8)

@@ -1,10 +1,51 @@
 // rms_norm: out = weight · x / sqrt(mean(x²) + eps) row-wise (HF LlamaRMSNorm), row-major
-// [rows, cols], into a new tensor (the residual stream x is left as is). One block per
-// row; the sum of squares is accumulated in f32 and reduced over the block. Global
-// memory is read and written by 16-byte vectors when cols is a multiple of
-// 16 / sizeof(T) and every pointer is aligned (else element by element).
-// CPU twin: src/backend/cpu/rms_norm.rs.
+// [rows, cols], into a new tensor (the residual stream x is left as is); the sum of
+// squares in f32. CPU twin: src/backend/cpu/rms_norm.rs. Two kernels:
+// - rms_norm_rows<NV>_<dtype> (v1): one warp per row, NORM_ROWS rows per block, the row
+//   in registers as up to NV 16-byte vectors per lane (cols a multiple of
+//   16 / sizeof(T), at most 32 * NV vectors, every pointer aligned: the launcher
+//   checks); the sum is a warp shuffle, x is read once.
+// - rms_norm_<dtype> (v0, every other shape): one block per row, the sum reduced over
+//   the block, x read twice; 16-byte vectors when cols and the pointers allow.
 #include "common.cuh"
+#include "geometry.cuh"
+
+template <typename T, unsigned NV>
+__device__ void rms_norm_rows(T* out, const T* x, const T* weight, unsigned rows, unsigned cols,
+                              float eps) {
+  constexpr unsigned V = hopscore::kVec<T>;
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned r = blockIdx.x * hopscore::geometry::NORM_ROWS + (threadIdx.x >> 5);
+  if (r >= rows) return;  // the whole warp: its row is past the end
+  const T* xr = x + (size_t)r * cols;
+  T* orow = out + (size_t)r * cols;
+  float v[NV][V];
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i) {
+    const unsigned c = (lane + 32 * i) * V;
+    if (c < cols) hopscore::load_vec(xr + c, v[i]);
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i)
+    if ((lane + 32 * i) * V < cols) {
+#pragma unroll
+      for (unsigned k = 0; k < V; ++k) ss += v[i][k] * v[i][k];
+    }
+  // As the twin: 1 / sqrt(mean + eps), not the approximate rsqrtf.
+  const float inv = 1.0f / sqrtf(hopscore::warp_sum(ss) / (float)cols + eps);
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i) {
+    const unsigned c = (lane + 32 * i) * V;
+    if (c < cols) {
+      float w[V];
+      hopscore::load_vec(weight + c, w);
+#pragma unroll
+      for (unsigned k = 0; k < V; ++k) v[i][k] = w[k] * (v[i][k] * inv);
+      hopscore::store_vec(orow + c, v[i]);
+    }
+  }
+}
 
 template <typename T>
 __device__ void rms_norm(T* out, const T* x, const T* weight, unsigned rows, unsigned cols,
@@ -61,3 +102,20 @@ __device__ void rms_norm(T* out, const T* x, const T* weight, unsigned rows, uns
 RMS_NORM_ENTRY(f32, float)
 RMS_NORM_ENTRY(bf16, __nv_bfloat16)
 RMS_NORM_ENTRY(f16, __half)
+
+#define RMS_NORM_ROWS_ENTRY(NV, SUFFIX, T)                                                       \
+  extern "C" __global__ void __launch_bounds__(hopscore::geometry::NORM_ROWS * 32)              \
+      rms_norm_rows##NV##_##SUFFIX(T* out, const T* x, const T* weight, unsigned rows,          \
+                                   unsigned cols, float eps) {                                  \
+    rms_norm_rows<T, NV>(out, x, weight, rows, cols, eps);                                      \
+  }                                                                                             \
+  HOPSCORE_ENTRY(rms_norm_rows##NV##_##SUFFIX);
+
+#define RMS_NORM_ROWS_ENTRIES(NV)                 \
+  RMS_NORM_ROWS_ENTRY(NV, f32, float)             \
+  RMS_NORM_ROWS_ENTRY(NV, bf16, __nv_bfloat16)    \
+  RMS_NORM_ROWS_ENTRY(NV, f16, __half)
+
+RMS_NORM_ROWS_ENTRIES(2)
+RMS_NORM_ROWS_ENTRIES(4)
+RMS_NORM_ROWS_ENTRIES(8)

@@ -124,7 +124,9 @@ seed, [CLS]=1 first and [SEP]=2 last, full attention mask (no padding), as
 hopscore's bench does. Weights are drawn with N(0, 0.02) (HF's default init).
 Timing: wall clock (time.perf_counter) per timed iteration, with
 ``torch.cuda.synchronize()`` after the warm-up and after every iteration on cuda;
-mean per batch (``seconds_min`` too). An engine that cannot run (package missing, not
+mean per batch, and with ``--rounds N`` the median of N such rounds (each round's figure
+in ``rounds_seconds_per_batch``; hopscore's row is its median run's, peak and kernel
+split included). An engine that cannot run (package missing, not
 supported, out of memory, any error) is a row with the reason, never a crash.
 
 Check: the first sequence's last_hidden_state of every engine, cast to f32, against
@@ -145,6 +147,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -401,7 +404,7 @@ def bench_engines(args, emit) -> list:
     results = []
     common = {
         "device": args.device, "device_name": device_name, "dtype": args.dtype, "shape": args.shape,
-        "iters": args.iters, "warmup": args.warmup, "threads": torch.get_num_threads(),
+        "iters": args.iters, "warmup": args.warmup, "rounds": args.rounds, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "transformers": transformers.__version__,
     }
     for name in args.engines:
@@ -429,7 +432,10 @@ def bench_engines(args, emit) -> list:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             try:
-                times, first = time_engine(torch, model, ids, mask, args, device, L, name)
+                per_round = []
+                for _ in range(args.rounds):
+                    times, first = time_engine(torch, model, ids, mask, args, device, L, name)
+                    per_round.append(sum(times) / len(times))
             except Exception as e:  # noqa: BLE001
                 reason = (f"out of memory at batch {B} x {L}: " if is_oom(torch, e) else "") + short_error(e)
                 row.update(status="failed", reason=reason)
@@ -439,10 +445,10 @@ def bench_engines(args, emit) -> list:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 continue
-            per_batch = sum(times) / len(times)
+            per_batch = statistics.median(per_round)
             row.update(
                 status="ok", note=note,
-                seconds_per_batch=per_batch, seconds_min=min(times),
+                seconds_per_batch=per_batch, rounds_seconds_per_batch=per_round,
                 tokens_per_s=B * L / per_batch, sequences_per_s=B / per_batch,
                 gflops=encoder_flops(args.shape, L, B) / per_batch / 1e9, build_s=build_s,
             )
@@ -473,6 +479,19 @@ def bench_engines(args, emit) -> list:
 def hopscore_engine(attention: str, args) -> str:
     """The row name of hopscore with one disentangled-attention kernel version."""
     return "hopscore" if attention == args.hopscore_attention[0] else f"hopscore-{attention}"
+
+
+def bench_hopscore_rounds(args, seq_len: int, attention: str) -> dict:
+    """`--rounds` runs of `hopscore bench`: the row of the median run (its peak and kernel
+    split from that same run), with every round's seconds per batch; the first failed
+    run's row if one fails."""
+    rows = [bench_hopscore(args, seq_len, attention) for _ in range(args.rounds)]
+    failed = next((r for r in rows if r.get("status") != "ok"), None)
+    if failed:
+        return failed
+    median = sorted(rows, key=lambda r: r["seconds_per_batch"])[len(rows) // 2]
+    median["rounds_seconds_per_batch"] = [r["seconds_per_batch"] for r in rows]
+    return median
 
 
 def bench_hopscore(args, seq_len: int, attention: str) -> dict:
@@ -635,6 +654,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-lens", help="several lengths in one run, e.g. 256,512 (instead of --seq-len)")
     ap.add_argument("--iters", type=int, help="timed iterations (default: 3 on cpu, 10 on cuda)")
     ap.add_argument("--warmup", type=int, help="untimed iterations first (default: 1 on cpu, 3 on cuda)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time every engine this many times (each --warmup + --iters) and report the "
+                    "median round's seconds per batch (odd counts give a true median)")
     ap.add_argument("--threads", type=int, default=cpu_count(), help="intra-op threads (default: all cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hopscore", metavar="BIN", help="also run `BIN bench ... --json` and compare")
@@ -669,8 +691,9 @@ def main(argv=None) -> int:
     args.seq_lens = list(dict.fromkeys(args.seq_lens))
     if not args.seq_lens or not all(2 <= L <= 512 for L in args.seq_lens):
         ap.error("--seq-len(s) must be in [2, 512] (max_position_embeddings 512)")
-    if (args.batch is not None and args.batch < 1) or args.iters < 1 or args.warmup < 0 or args.threads < 1:
-        ap.error("--batch, --iters and --threads must be >= 1, --warmup >= 0")
+    if (args.batch is not None and args.batch < 1) or min(args.iters, args.threads, args.rounds) < 1 \
+            or args.warmup < 0:
+        ap.error("--batch, --iters, --threads and --rounds must be >= 1, --warmup >= 0")
     args.hopscore_attention = [a.strip() for a in args.hopscore_attention.split(",") if a.strip()] or ["default"]
     args.batches = {L: args.batch if args.batch is not None else (max(1, 65536 // L) if cuda else 8)
                     for L in args.seq_lens}
@@ -705,7 +728,7 @@ def main(argv=None) -> int:
     if args.hopscore:
         for attention in args.hopscore_attention:
             for L in args.seq_lens:
-                r = bench_hopscore(args, L, attention)
+                r = bench_hopscore_rounds(args, L, attention)
                 hop_failed |= r.get("status") != "ok"
                 results.append(r)
                 emit(r)

@@ -22,7 +22,9 @@ attentions at least one HMMA per 8 instructions of the main loop; the wgmma atte
 (WGMMA_CLAIMS) HGMMA in its main loop and no spills at head size 64. The vectorised
 elementwise, norm and head kernels (VECTOR_CLAIMS) must have a 16-byte global load
 (LDG.E.128) in a loop (their vector loops sit beside element-by-element fallbacks, so
-"main loop" may name either); LDG.128 and STG.128 count those loads and stores.
+"main loop" may name either); LDG.128 and STG.128 count those loads and stores. The
+warp-per-row norms (REGISTER_ROW_CLAIMS) hold the row in registers: every global load
+a 16-byte one, no shared memory, no barrier, no spills.
 
 Usage: tools/sass_report.py --nvcc PATH --cuobjdump PATH [--kernel-dir kernels]
        [--markdown FILE]
@@ -67,7 +69,9 @@ GEOMETRY = {
     "question_loglik_f16": ("LOGLIK_THREADS", "LOGLIK_TC_SMEM"),
     "question_loglik_merge": ("LOGLIK_MERGE_THREADS", "0"),
     "layer_norm": ("ROW_THREADS", "layer_norm_smem(768)"),
+    "layer_norm_rows": ("NORM_ROWS * 32", "0"),
     "rms_norm": ("ROW_THREADS", "0"),
+    "rms_norm_rows": ("NORM_ROWS * 32", "0"),
     "rope": ("ROPE_THREADS", "rope_smem(32)"),
     "tensor_core_check": ("TENSOR_CORE_CHECK_THREADS", "0"),
     "cls_head": ("HEAD_THREADS", "head_smem(768 + HEAD_POOLER_CHUNK)"),
@@ -117,6 +121,10 @@ WGMMA_CLAIMS = [r"^disentangled_attention_v4_d64_"]
 VECTOR_CLAIMS = [
     r"^(gelu|gelu_new|add|gather_rows|gated_silu|gated_gelu_new|relu|layer_norm|rms_norm|cls_head|token_head)_(f32|bf16|f16)$",
 ]
+
+# Warp-per-row norms: the row in registers, so every global load is a 16-byte one, with
+# no shared memory, no barrier and no spills.
+REGISTER_ROW_CLAIMS = [r"^(layer_norm|rms_norm)_rows\d_(f32|bf16|f16)$"]
 
 COLUMNS = ["HMMA", "HGMMA", "LDSM", "LDS", "STS", "LDG", "LDG.128", "STG.128", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]
 
@@ -317,6 +325,13 @@ def check_claims(rows):
         if any(re.search(p, row["name"]) for p in VECTOR_CLAIMS):
             if not row["vector_loop"]:
                 failures.append(f"{row['name']}: no loop with an LDG.E.128")
+        if any(re.search(p, row["name"]) for p in REGISTER_ROW_CLAIMS):
+            a = row["all"]
+            if a["LDG"] != a["LDG.128"] or a["LDS"] + a["STS"] + a["BAR"] > 0 or row["spills"]:
+                failures.append(
+                    f"{row['name']}: {a['LDG.128']} of {a['LDG']} global loads by 16 bytes, "
+                    f"{a['LDS'] + a['STS']} shared accesses, {a['BAR']} barriers, {row['spills']} B spills"
+                )
     return failures
 
 
@@ -366,10 +381,14 @@ def main():
             f.write(table + "\n")
     failures = check_claims(rows)
     claimed = sum(1 for r in rows if any(re.search(p, r["name"]) for p, _ in CLAIMS))
-    claimed += sum(1 for r in rows if any(re.search(p, r["name"]) for p in VECTOR_CLAIMS))
+    claimed += sum(1 for r in rows if any(re.search(p, r["name"]) for p in VECTOR_CLAIMS + REGISTER_ROW_CLAIMS))
     for f in failures:
         print(f"sass_report: TARGET MISSED: {f}", file=sys.stderr)
-    print(f"sass_report: {len(rows)} entries, {claimed} claiming targets (v3 or vector), {len(failures)} misses", file=sys.stderr)
+    print(
+        f"sass_report: {len(rows)} entries, {claimed} claiming targets (v3, vector or register rows), "
+        f"{len(failures)} misses",
+        file=sys.stderr,
+    )
     return 1 if failures else 0
 
 

@@ -16,7 +16,7 @@ pub enum DeviceKind {
 }
 
 /// Device, element type and threads of a job: the flags `--device`, `--gpu`, `--dtype`,
-/// `--cpu-gemm` and `--cuda-graphs` of every job that runs a model (`--threads` is
+/// `--cpu-gemm`, `--cuda-graphs` and `--batch-invariant` of every job that runs a model (`--threads` is
 /// the command line's global flag), and Python's keyword arguments of the same names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
@@ -51,6 +51,14 @@ pub struct DeviceConfig {
         default_value = "on", value_parser = crate::options::values::on_off,
         action = clap::ArgAction::Set))]
     pub cuda_graphs: bool,
+    /// The same bits for a row whatever batch it runs in (its neighbours, the batch
+    /// size, the shard, graphs on or off): one cuBLASLt algorithm per GEMM of the model
+    /// instead of cuBLASLt's choice per batch shape, which can round a row differently
+    /// in the last bits. `off` lets cuBLASLt choose (docs/data-safety.md).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "on|off", env = "HOPSCORE_BATCH_INVARIANT",
+        default_value = "on", value_parser = crate::options::values::on_off,
+        action = clap::ArgAction::Set))]
+    pub batch_invariant: bool,
 }
 
 /// The device options of a job that runs no model (`review`): none; it runs on the
@@ -74,6 +82,7 @@ impl DeviceConfig {
         cpu_gemm: CpuGemm::F32,
         threads: None,
         cuda_graphs: true,
+        batch_invariant: true,
     };
 
     /// A worker pool of `threads` threads for one job (`None` without `threads`:
@@ -128,6 +137,7 @@ macro_rules! with_backend {
             $crate::jobs::DeviceKind::Cuda => {
                 let $be = $crate::backend::cuda::CudaBackend::new(device.gpu, device.dtype)?;
                 $be.set_cuda_graphs(device.cuda_graphs);
+                $be.set_batch_invariant(device.batch_invariant);
                 $body
             }
             #[cfg(not(feature = "cuda"))]

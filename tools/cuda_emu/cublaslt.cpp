@@ -1,6 +1,7 @@
 // hopscore CUDA CPU emulator: a fake cuBLASLt (libcublasLt.so), the subset that
 // cudarc's `CudaBlasLT::matmul` uses: handle, matmul/layout/preference descriptors,
-// a heuristic that always offers one algorithm, and cublasLtMatmul computing
+// a heuristic that offers one algorithm per problem, an algorithm check, and
+// cublasLtMatmul computing
 //   D = epilogue(alpha * op(A) @ op(B) + beta * C [+ bias])
 // with float accumulation (double for CUBLAS_COMPUTE_64F), column- or row-major
 // layouts, strided batches, bias (one value per row of D, in D's type unless
@@ -8,6 +9,12 @@
 // approximation, as cuBLASLt) epilogues. Device pointers are host addresses. On a
 // stream that the fake driver is capturing, a matmul is recorded into the graph (its
 // descriptors and scalars copied) and runs at each replay instead.
+//
+// The algorithm depends on the problem's size, as cuBLASLt's does: a problem of few
+// output tiles (64 x 64 of D, times the batch) is given split-K (K summed in 2 or 4
+// contiguous parts, added in order), unless the preference's reduction-scheme mask is
+// NONE. So the same row of D can round differently in another batch size, as on a GPU,
+// and a caller that wants the same bits whatever the batch must pin the algorithm.
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -46,7 +53,20 @@ struct Desc {
 };
 struct Pref {
   size_t max_workspace = 0;
+  uint32_t reduction_mask = 7;  // CUBLASLT_REDUCTION_SCHEME_MASK: every scheme allowed
 };
+
+// cublasLtMatmulAlgo_t: 8 x u64; word 0 marks an emulator algorithm, word 1 its split-K.
+constexpr uint64_t ALGO_MARK = 0x656d75;  // "emu"
+
+// The split-K the heuristic gives a problem: D of m x n in `batch` parts, depth k.
+uint64_t split_for(uint64_t m, uint64_t n, uint64_t k, int batch, uint32_t reduction_mask) {
+  if (reduction_mask == 0) return 1;
+  const uint64_t tiles = ((m + 63) / 64) * ((n + 63) / 64) * uint64_t(batch < 1 ? 1 : batch);
+  uint64_t split = tiles <= 2 ? 4 : (tiles <= 8 ? 2 : 1);
+  while (split > 1 && k < 16 * split) split /= 2;
+  return split;
+}
 
 bool type_ok(int t) { return t == R_32F || t == R_64F || t == R_16F || t == R_16BF; }
 size_t esize(int t) { return t == R_64F ? 8 : (t == R_32F ? 4 : 2); }
@@ -74,7 +94,7 @@ inline size_t at(const Layout& l, uint64_t r, uint64_t c) {
 template <typename Acc>
 void matmul(const Desc& d, Acc alpha, Acc beta, const char* A, const Layout& la, const char* B, const Layout& lb,
             const char* C, const Layout& lc, char* D, const Layout& ld_, const char* bias, uint64_t m, uint64_t n,
-            uint64_t k) {
+            uint64_t k, uint64_t split) {
   std::vector<Acc> a(m * k), b(n * k);
   for (uint64_t i = 0; i < m; ++i)
     for (uint64_t l = 0; l < k; ++l) a[i * k + l] = Acc(load(A, la.type, d.transa ? at(la, l, i) : at(la, i, l)));
@@ -83,14 +103,21 @@ void matmul(const Desc& d, Acc alpha, Acc beta, const char* A, const Layout& la,
   const int bias_type = d.bias_type >= 0 ? d.bias_type : ld_.type;
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
-      const Acc* ai = &a[i * k];
-      const Acc* bj = &b[j * k];
-      Acc p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      uint64_t l = 0;
-      for (; l + 8 <= k; l += 8)
-        for (int u = 0; u < 8; ++u) p[u] += ai[l + u] * bj[l + u];
-      for (int u = 0; l < k; ++l, ++u) p[u] += ai[l] * bj[l];
-      const Acc s = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+      // Split-K: parts of `part` (a multiple of 8) summed alone, then added in order.
+      const uint64_t part = ((k + split - 1) / split + 7) / 8 * 8;
+      Acc s = 0;
+      for (uint64_t k0 = 0; k0 < k; k0 += part) {
+        const uint64_t k1 = std::min(k, k0 + part);
+        const Acc* ai = &a[i * k];
+        const Acc* bj = &b[j * k];
+        Acc p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        uint64_t l = k0;
+        for (; l + 8 <= k1; l += 8)
+          for (int u = 0; u < 8; ++u) p[u] += ai[l + u] * bj[l + u];
+        for (int u = 0; l < k1; ++l, ++u) p[u] += ai[l] * bj[l];
+        const Acc t = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+        s = k0 == 0 ? t : s + t;
+      }
       Acc v = alpha * s;
       if (beta != Acc(0) && C) v += beta * Acc(load(C, lc.type, at(lc, i, j)));
       if (bias) v += Acc(load(bias, bias_type, i));
@@ -214,8 +241,13 @@ API cublasStatus_t cublasLtMatmulPreferenceDestroy(void* p) {
   delete static_cast<Pref*>(p);
   return OK;
 }
-API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(void* p, int, const void*, size_t) {
-  return p ? OK : INVALID_VALUE;
+API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(void* p, int attr, const void* buf, size_t size) {
+  if (!p || !buf) return INVALID_VALUE;
+  if (attr == 3) {  // CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK (uint32_t)
+    if (size != 4) return INVALID_VALUE;
+    memcpy(&static_cast<Pref*>(p)->reduction_mask, buf, 4);
+  }
+  return OK;
 }
 
 // cublasLtMatmulHeuristicResult_t: algo (8 x u64), workspaceSize, state, wavesCount, reserved[4].
@@ -226,13 +258,28 @@ struct HeuristicResult {
   float waves;
   int reserved[4];
 };
-API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(void* h, void* d, void*, void*, void*, void*, void*, int requested,
-                                                  HeuristicResult* results, int* count) {
-  if (!h || !d || !results || !count || requested < 1) return INVALID_VALUE;
+API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(void* h, void* dp, void* Adesc, void*, void*, void* Ddesc, void* pp,
+                                                  int requested, HeuristicResult* results, int* count) {
+  if (!h || !dp || !Adesc || !Ddesc || !pp || !results || !count || requested < 1) return INVALID_VALUE;
+  const auto* d = static_cast<const Desc*>(dp);
+  const auto *la = static_cast<const Layout*>(Adesc), *ld = static_cast<const Layout*>(Ddesc);
+  const uint64_t k = d->transa ? la->rows : la->cols;
   memset(results, 0, sizeof(HeuristicResult));
-  results[0].algo[0] = 0x656d75;  // "emu"
+  results[0].algo[0] = ALGO_MARK;
+  results[0].algo[1] = split_for(ld->rows, ld->cols, k, ld->batch, static_cast<const Pref*>(pp)->reduction_mask);
   results[0].waves = 1.0f;
   *count = 1;
+  return OK;
+}
+
+// Every emulator algorithm runs every problem of this subset.
+API cublasStatus_t cublasLtMatmulAlgoCheck(void* h, void* d, void*, void*, void*, void*, const uint64_t* algo,
+                                           HeuristicResult* result) {
+  if (!h || !d || !algo || !result) return INVALID_VALUE;
+  if (algo[0] != ALGO_MARK) return INVALID_VALUE;
+  memset(result, 0, sizeof(HeuristicResult));
+  memcpy(result->algo, algo, sizeof(result->algo));
+  result->waves = 1.0f;
   return OK;
 }
 
@@ -245,6 +292,7 @@ struct Call {
   unsigned char alpha[8], beta[8];
   const void *A, *B, *C;
   void* D;
+  uint64_t split;
 };
 
 cublasStatus_t run(const Call& c) {
@@ -267,17 +315,18 @@ cublasStatus_t run(const Call& c) {
       double alpha, beta;
       memcpy(&alpha, c.alpha, 8);
       memcpy(&beta, c.beta, 8);
-      matmul<double>(d, alpha, beta, a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k);
+      matmul<double>(d, alpha, beta, a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k, c.split);
     } else if (d.scale_type == R_16F) {
       uint16_t alpha, beta;
       memcpy(&alpha, c.alpha, 2);
       memcpy(&beta, c.beta, 2);
-      matmul<float>(d, f16_to_f32(alpha), f16_to_f32(beta), a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k);
+      matmul<float>(d, f16_to_f32(alpha), f16_to_f32(beta), a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k,
+                   c.split);
     } else {
       float alpha, beta;
       memcpy(&alpha, c.alpha, 4);
       memcpy(&beta, c.beta, 4);
-      matmul<float>(d, alpha, beta, a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k);
+      matmul<float>(d, alpha, beta, a, *la, b, *lb, cc, *lc, dd, *ld, bias, m, n, k, c.split);
     }
   }
   return OK;
@@ -299,7 +348,7 @@ CaptureHook capture_hook() {
 
 API cublasStatus_t cublasLtMatmul(void* h, void* dp, const void* alpha, const void* A, void* Adesc, const void* B,
                                   void* Bdesc, const void* beta, const void* C, void* Cdesc, void* D, void* Ddesc,
-                                  const void* /*algo*/, void* /*workspace*/, size_t /*ws*/, void* stream) {
+                                  const uint64_t* algo, void* /*workspace*/, size_t /*ws*/, void* stream) {
   auto* d = static_cast<Desc*>(dp);
   auto *la = static_cast<Layout*>(Adesc), *lb = static_cast<Layout*>(Bdesc), *lc = static_cast<Layout*>(Cdesc),
        *ld = static_cast<Layout*>(Ddesc);
@@ -319,8 +368,11 @@ API cublasStatus_t cublasLtMatmul(void* h, void* dp, const void* alpha, const vo
   }
   const bool has_bias = d->epilogue == EPI_BIAS || d->epilogue == EPI_RELU_BIAS || d->epilogue == EPI_GELU_BIAS;
   if (has_bias && !d->bias) return INVALID_VALUE;
+  // No algorithm: the heuristic's choice for this problem, as cuBLASLt does.
+  const uint64_t split = algo ? algo[1] : split_for(m, n, k, ld->batch, 7);
+  if (algo && (algo[0] != ALGO_MARK || split < 1)) return INVALID_VALUE;
   const size_t scalar = (d->compute == 70 || d->compute == 71) ? 8 : (d->scale_type == R_16F ? 2 : 4);
-  auto* call = new Call{*d, *la, *lb, *lc, *ld, {}, {}, A, B, C, D};
+  auto* call = new Call{*d, *la, *lb, *lc, *ld, {}, {}, A, B, C, D, split};
   memcpy(call->alpha, alpha, scalar);
   memcpy(call->beta, beta, scalar);
   auto run_node = [](void* c) { return int(run(*static_cast<Call*>(c))); };

@@ -5,24 +5,28 @@
 #   bash tools/gpu/run.sh parity deberta-large ncu lepus beam label   # one call
 #   bash tools/gpu/run.sh lepus:90 beam:60                           # budgets in seconds
 #
-# Every step runs under its own timeout (STEP:SECONDS, else its default below) and
+# Every step runs under its own timeout (STEP:SECONDS, else its default below; a budget
+# under the default is warned of: the step may not finish) and
 # writes its log and JSON rows as it goes, so an overrun keeps what was measured; after
 # each step they are tarred into $OUT/results.tar.gz, with $OUT/summary.txt beside it
 # (a device call returns at most 8 files). Steps:
 #   parity         tests/gpu_parity + tests/cuda_probe (f32, bf16, f16 tables, whole
 #                  models), HOPSCORE_REQUIRE_GPU=1 so that nothing skips          (120 s)
-#   deberta-large  tools/bench_reference.py, deberta-v3-large, L = 512/256/128, bf16:
-#                  hopscore (v3 and v4 attention where built) first, then HF eager and
-#                  the Triton kernels that passed a smoke test; `bench --profile` with
-#                  graphs on and off                                             (240 s)
+#   deberta-large  tools/bench_reference.py, deberta-v3-large, L = 512/256/128, bf16,
+#                  medians of HOPSCORE_KIT_ROUNDS (3) rounds: hopscore (the default v3
+#                  attention; HOPSCORE_KIT_ATTENTION=v3,v4 adds v4) first, then HF eager
+#                  and the Triton kernels that passed the call's one smoke test; `bench
+#                  --profile` (graphs on; HOPSCORE_KIT_GRAPHS=on,off adds off).
+#                  HOPSCORE_KIT_LENS=512 times one length                         (300 s)
 #   deberta-base   the same for deberta-v3-base at L = 512 and 128              (120 s)
 #   ncu            Nsight Compute (--set full, one launch each) of disentangled attention
-#                  (v3, and v4 where built), causal attention and question_loglik (150 s)
+#                  (the kit's attention kernels), causal attention and question_loglik;
+#                  HOPSCORE_KIT_NCU=disentangled,causal,loglik picks (the changed ones) (150 s)
 #   ncu-t5         Nsight Compute of t5_attention (the first launch: T5-large's encoder
 #                  layer 0, 64 inputs of 400 tokens, bf16)                        (150 s)
 #   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
 #                  LEPUS prompts of every passage of the first 50 HotpotQA questions,
-#                  HF sdpa vs hopscore, per-token |Δ log p|                      (150 s)
+#                  HF sdpa vs hopscore, per-token |Δ log p|, medians of the rounds (150 s)
 #   beam           random base-size Beam Retrieval; `hopscore beam --device cuda` over
 #                  600 questions (bf16) and 20 (f32) against `--device cpu` on those 20 (150 s)
 #   label          random base-size EfficientRAG Labeler + Filter; `hopscore label` on 20
@@ -39,6 +43,10 @@
 #                  --tanh-gelu (the GEMM epilogue)                                 (90 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
 #                  attention and loglik rows only                                (150 s)
+#   invariance     the cost of the same bits in any batch: `bench` deberta-v3-large bf16 at
+#                  L = 512 (a full batch) and at 8 × 128 tokens, `--batch-invariant on` and
+#                  `off`, 3 interleaved rounds each; medians in invariance.txt (the
+#                  bit-equality itself is tested by the parity step)              (150 s)
 #
 # Dry run without a GPU (HOPSCORE_KIT_EMU=DIR, the emulator's libraries from
 # tools/cuda_emu/build.sh): the same script, with torch's CPU build for the references
@@ -51,8 +59,9 @@ work=/tmp/hopscore-work
 R=$work/results # logs, JSON rows and reports, tarred into $OUT after every step
 mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
-declare -A BUDGET=([parity]=120 [deberta-large]=220 [deberta-base]=120 [ncu]=150
-  [lepus]=150 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90)
+declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
+  [lepus]=150 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90
+  [invariance]=150)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
 # the NVIDIA pip wheels of the machine's Python; empty when none has it.
@@ -124,11 +133,12 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
 # Shapes and sizes: the real ones on a GPU, seconds-long ones in an emulator dry run.
 if [[ -n $emu ]]; then
   LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
-  EMBED_REPEAT=1 T5=small T5_Q=1 T5_PROMPT=48
+  EMBED_REPEAT=1 T5=small T5_Q=1 T5_PROMPT=48 ROUNDS=1
 else
-  LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=512,256,128 LENS_BASE=512,128
+  LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=${HOPSCORE_KIT_LENS:-512,256,128}
+  LENS_BASE=${HOPSCORE_KIT_LENS:-512,128}
   DEC_PAIRS=50 NQ=600 NQ_CPU=${HOPSCORE_KIT_NQ_CPU:-20} CK=base ITERS=10 SMALL=()
-  EMBED_REPEAT=10 T5=large T5_Q=50 T5_PROMPT=600
+  EMBED_REPEAT=10 T5=large T5_Q=50 T5_PROMPT=600 ROUNDS=${HOPSCORE_KIT_ROUNDS:-3}
 fi
 
 questions() { # questions N FILE: the first N questions of the HotpotQA sample
@@ -150,8 +160,12 @@ step_parity() {
 }
 
 # The Triton engines that build and run a tiny model here (they target transformers
-# 4.x; the machine has 5.x): a comma list, possibly empty.
+# 4.x; the machine has 5.x): a comma list, possibly empty; tested once per call.
 triton_engines() {
+  if [[ -f $work/triton-engines ]]; then cat "$work/triton-engines"; return; fi
+  triton_smoke | tee "$work/triton-engines"
+}
+triton_smoke() {
   timeout 45 python3 tools/bench_reference.py --device cuda --shape small --seq-lens 128 --batch 2 \
     --iters 1 --warmup 1 --engines disentangled-flash,flashdeberta --no-check --json 2>"$work/smoke.err" |
     tee "$R/triton-smoke.jsonl" |
@@ -170,10 +184,10 @@ deberta() { # deberta SHAPE LENS
     engines=$engines${t:+,$t}
   fi
   python3 tools/bench_reference.py --device cuda --shape "$shape" --seq-lens "$lens" \
-    --engines "$engines" --iters $ITERS "${SMALL[@]}" --hopscore "$H" --hopscore-attention "$ATTENTION" \
-    --json >"$R/$shape.jsonl" || rc=1
+    --engines "$engines" --iters $ITERS --rounds $ROUNDS "${SMALL[@]}" --hopscore "$H" \
+    --hopscore-attention "$ATTENTION" --json >"$R/$shape.jsonl" || rc=1
   for attn in ${ATTENTION//,/ }; do
-    for graphs in on off; do
+    for graphs in ${HOPSCORE_KIT_GRAPHS//,/ }; do
       echo "== hopscore bench --profile $shape L=${lens%%,*} attention $attn graphs $graphs"
       HOPSCORE_DISENTANGLED=$attn "$H" bench --device cuda --dtype bf16 --shape "$shape" --seq-len "${lens%%,*}" \
         --iters $ITERS "${SMALL[@]}" --cuda-graphs $graphs --profile || rc=1
@@ -188,14 +202,23 @@ step_ncu() {
   local rc=0 attn
   [[ -n $emu ]] && { echo "ncu: skipped in an emulator dry run"; return 0; }
   local NCU=(ncu --set full --clock-control none --launch-count 1 -f)
-  for attn in ${ATTENTION//,/ }; do
-    HOPSCORE_DISENTANGLED=$attn "${NCU[@]}" -k regex:disentangled_attention -o "$R/ncu-disentangled-$attn" \
-      "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
-      --peak-gemm 0 --cuda-graphs off || rc=1
-  done
-  "${NCU[@]}" -k regex:causal_attention -o "$R/ncu-causal" \
-    "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
-    --cuda-graphs off || rc=1
+  local which=,${HOPSCORE_KIT_NCU:-disentangled,causal,loglik},
+  if [[ $which == *,disentangled,* ]]; then
+    for attn in ${ATTENTION//,/ }; do
+      HOPSCORE_DISENTANGLED=$attn "${NCU[@]}" -k regex:disentangled_attention -o "$R/ncu-disentangled-$attn" \
+        "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
+        --peak-gemm 0 --cuda-graphs off || rc=1
+    done
+  fi
+  if [[ $which == *,causal,* ]]; then
+    "${NCU[@]}" -k regex:causal_attention -o "$R/ncu-causal" \
+      "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
+      --cuda-graphs off || rc=1
+  fi
+  if [[ $which != *,loglik,* ]]; then
+    summarize_ncu
+    return $rc
+  fi
   python3 - "$work/pairs.json" <<'PY'
 import json, random, sys
 random.seed(0)
@@ -211,11 +234,17 @@ random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, Path(sys.ar
 PY
   "${NCU[@]}" -k regex:question_loglik -o "$R/ncu-question-loglik" \
     "$H" bench-loglik --device cuda --model "$work/smollm2-random" --pairs "$work/pairs.json" --warmup 0 --iters 1 || rc=1
+  summarize_ncu
+  return $rc
+}
+
+summarize_ncu() { # a text summary beside every report
+  local r
   for r in "$R"/ncu-*.ncu-rep; do
+    [[ -e $r ]] || continue
     ncu --import "$r" --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section Occupancy --section WarpStateStats --section LaunchStats >"${r%.ncu-rep}.txt" 2>&1
   done
-  return $rc
 }
 
 step_ncu-t5() {
@@ -245,7 +274,8 @@ step_lepus() {
   for shape in smollm2 gpt2; do
     python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs $DEC_PAIRS --all-passages \
       --data-dir "$kit/data" --gguf "$kit/weights/smollm2-metadata.gguf" --max-batch-tokens 16384 \
-      --iters $((ITERS > 5 ? 5 : ITERS)) --warmup 1 --hopscore "$H" --json | tee "$R/lepus-$shape.jsonl" || rc=1
+      --iters $((ITERS > 5 ? 5 : ITERS)) --warmup 1 --rounds $ROUNDS --hopscore "$H" --json |
+      tee "$R/lepus-$shape.jsonl" || rc=1
   done
   return $rc
 }
@@ -335,6 +365,35 @@ step_gelu-tanh() {
   return $rc
 }
 
+step_invariance() {
+  local rc=0 round bi shape=(--shape $LARGE --dtype bf16 --iters $ITERS --peak-gemm 0)
+  local small=(--seq-len 128 --batch 8)
+  [[ -n $emu ]] && small=(--seq-len 16 --batch 2)
+  for round in 1 2 3; do
+    for bi in on off; do
+      "$H" bench --device cuda "${shape[@]}" --seq-len ${LENS_LARGE%%,*} "${SMALL[@]}" --batch-invariant $bi --json |
+        sed "s/^{/{\"case\": \"full batch\", \"batch_invariant\": \"$bi\", \"round\": $round, /" |
+        tee -a "$R/invariance.jsonl" || rc=1
+      "$H" bench --device cuda "${shape[@]}" "${small[@]}" --batch-invariant $bi --json |
+        sed "s/^{/{\"case\": \"small batch\", \"batch_invariant\": \"$bi\", \"round\": $round, /" |
+        tee -a "$R/invariance.jsonl" || rc=1
+    done
+  done
+  python3 - "$R/invariance.jsonl" <<'PY' | tee "$R/invariance.txt" || rc=1
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for case in ("full batch", "small batch"):
+    med = {}
+    for bi in ("on", "off"):
+        xs = [r["seconds_per_batch"] for r in rows if r["case"] == case and r["batch_invariant"] == bi]
+        med[bi] = statistics.median(xs) if xs else float("nan")
+    r = next(r for r in rows if r["case"] == case)
+    print(f"{case} ({r['shape']}, L = {r['seq_len']}, batch {r['batch']}): pinned {med['on']*1e3:.3f} ms, "
+          f"per shape {med['off']*1e3:.3f} ms per batch (medians of 3): cost {100*(med['on']/med['off']-1):+.2f} %")
+PY
+  return $rc
+}
+
 step_sanitize() {
   local rc=0 cs=(compute-sanitizer --print-limit 20 --error-exitcode 3)
   [[ -n $emu ]] && { echo "sanitize: skipped in an emulator dry run"; return 0; }
@@ -357,14 +416,21 @@ fi
 
 t_setup=$(date +%s)
 setup || { pack_results; exit 1; }
-ATTENTION=$("$H" bench --help | grep -q HOPSCORE_DISENTANGLED && echo v3,v4 || echo v3)
-export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT T5 T5_Q T5_PROMPT
+ATTENTION=${HOPSCORE_KIT_ATTENTION:-v3}
+HOPSCORE_KIT_GRAPHS=${HOPSCORE_KIT_GRAPHS:-on}
+export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT T5 T5_Q T5_PROMPT ROUNDS
+export HOPSCORE_KIT_GRAPHS
 echo "setup ok in $(($(date +%s) - t_setup)) s; attention kernels: $ATTENTION" | tee -a "$OUT/summary.txt"
 status=0
 for arg in "$@"; do
   s=${arg%%:*}
   budget=${BUDGET[$s]:-}
-  [[ $arg == *:* ]] && budget=${arg#*:}
+  if [[ $arg == *:* ]]; then
+    budget=${arg#*:}
+    ((budget < ${BUDGET[$s]:-0})) &&
+      echo "$s: budget $budget s is under the step's default ${BUDGET[$s]} s: it may not finish" |
+      tee -a "$OUT/summary.txt"
+  fi
   if ! declare -F "step_$s" >/dev/null; then
     echo "unknown step $s (${!BUDGET[*]})" | tee -a "$OUT/summary.txt"; status=2; continue
   fi

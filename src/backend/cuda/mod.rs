@@ -44,6 +44,9 @@ const MAX_BLOCKS: u32 = 65_535;
 /// Threads per block of the row-wise and elementwise kernels.
 const THREADS: u32 = geometry::ROW_THREADS;
 
+/// Vectors per lane of the warp-per-row norm kernels' entries (up to `NORM_MAX_VECS`).
+const NORM_VECS: [u32; 3] = [2, 4, geometry::NORM_MAX_VECS];
+
 pub use self::device::device_count;
 
 /// The CUDA backend on one device.
@@ -111,6 +114,13 @@ impl CudaBackend {
     /// `HOPSCORE_CUDA_GRAPHS=off`; see [`graphs`]).
     pub fn set_cuda_graphs(&self, on: bool) {
         self.graphs.set_enabled(on);
+    }
+
+    /// One cuBLASLt algorithm per GEMM whatever the batch (on by default: a row's
+    /// results are the same bits in any batch; see [`blas`]), or cuBLASLt's choice per
+    /// row count (`false`).
+    pub fn set_batch_invariant(&self, on: bool) {
+        self.dev.lt.set_batch_invariant(on);
     }
 
     pub fn device(&self) -> &Device {
@@ -251,6 +261,38 @@ impl CudaBackend {
     /// Elements of the device dtype in 16 bytes (the vector kernels' step).
     fn vec_width(&self) -> usize {
         16 / self.dev.dtype.size()
+    }
+
+    /// The warp-per-row kernel of `op` (`layer_norm`, `rms_norm`: `<op>_rows<NV>` of
+    /// kernels/layer_norm.cu and rms_norm.cu) for rows of `cols` at the addresses
+    /// `ptrs`, and its launch, when the row fits a warp's registers as 16-byte vectors
+    /// (cols a multiple of the vector, at most `32 × NORM_MAX_VECS` of them, every
+    /// address aligned); `None` for the block-per-row kernel.
+    fn norm_rows(
+        &self,
+        op: &'static str,
+        rows: usize,
+        cols: usize,
+        ptrs: &[u64],
+    ) -> OpResult<Option<(CudaFunction, LaunchConfig)>> {
+        let v = self.vec_width();
+        if !cols.is_multiple_of(v) || ptrs.iter().any(|p| !p.is_multiple_of(16)) {
+            return Ok(None);
+        }
+        let per_lane = (cols / v).div_ceil(32) as u32;
+        let Some(nv) = NORM_VECS.into_iter().find(|&nv| per_lane <= nv) else {
+            return Ok(None);
+        };
+        let f = self
+            .dev
+            .typed_smem(op, &format!("{op}_rows{nv}"), self.dev.dtype, 0)?;
+        let rows_per_block = geometry::NORM_ROWS as usize;
+        let cfg = LaunchConfig {
+            grid_dim: (rows.div_ceil(rows_per_block) as u32, 1, 1),
+            block_dim: (geometry::NORM_ROWS * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        Ok(Some((f, cfg)))
     }
 
     /// The kernel `op(x, [y,] n)` mapping `x` (and `y`) into `x`, 16-byte vectors per
@@ -499,6 +541,19 @@ impl Backend for CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(ptr_or_null(residual)),
+            Arg::Ptr(weight.ptr()),
+            Arg::Ptr(bias.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+            Arg::F32(eps),
+        ];
+        let ptrs = [x.ptr(), ptr_or_null(residual), weight.ptr(), bias.ptr()];
+        if let Some((f, cfg)) = self.norm_rows("layer_norm", x.rows, x.cols, &ptrs)? {
+            return self.launch_fn("layer_norm", &f, cfg, &args);
+        }
         let smem = geometry::layer_norm_smem(x.cols as u32);
         if smem > device::DEFAULT_SMEM {
             return Err(OpError::Shape {
@@ -510,15 +565,6 @@ impl Backend for CudaBackend {
             shared_mem_bytes: smem,
             ..per_row(x.rows, THREADS)
         };
-        let args = [
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(ptr_or_null(residual)),
-            Arg::Ptr(weight.ptr()),
-            Arg::Ptr(bias.ptr()),
-            Arg::U32(x.rows as u32),
-            Arg::U32(x.cols as u32),
-            Arg::F32(eps),
-        ];
         self.launch("layer_norm", cfg, &args)
     }
 
@@ -642,7 +688,11 @@ impl Backend for CudaBackend {
             Arg::U32(x.cols as u32),
             Arg::F32(eps),
         ];
-        self.launch("rms_norm", per_row(x.rows, THREADS), &args)?;
+        let ptrs = [out.ptr(), x.ptr(), weight.ptr()];
+        match self.norm_rows("rms_norm", x.rows, x.cols, &ptrs)? {
+            Some((f, cfg)) => self.launch_fn("rms_norm", &f, cfg, &args)?,
+            None => self.launch("rms_norm", per_row(x.rows, THREADS), &args)?,
+        }
         Ok(out)
     }
 
@@ -802,7 +852,12 @@ mod tests {
             if dtype != DType::F32 {
                 kernels.push("tensor_core_check");
             }
-            for k in kernels {
+            let mut entries: Vec<String> = kernels.iter().map(|k| k.to_string()).collect();
+            for nv in NORM_VECS {
+                entries.push(format!("layer_norm_rows{nv}"));
+                entries.push(format!("rms_norm_rows{nv}"));
+            }
+            for k in entries {
                 let entry = format!("{k}_{}", dtype.suffix());
                 if module_of(&entry).is_none() {
                     missing.push(entry);
