@@ -20,8 +20,9 @@
 #                  HOPSCORE_KIT_LENS=512 times one length                         (300 s)
 #   deberta-base   the same for deberta-v3-base at L = 512 and 128              (120 s)
 #   ncu            Nsight Compute (--set full, one launch each) of disentangled attention
-#                  (the kit's attention kernels), causal attention and question_loglik;
-#                  HOPSCORE_KIT_NCU=disentangled,causal,loglik picks (the changed ones) (150 s)
+#                  (the kit's attention kernels), causal attention, the norms (layer_norm
+#                  in DeBERTa-v3-large, rms_norm in SmolLM2) and question_loglik;
+#                  HOPSCORE_KIT_NCU=disentangled,causal,norm,loglik picks the changed ones (150 s)
 #   ncu-t5         Nsight Compute of t5_attention (the first launch: T5-large's encoder
 #                  layer 0, 64 inputs of 400 tokens, bf16)                        (150 s)
 #   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
@@ -35,6 +36,10 @@
 #                  (Contriever layout) bi-encoders: tools/bench_embed_reference.py, the
 #                  HotpotQA sample's 5,912 passages ×10 (bf16; MiniLM also f32), hopscore
 #                  vs sentence-transformers on the GPU; then `retrieve` cuda f32 vs cpu (240 s)
+#   lepus-prefix   `hopscore lepus` end to end on the first 50 HotpotQA questions with a random
+#                  SmolLM2-shaped model (bf16): shared-prefix reuse on (the default) and off
+#                  (--min-shared-prefix 0): the summary line (tokens/s), the share of prompt
+#                  tokens saved, and the two outputs compared (the same bits expected) (200 s)
 #   t5             tools/bench_t5_reference.py: T5-large v1.1 shape (random weights), LEPUS
 #                  first-hop prompts of every passage of the first 50 HotpotQA questions,
 #                  HF eager vs hopscore in bf16, then f32 (HOPSCORE_KIT_T5_DTYPES); |Δ log p|
@@ -61,7 +66,7 @@ mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
   [lepus]=150 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90
-  [invariance]=150)
+  [invariance]=150 [lepus-prefix]=200)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
 # the NVIDIA pip wheels of the machine's Python; empty when none has it.
@@ -202,7 +207,7 @@ step_ncu() {
   local rc=0 attn
   [[ -n $emu ]] && { echo "ncu: skipped in an emulator dry run"; return 0; }
   local NCU=(ncu --set full --clock-control none --launch-count 1 -f)
-  local which=,${HOPSCORE_KIT_NCU:-disentangled,causal,loglik},
+  local which=,${HOPSCORE_KIT_NCU:-disentangled,causal,norm,loglik},
   if [[ $which == *,disentangled,* ]]; then
     for attn in ${ATTENTION//,/ }; do
       HOPSCORE_DISENTANGLED=$attn "${NCU[@]}" -k regex:disentangled_attention -o "$R/ncu-disentangled-$attn" \
@@ -212,6 +217,14 @@ step_ncu() {
   fi
   if [[ $which == *,causal,* ]]; then
     "${NCU[@]}" -k regex:causal_attention -o "$R/ncu-causal" \
+      "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
+      --cuda-graphs off || rc=1
+  fi
+  if [[ $which == *,norm,* ]]; then
+    "${NCU[@]}" -k regex:layer_norm -o "$R/ncu-layer-norm" \
+      "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
+      --peak-gemm 0 --cuda-graphs off || rc=1
+    "${NCU[@]}" -k regex:rms_norm -o "$R/ncu-rms-norm" \
       "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
       --cuda-graphs off || rc=1
   fi
@@ -277,6 +290,36 @@ step_lepus() {
       --iters $((ITERS > 5 ? 5 : ITERS)) --warmup 1 --rounds $ROUNDS --hopscore "$H" --json |
       tee "$R/lepus-$shape.jsonl" || rc=1
   done
+  return $rc
+}
+
+step_lepus-prefix() {
+  local m=$work/smollm2-lepus q=$work/q50.parquet rc=0 share flag
+  [[ -n $emu ]] && { echo "lepus-prefix: skipped in an emulator dry run (a 135M model)"; return 0; }
+  questions 50 "$q" || return 1
+  [[ -f $m/tokenizer.json ]] || python3 - "$m" "$kit/weights" <<'PY' || return 1
+import argparse, sys
+from pathlib import Path
+sys.path.insert(0, "tools")
+import torch
+from transformers import AutoTokenizer
+from bench_decoder_reference import random_model_dir
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, out)
+AutoTokenizer.from_pretrained(sys.argv[2], gguf_file="smollm2-metadata.gguf").save_pretrained(out)
+PY
+  for share in on off; do
+    flag=()
+    [[ $share == off ]] && flag=(--min-shared-prefix 0)
+    echo "== lepus, shared-prefix reuse $share"
+    rm -f "$work/lepus-prefix-$share".*
+    "$H" lepus --model "$m" --input "$q" --output "$work/lepus-prefix-$share.parquet" --device cuda \
+      --dtype bf16 --max-batch-tokens 16384 "${flag[@]}" 2>&1 | tail -4 |
+      tee -a "$R/lepus-prefix.txt" || rc=1
+  done
+  compare "shared-prefix reuse on vs off (the same bits expected)" "$work/lepus-prefix-on.parquet" \
+    "$work/lepus-prefix-off.parquet" || rc=1
   return $rc
 }
 
@@ -368,7 +411,7 @@ step_gelu-tanh() {
 step_invariance() {
   local rc=0 round bi shape=(--shape $LARGE --dtype bf16 --iters $ITERS --peak-gemm 0)
   local small=(--seq-len 128 --batch 8)
-  [[ -n $emu ]] && small=(--seq-len 16 --batch 2)
+  [[ -n $emu ]] && shape=(--shape $LARGE --dtype bf16 --iters $ITERS) small=(--seq-len 16 --batch 2 --peak-gemm 0)
   for round in 1 2 3; do
     for bi in on off; do
       "$H" bench --device cuda "${shape[@]}" --seq-len ${LENS_LARGE%%,*} "${SMALL[@]}" --batch-invariant $bi --json |

@@ -31,7 +31,7 @@ const WORKSPACE: usize = 32 << 20;
 /// The row count a pinned algorithm is chosen for: a full batch (DeBERTa-large at
 /// 65,536 tokens runs 4 such tiles' worth), so that large batches, where the time is,
 /// run the algorithm the heuristic would pick for them anyway.
-pub const PINNED_ROWS: usize = 16_384;
+const PINNED_ROWS: usize = 16_384;
 
 fn data_type(dt: DType) -> sys::cudaDataType {
     match dt {
