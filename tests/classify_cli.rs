@@ -197,6 +197,97 @@ fn cuda_run_records_its_dtype() {
     }
 }
 
+/// Issue 38: on the device, a row's logits are the same bits whether the file runs
+/// whole in one batch or in 3 shards of batches of at most 320 tokens, graphs off (the
+/// emulator's cuBLASLt, like a GPU's, picks another algorithm for other row counts
+/// unless the algorithm is pinned, the default). f32, where a last-bit difference
+/// cannot round away.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_logits_are_the_same_bits_in_shards_and_any_batch_size() {
+    use hopscore::backend::dtype::DType;
+    use hopscore::io::shard::Shard;
+    use hopscore::jobs::DeviceKind;
+    if common::gpu(DType::F32).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (pairs, _) = golden_pairs();
+    let mut rng = fastrand::Rng::with_seed(38);
+    let words = |rng: &mut fastrand::Rng, n: usize| {
+        (0..n)
+            .map(|_| format!("w{}", rng.u32(3..1000)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut texts = pairs.clone();
+    for _ in 0..14 {
+        let (a, b) = (rng.usize(1..12), rng.usize(1..30));
+        texts.push((words(&mut rng, a), words(&mut rng, b)));
+    }
+    let ids: Vec<String> = (0..texts.len()).map(|i| format!("r{i}")).collect();
+    let rows: Vec<_> = texts
+        .iter()
+        .zip(&ids)
+        .map(|((a, b), id)| (Some(id.as_str()), Some(a.clone()), Some(b.clone())))
+        .collect();
+    let input = tmp.path().join("pairs.parquet");
+    write_input(&input, &rows);
+    let tokenizer = common::word_tokenizer(tmp.path());
+    let device = |cuda_graphs| DeviceConfig {
+        kind: DeviceKind::Cuda,
+        dtype: DType::F32,
+        cuda_graphs,
+        ..DeviceConfig::CPU
+    };
+    // Logits bits by row id, from one output file.
+    let logits_of = |path: &Path| -> Vec<(String, Vec<u32>)> {
+        let out = common::read_parquet(path);
+        let id = out
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        let logits = out.column(1).as_any().downcast_ref::<ListArray>().unwrap();
+        (0..out.num_rows())
+            .map(|r| {
+                let v = logits.value(r);
+                let v = v.as_any().downcast_ref::<Float32Array>().unwrap();
+                (
+                    id.value(r).to_string(),
+                    v.values().iter().map(|x| x.to_bits()).collect(),
+                )
+            })
+            .collect()
+    };
+    let classify = |max_batch_tokens, shard: Option<Shard>, graphs, name: &str| {
+        let output = tmp.path().join(name);
+        let config = ClassifyConfig {
+            tokenizer: Some(tokenizer.clone()),
+            max_batch_tokens,
+            ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
+        };
+        let mut args = common::job_args(config, &input, &output);
+        args.files.shard = shard;
+        args.device = device(graphs);
+        run(args).unwrap();
+        logits_of(&output)
+    };
+    let whole = classify(4096, None, true, "whole.parquet");
+    assert_eq!(whole.len(), texts.len());
+    let sharded: Vec<(String, Vec<u32>)> = (0..3)
+        .flat_map(|index| {
+            let shard = Some(Shard { index, count: 3 });
+            classify(320, shard, false, &format!("shard{index}.parquet"))
+        })
+        .collect();
+    assert_eq!(sharded.len(), whole.len());
+    for ((id, got), (want_id, want)) in sharded.iter().zip(&whole) {
+        assert_eq!(id, want_id);
+        assert!(got == want, "row {id}: logits differ between the runs");
+    }
+}
+
 fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
