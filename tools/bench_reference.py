@@ -43,6 +43,8 @@ the CPU and its state_dict is loaded into each engine's model, built on the devi
 cast to ``--dtype``; every one runs the SAME input ids):
 
     hf-eager                  transformers DebertaV2Model, attn_implementation "eager"
+    hf-compile                hf-eager under torch.compile (inductor, static shapes: one
+                              graph per length, compiled in the warm-up passes)
     hf-sdpa                   DebertaV2Model._from_config(config, attn_implementation="sdpa").
                               transformers 5.23 refuses it (DebertaV2 has no
                               _supports_sdpa): "DebertaV2Model does
@@ -175,7 +177,7 @@ V3_COMMON = dict(
     hidden_dropout_prob=0.1,
     attention_probs_dropout_prob=0.1,
 )
-ENGINES = ("hf-eager", "hf-sdpa", "disentangled-flash", "disentangled-flash-torch", "flashdeberta")
+ENGINES = ("hf-eager", "hf-sdpa", "hf-compile", "disentangled-flash", "disentangled-flash-torch", "flashdeberta")
 DEFAULT_ENGINES = {
     "cpu": "hf-eager",
     "cuda": "hf-eager,hf-sdpa,disentangled-flash,flashdeberta",
@@ -298,6 +300,15 @@ def build_engine(name, args, config, base, device, dtype, seq_lens):
         if impl != "sdpa":
             raise Unavailable(f"asked for sdpa, transformers set attn_implementation {impl!r}")
         return model, "attn sdpa", transformers.__version__
+
+    if name == "hf-compile":
+        if not hasattr(torch, "compile"):
+            raise Unavailable(f"torch {torch.__version__} has no torch.compile")
+        cfg = copy.deepcopy(config)
+        model = _on_device(torch, lambda: DebertaV2Model._from_config(cfg, attn_implementation="eager"),
+                           base, device, dtype)
+        # Static shapes: one graph per length, compiled during the warm-up passes.
+        return torch.compile(model, dynamic=False), "torch.compile of HF eager (inductor)", torch.__version__
 
     if name in ("disentangled-flash", "disentangled-flash-torch"):
         backend = "torch" if name.endswith("-torch") else "triton"

@@ -14,9 +14,10 @@
 #                  models), HOPSCORE_REQUIRE_GPU=1 so that nothing skips          (120 s)
 #   deberta-large  tools/bench_reference.py, deberta-v3-large, L = 512/256/128, bf16,
 #                  medians of HOPSCORE_KIT_ROUNDS (3) rounds: hopscore (the default v3
-#                  attention; HOPSCORE_KIT_ATTENTION=v3,v4 adds v4) first, then HF eager
-#                  and the Triton kernels that passed the call's one smoke test; `bench
-#                  --profile` (graphs on; HOPSCORE_KIT_GRAPHS=on,off adds off).
+#                  attention; HOPSCORE_KIT_ATTENTION=v3,v4 adds v4) first, then HF eager,
+#                  the Triton kernels that passed the call's one smoke test and HF eager
+#                  under torch.compile; `bench --profile` (graphs on;
+#                  HOPSCORE_KIT_GRAPHS=on,off adds off).
 #                  HOPSCORE_KIT_LENS=512 times one length                         (300 s)
 #   deberta-base   the same for deberta-v3-base at L = 512 and 128              (120 s)
 #   ncu            Nsight Compute (--set full, one launch each) of disentangled attention
@@ -186,7 +187,7 @@ deberta() { # deberta SHAPE LENS
     t=$(triton_engines)
     echo "triton smoke: ${t:-none passed} (triton-smoke.jsonl; errors in the log below)"
     [[ -z $t ]] && tail -5 "$work/smoke.err"
-    engines=$engines${t:+,$t}
+    engines=$engines${t:+,$t},hf-compile # last: its compile time may run into the budget
   fi
   python3 tools/bench_reference.py --device cuda --shape "$shape" --seq-lens "$lens" \
     --engines "$engines" --iters $ITERS --rounds $ROUNDS "${SMALL[@]}" --hopscore "$H" \
