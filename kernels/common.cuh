@@ -240,6 +240,19 @@ template <typename T> __device__ __forceinline__ void store_vec(T* p, const floa
   *reinterpret_cast<uint4*>(p) = q;
 }
 
+// A row of `cols` elements held by one warp as up to NV 16-byte vectors per lane: lane l
+// holds vectors l, l + 32, ..., so each load instruction of the warp reads 512
+// contiguous bytes. Calls f(i, c) for each vector i < NV of this lane that lies in the
+// row, c being its first column (unrolled: v[i] stays in registers).
+template <typename T, unsigned NV, typename F>
+__device__ __forceinline__ void for_row_vecs(unsigned cols, F f) {
+#pragma unroll
+  for (unsigned i = 0; i < NV; ++i) {
+    const unsigned c = ((threadIdx.x & 31u) + 32u * i) * kVec<T>;
+    if (c < cols) f(i, c);
+  }
+}
+
 // x[i] = f(x[i], y[i]) for i < n (y null: f(x[i], 0)), in f32, rounded back to T. A
 // grid-stride loop over 16-byte vectors when n is a multiple of kVec<T> and x, y are
 // aligned, else element by element; 32-bit indexing (launchers keep n < 2^31).

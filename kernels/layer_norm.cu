@@ -16,60 +16,40 @@ template <typename T, unsigned NV>
 __device__ void layer_norm_rows(T* x, const T* residual, const T* weight, const T* bias, unsigned rows,
                                 unsigned cols, float eps) {
   constexpr unsigned V = hopscore::kVec<T>;
-  const unsigned lane = threadIdx.x & 31u;
   const unsigned r = blockIdx.x * hopscore::geometry::NORM_ROWS + (threadIdx.x >> 5);
   if (r >= rows) return;  // the whole warp: its row is past the end
   T* xr = x + (size_t)r * cols;
   const T* rr = residual != nullptr ? residual + (size_t)r * cols : nullptr;
   float v[NV][V];
-#pragma unroll
-  for (unsigned i = 0; i < NV; ++i) {
-    const unsigned c = (lane + 32 * i) * V;
-    if (c < cols) hopscore::load_vec(xr + c, v[i]);
-  }
+  hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned c) { hopscore::load_vec(xr + c, v[i]); });
   if (rr != nullptr) {
+    hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned c) {
+      float q[V];
+      hopscore::load_vec(rr + c, q);
 #pragma unroll
-    for (unsigned i = 0; i < NV; ++i) {
-      const unsigned c = (lane + 32 * i) * V;
-      if (c < cols) {
-        float q[V];
-        hopscore::load_vec(rr + c, q);
-#pragma unroll
-        for (unsigned k = 0; k < V; ++k) v[i][k] += q[k];
-      }
-    }
+      for (unsigned k = 0; k < V; ++k) v[i][k] += q[k];
+    });
   }
   float sum = 0.0f;
+  hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned) {
 #pragma unroll
-  for (unsigned i = 0; i < NV; ++i)
-    if ((lane + 32 * i) * V < cols) {
-#pragma unroll
-      for (unsigned k = 0; k < V; ++k) sum += v[i][k];
-    }
+    for (unsigned k = 0; k < V; ++k) sum += v[i][k];
+  });
   const float mean = hopscore::warp_sum(sum) / (float)cols;
   float sq = 0.0f;
+  hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned) {
 #pragma unroll
-  for (unsigned i = 0; i < NV; ++i)
-    if ((lane + 32 * i) * V < cols) {
-#pragma unroll
-      for (unsigned k = 0; k < V; ++k) {
-        const float d = v[i][k] - mean;
-        sq += d * d;
-      }
-    }
+    for (unsigned k = 0; k < V; ++k) sq += (v[i][k] - mean) * (v[i][k] - mean);
+  });
   const float inv = rsqrtf(hopscore::warp_sum(sq) / (float)cols + eps);
+  hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned c) {
+    float w[V], b[V];
+    hopscore::load_vec(weight + c, w);
+    hopscore::load_vec(bias + c, b);
 #pragma unroll
-  for (unsigned i = 0; i < NV; ++i) {
-    const unsigned c = (lane + 32 * i) * V;
-    if (c < cols) {
-      float w[V], b[V];
-      hopscore::load_vec(weight + c, w);
-      hopscore::load_vec(bias + c, b);
-#pragma unroll
-      for (unsigned k = 0; k < V; ++k) v[i][k] = (v[i][k] - mean) * inv * w[k] + b[k];
-      hopscore::store_vec(xr + c, v[i]);
-    }
-  }
+    for (unsigned k = 0; k < V; ++k) v[i][k] = (v[i][k] - mean) * inv * w[k] + b[k];
+    hopscore::store_vec(xr + c, v[i]);
+  });
 }
 
 template <typename T>

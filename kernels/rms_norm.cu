@@ -14,37 +14,26 @@ template <typename T, unsigned NV>
 __device__ void rms_norm_rows(T* out, const T* x, const T* weight, unsigned rows, unsigned cols,
                               float eps) {
   constexpr unsigned V = hopscore::kVec<T>;
-  const unsigned lane = threadIdx.x & 31u;
   const unsigned r = blockIdx.x * hopscore::geometry::NORM_ROWS + (threadIdx.x >> 5);
   if (r >= rows) return;  // the whole warp: its row is past the end
   const T* xr = x + (size_t)r * cols;
   T* orow = out + (size_t)r * cols;
   float v[NV][V];
-#pragma unroll
-  for (unsigned i = 0; i < NV; ++i) {
-    const unsigned c = (lane + 32 * i) * V;
-    if (c < cols) hopscore::load_vec(xr + c, v[i]);
-  }
+  hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned c) { hopscore::load_vec(xr + c, v[i]); });
   float ss = 0.0f;
+  hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned) {
 #pragma unroll
-  for (unsigned i = 0; i < NV; ++i)
-    if ((lane + 32 * i) * V < cols) {
-#pragma unroll
-      for (unsigned k = 0; k < V; ++k) ss += v[i][k] * v[i][k];
-    }
+    for (unsigned k = 0; k < V; ++k) ss += v[i][k] * v[i][k];
+  });
   // As the twin: 1 / sqrt(mean + eps), not the approximate rsqrtf.
   const float inv = 1.0f / sqrtf(hopscore::warp_sum(ss) / (float)cols + eps);
+  hopscore::for_row_vecs<T, NV>(cols, [&](unsigned i, unsigned c) {
+    float w[V];
+    hopscore::load_vec(weight + c, w);
 #pragma unroll
-  for (unsigned i = 0; i < NV; ++i) {
-    const unsigned c = (lane + 32 * i) * V;
-    if (c < cols) {
-      float w[V];
-      hopscore::load_vec(weight + c, w);
-#pragma unroll
-      for (unsigned k = 0; k < V; ++k) v[i][k] = w[k] * (v[i][k] * inv);
-      hopscore::store_vec(orow + c, v[i]);
-    }
-  }
+    for (unsigned k = 0; k < V; ++k) v[i][k] = w[k] * (v[i][k] * inv);
+    hopscore::store_vec(orow + c, v[i]);
+  });
 }
 
 template <typename T>

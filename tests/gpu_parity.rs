@@ -1769,12 +1769,16 @@ fn graph_pair(dtype: DType) -> Option<(CudaBackend, CudaBackend)> {
 /// the GEMM algorithm was pinned per GEMM, a GPU's cuBLASLt picked another algorithm
 /// for the padded row count of a graph bucket: last-bit differences in f32 on an H200.)
 fn assert_replay_matches(what: &str, got: &[f32], want: &[f32]) {
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
     assert!(
         bits(got) == bits(want),
         "{what}: graph replay differs from no graph (rel err {:e})",
         rel_err(got, want)
     );
+}
+
+/// The bit patterns of `v` (equal bits: equal values, NaN and −0 included).
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// Asserts one forward's counts with graphs: nothing but the staged inputs' one upload
@@ -2130,13 +2134,13 @@ fn neighbours(rng: &mut fastrand::Rng, vocab: usize, count: usize) -> Vec<Sequen
         .collect()
 }
 
+/// A batch and, per fixed sequence in it, (its index among the fixed ones, its place
+/// in the batch).
+type Arrangement<S> = (Vec<S>, Vec<(usize, usize)>);
+
 /// The fixed sequences `fixed` inside batches that change what surrounds them: each
 /// alone, all together, and among 1 and 7 random neighbours (their order shuffled),
 /// so that a batch's row count runs from one token to about 250.
-/// Each arrangement is the batch and, per fixed sequence in it, (its index in `fixed`,
-/// its place in the batch).
-type Arrangement<S> = (Vec<S>, Vec<(usize, usize)>);
-
 fn arrangements<S: Clone>(
     fixed: &[S],
     mut neighbour: impl FnMut(&mut fastrand::Rng, usize) -> Vec<S>,
@@ -2177,7 +2181,7 @@ fn deberta_bits(
 ) -> Vec<Vec<u32>> {
     let out = model.forward(be, &PackedBatch::pack(batch), true).unwrap();
     let tokens: usize = batch.iter().map(|s| s.ids.len()).sum();
-    let mut bits = vec![Vec::new(); batch.len()];
+    let mut out_bits = vec![Vec::new(); batch.len()];
     for t in std::iter::once(out.hidden.unwrap()).chain(out.logits) {
         let width = t.data.len() / t.shape[0];
         let mut row = 0;
@@ -2188,11 +2192,11 @@ fn deberta_bits(
                 1
             };
             let values = &t.data[row * width..(row + rows) * width];
-            bits[s].extend(values.iter().map(|v| v.to_bits()));
+            out_bits[s].extend(bits(values));
             row += rows;
         }
     }
-    bits
+    out_bits
 }
 
 /// The bits of the fixed sequences in every arrangement: (index in `fixed`, bits).
@@ -2329,7 +2333,6 @@ fn decoder_batch_invariance(dtype: DType) {
                 })
                 .collect()
         });
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
         let want: Vec<Vec<u32>> = load(&off, false)
             .target_logprobs(&off, &fixed, 1.4)
             .unwrap()

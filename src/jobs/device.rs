@@ -16,8 +16,11 @@ pub enum DeviceKind {
 }
 
 /// Device, element type and threads of a job: the flags `--device`, `--gpu`, `--dtype`,
-/// `--cpu-gemm`, `--cuda-graphs` and `--batch-invariant` of every job that runs a model (`--threads` is
-/// the command line's global flag), and Python's keyword arguments of the same names.
+/// `--cpu-gemm`, `--cuda-graphs` and `--batch-invariant` of every job that runs a model
+/// (`--threads` is the command line's global flag), and the options of the same names
+/// of [`JobConfig::from_options`](super::JobConfig::from_options) (Python's job classes
+/// take `device`, `gpu`, `dtype`, `cpu_gemm` and `threads`; the others keep their
+/// defaults there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct DeviceConfig {

@@ -101,15 +101,15 @@ void matmul(const Desc& d, Acc alpha, Acc beta, const char* A, const Layout& la,
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t l = 0; l < k; ++l) b[j * k + l] = Acc(load(B, lb.type, d.transb ? at(lb, j, l) : at(lb, l, j)));
   const int bias_type = d.bias_type >= 0 ? d.bias_type : ld_.type;
+  // Split-K: parts of `part` (a multiple of 8) summed alone, then added in order.
+  const uint64_t part = ((k + split - 1) / split + 7) / 8 * 8;
   for (uint64_t j = 0; j < n; ++j)
     for (uint64_t i = 0; i < m; ++i) {
-      // Split-K: parts of `part` (a multiple of 8) summed alone, then added in order.
-      const uint64_t part = ((k + split - 1) / split + 7) / 8 * 8;
+      const Acc* ai = &a[i * k];
+      const Acc* bj = &b[j * k];
       Acc s = 0;
       for (uint64_t k0 = 0; k0 < k; k0 += part) {
         const uint64_t k1 = std::min(k, k0 + part);
-        const Acc* ai = &a[i * k];
-        const Acc* bj = &b[j * k];
         Acc p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         uint64_t l = k0;
         for (; l + 8 <= k1; l += 8)

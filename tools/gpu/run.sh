@@ -229,27 +229,36 @@ step_ncu() {
       "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
       --cuda-graphs off || rc=1
   fi
-  if [[ $which != *,loglik,* ]]; then
-    summarize_ncu
-    return $rc
-  fi
-  python3 - "$work/pairs.json" <<'PY'
+  if [[ $which == *,loglik,* ]]; then
+    python3 - "$work/pairs.json" <<'PY'
 import json, random, sys
 random.seed(0)
 pairs = [{"ids": [random.randrange(3, 49152) for _ in range(300)], "target_start": 280} for _ in range(32)]
 json.dump({"pairs": pairs}, open(sys.argv[1], "w"))
 PY
-  [[ -d $work/smollm2-random ]] || python3 - "$work/smollm2-random" <<'PY'
-import argparse, sys, torch
-from pathlib import Path
-sys.path.insert(0, "tools")
-from bench_decoder_reference import random_model_dir
-random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, Path(sys.argv[1]))
-PY
-  "${NCU[@]}" -k regex:question_loglik -o "$R/ncu-question-loglik" \
-    "$H" bench-loglik --device cuda --model "$work/smollm2-random" --pairs "$work/pairs.json" --warmup 0 --iters 1 || rc=1
+    smollm2_random && "${NCU[@]}" -k regex:question_loglik -o "$R/ncu-question-loglik" \
+      "$H" bench-loglik --device cuda --model "$work/smollm2-random" --pairs "$work/pairs.json" --warmup 0 \
+      --iters 1 || rc=1
+  fi
   summarize_ncu
   return $rc
+}
+
+# $work/smollm2-random: random weights in SmolLM2-135M's shape (HF directory, f32) with
+# SmolLM2's tokenizer (from the kit's metadata GGUF), made once per machine.
+smollm2_random() {
+  [[ -f $work/smollm2-random/tokenizer.json ]] || python3 - "$work/smollm2-random" "$kit/weights" <<'PY'
+import argparse, sys
+from pathlib import Path
+sys.path.insert(0, "tools")
+import torch
+from transformers import AutoTokenizer
+from bench_decoder_reference import random_model_dir
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, out)
+AutoTokenizer.from_pretrained(sys.argv[2], gguf_file="smollm2-metadata.gguf").save_pretrained(out)
+PY
 }
 
 summarize_ncu() { # a text summary beside every report
@@ -295,28 +304,17 @@ step_lepus() {
 }
 
 step_lepus-prefix() {
-  local m=$work/smollm2-lepus q=$work/q50.parquet rc=0 share flag
+  local q=$work/q50.parquet rc=0 share flag
   [[ -n $emu ]] && { echo "lepus-prefix: skipped in an emulator dry run (a 135M model)"; return 0; }
-  questions 50 "$q" || return 1
-  [[ -f $m/tokenizer.json ]] || python3 - "$m" "$kit/weights" <<'PY' || return 1
-import argparse, sys
-from pathlib import Path
-sys.path.insert(0, "tools")
-import torch
-from transformers import AutoTokenizer
-from bench_decoder_reference import random_model_dir
-out = Path(sys.argv[1])
-out.mkdir(parents=True, exist_ok=True)
-random_model_dir(argparse.Namespace(shape="smollm2", seed=0), torch, out)
-AutoTokenizer.from_pretrained(sys.argv[2], gguf_file="smollm2-metadata.gguf").save_pretrained(out)
-PY
+  questions 50 "$q" && smollm2_random || return 1
+  rm -f "$R/lepus-prefix.txt"
   for share in on off; do
     flag=()
     [[ $share == off ]] && flag=(--min-shared-prefix 0)
     echo "== lepus, shared-prefix reuse $share"
     rm -f "$work/lepus-prefix-$share".*
-    "$H" lepus --model "$m" --input "$q" --output "$work/lepus-prefix-$share.parquet" --device cuda \
-      --dtype bf16 --max-batch-tokens 16384 "${flag[@]}" 2>&1 | tail -4 |
+    "$H" lepus --model "$work/smollm2-random" --input "$q" --output "$work/lepus-prefix-$share.parquet" \
+      --device cuda --dtype bf16 --max-batch-tokens 16384 "${flag[@]}" 2>&1 | tail -4 |
       tee -a "$R/lepus-prefix.txt" || rc=1
   done
   compare "shared-prefix reuse on vs off (the same bits expected)" "$work/lepus-prefix-on.parquet" \
@@ -413,6 +411,7 @@ step_invariance() {
   local rc=0 round bi shape=(--shape $LARGE --dtype bf16 --iters $ITERS --peak-gemm 0)
   local small=(--seq-len 128 --batch 8)
   [[ -n $emu ]] && shape=(--shape $LARGE --dtype bf16 --iters $ITERS) small=(--seq-len 16 --batch 2 --peak-gemm 0)
+  rm -f "$R/invariance.jsonl"
   for round in 1 2 3; do
     for bi in on off; do
       "$H" bench --device cuda "${shape[@]}" --seq-len ${LENS_LARGE%%,*} "${SMALL[@]}" --batch-invariant $bi --json |

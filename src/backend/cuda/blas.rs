@@ -7,12 +7,12 @@
 //! a graph bucket's padded row count another tile, and the same row of the output then
 //! rounds differently with other neighbours. By default ([`Lt::set_batch_invariant`])
 //! one algorithm is pinned per GEMM of a model (dtype, depth, width, parts, epilogue,
-//! beta), asked of the heuristic once at [`PINNED_ROWS`] rows with split-K ruled out
-//! (reduction scheme NONE), and used for every row count it supports
+//! beta), asked of the heuristic once at 16,384 rows (`PINNED_ROWS`) with split-K ruled out
+//! (reduction scheme NONE), and used for every row count it runs
 //! (`cublasLtMatmulAlgoCheck`, once per row count): each output row is then the same
 //! sum in the same order whatever else is in the batch.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -45,12 +45,11 @@ fn data_type(dt: DType) -> sys::cudaDataType {
 pub struct Lt {
     handle: sys::cublasLtHandle_t,
     workspace: DeviceBuf,
-    /// The heuristic's first algorithm per [`Shape`], asked once (a heuristic query
-    /// costs host time on every call otherwise, which a forward without a CUDA graph pays
-    /// 96 times for DeBERTa-v3-large). Pinned algorithms are keyed without the rows.
+    /// The algorithm per [`Shape`], chosen once (a heuristic query costs host time on
+    /// every call otherwise, which a forward without a CUDA graph pays 96 times for
+    /// DeBERTa-v3-large): per row count, and, batch-invariant, the pinned one per GEMM
+    /// (keyed without the rows).
     algos: Mutex<HashMap<Shape, sys::cublasLtMatmulAlgo_t>>,
-    /// Row counts a pinned algorithm was checked for (and runs).
-    checked: Mutex<HashSet<Shape>>,
     /// One algorithm per GEMM whatever the row count (the default; see the module doc).
     batch_invariant: AtomicBool,
     /// Heuristic queries made (tests: one per shape).
@@ -88,7 +87,6 @@ impl Lt {
             handle,
             workspace,
             algos: Mutex::new(HashMap::new()),
-            checked: Mutex::new(HashSet::new()),
             batch_invariant: AtomicBool::new(true),
             queries: AtomicU64::new(0),
         })
@@ -101,7 +99,6 @@ impl Lt {
     pub fn set_batch_invariant(&self, on: bool) {
         if self.batch_invariant.swap(on, Ordering::Relaxed) != on {
             self.algos.lock().unwrap().clear();
-            self.checked.lock().unwrap().clear();
         }
     }
 
@@ -334,10 +331,10 @@ impl Lt {
         Ok(a)
     }
 
-    /// The algorithm of `shape` (whose `n` is `None`) at `n` rows (`layouts`). Pinned
-    /// when batch-invariant: asked at [`PINNED_ROWS`] without split-K, checked once per
-    /// row count, and a row count it cannot run gets its own (said once). Otherwise
-    /// the heuristic's per row count.
+    /// The algorithm of `shape` (whose `n` is `None`) at `n` rows (`layouts`), chosen
+    /// once per row count. Batch-invariant: the algorithm pinned for `shape` (asked at
+    /// [`PINNED_ROWS`] without split-K) where it runs this row count, else this row
+    /// count's own, with a warning. Otherwise the heuristic's for this row count.
     fn algorithm(
         &self,
         shape: Shape,
@@ -353,23 +350,14 @@ impl Lt {
         if !self.batch_invariant() {
             return self.cached(rows, || self.ask(matmul, layouts, false));
         }
-        let pinned = self.cached(shape, || {
-            let at = Layouts::new(dt, PINNED_ROWS, shape.k, shape.out, shape.parts)?;
-            self.ask(matmul, &at, true)
-        })?;
-        if self.checked.lock().unwrap().contains(&rows) {
-            // The pinned one, or this row count's own.
-            return Ok(self
-                .algos
-                .lock()
-                .unwrap()
-                .get(&rows)
-                .copied()
-                .unwrap_or(pinned));
-        }
-        let algo = if self.supports(matmul, layouts, &pinned) {
-            pinned
-        } else {
+        self.cached(rows, || {
+            let pinned = self.cached(shape, || {
+                let at = Layouts::new(dt, PINNED_ROWS, shape.k, shape.out, shape.parts)?;
+                self.ask(matmul, &at, true)
+            })?;
+            if self.supports(matmul, layouts, &pinned) {
+                return Ok(pinned);
+            }
             log::warn!(
                 "cuBLASLt's pinned algorithm for the {}×{} GEMM does not run {n} \
                  rows; that row count gets its own, so its results may differ in the last \
@@ -377,10 +365,8 @@ impl Lt {
                 shape.out,
                 shape.k
             );
-            self.cached(rows, || self.ask(matmul, layouts, true))?
-        };
-        self.checked.lock().unwrap().insert(rows);
-        Ok(algo)
+            self.ask(matmul, layouts, true)
+        })
     }
 }
 

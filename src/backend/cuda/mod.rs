@@ -264,19 +264,21 @@ impl CudaBackend {
     }
 
     /// The warp-per-row kernel of `op` (`layer_norm`, `rms_norm`: `<op>_rows<NV>` of
-    /// kernels/layer_norm.cu and rms_norm.cu) for rows of `cols` at the addresses
-    /// `ptrs`, and its launch, when the row fits a warp's registers as 16-byte vectors
-    /// (cols a multiple of the vector, at most `32 × NORM_MAX_VECS` of them, every
-    /// address aligned); `None` for the block-per-row kernel.
+    /// kernels/layer_norm.cu and rms_norm.cu) for rows of `cols`, and its launch, when
+    /// the row fits a warp's registers as 16-byte vectors: cols a multiple of the
+    /// vector, at most `32 × NORM_MAX_VECS` of them, and every address among the
+    /// kernel's `args` (each one a row-major tensor it reads or writes by vectors)
+    /// aligned. `None`: the block-per-row kernel.
     fn norm_rows(
         &self,
         op: &'static str,
         rows: usize,
         cols: usize,
-        ptrs: &[u64],
+        args: &[Arg],
     ) -> OpResult<Option<(CudaFunction, LaunchConfig)>> {
         let v = self.vec_width();
-        if !cols.is_multiple_of(v) || ptrs.iter().any(|p| !p.is_multiple_of(16)) {
+        let unaligned = |a: &Arg| matches!(a, Arg::Ptr(p) if !p.is_multiple_of(16));
+        if !cols.is_multiple_of(v) || args.iter().any(unaligned) {
             return Ok(None);
         }
         let per_lane = (cols / v).div_ceil(32) as u32;
@@ -550,8 +552,7 @@ impl Backend for CudaBackend {
             Arg::U32(x.cols as u32),
             Arg::F32(eps),
         ];
-        let ptrs = [x.ptr(), ptr_or_null(residual), weight.ptr(), bias.ptr()];
-        if let Some((f, cfg)) = self.norm_rows("layer_norm", x.rows, x.cols, &ptrs)? {
+        if let Some((f, cfg)) = self.norm_rows("layer_norm", x.rows, x.cols, &args)? {
             return self.launch_fn("layer_norm", &f, cfg, &args);
         }
         let smem = geometry::layer_norm_smem(x.cols as u32);
@@ -688,8 +689,7 @@ impl Backend for CudaBackend {
             Arg::U32(x.cols as u32),
             Arg::F32(eps),
         ];
-        let ptrs = [out.ptr(), x.ptr(), weight.ptr()];
-        match self.norm_rows("rms_norm", x.rows, x.cols, &ptrs)? {
+        match self.norm_rows("rms_norm", x.rows, x.cols, &args)? {
             Some((f, cfg)) => self.launch_fn("rms_norm", &f, cfg, &args)?,
             None => self.launch("rms_norm", per_row(x.rows, THREADS), &args)?,
         }
