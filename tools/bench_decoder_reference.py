@@ -28,7 +28,10 @@ PyTorch runs two ways, under ``torch.inference_mode()``:
   the right-padded batch, then log-softmax and a gather of the target tokens (what a
   plain HF scoring loop does);
 - ``pytorch-targets``: the decoder body on the padded batch, then the LM head only on
-  the rows that predict target tokens (the same work split hopscore uses).
+  the rows that predict target tokens (the same work split hopscore uses);
+- ``pytorch-compile`` (``--device cuda`` only; ``--no-compile`` skips it): ``pytorch-targets``
+  with the decoder body under ``torch.compile(dynamic=True)`` (inductor), compiled
+  during the warm-up pass, so the timed passes run the compiled graphs.
 ``llama-cpp`` (when llama-cpp-python is installed; ``--no-llama-cpp`` skips it) runs
 the GGUF as llama.cpp does — its quantised blocks (Q4_1 here) multiplied with Q8
 activations — through its C API (``llama_decode``): one pair per decode (a fresh KV
@@ -124,10 +127,13 @@ def groups(pairs, budget):
 
 def bench_pytorch(args, model, pairs, mode, engine=None):
     """Times `model` over the pairs; returns the result row and the last pass's per-token
-    log-probabilities (a list per pair)."""
+    log-probabilities (a list per pair). `mode` "compile" is "targets" with the decoder
+    body under `torch.compile` (compiled during the warm-up passes)."""
     import torch
 
     device = next(model.parameters()).device
+    # base_model: `model` of Llama, `transformer` of GPT-2.
+    body = torch.compile(model.base_model, dynamic=True) if mode == "compile" else model.base_model
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     batches = []
@@ -157,8 +163,7 @@ def bench_pytorch(args, model, pairs, mode, engine=None):
                     logits = model(input_ids=ids, attention_mask=mask).logits
                     logp = torch.log_softmax(logits[rb, rt].float(), dim=-1)
                 else:
-                    # base_model: `model` of Llama, `transformer` of GPT-2.
-                    hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+                    hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state
                     logp = torch.log_softmax(model.get_output_embeddings()(hidden[rb, rt]).float(), dim=-1)
                 per = logp.gather(-1, tgt[:, None])[:, 0].cpu().tolist()
                 k = 0
@@ -168,7 +173,8 @@ def bench_pytorch(args, model, pairs, mode, engine=None):
                     k += n
         return [tokens[i] for i in range(len(pairs))]
 
-    for _ in range(args.warmup):
+    # A compiled body is never timed compiling.
+    for _ in range(max(args.warmup, mode == "compile")):
         once()
     sync()
     t = time.perf_counter()
@@ -184,6 +190,9 @@ def bench_pytorch(args, model, pairs, mode, engine=None):
         "tokens_per_s": tokens / per_pass,
         "mean_loglik": mean_of_means(logprobs),
     }, logprobs
+
+
+PYTORCH_MODES = ("full", "targets")
 
 
 def mean_of_means(logprobs):
@@ -325,6 +334,8 @@ def main(argv=None):
     ap.add_argument("--cpu-gemm", default="f32", help="cpu: hopscore rows, a comma list of f32,bf16,q8,int8")
     ap.add_argument("--no-llama-cpp", dest="llama_cpp", action="store_false",
                     help="cpu: skip llama.cpp (run when llama-cpp-python is installed)")
+    ap.add_argument("--no-compile", dest="compile", action="store_false",
+                    help="cuda: skip the pytorch-compile row (torch.compile of the decoder body)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     cuda = args.device == "cuda"
@@ -374,7 +385,7 @@ def main(argv=None):
             if not cuda and args.llama_cpp and have_llama_cpp():
                 row, lps["llama-cpp"] = bench_llama_cpp(args, model_path, pairs)
                 one.append(row)
-            for mode in ("full", "targets"):
+            for mode in PYTORCH_MODES + (("compile",) if tdev == "cuda" and args.compile else ()):
                 row, lps[f"pytorch-{mode}"] = bench_pytorch(args, model, pairs, mode)
                 one.append(row)
             rounds.append(one)

@@ -28,7 +28,8 @@
 #                  layer 0, 64 inputs of 400 tokens, bf16)                        (150 s)
 #   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
 #                  LEPUS prompts of every passage of the first 50 HotpotQA questions,
-#                  HF sdpa vs hopscore, per-token |Δ log p|, medians of the rounds (150 s)
+#                  HF sdpa (+ its body under torch.compile) vs hopscore, per-token
+#                  |Δ log p|, medians of the rounds                                  (240 s)
 #   beam           random base-size Beam Retrieval; `hopscore beam --device cuda` over
 #                  600 questions (bf16) and 20 (f32) against `--device cpu` on those 20 (150 s)
 #   label          random base-size EfficientRAG Labeler + Filter; `hopscore label` on 20
@@ -66,7 +67,7 @@ R=$work/results # logs, JSON rows and reports, tarred into $OUT after every step
 mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
-  [lepus]=150 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90
+  [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90
   [invariance]=150 [lepus-prefix]=200)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
