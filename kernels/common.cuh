@@ -279,3 +279,4 @@ __device__ __forceinline__ void map_inplace(T* x, const T* y, unsigned n, F f) {
 
 }  // namespace hopscore
 #include "wgmma.cuh"
+#include "tma.cuh"

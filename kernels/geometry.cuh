@@ -91,6 +91,11 @@ constexpr unsigned LOGLIK_TC_SMEM = 2 * 2 * (LOGLIK_TC_ROWS + LOGLIK_TC_WORDS) *
 // wgmma_check: A [64][64] and B [128][64] 16-bit tiles.
 constexpr unsigned WGMMA_CHECK_SMEM = 2 * (64 + 128) * 64;
 
+// tma_check: a producer warpgroup and two consumer warpgroups; 2 stages of A [128][64]
+// and B [128][64] 16-bit tiles (1024-byte aligned: up to 1 KB of padding), 4 mbarriers.
+constexpr unsigned TMA_CHECK_THREADS = 384;
+constexpr unsigned TMA_CHECK_SMEM = 2 * 2 * (128 * 64 * 2) + 1024 + 4 * 8;
+
 // cls_head and token_head (heads.cuh): blocks of 8 rows (sequences or tokens) staged
 // in f32, cls_head's pooler spread over chunks of 64 outputs (8 per warp).
 constexpr unsigned HEAD_THREADS = 256;

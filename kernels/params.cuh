@@ -67,6 +67,20 @@ template <typename T> struct TensorCoreCheckParams {
 };
 static_assert(sizeof(TensorCoreCheckParams<float>) == 40, "mirror of src/backend/cuda/params.rs");
 
+// tma_check_<T> (kernels/tma_check.cu): two tensor maps made by the launcher.
+template <typename T> struct TmaCheckParams {
+  TmaMap a_map;      // A [a_rows][k], boxes of 64 columns × 128 rows, 128-byte swizzle
+  TmaMap b_map;      // B [n][k] (boxes 64 × n) or, kMnMajor, [k][n] (boxes 64 × 64)
+  float* c;          // [128][n] f32 result
+  const T* a;        // A itself (fragments read by each lane in the kRegisters mode)
+  unsigned a_rows;   // rows of A (≤ 128; the rest read as zero)
+  unsigned n;        // 64 or 128
+  unsigned k;        // a multiple of 64 up to 256
+  unsigned mode;     // kMnMajor | kRegisters bits
+  unsigned pad[8];   // zeros up to the 64-byte alignment
+};
+static_assert(sizeof(TmaCheckParams<float>) == 320, "mirror of src/backend/cuda/params.rs");
+
 // Rows (sequences or tokens) per block of cls_head and token_head.
 constexpr unsigned kHeadRows = geometry::HEAD_ROWS;
 

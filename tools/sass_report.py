@@ -19,7 +19,9 @@ ones.
 Entries that claim the v3 targets (CLAIMS below) must meet them, or the report exits
 with status 1 (CI fails): no generic loads or stores (bf16/f16), no spills, and for the
 attentions at least one HMMA per 8 instructions of the main loop; the wgmma attention
-(WGMMA_CLAIMS) HGMMA in its main loop and no spills at head size 64. The vectorised
+(WGMMA_CLAIMS) HGMMA in its main loop and no spills at head size 64; the warp-specialised
+TMA kernels (TMA_CLAIMS) TMA loads, mbarrier operations, HGMMA in the main loop, no
+spills and the register count their setmaxnreg assumes. The vectorised
 elementwise, norm and head kernels (VECTOR_CLAIMS) must have a 16-byte global load
 (LDG.E.128) in a loop (their vector loops sit beside element-by-element fallbacks, so
 "main loop" may name either); LDG.128 and STG.128 count those loads and stores. The
@@ -74,6 +76,8 @@ GEOMETRY = {
     "rms_norm_rows": ("NORM_ROWS * 32", "0"),
     "rope": ("ROPE_THREADS", "rope_smem(32)"),
     "tensor_core_check": ("TENSOR_CORE_CHECK_THREADS", "0"),
+    "wgmma_check": ("TENSOR_CORE_CHECK_THREADS", "WGMMA_CHECK_SMEM"),
+    "tma_check": ("TMA_CHECK_THREADS", "TMA_CHECK_SMEM"),
     "cls_head": ("HEAD_THREADS", "head_smem(768 + HEAD_POOLER_CHUNK)"),
     "token_head": ("HEAD_THREADS", "head_smem(768 + 2)"),  # 2 labels
 }
@@ -117,6 +121,11 @@ CLAIMS = [
 # wgmma entries: HGMMA in the main loop, no spills, no generic loads or stores.
 WGMMA_CLAIMS = [r"^disentangled_attention_v4_d64_"]
 
+# Warp-specialised TMA entries (kernels/tma.cuh): TMA loads (UTMALDG) and mbarrier
+# operations (SYNCS), HGMMA in the main loop, no spills, no generic loads or stores, and
+# the register count setmaxnreg's arithmetic assumes: 65536 / threads (rounded down to 8).
+TMA_CLAIMS = [r"^tma_check_"]
+
 # Entries that must move global memory by 16-byte vectors (LDG.E.128) in a loop.
 VECTOR_CLAIMS = [
     r"^(gelu|gelu_new|add|gather_rows|gated_silu|gated_gelu_new|relu|layer_norm|rms_norm|cls_head|token_head)_(f32|bf16|f16)$",
@@ -126,13 +135,14 @@ VECTOR_CLAIMS = [
 # no shared memory, no barrier and no spills.
 REGISTER_ROW_CLAIMS = [r"^(layer_norm|rms_norm)_rows\d_(f32|bf16|f16)$"]
 
-COLUMNS = ["HMMA", "HGMMA", "LDSM", "LDS", "STS", "LDG", "LDG.128", "STG.128", "LDGSTS", "LD", "ST", "BAR", "SHFL", "total"]
+COLUMNS = ["HMMA", "HGMMA", "UTMALDG", "SYNCS", "LDSM", "LDS", "STS", "LDG", "LDG.128", "STG.128", "LDGSTS", "LD", "ST",
+           "BAR", "SHFL", "total"]
 
 
 def category(op):
     """The report column of a SASS opcode (None: counted in `total` only)."""
     base = op.split(".")[0]
-    if base in ("HMMA", "HGMMA", "LDSM", "LDS", "STS", "LDG", "LDGSTS", "BAR", "SHFL", "LD", "ST"):
+    if base in ("HMMA", "HGMMA", "UTMALDG", "SYNCS", "LDSM", "LDS", "STS", "LDG", "LDGSTS", "BAR", "SHFL", "LD", "ST"):
         return base
     return None
 
@@ -322,6 +332,15 @@ def check_claims(rows):
                 failures.append(f"{row['name']}: {a['LD'] + a['ST']} generic loads/stores, {row['spills']} B spills")
             if lp is None or lp["HGMMA"] == 0:
                 failures.append(f"{row['name']}: no HGMMA in its main loop")
+        if any(re.search(p, row["name"]) for p in TMA_CLAIMS):
+            a, lp = row["all"], row["loop"]
+            pool = min(255, SM_REGS // row["threads"]) // 8 * 8
+            if a["UTMALDG"] == 0 or a["SYNCS"] == 0 or lp is None or lp["HGMMA"] == 0:
+                failures.append(f"{row['name']}: {a['UTMALDG']} UTMALDG, {a['SYNCS']} SYNCS, no HGMMA loop" if lp is None
+                                else f"{row['name']}: {a['UTMALDG']} UTMALDG, {a['SYNCS']} SYNCS, {lp['HGMMA']} HGMMA in its main loop")
+            if a["LD"] + a["ST"] > 0 or row["spills"] or row["regs"] != pool:
+                failures.append(f"{row['name']}: {a['LD'] + a['ST']} generic loads/stores, {row['spills']} B spills, "
+                                f"{row['regs']} registers (setmaxnreg assumes {pool})")
         if any(re.search(p, row["name"]) for p in VECTOR_CLAIMS):
             if not row["vector_loop"]:
                 failures.append(f"{row['name']}: no loop with an LDG.E.128")
@@ -381,11 +400,13 @@ def main():
             f.write(table + "\n")
     failures = check_claims(rows)
     claimed = sum(1 for r in rows if any(re.search(p, r["name"]) for p, _ in CLAIMS))
-    claimed += sum(1 for r in rows if any(re.search(p, r["name"]) for p in VECTOR_CLAIMS + REGISTER_ROW_CLAIMS))
+    claimed += sum(
+        1 for r in rows if any(re.search(p, r["name"]) for p in WGMMA_CLAIMS + TMA_CLAIMS + VECTOR_CLAIMS + REGISTER_ROW_CLAIMS)
+    )
     for f in failures:
         print(f"sass_report: TARGET MISSED: {f}", file=sys.stderr)
     print(
-        f"sass_report: {len(rows)} entries, {claimed} claiming targets (v3, vector or register rows), "
+        f"sass_report: {len(rows)} entries, {claimed} claiming targets (v3, wgmma, TMA, vector or register rows), "
         f"{len(failures)} misses",
         file=sys.stderr,
     )

@@ -19,7 +19,7 @@ out="${CUDA_EMU_OUT:-target/cuda-emu}"
 cxx="${CXX:-g++}"
 mkdir -p "$out/obj"
 
-common=(-std=c++20 -O2 -g -fPIC -pthread -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas)
+common=(-std=c++20 -O2 -g -fPIC -pthread -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas -Wno-psabi)
 # Shared memory is function-static storage that other fibers write during a sync call:
 # no interprocedural assumption that a call leaves such statics untouched.
 kflags=(-x c++ -include "$emu/emu.h" -DHOPSCORE_CUDA_EMU -Ikernels -I"$emu" -fno-ipa-reference -fno-strict-aliasing -fstack-clash-protection)

@@ -83,7 +83,8 @@ constexpr unsigned kMaxThreads = 1024;
 constexpr size_t kDefaultSmem = 48 * 1024;
 constexpr size_t kOptinSmem = 227 * 1024;
 
-enum State : uint8_t { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
+// AT_WAIT: blocked until `Fiber::ready` holds (an mbarrier phase, registers to take).
+enum State : uint8_t { RUNNABLE, AT_BLOCK, AT_WARP, AT_WAIT, DONE };
 
 // A pending cp.async: 16 bytes to `dst`, the first `src_bytes` read from `src` (the
 // rest zero) when its group completes; `group` is the commit-group number it joins.
@@ -105,6 +106,23 @@ struct Fiber {
   std::vector<AsyncCopy> async;  // cp.async copies not yet completed, in issue order
   unsigned wgmma_committed;  // wgmma groups committed (the open group's number)
   std::vector<std::pair<unsigned, std::function<void()>>> wgmma;  // (group, op) not yet run
+  std::function<bool()> ready;  // AT_WAIT: the condition that releases the thread
+  const char* waits_for;        // AT_WAIT: what it waits for (deadlock report)
+};
+
+// A TMA load queued on an mbarrier: it lands when the barrier's phase completes.
+struct TmaCopy {
+  std::function<void()> copy;  // null once done (copied at issue)
+  unsigned bytes;
+};
+
+// An mbarrier (PTX ISA, "Parallel Synchronization and Communication Instructions:
+// mbarrier"): the current phase, its pending arrivals (of `count` per phase) and its
+// transaction count; a phase completes when both reach zero.
+struct Mbarrier {
+  unsigned count, pending, phase;
+  long long tx;                 // bytes expected and not yet completed
+  std::vector<TmaCopy> copies;  // issued TMA loads of the current phase
 };
 
 thread_local bool t_in_kernel = false;
@@ -123,6 +141,10 @@ int g_count_slots[3];  // __syncthreads_count accumulators, used round-robin
 unsigned char* g_smem = nullptr;
 size_t g_smem_alloc = 0;  // capacity of g_smem
 size_t g_smem_cap = 0;    // dynamic shared memory bytes of the current launch
+constexpr size_t kSmemAlign = 1024;  // the shared window's start: swizzle atoms align
+std::unordered_map<const void*, Mbarrier> g_mbarriers;  // the block's, by address
+unsigned g_launch_regs = 0;          // registers per thread at launch (setmaxnreg's pool)
+std::vector<unsigned> g_warpgroup_regs;  // each warpgroup's current count
 
 // A compiled kernel: its trampoline and the byte size of each parameter.
 struct Kernel {
@@ -186,6 +208,7 @@ namespace {
   Fiber& f = g_fibers[g_cur];
   if (!f.wgmma.empty()) fatal("a thread exited with wgmma.mma_async not waited for (wgmma.wait_group)");
   f.st = DONE;
+  f.ready = nullptr;
   hopscore_emu_switch(&f.sp, g_sched_sp);
   __builtin_unreachable();
 }
@@ -261,17 +284,21 @@ Fiber& current(const char* what) {
 }
 
 [[noreturn]] void deadlock(unsigned n) {
-  unsigned at_block = 0, at_warp = 0, done = 0;
+  unsigned at_block = 0, at_warp = 0, at_wait = 0, done = 0;
+  const char* waits_for = "";
   for (unsigned i = 0; i < n; ++i) {
     at_block += g_fibers[i].st == AT_BLOCK;
     at_warp += g_fibers[i].st == AT_WARP;
     done += g_fibers[i].st == DONE;
+    if (g_fibers[i].st == AT_WAIT && at_wait++ == 0) waits_for = g_fibers[i].waits_for;
   }
   fprintf(stderr,
           "cuda_emu: DEADLOCK in kernel `%s`, block (%u,%u,%u) of %u threads: %u threads wait at "
-          "__syncthreads, %u at a warp collective (shuffle/ballot/__syncwarp/mma/ldmatrix), %u have exited. "
-          "A barrier is in divergent code (not reached by every live thread of the block/warp).\n",
-          g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, n, at_block, at_warp, done);
+          "__syncthreads, %u at a warp collective (shuffle/ballot/__syncwarp/mma/ldmatrix), %u at %s, "
+          "%u have exited. A barrier is in divergent code (not reached by every live thread of the "
+          "block/warp), or an mbarrier phase never completes (arrivals or transaction bytes short).\n",
+          g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, n, at_block, at_warp, at_wait,
+          at_wait ? waits_for : "an mbarrier or setmaxnreg", done);
   abort();
 }
 
@@ -286,7 +313,10 @@ void run_block(unsigned n) {
     f.count_calls = f.wide_calls = f.committed = f.wgmma_committed = 0;
     f.async.clear();  // copies a previous block never waited for are dropped
     f.wgmma.clear();
+    f.ready = nullptr;
   }
+  g_mbarriers.clear();
+  g_warpgroup_regs.assign((n + 127) / 128, g_launch_regs);
   g_count_slots[0] = g_count_slots[1] = g_count_slots[2] = 0;
   const unsigned warps = (n + 31) / 32;
   for (;;) {
@@ -294,6 +324,14 @@ void run_block(unsigned n) {
       if (g_fibers[i].st == RUNNABLE) switch_to(i);
     // Everyone is now blocked or done: release what can be released.
     bool released = false, any_live = false, all_at_block = true;
+    for (unsigned i = 0; i < n; ++i) {
+      Fiber& f = g_fibers[i];
+      if (f.st == AT_WAIT && f.ready()) {
+        f.st = RUNNABLE;
+        f.ready = nullptr;
+        released = true;
+      }
+    }
     for (unsigned w = 0; w < warps; ++w) {
       const unsigned lo = w * 32, hi = std::min(n, lo + 32);
       bool live = false, all_at_warp = true;
@@ -433,22 +471,176 @@ void wgmma_wait(unsigned pending) {
 
 // The descriptor of PTX's "Matrix Descriptor Format" with the operand's offset in the
 // block's dynamic shared memory as its address (all wgmma operands live there).
-uint64_t wgmma_desc(const void* smem, unsigned lbo, unsigned sbo) {
-  const auto* p = static_cast<const unsigned char*>(smem);
-  if (p < g_smem || p >= g_smem + g_smem_cap) fatal("wgmma descriptor of an address outside dynamic shared memory");
-  const uint64_t off = uint64_t(p - g_smem);
+// Layout type (bits 62-63) 1, 2, 3: 128-, 64-, 32-byte swizzle.
+uint64_t wgmma_desc(const void* smem, unsigned lbo, unsigned sbo, unsigned swizzle) {
+  const uint64_t off = smem_offset(smem);
   if ((off | lbo | sbo) & 15u) fatal("wgmma descriptor: address or byte offset not a multiple of 16");
   if (off > 0x3ffff || lbo > 0x3ffff || sbo > 0x3ffff) fatal("wgmma descriptor: a field over 18 bits");
-  return off >> 4 | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32;
+  const uint64_t layout = swizzle == 128 ? 1 : swizzle == 64 ? 2 : swizzle == 32 ? 3 : 0;
+  if (swizzle && !layout) fatal("wgmma descriptor: a swizzle of other than 32, 64 or 128 bytes");
+  return off >> 4 | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32 | layout << 62;
 }
 
 WgmmaOperand wgmma_operand(uint64_t desc) {
-  if (desc >> 62) fatal("wgmma descriptor with a swizzle mode (only no swizzle is modelled)");
-  if ((desc >> 49) & 7u) fatal("wgmma descriptor with a base offset (only no swizzle is modelled)");
+  if ((desc >> 49) & 7u) fatal("wgmma descriptor with a base offset (not modelled: align the swizzle atom)");
   const unsigned off = unsigned(desc & 0x3fffu) << 4;
   if (off >= g_smem_cap) fatal("wgmma descriptor: start address past dynamic shared memory");
-  return WgmmaOperand{g_smem + off, unsigned((desc >> 16) & 0x3fffu) << 4, unsigned((desc >> 32) & 0x3fffu) << 4,
-                      g_smem + g_smem_cap};
+  static constexpr unsigned kSpan[4] = {0, 128, 64, 32};
+  return WgmmaOperand{g_smem, off, unsigned((desc >> 16) & 0x3fffu) << 4, unsigned((desc >> 32) & 0x3fffu) << 4,
+                      kSpan[desc >> 62], unsigned(g_smem_cap)};
+}
+
+unsigned smem_offset(const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (b < g_smem || b >= g_smem + g_smem_cap) fatal("an address outside dynamic shared memory where one inside is needed");
+  return unsigned(b - g_smem);
+}
+
+// ------------------------------------------------------------ mbarrier, TMA, setmaxnreg
+namespace {
+// Blocks the calling thread until `ready` holds (at once if it already does).
+void wait_until(const char* what, std::function<bool()> ready) {
+  if (ready()) return;
+  Fiber& f = current(what);
+  f.ready = std::move(ready);
+  f.waits_for = what;
+  f.st = AT_WAIT;
+  hopscore_emu_switch(&f.sp, g_sched_sp);
+  clobber();
+}
+
+Mbarrier& mbarrier_at(void* bar, const char* what) {
+  auto it = g_mbarriers.find(bar);
+  if (it == g_mbarriers.end()) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s on an address that no mbarrier.init of this block initialised", what);
+    fatal(msg);
+  }
+  return it->second;
+}
+
+// Completes the phase once every arrival came and every expected byte landed: the
+// queued TMA loads copy now, the latest moment the PTX ISA allows.
+void try_complete(Mbarrier& m) {
+  if (m.pending != 0) return;
+  long long queued = 0;
+  for (const TmaCopy& c : m.copies) queued += c.bytes;
+  if (m.tx - queued > 0) return;
+  if (m.tx - queued < 0) fatal("mbarrier: TMA loads complete more bytes than expect_tx announced");
+  for (TmaCopy& c : m.copies)
+    if (c.copy) c.copy();
+  m.copies.clear();
+  m.tx = 0;
+  m.pending = m.count;
+  ++m.phase;
+}
+}  // namespace
+
+void mbarrier_init(void* bar, unsigned count) {
+  if (reinterpret_cast<uintptr_t>(bar) & 7u) fatal("mbarrier.init: address not 8-byte aligned");
+  if (count == 0 || count > (1u << 20) - 1) fatal("mbarrier.init: count outside [1, 2^20 - 1]");
+  g_mbarriers[bar] = Mbarrier{count, count, 0, 0, {}};
+}
+
+// mbarrier.arrive(.expect_tx): the transaction count first grows by `expect_tx_bytes`.
+void mbarrier_arrive(void* bar, unsigned expect_tx_bytes) {
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.arrive");
+  if (m.pending == 0) fatal("mbarrier.arrive: more arrivals than the barrier's count in one phase");
+  m.tx += expect_tx_bytes;
+  --m.pending;
+  try_complete(m);
+}
+
+// mbarrier.try_wait.parity in a loop: returns once the phase of this parity completed,
+// that is while the current phase has the other parity.
+void mbarrier_wait(void* bar, unsigned parity) {
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.try_wait.parity");
+  wait_until("an mbarrier phase (mbarrier.try_wait.parity)", [&m, parity] { return (m.phase & 1u) != (parity & 1u); });
+}
+
+// setmaxnreg.{inc,dec}.sync.aligned.u32: every warp of a warpgroup sets the count; an
+// increase waits until the block's pool (the launch's registers per thread × threads,
+// `g_launch_regs`) holds it.
+void setmaxnreg(unsigned count, bool increase) {
+  Fiber& f = current("setmaxnreg");
+  if (count < 24 || count > 256 || count % 8) fatal("setmaxnreg: count outside [24, 256] or not a multiple of 8");
+  const unsigned wg = f.linear / 128;
+  unsigned& mine = g_warpgroup_regs[wg];
+  if (increase ? count < mine : count > mine) fatal("setmaxnreg: .inc below (or .dec above) the warpgroup's count");
+  const size_t threads = g_fibers.size();
+  // The first warp of the warpgroup to get here changes its count; the others pass.
+  if ((f.linear & 127u) < 32 && count != mine) {
+    wait_until("registers (setmaxnreg.inc)", [wg, count, threads] {
+      size_t used = 0;
+      for (size_t w = 0; w < g_warpgroup_regs.size(); ++w) used += size_t(w == wg ? count : g_warpgroup_regs[w]) * 128;
+      return used <= size_t(g_launch_regs) * threads;
+    });
+    g_warpgroup_regs[wg] = count;
+  }
+  warp_barrier();
+}
+
+// What the emulator's cuTensorMapEncodeTiled writes into a CUtensorMap's 128 bytes.
+struct TensorMapImage {
+  uint64_t magic;
+  const unsigned char* global;
+  uint64_t dims[5];     // elements, innermost first
+  uint64_t strides[4];  // bytes between consecutive indices of dims 1..4
+  uint16_t box[5];      // elements
+  uint8_t rank, elem_bytes;
+  uint16_t swizzle;     // span in bytes (0: none)
+  uint8_t oob_nan;      // CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+};
+static_assert(sizeof(TensorMapImage) <= 128, "a CUtensorMap is 128 bytes");
+constexpr uint64_t kTensorMapMagic = 0x50414d54534f4821ull;  // "!HOSTMAP"
+
+// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes:
+// the box at `coords` (innermost first; elements outside the tensor read as zero, or NaN
+// with the NaN fill), row-major into `dst` through the map's swizzle; its bytes count
+// against `bar`'s transaction count and land when the phase completes (at issue with
+// HOPSCORE_CUDA_EMU_CP_ASYNC=issue).
+void tma_load(void* dst, const void* map, const int* coords, unsigned rank, void* bar) {
+  if (reinterpret_cast<uintptr_t>(map) & 63u) fatal("cp.async.bulk.tensor: tensor map not 64-byte aligned");
+  const TensorMapImage t = *static_cast<const TensorMapImage*>(map);
+  if (t.magic != kTensorMapMagic) fatal("cp.async.bulk.tensor: not a tensor map made by cuTensorMapEncodeTiled");
+  if (rank != t.rank) fatal("cp.async.bulk.tensor: the instruction's dimension is not the tensor map's rank");
+  const unsigned off = smem_offset(dst);
+  if (off % 128) fatal("cp.async.bulk.tensor: shared-memory destination not 128-byte aligned");
+  if (t.swizzle && t.box[0] * t.elem_bytes != t.swizzle)
+    fatal("cp.async.bulk.tensor: a swizzled box whose inner size is not the swizzle span (not modelled)");
+  Mbarrier& m = mbarrier_at(bar, "cp.async.bulk.tensor");
+  size_t elems = 1;
+  for (unsigned d = 0; d < rank; ++d) elems *= t.box[d];
+  const unsigned bytes = unsigned(elems * t.elem_bytes);
+  if (off + bytes > g_smem_cap) fatal("cp.async.bulk.tensor: the box runs past dynamic shared memory");
+  std::array<long long, 5> at{};
+  for (unsigned d = 0; d < rank; ++d) at[d] = coords[d];
+  auto copy = [t, at, off, elems] {
+    for (size_t e = 0; e < elems; ++e) {
+      size_t rest = e;
+      bool inside = true;
+      const unsigned char* src = t.global;
+      for (unsigned d = 0; d < t.rank; ++d) {
+        const long long c = at[d] + (long long)(rest % t.box[d]);
+        rest /= t.box[d];
+        inside = inside && c >= 0 && (uint64_t)c < t.dims[d];
+        src += inside ? (d == 0 ? c * t.elem_bytes : c * t.strides[d - 1]) : 0;
+      }
+      unsigned char* out = g_smem + swizzled(unsigned(off + e * t.elem_bytes), t.swizzle);
+      if (inside) {
+        memcpy(out, src, t.elem_bytes);
+      } else {
+        memset(out, t.oob_nan ? 0xff : 0, t.elem_bytes);
+      }
+    }
+  };
+  if (cp_async_at_issue()) {
+    copy();
+    m.copies.push_back(TmaCopy{nullptr, bytes});
+  } else {
+    m.copies.push_back(TmaCopy{copy, bytes});
+  }
+  try_complete(m);
 }
 
 unsigned warp_live_mask() {
@@ -677,10 +869,13 @@ CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned b
   g_wide_buf.assign(((n + 31) / 32) * 2 * 32 * kWideWords, 0);
   if (smem > g_smem_alloc) {
     free(g_smem);
-    g_smem_alloc = (smem + 255) / 256 * 256;
-    g_smem = static_cast<unsigned char*>(aligned_alloc(256, g_smem_alloc));
+    g_smem_alloc = (smem + kSmemAlign - 1) / kSmemAlign * kSmemAlign;
+    g_smem = static_cast<unsigned char*>(aligned_alloc(kSmemAlign, g_smem_alloc));
   }
   g_smem_cap = smem;
+  // setmaxnreg's pool: a kernel that uses it declares __launch_bounds__(threads, 1), and
+  // ptxas then gives each thread 65536 / threads registers (at most 255), rounded down to 8.
+  g_launch_regs = std::min(255u, 65536u / n) / 8 * 8;
   g_tramp = f->kernel.tramp;
   g_params = params;
   g_kernel = f->name.c_str();
@@ -1147,6 +1342,48 @@ API CUresult cuFuncGetAttribute(int* pi, int attrib, CUfunction fh) {
   return CUDA_SUCCESS;
 }
 API CUresult cuFuncSetCacheConfig(CUfunction, int) { return CUDA_SUCCESS; }
+
+// The checks of the driver's documentation of cuTensorMapEncodeTiled (tile mode, no
+// interleave modelled), then the emulator's image of the map (TensorMapImage).
+API CUresult cuTensorMapEncodeTiled(void* map, int dtype, unsigned rank, void* global, const uint64_t* dims,
+                                    const uint64_t* strides, const unsigned* box, const unsigned* element_strides,
+                                    int interleave, int swizzle, int l2_promotion, int oob_fill) {
+  static constexpr uint8_t kBytes[13] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};  // CUtensorMapDataType 0..12
+  auto bad = [](const char* why) {
+    fprintf(stderr, "cuda_emu: cuTensorMapEncodeTiled: %s\n", why);
+    return CUDA_ERROR_INVALID_VALUE;
+  };
+  if (!map || reinterpret_cast<uintptr_t>(map) & 63u) return bad("the map is not 64-byte aligned");
+  if (dtype < 0 || dtype > 12) return bad("unknown data type");
+  if (rank < 1 || rank > 5) return bad("rank outside [1, 5]");
+  if (!global || reinterpret_cast<uintptr_t>(global) & 15u) return bad("global address not 16-byte aligned");
+  if (interleave != 0) return bad("interleaved layouts are not modelled");
+  if (swizzle < 0 || swizzle > 3) return bad("swizzle other than none, 32, 64 or 128 bytes (not modelled)");
+  (void)l2_promotion;
+  TensorMapImage t{};
+  t.magic = kTensorMapMagic;
+  t.global = static_cast<const unsigned char*>(global);
+  t.rank = uint8_t(rank);
+  t.elem_bytes = kBytes[dtype];
+  t.swizzle = uint16_t(swizzle ? 16u << swizzle : 0u);
+  t.oob_nan = oob_fill == 1;
+  for (unsigned d = 0; d < rank; ++d) {
+    if (dims[d] == 0 || dims[d] > (1ull << 32)) return bad("a global dimension outside [1, 2^32]");
+    if (box[d] == 0 || box[d] > 256) return bad("a box dimension outside [1, 256]");
+    if (element_strides[d] != 1) return bad("element strides other than 1 are not modelled");
+    t.dims[d] = dims[d];
+    t.box[d] = uint16_t(box[d]);
+    if (d > 0) {
+      if (strides[d - 1] % 16 || strides[d - 1] >= (1ull << 40)) return bad("a global stride not a multiple of 16 below 2^40");
+      t.strides[d - 1] = strides[d - 1];
+    }
+  }
+  if (box[0] * t.elem_bytes % 16) return bad("the inner box dimension is not a multiple of 16 bytes");
+  if (t.swizzle && box[0] * t.elem_bytes > t.swizzle) return bad("the inner box dimension exceeds the swizzle span");
+  memset(map, 0, 128);
+  memcpy(map, &t, sizeof t);
+  return CUDA_SUCCESS;
+}
 
 API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                             unsigned bz, unsigned smem, CUstream s, void** params, void** extra) {

@@ -88,16 +88,38 @@ void async_copy_16(void* dst, const void* src, unsigned src_bytes);  // cp.async
 void async_commit();                // cp.async.commit_group
 void async_wait(unsigned pending);  // cp.async.wait_group
 // wgmma (sm_90a): ops queue per thread and run at the wait that completes their group.
+// Offsets are from the start of dynamic shared memory (1024-byte aligned, as the shared
+// window's address 0 is), so a swizzle of address bits is a swizzle of these offsets.
 struct WgmmaOperand {
-  const unsigned char* start;  // the matrix's first core matrix
-  unsigned lbo, sbo;           // leading (K-direction) and stride (MN-direction) byte offsets
-  const unsigned char* end;    // end of dynamic shared memory (reads past it are fatal)
+  const unsigned char* smem;  // dynamic shared memory
+  unsigned start;             // offset of the matrix's first element
+  unsigned lbo, sbo;          // leading and stride byte offsets (kernels/wgmma.cuh)
+  unsigned swizzle;           // swizzle span in bytes: 0 (none), 32, 64 or 128
+  unsigned cap;               // bytes of dynamic shared memory (reads past it are fatal)
 };
 void wgmma_enqueue(std::function<void()> op);
 void wgmma_commit();
 void wgmma_wait(unsigned pending);
-uint64_t wgmma_desc(const void* smem, unsigned lbo, unsigned sbo);
+uint64_t wgmma_desc(const void* smem, unsigned lbo, unsigned sbo, unsigned swizzle);
 WgmmaOperand wgmma_operand(uint64_t desc);
+// The byte offset of a 16-byte chunk after the swizzle of `span` bytes (PTX ISA, "Shared
+// Memory Matrix Layout"; CuTe's Swizzle<log2(span / 16), 4, 3>): address bits [4, 4 + b)
+// XORed with bits [7, 7 + b), b = 1, 2, 3 for 32, 64, 128 bytes. TMA writes and wgmma
+// reads through the same function.
+inline unsigned swizzled(unsigned offset, unsigned span) {
+  const unsigned mask = span ? span / 16 - 1 : 0;
+  return offset ^ (((offset >> 7) & mask) << 4);
+}
+// mbarrier and TMA (sm_90a; kernels/tma.cuh). A barrier's state lives in the driver,
+// keyed by its address, from `mbarrier_init` to the end of the block.
+void mbarrier_init(void* bar, unsigned count);
+void mbarrier_arrive(void* bar, unsigned expect_tx_bytes);
+void mbarrier_wait(void* bar, unsigned parity);
+// cp.async.bulk.tensor (tile mode) of the box at `coords` of the tensor map at `map` into
+// `dst`, completing `bytes` of the transaction count of `bar`.
+void tma_load(void* dst, const void* map, const int* coords, unsigned rank, void* bar);
+void setmaxnreg(unsigned count, bool increase);
+unsigned smem_offset(const void* p);  // offset in dynamic shared memory (fatal outside it)
 unsigned warp_live_mask();         // lanes of the caller's warp that exist and have not exited
 void* dynamic_smem();
 [[noreturn]] void fatal(const char* what);
@@ -451,8 +473,28 @@ template <int N, bool Trans> inline void ldmatrix(uint32_t (&r)[N], const void* 
   clobber();
 }
 
+// The offset of element (mn, k) of a 16-bit wgmma operand (PTX ISA, "Shared Memory Matrix
+// Layout"; CuTe's canonical GMMA layouts, T = 8 elements, E = span / 2):
+//   no swizzle, K-major:  16·(mn % 8) + 2·(k % 8) + SBO·(mn / 8) + LBO·(k / 8)
+//   no swizzle, MN-major: 2·(mn % 8) + 16·(k % 8) + SBO·(mn / 8) + LBO·(k / 8)
+//   swizzled, K-major:    span·(mn % 8) + SBO·(mn / 8) + 2·k       (LBO unused)
+//   swizzled, MN-major:   2·(mn % E) + LBO·(mn / E) + span·(k % 8) + SBO·(k / 8)
+// from the start address, then the swizzle of the span.
+inline unsigned wgmma_element(const WgmmaOperand& m, bool mn_major, unsigned mn, unsigned k) {
+  const unsigned span = m.swizzle;
+  unsigned off;
+  if (span == 0) {
+    off = (mn_major ? 2 * (mn % 8) + 16 * (k % 8) : 16 * (mn % 8) + 2 * (k % 8)) + m.sbo * (mn / 8) + m.lbo * (k / 8);
+  } else if (mn_major) {
+    off = 2 * (mn % (span / 2)) + m.lbo * (mn / (span / 2)) + span * (k % 8) + m.sbo * (k / 8);
+  } else {
+    off = span * (mn % 8) + m.sbo * (mn / 8) + 2 * k;
+  }
+  return swizzled(m.start + off, span);
+}
+
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} (PTX ISA, "Asynchronous
-// Warpgroup Level Matrix Multiply-Accumulate"; the fragments and the no-swizzle
+// Warpgroup Level Matrix Multiply-Accumulate"; the fragments and the
 // shared-memory layouts are described in kernels/wgmma.cuh). A in registers (`a`) is
 // exchanged within the warp now, as the instruction reads its registers at issue; the
 // products are computed, and shared memory read, when the op's group is waited for.
@@ -474,16 +516,12 @@ inline void wgmma(float (&d)[N / 2], const uint32_t* a, uint64_t da, uint64_t db
   const unsigned w = (linear / 32) % 4, g = (linear % 32) / 4, t = linear % 4;
   float* dp = d;
   wgmma_enqueue([=] {
-    auto load = [](const WgmmaOperand& m, unsigned byte) {
-      if (m.start + byte + 2 > m.end) fatal("wgmma reads past dynamic shared memory");
-      uint16_t v;
-      memcpy(&v, m.start + byte, 2);
-      return half_bits_to_f32<T>(v);
-    };
-    // Element (mn, k) of a 16-bit operand, K-major or MN-major, without swizzle.
     auto at = [&](const WgmmaOperand& m, bool mn_major, unsigned mn, unsigned k) {
-      const unsigned inner = mn_major ? 2 * (mn % 8) + 16 * (k % 8) : 16 * (mn % 8) + 2 * (k % 8);
-      return load(m, inner + m.sbo * (mn / 8) + m.lbo * (k / 8));
+      const unsigned byte = wgmma_element(m, mn_major, mn, k);
+      if (byte + 2 > m.cap) fatal("wgmma reads past dynamic shared memory");
+      uint16_t v;
+      memcpy(&v, m.smem + byte, 2);
+      return half_bits_to_f32<T>(v);
     };
     auto a_at = [&](unsigned row, unsigned k) {  // row of the warp's 16
       if (!from_regs) return at(A, false, 16 * w + row, k);

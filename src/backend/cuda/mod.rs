@@ -19,6 +19,7 @@ mod question_loglik;
 pub mod staging;
 mod t5_attention;
 pub mod tensor_core_check;
+pub mod tensor_map;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

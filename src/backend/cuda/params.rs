@@ -4,6 +4,8 @@
 
 use cudarc::driver::DeviceRepr;
 
+use super::tensor_map::TmaMap;
+
 /// `hopscore::DisentangledAttentionParams<T>` (v1 and v3 of disentangled attention).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -107,6 +109,28 @@ pub struct TensorCoreCheckParams {
 }
 const _: () = assert!(std::mem::size_of::<TensorCoreCheckParams>() == 40);
 
+/// `hopscore::TmaCheckParams<T>` (the TMA / mbarrier / setmaxnreg wrapper check).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct TmaCheckParams {
+    /// A `[a_rows, k]` in boxes of 64 columns × 128 rows, 128-byte swizzle.
+    pub a_map: TmaMap,
+    /// B `[n, k]` (boxes 64 × n) or, MN-major, `[k, n]` (boxes 64 × 64).
+    pub b_map: TmaMap,
+    /// `[128, n]` f32 result.
+    pub c: u64,
+    /// A itself.
+    pub a: u64,
+    pub a_rows: u32,
+    pub n: u32,
+    pub k: u32,
+    /// The kernel's mode bits (MN-major B 1, A fragments from registers 2).
+    pub mode: u32,
+    /// Zeros up to the 64-byte alignment.
+    pub pad: [u32; 8],
+}
+const _: () = assert!(std::mem::size_of::<TmaCheckParams>() == 320);
+
 /// `hopscore::HeadParams<T>` (`cls_head` and `token_head`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -154,3 +178,6 @@ unsafe impl DeviceRepr for QuestionLoglikParams {}
 unsafe impl DeviceRepr for TensorCoreCheckParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for HeadParams {}
+// SAFETY: as above (the tensor maps are the driver's 128 bytes each; `pad` fills the
+// struct to its 64-byte alignment).
+unsafe impl DeviceRepr for TmaCheckParams {}

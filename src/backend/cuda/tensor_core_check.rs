@@ -1,12 +1,14 @@
-//! Launchers of `kernels/tensor_core_check.cu` and `kernels/wgmma_check.cu`: a small
-//! matrix product through the tensor-core wrappers of `kernels/common.cuh`
-//! (`cp_async_16`, `ldmatrix_*`, `mma_16816`; the wgmma ones on compute capability 9.0),
+//! Launchers of `kernels/tensor_core_check.cu`, `kernels/wgmma_check.cu` and
+//! `kernels/tma_check.cu`: a small matrix product through the tensor-core wrappers of
+//! `kernels/common.cuh` (`cp_async_16`, `ldmatrix_*`, `mma_16816`; on compute capability
+//! 9.0 the wgmma ones, and TMA, mbarrier and setmaxnreg),
 //! so that the parity table can hold each wrapper to a plain product on the emulator
 //! and on a GPU alike.
 
 use cudarc::driver::LaunchConfig;
 
-use super::params::TensorCoreCheckParams;
+use super::params::{TensorCoreCheckParams, TmaCheckParams};
+use super::tensor_map::{tensor_map_2d, Swizzle};
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::check::Dims;
 use crate::backend::kernels::geometry;
@@ -144,5 +146,91 @@ impl CudaBackend {
         }
         let mode = u32::from(a_in_registers);
         self.run_check(OP, [a, b], [m, n, k], mode, geometry::WGMMA_CHECK_SMEM)
+    }
+}
+
+/// Which wgmma forms `tma_check` multiplies its TMA-loaded tiles with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmaPath {
+    /// `b` is `[k, n]` (MN-major tiles, C = A·B), else `[n, k]` (K-major, C = A·Bᵀ).
+    pub b_mn_major: bool,
+    /// A fragments from registers (`wgmma_rs`; B alone by TMA), else A by TMA (`wgmma_ss`).
+    pub a_in_registers: bool,
+}
+
+impl CudaBackend {
+    /// `a · bᵀ` (or `a · b` with `path.b_mn_major`) as f32 `[128, n]`, computed by the
+    /// TMA check kernel (compute capability 9.0): a producer warpgroup loads K tiles of
+    /// 64 by TMA with the 128-byte swizzle through a 2-stage mbarrier ring, two consumer
+    /// warpgroups multiply them with wgmma. `a` is `[a_rows, k]`, a_rows ≤ 128 (the rows
+    /// past it read as zero), k a multiple of 64 up to 256, n 64 or 128.
+    pub fn tma_check(&self, a: &CudaTensor, b: &CudaTensor, path: TmaPath) -> OpResult<Vec<f32>> {
+        const OP: &str = "tma_check";
+        const ROWS: usize = 128;
+        let shape_err = |msg: String| OpError::Shape { op: OP, msg };
+        let cc = self
+            .dev
+            .ctx
+            .compute_capability()
+            .map_err(|e| super::memory::device_err(OP, e))?;
+        let dtype = self.dev.dtype;
+        if dtype == DType::F32 || !super::Version::V4.runs_on(cc) {
+            return Err(shape_err(format!(
+                "TMA and wgmma take bf16 or f16 on compute capability 9.0 (this: {dtype:?} on {}.{})",
+                cc.0, cc.1
+            )));
+        }
+        let (a_rows, k) = a.dims();
+        let (n, kb) = if path.b_mn_major {
+            let (r, c) = b.dims();
+            (c, r)
+        } else {
+            b.dims()
+        };
+        if a_rows == 0
+            || a_rows > ROWS
+            || kb != k
+            || k == 0
+            || k > 256
+            || k % 64 != 0
+            || !(n == 64 || n == 128)
+        {
+            return Err(shape_err(format!(
+                "a [{a_rows}, {k}] and b with k = {kb}, n = {n}: a_rows ≤ {ROWS}, k a multiple of 64 up to 256, n 64 or 128"
+            )));
+        }
+        let a_map = tensor_map_2d(
+            OP,
+            a.ptr(),
+            dtype,
+            [a_rows, k],
+            [ROWS as u32, 64],
+            Swizzle::B128,
+        )?;
+        let b_map = if path.b_mn_major {
+            tensor_map_2d(OP, b.ptr(), dtype, [k, n], [64, 64], Swizzle::B128)?
+        } else {
+            tensor_map_2d(OP, b.ptr(), dtype, [n, k], [n as u32, 64], Swizzle::B128)?
+        };
+        let c = self.dev.pool.alloc(ROWS * n * 4)?;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (geometry::TMA_CHECK_THREADS, 1, 1),
+            shared_mem_bytes: geometry::TMA_CHECK_SMEM,
+        };
+        let params = TmaCheckParams {
+            a_map,
+            b_map,
+            c: c.ptr(),
+            a: a.ptr(),
+            a_rows: a_rows as u32,
+            n: n as u32,
+            k: k as u32,
+            mode: u32::from(path.b_mn_major) | u32::from(path.a_in_registers) << 1,
+            pad: [0; 8],
+        };
+        self.launch_params(OP, OP, cfg, &params)?;
+        let bytes = self.dev.download_bytes(OP, c.ptr(), ROWS * n * 4)?;
+        Ok(DType::F32.decode(&bytes))
     }
 }
