@@ -75,6 +75,18 @@ constexpr unsigned DA_V4_SCRATCH_LD = DA_V3_BAND_ROWS + 8;
 // Scratch f32 [64][136] | Q [64][d] | K, V [2 stages][2][64][d] | PK, PQ [2][128][d] | slots u32 [2][128].
 constexpr unsigned disentangled_v4_smem(unsigned d, unsigned band) { return 2 * (V3_ROWS + 4 * V3_KEYS) * d + band * (4 * V3_ROWS * DA_V4_SCRATCH_LD + 2 * 2 * DA_V3_BAND_ROWS * d + 4 * 2 * DA_V3_BAND_ROWS); }
 
+// disentangled_attention v5 (sm_90a, d = 64): a producer warpgroup and two consumer
+// warpgroups of 64 query rows each. 128-byte-swizzled tiles of 64-element rows:
+// Q [2][64] | K, V [2 stages][2][64] | PK, PQ [2 consumers][2][128] | scratch f32
+// [2][64][136] | 9 mbarriers, from a 1024-byte aligned base (up to 1 KB of padding).
+constexpr unsigned DA_V5_THREADS = 384;
+constexpr unsigned DA_V5_CONSUMERS = 2;
+constexpr unsigned DA_V5_TILE_BYTES = V3_ROWS * 64 * 2;
+constexpr unsigned DA_V5_BAND_BYTES = DA_V3_BAND_ROWS * 64 * 2;
+constexpr unsigned DA_V5_SCRATCH_BYTES = 4 * V3_ROWS * DA_V4_SCRATCH_LD;
+constexpr unsigned DA_V5_BARRIERS = DA_V5_CONSUMERS * DA_V5_TILE_BYTES + 4 * DA_V5_TILE_BYTES + 2 * DA_V5_CONSUMERS * DA_V5_BAND_BYTES + DA_V5_CONSUMERS * DA_V5_SCRATCH_BYTES;
+constexpr unsigned DA_V5_SMEM = DA_V5_BARRIERS + 9 * 8 + 1024;
+
 // question_loglik: f32 (v1) tiles of 16 hidden rows; bf16/f16 (v3) tiles of 32 rows by
 // 128 vocabulary words, staged in 64-column slices (rows of 64 + 8 elements), logits
 // through an f32 [32][128 + 8] tile (136 ≡ 8 mod 32 banks: the float2 stores of a

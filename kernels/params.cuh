@@ -26,6 +26,22 @@ template <typename T> struct DisentangledAttentionParams {
 };
 static_assert(sizeof(DisentangledAttentionParams<float>) == 88, "mirror of src/backend/cuda/params.rs");
 
+// disentangled_attention_v5_<T> (sm_90a, head size 64): the inputs as TMA tensor maps.
+template <typename T> struct DisentangledV5Params {
+  TmaMap q_map, k_map, v_map;  // [tokens, heads·64], boxes of 64 columns × 64 rows
+  TmaMap pk_map, pq_map;       // PK, PQ [index rows, heads·64], boxes 64 × 128 (unused without c2p / p2c)
+  const unsigned* band_table;  // v3's band table (each diagonal's rows consecutive), or null
+  const unsigned* cu_seqlens;  // [sequences + 1] (the grid's z extent is the sequences)
+  const float* mask;           // [tokens]: 1 attends, 0 is left out
+  T* out;                      // [tokens, heads·64]
+  unsigned heads;
+  unsigned band_tiles;         // ⌈longest sequence / 64⌉: the band table has 2·band_tiles − 1 diagonals
+  unsigned flags;              // kC2p | kP2c
+  float scale;                 // score scale
+  unsigned pad[4];             // zeros up to the 64-byte alignment
+};
+static_assert(sizeof(DisentangledV5Params<float>) == 704, "mirror of src/backend/cuda/params.rs");
+
 // causal_attention_<T>, causal_attention_fma_<T>, causal_attention_v3_d<D>_<T>.
 template <typename T> struct CausalAttentionParams {
   T* out;                      // [tokens, heads·d]

@@ -20,6 +20,10 @@
 // map's swizzle; elements outside the tensor read as zero. The box's bytes complete on
 // `bar`'s transaction count.
 //
+// Named barriers (PTX ISA, "bar.sync"): `named_barrier_sync(id, threads)` waits until
+// `threads` (a multiple of 32) threads have reached barrier `id` (1..15; 0 is
+// __syncthreads): one warpgroup synchronises without the others.
+//
 // setmaxnreg (PTX ISA, "setmaxnreg"): every warp of a warpgroup moves the warpgroup's
 // per-thread register count to N (a multiple of 8 in [24, 256]); `.inc` waits until the
 // block's pool has the registers, which `.dec` of other warpgroups returns. The kernel
@@ -51,6 +55,9 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned 
 __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, unsigned long long* bar) {
   const int coords[2] = {c0, c1};
   hopscore_emu::tma_load(dst, map, coords, 2, bar);
+}
+__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
+  hopscore_emu::named_barrier(id, threads);
 }
 template <unsigned N> __device__ __forceinline__ void setmaxnreg_inc() { hopscore_emu::setmaxnreg(N, true); }
 template <unsigned N> __device__ __forceinline__ void setmaxnreg_dec() { hopscore_emu::setmaxnreg(N, false); }
@@ -87,6 +94,9 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, int c0
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
       ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
       : "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 template <unsigned N> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));

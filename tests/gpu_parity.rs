@@ -1514,17 +1514,21 @@ fn bert_models_f16() {
     check_bert(DType::F16, tolerance(DType::F16));
 }
 
-/// A device running the v4 (wgmma) disentangled attention: compute capability 9.0 (the
-/// emulator poses as one); `None` elsewhere, said on stderr.
-fn v4_gpu(dtype: DType) -> Option<CudaBackend> {
+/// A device running a Hopper (v4 or v5) disentangled attention: compute capability 9.0
+/// (the emulator poses as one); `None` elsewhere, said on stderr.
+fn hopper_gpu(dtype: DType, version: Version) -> Option<CudaBackend> {
     let gpu = common::gpu(dtype)?;
-    match gpu.set_disentangled_version(Version::V4) {
+    match gpu.set_disentangled_version(version) {
         Ok(()) => Some(gpu),
         Err(e) => {
-            eprintln!("v4 skipped: {e:#}");
+            eprintln!("{version:?} skipped: {e:#}");
             None
         }
     }
+}
+
+fn v4_gpu(dtype: DType) -> Option<CudaBackend> {
+    hopper_gpu(dtype, Version::V4)
 }
 
 /// v4 against the CPU twin on every disentangled-attention row of the table (the same
@@ -1680,6 +1684,30 @@ fn tma_check_bf16() {
 #[test]
 fn tma_check_f16() {
     tma_cases(DType::F16);
+}
+
+/// v5 against the CPU twin on the head-size-64 rows of the table (its only head size):
+/// both bucket tables, ±c2p/p2c, no band, 1,030 tokens (33 tile diagonals, an odd
+/// number of query tiles: one consumer of the last block idle).
+fn disentangled_v5(dtype: DType) {
+    let Some(gpu) = hopper_gpu(dtype, Version::V5) else {
+        return;
+    };
+    let ops: Vec<Op> = attention_ops()
+        .into_iter()
+        .filter(|op| matches!(op, Op::DisentangledAttention { d: 64, .. }))
+        .collect();
+    check_ops(&gpu, &ops, dtype);
+}
+
+#[test]
+fn disentangled_attention_v5_bf16() {
+    disentangled_v5(DType::Bf16);
+}
+
+#[test]
+fn disentangled_attention_v5_f16() {
+    disentangled_v5(DType::F16);
 }
 
 /// Every DeBERTa fixture with the v4 attention, to the bound of v3's.

@@ -78,6 +78,7 @@ GEOMETRY = {
     "tensor_core_check": ("TENSOR_CORE_CHECK_THREADS", "0"),
     "wgmma_check": ("TENSOR_CORE_CHECK_THREADS", "WGMMA_CHECK_SMEM"),
     "tma_check": ("TMA_CHECK_THREADS", "TMA_CHECK_SMEM"),
+    "disentangled_attention_v5": ("DA_V5_THREADS", "DA_V5_SMEM"),
     "cls_head": ("HEAD_THREADS", "head_smem(768 + HEAD_POOLER_CHUNK)"),
     "token_head": ("HEAD_THREADS", "head_smem(768 + 2)"),  # 2 labels
 }
@@ -124,7 +125,7 @@ WGMMA_CLAIMS = [r"^disentangled_attention_v4_d64_"]
 # Warp-specialised TMA entries (kernels/tma.cuh): TMA loads (UTMALDG) and mbarrier
 # operations (SYNCS), HGMMA in the main loop, no spills, no generic loads or stores, and
 # the register count setmaxnreg's arithmetic assumes: 65536 / threads (rounded down to 8).
-TMA_CLAIMS = [r"^tma_check_"]
+TMA_CLAIMS = [r"^tma_check_", r"^disentangled_attention_v5_"]
 
 # Entries that must move global memory by 16-byte vectors (LDG.E.128) in a loop.
 VECTOR_CLAIMS = [

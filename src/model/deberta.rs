@@ -355,3 +355,24 @@ pub fn relative_index(rc: &RelativeConfig, max_len: usize) -> Vec<u32> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::log_bucket;
+
+    /// DeBERTa's log buckets rise by at most 1 per offset, so the band rows of a tile
+    /// diagonal are consecutive rows of the relative tables: disentangled attention v5
+    /// loads them as one box (it runs v3 for an index that is not so).
+    #[test]
+    fn log_buckets_rise_by_at_most_one_per_offset() {
+        for (buckets, max_position) in [(256, 512), (128, 512), (256, 1024), (512, 2048), (8, 16)] {
+            let b: Vec<i64> = (-4096..4096)
+                .map(|r| log_bucket(r, buckets, max_position))
+                .collect();
+            assert!(
+                b.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1),
+                "buckets {buckets}, max positions {max_position}"
+            );
+        }
+    }
+}

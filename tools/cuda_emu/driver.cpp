@@ -144,6 +144,11 @@ size_t g_smem_cap = 0;    // dynamic shared memory bytes of the current launch
 constexpr size_t kSmemAlign = 1024;  // the shared window's start: swizzle atoms align
 std::unordered_map<const void*, Mbarrier> g_mbarriers;  // the block's, by address
 unsigned g_launch_regs = 0;          // registers per thread at launch (setmaxnreg's pool)
+// bar.sync id, threads (id 1..15): threads arrived in the open round, and rounds completed.
+struct NamedBarrier {
+  unsigned arrived, rounds;
+};
+std::array<NamedBarrier, 16> g_named_barriers;
 std::vector<unsigned> g_warpgroup_regs;  // each warpgroup's current count
 
 // A compiled kernel: its trampoline and the byte size of each parameter.
@@ -316,6 +321,7 @@ void run_block(unsigned n) {
     f.ready = nullptr;
   }
   g_mbarriers.clear();
+  g_named_barriers = {};
   g_warpgroup_regs.assign((n + 127) / 128, g_launch_regs);
   g_count_slots[0] = g_count_slots[1] = g_count_slots[2] = 0;
   const unsigned warps = (n + 31) / 32;
@@ -578,6 +584,22 @@ void setmaxnreg(unsigned count, bool increase) {
     g_warpgroup_regs[wg] = count;
   }
   warp_barrier();
+}
+
+// bar.sync id, threads: the last of `threads` arrivals completes the round and goes on;
+// the others wait for it. Every thread of a round must name the same count.
+void named_barrier(unsigned id, unsigned threads) {
+  if (id == 0 || id > 15) fatal("bar.sync: barrier id outside 1..15 (0 is __syncthreads)");
+  if (threads == 0 || threads % 32 || threads > g_fibers.size()) fatal("bar.sync: a thread count not a multiple of 32 within the block");
+  NamedBarrier& b = g_named_barriers[id];
+  const unsigned round = b.rounds;
+  if (++b.arrived == threads) {
+    b.arrived = 0;
+    ++b.rounds;
+    clobber();
+    return;
+  }
+  wait_until("a named barrier (bar.sync)", [&b, round] { return b.rounds != round; });
 }
 
 // What the emulator's cuTensorMapEncodeTiled writes into a CUtensorMap's 128 bytes.

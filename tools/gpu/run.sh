@@ -14,7 +14,7 @@
 #                  models), HOPSCORE_REQUIRE_GPU=1 so that nothing skips          (120 s)
 #   deberta-large  tools/bench_reference.py, deberta-v3-large, L = 512/256/128, bf16,
 #                  medians of HOPSCORE_KIT_ROUNDS (3) rounds: hopscore (the default v3
-#                  attention; HOPSCORE_KIT_ATTENTION=v3,v4 adds v4) first, then HF eager,
+#                  attention; HOPSCORE_KIT_ATTENTION=v3,v4,v5 adds v4 and v5) first, then HF eager,
 #                  the Triton kernels that passed the call's one smoke test and HF eager
 #                  under torch.compile; `bench --profile` (graphs on;
 #                  HOPSCORE_KIT_GRAPHS=on,off adds off).
@@ -49,7 +49,7 @@
 #   gelu-tanh      `bench` deberta-v3-large L = 512 bf16 with the erf GELU and with
 #                  --tanh-gelu (the GEMM epilogue)                                 (90 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
-#                  attention and loglik rows only                                (150 s)
+#                  attention and loglik rows only; both on disentangled v5 and tma_check (150 s)
 #   invariance     the cost of the same bits in any batch: `bench` deberta-v3-large bf16 at
 #                  L = 512 (a full batch) and at 8 × 128 tokens, `--batch-invariant on` and
 #                  `off`, 3 interleaved rounds each; medians in invariance.txt (the
@@ -444,6 +444,10 @@ step_sanitize() {
   "${cs[@]}" --tool memcheck "$kit/bin/gpu_parity" ops_bf16 --nocapture || rc=1
   # racecheck is slow: only the kernels that share memory between warps.
   HOPSCORE_PARITY_ONLY=attention,loglik "${cs[@]}" --tool racecheck "$kit/bin/gpu_parity" ops_bf16 --nocapture || rc=1
+  # The warp-specialised Hopper kernels (TMA, mbarrier, setmaxnreg): both tools.
+  for tool in memcheck racecheck; do
+    "${cs[@]}" --tool $tool "$kit/bin/gpu_parity" disentangled_attention_v5_bf16 tma_check_bf16 --nocapture || rc=1
+  done
   return $rc
 }
 

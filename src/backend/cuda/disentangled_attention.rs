@@ -4,13 +4,15 @@
 //! tile, head and sequence); bf16/f16 run v3 (64-row query tiles on mma.sync, the head
 //! size padded to 64 or 128, the position band of every tile diagonal from a
 //! [`band_table`] computed once per forward pass by `prepare_batch`) or, on compute
-//! capability 9.0, v4 (the same tiles and band table on wgmma): [`Version`].
+//! capability 9.0, v4 (the same tiles and band table on wgmma) or v5 (v4 warp-specialised:
+//! TMA loads, a producer and two consumer warpgroups; head size 64): [`Version`].
 
 use cudarc::driver::LaunchConfig;
 
 use super::device::u32_bytes;
 use super::memory::{require_16_byte_aligned, CudaTensor};
-use super::params::DisentangledAttentionParams;
+use super::params::{DisentangledAttentionParams, DisentangledV5Params};
+use super::tensor_map::{tensor_map_2d, Swizzle};
 use super::DType;
 use super::{ptr_or_null, CudaBackend};
 use crate::backend::check::Dims;
@@ -28,18 +30,22 @@ const V3_TILE: usize = g::V3_ROWS as usize;
 /// (`kBandRows`).
 const V3_BAND: usize = g::DA_V3_BAND_ROWS as usize;
 
-/// The bf16/f16 kernel: v3 (mma.sync, any GPU from sm_80) or v4 (wgmma, sm_90a: compute
-/// capability 9.0 only). f32 always runs v1. Chosen when the backend opens, from
-/// `HOPSCORE_DISENTANGLED` (`v3`, `v4`; unset: [`Version::DEFAULT`]).
+/// The bf16/f16 kernel: v3 (mma.sync, any GPU from sm_80), v4 (wgmma, sm_90a: compute
+/// capability 9.0 only) or v5 (wgmma with TMA and warp specialisation, sm_90a; head size
+/// 64 with consecutive band rows, else v3 runs the call). f32 always runs v1. Chosen when
+/// the backend opens, from `HOPSCORE_DISENTANGLED` (`v3`, `v4`, `v5`; unset:
+/// [`Version::DEFAULT`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
     V3,
     V4,
+    V5,
 }
 
 impl Version {
     pub const DEFAULT: Version = Version::V3;
     pub const ENV: &'static str = "HOPSCORE_DISENTANGLED";
+    pub const ALL: [Version; 3] = [Version::V3, Version::V4, Version::V5];
 
     /// The version `HOPSCORE_DISENTANGLED` names, [`Version::DEFAULT`] when unset.
     pub fn from_env() -> anyhow::Result<Version> {
@@ -47,13 +53,39 @@ impl Version {
             Err(_) | Ok("") => Ok(Self::DEFAULT),
             Ok("v3") => Ok(Version::V3),
             Ok("v4") => Ok(Version::V4),
-            Ok(other) => anyhow::bail!("{}={other:?}: use v3 or v4", Self::ENV),
+            Ok("v5") => Ok(Version::V5),
+            Ok(other) => anyhow::bail!("{}={other:?}: use v3, v4 or v5", Self::ENV),
         }
     }
 
     /// Whether a device of compute capability `cc` runs this version.
     pub fn runs_on(self, cc: (i32, i32)) -> bool {
         self == Version::V3 || cc == (9, 0)
+    }
+
+    /// Its position in [`Version::ALL`].
+    pub fn index(self) -> u8 {
+        self as u8
+    }
+
+    /// The version that runs a call of head size `d` with relative index `index`: v5
+    /// needs d = 64 and an index that rises by at most 1 per offset (DeBERTa's buckets),
+    /// so that each tile diagonal's band rows are consecutive table rows; v3 runs the
+    /// other calls v5 was asked for (said once in the log).
+    fn for_call(self, d: usize, index: Option<&[u32]>) -> Version {
+        let consecutive = |i: &[u32]| i.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1);
+        if self != Version::V5 || (d == 64 && index.is_none_or(consecutive)) {
+            return self;
+        }
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            log::warn!(
+                "{}=v5 runs head size 64 with consecutive relative buckets only; v3 runs \
+                 head size {d} or this relative index",
+                Self::ENV
+            )
+        });
+        Version::V3
     }
 }
 
@@ -65,6 +97,7 @@ fn tensor_core_kernel(version: Version, d: usize) -> (usize, &'static str) {
         (Version::V3, false) => (128, "disentangled_attention_v3_d128"),
         (Version::V4, true) => (64, "disentangled_attention_v4_d64"),
         (Version::V4, false) => (128, "disentangled_attention_v4_d128"),
+        (Version::V5, _) => (64, "disentangled_attention_v5"),
     }
 }
 
@@ -85,6 +118,7 @@ pub fn smem_bytes(dtype: DType, version: Version, d: usize, band: bool) -> usize
         (DType::F32, _) => g::disentangled_v1_smem(d as u32, band),
         (_, Version::V3) => g::disentangled_v3_smem(padded, band),
         (_, Version::V4) => g::disentangled_v4_smem(padded, band),
+        (_, Version::V5) => g::DA_V5_SMEM,
     }) as usize
 }
 
@@ -210,7 +244,11 @@ pub fn disentangled_attention(
         Some(i) if !v3 => Some(dev.input_u32(OP, i)?),
         _ => None,
     };
-    let version = be.disentangled_version();
+    let version = if v3 {
+        be.disentangled_version().for_call(d, index.map(|i| i.host))
+    } else {
+        Version::V3
+    };
     let kernel = kernel(dev.dtype, version, d);
     if v3 {
         require_16_byte_aligned(
@@ -236,6 +274,23 @@ pub fn disentangled_attention(
     }
 
     let smem = smem_bytes(dev.dtype, version, d, band);
+    if version == Version::V5 {
+        let tables = [pos_key, pos_query].map(|t| t.filter(|_| band));
+        let v5 = V5Call {
+            qkv: [q, k, v],
+            tables,
+            band_table: index_buf.as_ref().map_or(0, |b| b.ptr()),
+            cu_seqlens: cu.ptr(),
+            mask: mask.ptr(),
+            out: &out,
+            heads,
+            tiles,
+            seqs,
+            scale: score_scale,
+        };
+        launch_v5(be, kernel, smem, v5)?;
+        return Ok(out);
+    }
     let cfg = LaunchConfig {
         grid_dim: (tiles as u32, heads as u32, seqs as u32),
         block_dim: (g::ATTENTION_THREADS, 1, 1),
@@ -259,6 +314,71 @@ pub fn disentangled_attention(
     };
     be.launch_params(OP, kernel, cfg, &params)?;
     Ok(out)
+}
+
+/// One call of v5: its inputs (q, k, v and the tables already checked), as device addresses.
+struct V5Call<'a> {
+    qkv: [&'a CudaTensor; 3],
+    /// PK and PQ when the band is on and the table is given.
+    tables: [Option<&'a CudaTensor>; 2],
+    band_table: u64,
+    cu_seqlens: u64,
+    mask: u64,
+    out: &'a CudaTensor,
+    heads: usize,
+    /// Key tiles of the longest sequence (the band table's).
+    tiles: usize,
+    seqs: usize,
+    scale: f32,
+}
+
+/// v5: TMA tensor maps of q, k, v ([tokens, heads·64], boxes of 64 rows) and the tables
+/// (boxes of 128 rows: one band), a block of 3 warpgroups per 128 query rows.
+fn launch_v5(
+    be: &CudaBackend,
+    kernel: &'static str,
+    smem: usize,
+    call: V5Call<'_>,
+) -> OpResult<()> {
+    let dtype = be.dev.dtype;
+    let box_of = |t: &CudaTensor, rows: u32| {
+        tensor_map_2d(
+            OP,
+            t.ptr(),
+            dtype,
+            [t.dims().0, t.dims().1],
+            [rows, 64],
+            Swizzle::B128,
+        )
+    };
+    let [q, k, v] = call.qkv;
+    let q_map = box_of(q, V3_TILE as u32)?;
+    // An absent table's map is never read (its flag is clear): q's stands in.
+    let table_map = |t: Option<&CudaTensor>| t.map_or(Ok(q_map), |t| box_of(t, V3_BAND as u32));
+    let [pk, pq] = call.tables;
+    let params = DisentangledV5Params {
+        q_map,
+        k_map: box_of(k, V3_TILE as u32)?,
+        v_map: box_of(v, V3_TILE as u32)?,
+        pk_map: table_map(pk)?,
+        pq_map: table_map(pq)?,
+        band_table: call.band_table,
+        cu_seqlens: call.cu_seqlens,
+        mask: call.mask,
+        out: call.out.ptr(),
+        heads: call.heads as u32,
+        band_tiles: call.tiles as u32,
+        flags: u32::from(pk.is_some()) | u32::from(pq.is_some()) << 1,
+        scale: call.scale,
+        pad: [0; 4],
+    };
+    let blocks = call.tiles.div_ceil(g::DA_V5_CONSUMERS as usize);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, call.heads as u32, call.seqs as u32),
+        block_dim: (g::DA_V5_THREADS, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    be.launch_params(OP, kernel, cfg, &params)
 }
 
 #[cfg(test)]
@@ -287,6 +407,21 @@ mod tests {
         assert!(2 * (v4(64) + 1024) <= 228 * 1024);
         assert_eq!(v4(128), 183_296);
         assert!(v4(128) <= 227 * 1024);
+    }
+
+    #[test]
+    fn v5_runs_head_size_64_with_consecutive_bucket_rows_only() {
+        let steps = [0u32, 0, 1, 2, 2, 3];
+        assert_eq!(Version::V5.for_call(64, Some(&steps)), Version::V5);
+        assert_eq!(Version::V5.for_call(64, None), Version::V5);
+        assert_eq!(Version::V5.for_call(32, Some(&steps)), Version::V3);
+        assert_eq!(Version::V5.for_call(128, None), Version::V3);
+        assert_eq!(Version::V5.for_call(64, Some(&[0, 2, 3])), Version::V3);
+        assert_eq!(Version::V5.for_call(64, Some(&[3, 2, 1])), Version::V3);
+        assert_eq!(Version::V4.for_call(40, Some(&[0, 2])), Version::V4);
+        // One block of 3 warpgroups per SM (227 KiB per block on Hopper).
+        assert_eq!(smem_bytes(DType::Bf16, Version::V5, 64, true), 185_416);
+        assert!(smem_bytes(DType::Bf16, Version::V5, 64, true) <= 227 * 1024);
     }
 
     #[test]

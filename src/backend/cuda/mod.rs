@@ -21,7 +21,7 @@ mod t5_attention;
 pub mod tensor_core_check;
 pub mod tensor_map;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 
@@ -57,7 +57,8 @@ pub struct CudaBackend {
     dev: Device,
     profiler: Profiler,
     /// The bf16/f16 disentangled-attention kernel (true: v4).
-    disentangled_v4: AtomicBool,
+    /// The bf16/f16 disentangled attention ([`Version`] as its index in `Version::ALL`).
+    disentangled: AtomicU8,
 }
 
 impl CudaBackend {
@@ -79,36 +80,31 @@ impl CudaBackend {
             graphs: graphs::Graphs::new(dev.stream.clone()),
             dev,
             profiler: Profiler::default(),
-            disentangled_v4: AtomicBool::new(false),
+            disentangled: AtomicU8::new(0),
         };
         be.set_disentangled_version(version)?;
         Ok(be)
     }
 
-    /// Picks the bf16/f16 disentangled-attention kernel; v4 needs compute capability 9.0
-    /// (H100, H200).
+    /// Picks the bf16/f16 disentangled-attention kernel; v4 and v5 need compute
+    /// capability 9.0 (H100, H200).
     pub fn set_disentangled_version(&self, version: Version) -> anyhow::Result<()> {
         let cc = self.dev.ctx.compute_capability()?;
         anyhow::ensure!(
             version.runs_on(cc),
-            "{}={version:?}: the wgmma kernel runs on compute capability 9.0 (H100, H200) \
+            "{}={version:?}: the Hopper kernels run on compute capability 9.0 (H100, H200) \
              only; this GPU is {}.{}: use v3",
             Version::ENV,
             cc.0,
             cc.1
         );
-        self.disentangled_v4
-            .store(version == Version::V4, Ordering::Relaxed);
+        self.disentangled.store(version.index(), Ordering::Relaxed);
         Ok(())
     }
 
     /// The bf16/f16 disentangled-attention kernel in use.
     pub fn disentangled_version(&self) -> Version {
-        if self.disentangled_v4.load(Ordering::Relaxed) {
-            Version::V4
-        } else {
-            Version::V3
-        }
+        Version::ALL[usize::from(self.disentangled.load(Ordering::Relaxed))]
     }
 
     /// Turns CUDA graphs of whole forwards on or off (on by default, unless
@@ -845,7 +841,7 @@ mod tests {
                 kernels.push(causal_attention::version(dtype, d).1);
                 kernels.push(t5_attention::version(dtype, d).1);
                 if d % 8 == 0 {
-                    for v in [Version::V3, Version::V4] {
+                    for v in Version::ALL {
                         kernels.push(disentangled_attention::kernel(dtype, v, d));
                     }
                 }

@@ -109,6 +109,37 @@ pub struct TensorCoreCheckParams {
 }
 const _: () = assert!(std::mem::size_of::<TensorCoreCheckParams>() == 40);
 
+/// `hopscore::DisentangledV5Params<T>` (disentangled attention v5: TMA tensor maps).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct DisentangledV5Params {
+    /// Q, K, V `[tokens, heads·64]`, boxes of 64 columns × 64 rows.
+    pub q_map: TmaMap,
+    pub k_map: TmaMap,
+    pub v_map: TmaMap,
+    /// PK, PQ `[index rows, heads·64]`, boxes of 64 × 128 (read only with their flag).
+    pub pk_map: TmaMap,
+    pub pq_map: TmaMap,
+    /// v3's band table, or 0 (no band).
+    pub band_table: u64,
+    /// `[sequences + 1]` u32 sequence starts.
+    pub cu_seqlens: u64,
+    /// `[tokens]` f32 attention mask.
+    pub mask: u64,
+    /// Context `[tokens, heads·64]`.
+    pub out: u64,
+    pub heads: u32,
+    /// Key tiles of the longest sequence: the band table's diagonals are 2·this − 1.
+    pub band_tiles: u32,
+    /// c2p 1, p2c 2.
+    pub flags: u32,
+    /// Score scale.
+    pub scale: f32,
+    /// Zeros up to the 64-byte alignment.
+    pub pad: [u32; 4],
+}
+const _: () = assert!(std::mem::size_of::<DisentangledV5Params>() == 704);
+
 /// `hopscore::TmaCheckParams<T>` (the TMA / mbarrier / setmaxnreg wrapper check).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
@@ -181,3 +212,5 @@ unsafe impl DeviceRepr for HeadParams {}
 // SAFETY: as above (the tensor maps are the driver's 128 bytes each; `pad` fills the
 // struct to its 64-byte alignment).
 unsafe impl DeviceRepr for TmaCheckParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for DisentangledV5Params {}

@@ -1,0 +1,250 @@
+// disentangled_attention v5: v4's DeBERTa attention (same semantics, band table and
+// gathers) as a warp-specialised Hopper kernel: TMA loads with the 128-byte swizzle
+// through an mbarrier ring, a producer warpgroup and two consumer warpgroups.
+// Head size 64 (every DeBERTa), bf16/f16. CPU twin: src/backend/cpu/disentangled_attention.rs.
+//
+// hopscore-sass: sm_90a
+//
+// Why (kernels/NOTES.md, "v5"): v4 put every product on wgmma but lost to v3 (0.85× for
+// the whole model) because 128 threads staged every tile by 16-byte cp.async into
+// core-matrix order, splitting each 128-byte row into 8 scattered requests, and then
+// waited for it. Here one thread asks the TMA unit for whole tiles: a 64-element row is
+// exactly the 128-byte swizzle span, so a tile is one box and lands in the layout wgmma
+// reads. DeBERTa's bucket map rises by at most 1 per offset, so the band rows of a tile
+// diagonal are consecutive rows of the position tables: one 128-row box at the
+// diagonal's first row (the launcher checks this and runs v3 otherwise).
+//
+// A block owns 128 query rows of a (sequence, head): consumer c (warpgroup 1 + c) the
+// 64 rows of query tile 2·blockIdx.x + c. Warpgroup 0 gives its registers back
+// (setmaxnreg) and one of its threads loads: the consumers' Q tiles once, then per key
+// tile K and V into one of 2 stages (`kv_full` / `kv_empty`, shared by both consumers)
+// and each consumer's PK and PQ band box of its own diagonal (`band_full` / `band_empty`,
+// one stage). A consumer per key tile, as v4: S = Q·Kᵀ and C = Q·PKᵀ (wgmma, A and B
+// from shared memory), C gathered into S through its f32 scratch, P2 = K·PQᵀ stored
+// there and gathered after a barrier of its warpgroup (bar.sync), the masks and online
+// softmax of flash_v3.cuh, O += P·V with P from registers and V MN-major. It releases
+// the band once its products are done and the K/V stage after P·V. Rows of K and V past
+// the sequence belong to the next one (or read as zero past the tensor); their scores
+// are masked, so their probabilities are exactly 0.
+#include "flash_v3.cuh"
+#include "params.cuh"
+
+namespace {
+namespace v5 {
+#if defined(HOPSCORE_CUDA_EMU) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using namespace hopscore::flash;
+namespace geo = hopscore::geometry;
+constexpr int D = 64;
+constexpr int kBandRows = int(geo::DA_V3_BAND_ROWS);
+constexpr int kLdc = int(geo::DA_V4_SCRATCH_LD);
+constexpr int kConsumers = int(geo::DA_V5_CONSUMERS);
+constexpr unsigned kTile = geo::DA_V5_TILE_BYTES, kBand = geo::DA_V5_BAND_BYTES;
+constexpr unsigned kC2p = 1, kP2c = 2;  // flags
+using Bar = unsigned long long;
+
+// Shared memory from the 1024-byte aligned base (geometry.cuh, DA_V5_*).
+struct Layout {
+  unsigned char* base;
+  __device__ __forceinline__ unsigned char* q(int c) const { return base + c * kTile; }
+  __device__ __forceinline__ unsigned char* k(int s) const { return base + (kConsumers + 2 * s) * kTile; }
+  __device__ __forceinline__ unsigned char* v(int s) const { return k(s) + kTile; }
+  __device__ __forceinline__ unsigned char* pk(int c) const {
+    return base + (kConsumers + 4) * kTile + 2 * c * kBand;
+  }
+  __device__ __forceinline__ unsigned char* pq(int c) const { return pk(c) + kBand; }
+  __device__ __forceinline__ float* scratch(int c) const {
+    return reinterpret_cast<float*>(base + (kConsumers + 4) * kTile + 2 * kConsumers * kBand) +
+           c * kRows * kLdc;
+  }
+  __device__ __forceinline__ Bar* bars() const { return reinterpret_cast<Bar*>(base + geo::DA_V5_BARRIERS); }
+  __device__ __forceinline__ Bar* q_full() const { return bars(); }
+  __device__ __forceinline__ Bar* kv_full(int s) const { return bars() + 1 + s; }
+  __device__ __forceinline__ Bar* kv_empty(int s) const { return bars() + 3 + s; }
+  __device__ __forceinline__ Bar* band_full(int c) const { return bars() + 5 + c; }
+  __device__ __forceinline__ Bar* band_empty(int c) const { return bars() + 7 + c; }
+};
+
+// K-major descriptor of a swizzled tile of 64-element rows (8-row atoms of 1 KB); a
+// k-step of 16 columns is 32 bytes on.
+__device__ __forceinline__ unsigned long long k_major(const void* tile) {
+  return hopscore::wgmma_desc(tile, 16, 1024, 128);
+}
+// MN-major descriptor of such a tile read as B = [rows (K)][64 columns (N)]: 16 rows a
+// k-step, 2 KB on.
+__device__ __forceinline__ unsigned long long mn_major(const void* tile) {
+  return hopscore::wgmma_desc(tile, kTile, 1024, 128);
+}
+
+template <int N> __device__ __forceinline__ float (&flat(float (&acc)[N / 8][4]))[N / 2] {
+  return reinterpret_cast<float(&)[N / 2]>(acc);
+}
+
+// The first (band_tiles · 2 − 1) diagonals' table row of query tile qt and key tile kt.
+__device__ __forceinline__ const unsigned* diagonal(const unsigned* band_table, int qt, int kt, int band_tiles) {
+  return band_table + (size_t)(qt - kt + band_tiles - 1) * 2 * kBandRows;
+}
+
+template <typename T>
+__device__ void produce(const hopscore::DisentangledV5Params<T>& p, const Layout& sm, int start, int qt0,
+                        int active, int tiles) {
+  const int col = (int)blockIdx.y * D;
+  const bool c2p = p.flags & kC2p, p2c = p.flags & kP2c;
+  hopscore::mbarrier_arrive_expect_tx(sm.q_full(), active * kTile);
+  for (int c = 0; c < active; ++c) hopscore::tma_load_2d(sm.q(c), &p.q_map, col, start + (qt0 + c) * kRows, sm.q_full());
+  for (int kt = 0; kt < tiles; ++kt) {
+    const int s = kt % 2;
+    hopscore::mbarrier_wait(sm.kv_empty(s), (kt / 2 + 1) % 2);  // a stage's first use passes
+    hopscore::mbarrier_arrive_expect_tx(sm.kv_full(s), 2 * kTile);
+    hopscore::tma_load_2d(sm.k(s), &p.k_map, col, start + kt * kKeys, sm.kv_full(s));
+    hopscore::tma_load_2d(sm.v(s), &p.v_map, col, start + kt * kKeys, sm.kv_full(s));
+    if (!c2p && !p2c) continue;
+    for (int c = 0; c < active; ++c) {
+      hopscore::mbarrier_wait(sm.band_empty(c), (kt + 1) % 2);
+      const int row0 = (int)diagonal(p.band_table, qt0 + c, kt, (int)p.band_tiles)[0];
+      hopscore::mbarrier_arrive_expect_tx(sm.band_full(c), (c2p + p2c) * kBand);
+      if (c2p) hopscore::tma_load_2d(sm.pk(c), &p.pk_map, col, row0, sm.band_full(c));
+      if (p2c) hopscore::tma_load_2d(sm.pq(c), &p.pq_map, col, row0, sm.band_full(c));
+    }
+  }
+}
+
+template <typename T>
+__device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout& sm, int c, int start, int len,
+                        int qt, int tiles) {
+  const int tid = (int)threadIdx.x % 128, lane = tid % 32, warp = tid / 32, t = lane % 4, g = lane / 4;
+  const bool c2p = p.flags & kC2p, p2c = p.flags & kP2c, band = c2p || p2c;
+  const unsigned barrier = 1 + c;  // bar.sync id of this warpgroup
+  float* scratch = sm.scratch(c);
+  const float sl2 = p.scale * 1.4426950408889634f;  // scale · log2(e)
+  const unsigned long long q_desc = k_major(sm.q(c)), pk_desc = k_major(sm.pk(c)), pq_desc = k_major(sm.pq(c));
+  using hopscore::wgmma_desc_add;
+  Rows16<T, D> rows;
+  hopscore::mbarrier_wait(sm.q_full(), 0);
+  for (int kt = 0; kt < tiles; ++kt) {
+    const int s = kt % 2;
+    const unsigned long long kd = k_major(sm.k(s)), vd = mn_major(sm.v(s));
+    hopscore::named_barrier_sync(barrier, 128);  // every warp is done with tile kt − 1's scratch
+    hopscore::mbarrier_wait(sm.kv_full(s), (kt / 2) % 2);
+    // S = Q·Kᵀ and C = Q·PKᵀ (rows 16w + g (+8) of this warp, as v3's fragments).
+    float sc[kNb][4];
+    float cb[kBandRows / 8][4];
+    hopscore::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      hopscore::wgmma_ss<T, kKeys>(flat<kKeys>(sc), wgmma_desc_add(q_desc, 32 * kk), wgmma_desc_add(kd, 32 * kk),
+                                   kk > 0);
+    if (band) hopscore::mbarrier_wait(sm.band_full(c), kt % 2);
+    if (c2p) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        hopscore::wgmma_ss<T, kBandRows>(flat<kBandRows>(cb), wgmma_desc_add(q_desc, 32 * kk),
+                                         wgmma_desc_add(pk_desc, 32 * kk), kk > 0);
+    }
+    hopscore::wgmma_commit();
+    hopscore::wgmma_wait<0>();
+    if (band) {
+      const BandSlots sl(diagonal(p.band_table, qt, kt, (int)p.band_tiles) + kBandRows, warp, lane);
+      float* mine = scratch + 16 * warp * kLdc;
+      if (c2p) {  // this warp's query rows × all band slots, gathered by the warp
+        store_scratch<kBandRows / 8, kLdc>(mine, cb, lane);
+        __syncwarp();
+        sl.add_c2p<kLdc>(sc, mine + g * kLdc);
+        __syncwarp();  // the warp's scratch rows are free again
+      }
+      if (p2c) {  // P2 = K·PQᵀ: this warp's rows are keys 16w + g (+8), gathered by all
+        hopscore::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          hopscore::wgmma_ss<T, kBandRows>(flat<kBandRows>(cb), wgmma_desc_add(kd, 32 * kk),
+                                           wgmma_desc_add(pq_desc, 32 * kk), kk > 0);
+        hopscore::wgmma_commit();
+        hopscore::wgmma_wait<0>();
+        store_scratch<kBandRows / 8, kLdc>(mine, cb, lane);
+      }
+      hopscore::mbarrier_arrive(sm.band_empty(c));  // the band's products are done
+      hopscore::named_barrier_sync(barrier, 128);   // P2 rows complete
+      if (p2c) sl.add_p2c<kLdc>(sc, [&](int nb) { return scratch + (8 * nb + 2 * t) * kLdc; });
+    }
+
+    mask_keys(sc, key_bits(p.mask + start, kt * kKeys, len, lane));
+    unsigned pp[kNb][2];
+    rows.probabilities(sc, sl2, pp);
+    // O += P·V: P of keys 16kk.. as the A fragment, V rows 16kk.. (MN-major).
+    hopscore::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const unsigned pa[4] = {pp[2 * kk][0], pp[2 * kk][1], pp[2 * kk + 1][0], pp[2 * kk + 1][1]};
+      hopscore::wgmma_rs<T, D>(flat<D>(rows.o), pa, wgmma_desc_add(vd, 16 * 128 * kk), true);
+    }
+    hopscore::wgmma_commit();
+    hopscore::wgmma_wait<0>();
+    hopscore::mbarrier_arrive(sm.kv_empty(s));  // K and V of this stage are consumed
+  }
+
+  // Rows g and g + 8 of the warp; masked rows (and rows whose keys are all masked) are 0.
+  const unsigned width = p.heads * D;
+  const size_t col0 = (size_t)blockIdx.y * D;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = qt * kRows + 16 * warp + g + 8 * h;
+    T* row = i < len ? p.out + (size_t)(start + i) * width + col0 : nullptr;
+    rows.write(h, row, i < len && p.mask[start + i] != 0.0f, D, lane);
+  }
+}
+
+template <typename T> __device__ void attention(const hopscore::DisentangledV5Params<T>& p) {
+  HOPSCORE_DYNAMIC_SMEM(unsigned char, raw);
+  const Layout sm{raw + hopscore::smem_align_pad(raw, 1024)};
+  const int seq = (int)blockIdx.z;
+  const int start = (int)p.cu_seqlens[seq];
+  const int len = (int)p.cu_seqlens[seq + 1] - start;
+  const int qt0 = kConsumers * (int)blockIdx.x;
+  if (qt0 * kRows >= len) return;  // whole block: before any barrier
+  const int tiles = (len + kKeys - 1) / kKeys;
+  const int active = tiles - qt0 < kConsumers ? tiles - qt0 : kConsumers;  // consumers with query rows
+  if (threadIdx.x == 0) {
+    hopscore::mbarrier_init(sm.q_full(), 1);
+    for (int s = 0; s < 2; ++s) {
+      hopscore::mbarrier_init(sm.kv_full(s), 1);
+      hopscore::mbarrier_init(sm.kv_empty(s), 128 * active);
+    }
+    for (int c = 0; c < kConsumers; ++c) {
+      hopscore::mbarrier_init(sm.band_full(c), 1);
+      hopscore::mbarrier_init(sm.band_empty(c), 128);
+    }
+    hopscore::mbarrier_init_fence();
+  }
+  __syncthreads();
+  const int wg = (int)threadIdx.x / 128;
+  if (wg == 0) {
+    hopscore::setmaxnreg_dec<24>();
+    if (threadIdx.x == 0) produce(p, sm, start, qt0, active, tiles);
+    return;
+  }
+  hopscore::setmaxnreg_inc<240>();
+  if (wg - 1 < active) consume(p, sm, wg - 1, start, len, qt0 + wg - 1, tiles);
+}
+#endif
+
+// The entry's body: v5 on sm_90a (and in the emulator); any other image traps, as the
+// launcher never runs it there.
+template <typename T> __device__ __forceinline__ void run(const hopscore::DisentangledV5Params<T>& p) {
+#if defined(HOPSCORE_CUDA_EMU) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  attention<T>(p);
+#else
+  __trap();
+#endif
+}
+}  // namespace v5
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(hopscore::geometry::DA_V5_THREADS, 1)
+    disentangled_attention_v5_bf16(const __grid_constant__ hopscore::DisentangledV5Params<__nv_bfloat16> p) {
+  v5::run(p);
+}
+HOPSCORE_ENTRY(disentangled_attention_v5_bf16);
+extern "C" __global__ void __launch_bounds__(hopscore::geometry::DA_V5_THREADS, 1)
+    disentangled_attention_v5_f16(const __grid_constant__ hopscore::DisentangledV5Params<__half> p) {
+  v5::run(p);
+}
+HOPSCORE_ENTRY(disentangled_attention_v5_f16);
