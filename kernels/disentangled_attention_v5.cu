@@ -20,7 +20,8 @@
 // tile K and V into one of 2 stages (`kv_full` / `kv_empty`, shared by both consumers)
 // and each consumer's PK and PQ band box of its own diagonal (`band_full` / `band_empty`,
 // one stage). A consumer per key tile, as v4: S = Q·Kᵀ and C = Q·PKᵀ (wgmma, A and B
-// from shared memory), C gathered into S through its f32 scratch, P2 = K·PQᵀ stored
+// from shared memory; the band products 64 wide instead of 128 on a diagonal of at most
+// 64 distinct rows), C gathered into S through its f32 scratch, P2 = K·PQᵀ stored
 // there and gathered after a barrier of its warpgroup (bar.sync), the masks and online
 // softmax of flash_v3.cuh, O += P·V with P from registers and V MN-major. It releases
 // the band once its products are done and the K/V stage after P·V. Rows of K and V past
@@ -79,6 +80,37 @@ template <int N> __device__ __forceinline__ float (&flat(float (&acc)[N / 8][4])
   return reinterpret_cast<float(&)[N / 2]>(acc);
 }
 
+// The band products of a diagonal at its width: its first N of the 128 band columns
+// (N = 64 when the diagonal has at most 64 distinct rows, as every diagonal past the
+// linear buckets does; the gathers never read a slot past them).
+template <int N> __device__ __forceinline__ float (&band_part(float (&cb)[kBandRows / 8][4]))[N / 8][4] {
+  return reinterpret_cast<float(&)[N / 8][4]>(cb);
+}
+template <typename T, int N>
+__device__ __forceinline__ void band_wgmma(float (&cb)[kBandRows / 8][4], unsigned long long a, unsigned long long b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    hopscore::wgmma_ss<T, N>(flat<N>(band_part<N>(cb)), hopscore::wgmma_desc_add(a, 32 * kk),
+                             hopscore::wgmma_desc_add(b, 32 * kk), kk > 0);
+}
+template <typename T>
+__device__ __forceinline__ void band_scores(bool narrow, float (&cb)[kBandRows / 8][4], unsigned long long a,
+                                            unsigned long long b) {
+  if (narrow) {
+    band_wgmma<T, kBandRows / 2>(cb, a, b);
+  } else {
+    band_wgmma<T, kBandRows>(cb, a, b);
+  }
+}
+// A warp's band rows (query rows for C, key rows for P2) to its 16 scratch rows.
+__device__ __forceinline__ void store_band(bool narrow, float* mine, float (&cb)[kBandRows / 8][4], int lane) {
+  if (narrow) {
+    store_scratch<kBandRows / 16, kLdc>(mine, band_part<kBandRows / 2>(cb), lane);
+  } else {
+    store_scratch<kBandRows / 8, kLdc>(mine, cb, lane);
+  }
+}
+
 // The first (band_tiles · 2 − 1) diagonals' table row of query tile qt and key tile kt.
 __device__ __forceinline__ const unsigned* diagonal(const unsigned* band_table, int qt, int kt, int band_tiles) {
   return band_table + (size_t)(qt - kt + band_tiles - 1) * 2 * kBandRows;
@@ -123,6 +155,9 @@ __device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout
   for (int kt = 0; kt < tiles; ++kt) {
     const int s = kt % 2;
     const unsigned long long kd = k_major(sm.k(s)), vd = mn_major(sm.v(s));
+    const unsigned* diag = band ? diagonal(p.band_table, qt, kt, (int)p.band_tiles) : nullptr;
+    // At most 64 distinct band rows (the last slot below 64): half-width band products.
+    const bool narrow = band && diag[2 * kBandRows - 1] < kBandRows / 2;
     hopscore::named_barrier_sync(barrier, 128);  // every warp is done with tile kt − 1's scratch
     hopscore::mbarrier_wait(sm.kv_full(s), (kt / 2) % 2);
     // S = Q·Kᵀ and C = Q·PKᵀ (rows 16w + g (+8) of this warp, as v3's fragments).
@@ -134,32 +169,24 @@ __device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout
       hopscore::wgmma_ss<T, kKeys>(flat<kKeys>(sc), wgmma_desc_add(q_desc, 32 * kk), wgmma_desc_add(kd, 32 * kk),
                                    kk > 0);
     if (band) hopscore::mbarrier_wait(sm.band_full(c), kt % 2);
-    if (c2p) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        hopscore::wgmma_ss<T, kBandRows>(flat<kBandRows>(cb), wgmma_desc_add(q_desc, 32 * kk),
-                                         wgmma_desc_add(pk_desc, 32 * kk), kk > 0);
-    }
+    if (c2p) band_scores<T>(narrow, cb, q_desc, pk_desc);
     hopscore::wgmma_commit();
     hopscore::wgmma_wait<0>();
     if (band) {
-      const BandSlots sl(diagonal(p.band_table, qt, kt, (int)p.band_tiles) + kBandRows, warp, lane);
+      const BandSlots sl(diag + kBandRows, warp, lane);
       float* mine = scratch + 16 * warp * kLdc;
       if (c2p) {  // this warp's query rows × all band slots, gathered by the warp
-        store_scratch<kBandRows / 8, kLdc>(mine, cb, lane);
+        store_band(narrow, mine, cb, lane);
         __syncwarp();
         sl.add_c2p<kLdc>(sc, mine + g * kLdc);
         __syncwarp();  // the warp's scratch rows are free again
       }
       if (p2c) {  // P2 = K·PQᵀ: this warp's rows are keys 16w + g (+8), gathered by all
         hopscore::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-          hopscore::wgmma_ss<T, kBandRows>(flat<kBandRows>(cb), wgmma_desc_add(kd, 32 * kk),
-                                           wgmma_desc_add(pq_desc, 32 * kk), kk > 0);
+        band_scores<T>(narrow, cb, kd, pq_desc);
         hopscore::wgmma_commit();
         hopscore::wgmma_wait<0>();
-        store_scratch<kBandRows / 8, kLdc>(mine, cb, lane);
+        store_band(narrow, mine, cb, lane);
       }
       hopscore::mbarrier_arrive(sm.band_empty(c));  // the band's products are done
       hopscore::named_barrier_sync(barrier, 128);   // P2 rows complete

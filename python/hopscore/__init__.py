@@ -16,7 +16,10 @@ the CLI has. An unknown option or a value of the wrong type raises ``ValueError`
 it. ``device`` is ``"cpu"`` or ``"cuda"``,
 ``gpu`` the CUDA ordinal, ``dtype`` ``"bf16"``, ``"f16"`` or ``"f32"`` (on the GPU),
 ``cpu_gemm`` ``"f32"`` (default), ``"bf16"``, ``"q8"`` or ``"int8"``: the arithmetic of
-the dense layers on the CPU (``--cpu-gemm``; docs/cli.md gives the accuracy of each).
+the dense layers on the CPU (``--cpu-gemm``; docs/cli.md gives the accuracy of each),
+``cuda_graphs`` (default ``True``: each forward replayed as a CUDA graph) and
+``batch_invariant`` (default ``True``: a row scores the same bits in any batch,
+docs/data-safety.md) as ``--cuda-graphs`` and ``--batch-invariant`` on the GPU.
 """
 
 import json
@@ -117,7 +120,8 @@ class BeamRetriever(Job):
                  hops: Optional[str] = None, tau: Optional[float] = None, max_hops: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
-                 cpu_gemm: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -138,7 +142,8 @@ class EfficientRAG(Job):
                  index: Optional["list[Path]"] = None, query_prefix: Optional[str] = None,
                  max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
-                 cpu_gemm: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -167,7 +172,9 @@ class Lepus(Job):
                  demo_max_doc_tokens: Optional[int] = None, demo_max_prompt_tokens: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None,
                  max_active: Optional[int] = None, device: str = "cpu", gpu: Optional[int] = None,
-                 dtype: Optional[str] = None, cpu_gemm: Optional[str] = None, threads: Optional[int] = None) -> None:
+                 dtype: Optional[str] = None, cpu_gemm: Optional[str] = None,
+                 cuda_graphs: Optional[bool] = None, batch_invariant: Optional[bool] = None,
+                 threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
 
@@ -181,7 +188,8 @@ class CrossEncoder(Job):
     def __init__(self, model: Path, *, tokenizer: Optional[Path] = None, head: Optional[str] = None,
                  max_batch_tokens: Optional[int] = None, max_length: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
-                 cpu_gemm: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -200,7 +208,8 @@ class Embedder(Job):
                  normalize: Optional[bool] = None, max_length: Optional[int] = None, prefix: Optional[str] = None,
                  float16: bool = False, max_batch_tokens: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
-                 cpu_gemm: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -219,7 +228,8 @@ class CausalLM(Job):
                  temperature: Optional[float] = None, min_shared_prefix: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_length: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
-                 cpu_gemm: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 

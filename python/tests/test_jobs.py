@@ -2,6 +2,8 @@
 file (same columns, types, values and run metadata) and the rows of its quarantine
 file."""
 
+import inspect
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -133,6 +135,24 @@ def test_an_unknown_option_or_a_value_of_the_wrong_type_raises_naming_it():
     with pytest.raises(ValueError, match="`beam_width` is not an option of `beam`; its options are beam_size, hops, "):
         hopscore._native.Job("beam", '{"model": "m", "beam_width": 2}')
 
+
+
+#: The device options of every job that runs a model (DeviceConfig's fields).
+DEVICE_OPTIONS = ["device", "gpu", "dtype", "cpu_gemm", "cuda_graphs", "batch_invariant", "threads"]
+
+
+@pytest.mark.parametrize("job_class", [c for c in hopscore.Job.__subclasses__() if c is not hopscore.Review])
+def test_every_model_job_takes_every_device_option(job_class):
+    params = inspect.signature(job_class.__init__).parameters
+    assert [p for p in DEVICE_OPTIONS if p not in params] == []
+
+
+def test_the_gpu_switches_are_options_of_the_device():
+    # On the CPU they are accepted and change nothing; a wrong type names the option.
+    job = hopscore.BeamRetriever(fixture("beam/model"), cuda_graphs=False, batch_invariant=False)
+    assert job is not None
+    with pytest.raises(ValueError, match="option `cuda_graphs` of the device"):
+        hopscore.BeamRetriever(fixture("beam/model"), cuda_graphs="maybe")
 
 
 def test_a_pandas_round_trip_of_a_question_file_is_accepted(questions, request):

@@ -11,8 +11,9 @@ use crate::jobs::DeviceKind;
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Environment: HOPSCORE_DISENTANGLED=v3|v4 picks the bf16/f16 DeBERTa \
-    attention kernel on the GPU (v4: wgmma, compute capability 9.0 only; default v3)."
+    after_help = "Environment: HOPSCORE_DISENTANGLED=v3|v4|v5 picks the bf16/f16 DeBERTa \
+    attention kernel on the GPU (v4: wgmma; v5: wgmma with TMA loads and warp \
+    specialisation, head size 64; both compute capability 9.0 only; default v3)."
 )]
 pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]

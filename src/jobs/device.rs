@@ -19,8 +19,7 @@ pub enum DeviceKind {
 /// `--cpu-gemm`, `--cuda-graphs` and `--batch-invariant` of every job that runs a model
 /// (`--threads` is the command line's global flag), and the options of the same names
 /// of [`JobConfig::from_options`](super::JobConfig::from_options) (Python's job classes
-/// take `device`, `gpu`, `dtype`, `cpu_gemm` and `threads`; the others keep their
-/// defaults there).
+/// take all of them as keyword arguments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct DeviceConfig {
