@@ -40,7 +40,36 @@ impl TensorCorePath {
     }
 }
 
+/// `(n, k)` of operand `b`: `[k, n]` when `kn`, else `[n, k]`.
+fn width_and_depth(b: &CudaTensor, kn: bool) -> (usize, usize) {
+    let (r, c) = b.dims();
+    if kn {
+        (c, r)
+    } else {
+        (r, c)
+    }
+}
+
 impl CudaBackend {
+    /// The wgmma and TMA checks' device: bf16 or f16 on compute capability 9.0.
+    fn require_hopper_16_bit(&self, op: &'static str) -> OpResult<()> {
+        let cc = self
+            .dev
+            .ctx
+            .compute_capability()
+            .map_err(|e| super::memory::device_err(op, e))?;
+        if self.dev.dtype == DType::F32 || !super::Version::V4.runs_on(cc) {
+            return Err(OpError::Shape {
+                op,
+                msg: format!(
+                    "wgmma and TMA take bf16 or f16 on compute capability 9.0 (this: {:?} on {}.{})",
+                    self.dev.dtype, cc.0, cc.1
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// `a · bᵀ` (or `a · b` with `path.b_kn`) as f32 `[m, n]`, computed by the
     /// tensor-core check kernel on 16-bit copies of `a` and `b` (bf16 or f16 devices).
     /// m ≤ 64, k a multiple of 8 up to 64, n a multiple of 16 up to 64.
@@ -55,12 +84,7 @@ impl CudaBackend {
             return Err(shape_err("tensor cores take bf16 or f16 operands".into()));
         }
         let (m, k) = a.dims();
-        let (n, kb) = if path.b_kn {
-            let (r, c) = b.dims();
-            (c, r)
-        } else {
-            b.dims()
-        };
+        let (n, kb) = width_and_depth(b, path.b_kn);
         if kb != k
             || m == 0
             || m > MAX
@@ -121,24 +145,9 @@ impl CudaBackend {
     ) -> OpResult<Vec<f32>> {
         const OP: &str = "wgmma_check";
         let shape_err = |msg: String| OpError::Shape { op: OP, msg };
-        let cc = self
-            .dev
-            .ctx
-            .compute_capability()
-            .map_err(|e| super::memory::device_err(OP, e))?;
-        if self.dev.dtype == DType::F32 || !super::Version::V4.runs_on(cc) {
-            return Err(shape_err(format!(
-                "wgmma takes bf16 or f16 on compute capability 9.0 (this: {:?} on {}.{})",
-                self.dev.dtype, cc.0, cc.1
-            )));
-        }
+        self.require_hopper_16_bit(OP)?;
         let (m, k) = a.dims();
-        let (n, kb) = if a_in_registers {
-            let (r, c) = b.dims();
-            (c, r)
-        } else {
-            b.dims()
-        };
+        let (n, kb) = width_and_depth(b, a_in_registers);
         if m != 64 || kb != k || k == 0 || k > MAX || k % 16 != 0 || !(n == 64 || n == 128) {
             return Err(shape_err(format!(
                 "a [{m}, {k}] and b with k = {kb}, n = {n}: m = 64, k a multiple of 16 up to {MAX}, n 64 or 128"
@@ -168,25 +177,10 @@ impl CudaBackend {
         const OP: &str = "tma_check";
         const ROWS: usize = 128;
         let shape_err = |msg: String| OpError::Shape { op: OP, msg };
-        let cc = self
-            .dev
-            .ctx
-            .compute_capability()
-            .map_err(|e| super::memory::device_err(OP, e))?;
+        self.require_hopper_16_bit(OP)?;
         let dtype = self.dev.dtype;
-        if dtype == DType::F32 || !super::Version::V4.runs_on(cc) {
-            return Err(shape_err(format!(
-                "TMA and wgmma take bf16 or f16 on compute capability 9.0 (this: {dtype:?} on {}.{})",
-                cc.0, cc.1
-            )));
-        }
         let (a_rows, k) = a.dims();
-        let (n, kb) = if path.b_mn_major {
-            let (r, c) = b.dims();
-            (c, r)
-        } else {
-            b.dims()
-        };
+        let (n, kb) = width_and_depth(b, path.b_mn_major);
         if a_rows == 0
             || a_rows > ROWS
             || kb != k
