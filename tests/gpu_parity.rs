@@ -1700,6 +1700,69 @@ fn disentangled_v5(dtype: DType) {
     check_ops(&gpu, &ops, dtype);
 }
 
+/// v5 loads whole 64-row tiles by TMA, so a sequence's last key tile holds rows of the
+/// next one (or zeros past the tensor); their scores are masked, so a sequence scores the
+/// same bits alone and before a neighbour of large values.
+#[test]
+fn disentangled_attention_v5_rows_do_not_see_their_neighbours() {
+    let Some(gpu) = hopper_gpu(DType::Bf16, Version::V5) else {
+        return;
+    };
+    let (heads, d, own, next) = (2, 64, 70, 130);
+    let width = heads * d;
+    let mut inp = Inputs::new(700, DType::Bf16);
+    let rc = RelativeConfig {
+        buckets: Some(256),
+        max_relative_positions: 512,
+        span: 256,
+        c2p: true,
+        p2c: true,
+        share_att_key: true,
+        norm_rel_ebd: true,
+    };
+    let tables = [inp.normal(512, width), inp.normal(512, width)];
+    let [pos_key, pos_query] = tables.map(|t| gpu.upload(&t).unwrap());
+    let mine: Vec<HostTensor> = (0..3).map(|_| inp.normal(own, width)).collect();
+    let loud: Vec<HostTensor> = (0..3)
+        .map(|_| {
+            let t = inp.normal(next, width);
+            HostTensor::new(vec![next, width], t.data.iter().map(|x| 40.0 * x).collect())
+        })
+        .collect();
+    let shape = AttentionShape {
+        heads,
+        head_size: d,
+        score_scale: 1.0 / ((d * 3) as f32).sqrt(),
+    };
+    let run = |lens: &[usize], qkv: Vec<HostTensor>| {
+        let lay = layout(lens, |_| false);
+        let index = relative_index(&rc, lay.max_len());
+        let rel = RelAttention {
+            pos_key: Some(&pos_key),
+            pos_query: Some(&pos_query),
+            index: index.as_slice().into(),
+        };
+        let [q, k, v] = [0, 1, 2].map(|i| gpu.upload(&qkv[i]).unwrap());
+        let out = gpu
+            .disentangled_attention(&q, &k, &v, Some(&rel), shape, (&lay).into())
+            .unwrap();
+        gpu.download(&out).unwrap().data[..own * width].to_vec()
+    };
+    let alone = run(&[own], mine.clone());
+    let packed: Vec<HostTensor> = mine
+        .iter()
+        .zip(&loud)
+        .map(|(a, b)| HostTensor::new(vec![own + next, width], [&a.data[..], &b.data[..]].concat()))
+        .collect();
+    let beside = run(&[own, next], packed);
+    assert!(alone.iter().all(|x| x.is_finite()));
+    assert_eq!(
+        bits(&alone),
+        bits(&beside),
+        "a neighbour changed the bits of v5's rows"
+    );
+}
+
 #[test]
 fn disentangled_attention_v5_bf16() {
     disentangled_v5(DType::Bf16);
