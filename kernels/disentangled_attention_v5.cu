@@ -23,7 +23,9 @@
 // from shared memory; the band products 64 wide instead of 128 on a diagonal of at most
 // 64 distinct rows), C gathered into S through its f32 scratch, P2 = K·PQᵀ stored
 // there and gathered after a barrier of its warpgroup (bar.sync), the masks and online
-// softmax of flash_v3.cuh, O += P·V with P from registers and V MN-major. It releases
+// softmax of flash_v3.cuh, O += P·V with P from registers and V MN-major. The two
+// consumers take turns to issue S and C (ping-pong: bar.sync / bar.arrive), so one's
+// gathers and softmax run under the other's tensor work. It releases
 // the band once its products are done and the K/V stage after P·V. Rows of K and V past
 // the sequence belong to the next one (or read as zero past the tensor); their scores
 // are masked, so their probabilities are exactly 0.
@@ -141,11 +143,18 @@ __device__ void produce(const hopscore::DisentangledV5Params<T>& p, const Layout
 }
 
 template <typename T>
-__device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout& sm, int c, int start, int len,
-                        int qt, int tiles) {
+__device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout& sm, int c, int active, int start,
+                        int len, int qt, int tiles) {
   const int tid = (int)threadIdx.x % 128, lane = tid % 32, warp = tid / 32, t = lane % 4, g = lane / 4;
   const bool c2p = p.flags & kC2p, p2c = p.flags & kP2c, band = c2p || p2c;
   const unsigned barrier = 1 + c;  // bar.sync id of this warpgroup
+  // Ping-pong (both consumers at work): consumer c issues its S and C products once the
+  // other has issued its own (barrier 3 + c: its 128 threads wait, the other's 128
+  // arrive), so one's gathers and softmax run under the other's tensor work. Consumer 0
+  // goes first; consumer 1 skips its last arrival, which no one waits for.
+  const bool ping_pong = active == kConsumers;
+  const unsigned my_turn = 3 + c, their_turn = 3 + (1 - c);
+  if (ping_pong && c == 1) hopscore::named_barrier_arrive(their_turn, 256);
   float* scratch = sm.scratch(c);
   const float sl2 = p.scale * 1.4426950408889634f;  // scale · log2(e)
   const unsigned long long q_desc = k_major(sm.q(c)), pk_desc = k_major(sm.pk(c)), pq_desc = k_major(sm.pq(c));
@@ -163,6 +172,7 @@ __device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout
     // S = Q·Kᵀ and C = Q·PKᵀ (rows 16w + g (+8) of this warp, as v3's fragments).
     float sc[kNb][4];
     float cb[kBandRows / 8][4];
+    if (ping_pong) hopscore::named_barrier_sync(my_turn, 256);
     hopscore::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
@@ -171,6 +181,7 @@ __device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout
     if (band) hopscore::mbarrier_wait(sm.band_full(c), kt % 2);
     if (c2p) band_scores<T>(narrow, cb, q_desc, pk_desc);
     hopscore::wgmma_commit();
+    if (ping_pong && (c == 0 || kt + 1 < tiles)) hopscore::named_barrier_arrive(their_turn, 256);
     hopscore::wgmma_wait<0>();
     if (band) {
       const BandSlots sl(diag + kBandRows, warp, lane);
@@ -249,7 +260,7 @@ template <typename T> __device__ void attention(const hopscore::DisentangledV5Pa
     return;
   }
   hopscore::setmaxnreg_inc<240>();
-  if (wg - 1 < active) consume(p, sm, wg - 1, start, len, qt0 + wg - 1, tiles);
+  if (wg - 1 < active) consume(p, sm, wg - 1, active, start, len, qt0 + wg - 1, tiles);
 }
 #endif
 

@@ -20,9 +20,11 @@
 // map's swizzle; elements outside the tensor read as zero. The box's bytes complete on
 // `bar`'s transaction count.
 //
-// Named barriers (PTX ISA, "bar.sync"): `named_barrier_sync(id, threads)` waits until
-// `threads` (a multiple of 32) threads have reached barrier `id` (1..15; 0 is
+// Named barriers (PTX ISA, "bar.sync", "bar.arrive"): `named_barrier_sync(id, threads)`
+// waits until `threads` (a multiple of 32) threads have reached barrier `id` (1..15; 0 is
 // __syncthreads): one warpgroup synchronises without the others.
+// `named_barrier_arrive(id, threads)` counts the caller's warp among them without
+// waiting: one warpgroup lets another go on (ping-pong scheduling).
 //
 // setmaxnreg (PTX ISA, "setmaxnreg"): every warp of a warpgroup moves the warpgroup's
 // per-thread register count to N (a multiple of 8 in [24, 256]); `.inc` waits until the
@@ -57,7 +59,10 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, int c0
   hopscore_emu::tma_load(dst, map, coords, 2, bar);
 }
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
-  hopscore_emu::named_barrier(id, threads);
+  hopscore_emu::named_barrier(id, threads, true);
+}
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threads) {
+  hopscore_emu::named_barrier(id, threads, false);
 }
 template <unsigned N> __device__ __forceinline__ void setmaxnreg_inc() { hopscore_emu::setmaxnreg(N, true); }
 template <unsigned N> __device__ __forceinline__ void setmaxnreg_dec() { hopscore_emu::setmaxnreg(N, false); }
@@ -97,6 +102,9 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, int c0
 }
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 template <unsigned N> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));

@@ -299,7 +299,8 @@ Fiber& current(const char* what) {
   }
   fprintf(stderr,
           "cuda_emu: DEADLOCK in kernel `%s`, block (%u,%u,%u) of %u threads: %u threads wait at "
-          "__syncthreads, %u at a warp collective (shuffle/ballot/__syncwarp/mma/ldmatrix), %u at %s, "
+          "__syncthreads, %u at a warp collective (shuffle/ballot/__syncwarp/mma/ldmatrix), %u at an mbarrier, "
+          "a named barrier or setmaxnreg (the first of them at %s), "
           "%u have exited. A barrier is in divergent code (not reached by every live thread of the "
           "block/warp), or an mbarrier phase never completes (arrivals or transaction bytes short).\n",
           g_kernel, blockIdx.x, blockIdx.y, blockIdx.z, n, at_block, at_warp, at_wait,
@@ -586,9 +587,10 @@ void setmaxnreg(unsigned count, bool increase) {
   warp_barrier();
 }
 
-// bar.sync id, threads: the last of `threads` arrivals completes the round and goes on;
-// the others wait for it. Every thread of a round must name the same count.
-void named_barrier(unsigned id, unsigned threads) {
+// bar.sync / bar.arrive id, threads: the last of `threads` arrivals completes the round;
+// a bar.sync thread waits for its round to complete, a bar.arrive thread goes on at
+// once. Every thread of a round must name the same count.
+void named_barrier(unsigned id, unsigned threads, bool wait) {
   if (id == 0 || id > 15) fatal("bar.sync: barrier id outside 1..15 (0 is __syncthreads)");
   if (threads == 0 || threads % 32 || threads > g_fibers.size()) fatal("bar.sync: a thread count not a multiple of 32 within the block");
   NamedBarrier& b = g_named_barriers[id];
@@ -599,6 +601,7 @@ void named_barrier(unsigned id, unsigned threads) {
     clobber();
     return;
   }
+  if (!wait) return;
   wait_until("a named barrier (bar.sync)", [&b, round] { return b.rounds != round; });
 }
 

@@ -119,7 +119,7 @@ void mbarrier_wait(void* bar, unsigned parity);
 // `dst`, completing `bytes` of the transaction count of `bar`.
 void tma_load(void* dst, const void* map, const int* coords, unsigned rank, void* bar);
 void setmaxnreg(unsigned count, bool increase);
-void named_barrier(unsigned id, unsigned threads);  // bar.sync id, threads
+void named_barrier(unsigned id, unsigned threads, bool wait);  // bar.sync (wait) / bar.arrive
 unsigned smem_offset(const void* p);  // offset in dynamic shared memory (fatal outside it)
 unsigned warp_live_mask();         // lanes of the caller's warp that exist and have not exited
 void* dynamic_smem();
