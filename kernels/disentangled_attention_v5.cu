@@ -113,7 +113,8 @@ __device__ __forceinline__ void store_band(bool narrow, float* mine, float (&cb)
   }
 }
 
-// The first (band_tiles · 2 − 1) diagonals' table row of query tile qt and key tile kt.
+// The band-table entry (128 table rows, then 128 slots) of the diagonal of query tile
+// qt and key tile kt, of the 2·band_tiles − 1 diagonals.
 __device__ __forceinline__ const unsigned* diagonal(const unsigned* band_table, int qt, int kt, int band_tiles) {
   return band_table + (size_t)(qt - kt + band_tiles - 1) * 2 * kBandRows;
 }

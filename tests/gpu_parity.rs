@@ -176,6 +176,21 @@ struct Rel {
     p2c: bool,
 }
 
+impl Rel {
+    /// The model config of this table (shared position projections, normalised table).
+    fn config(self) -> RelativeConfig {
+        RelativeConfig {
+            buckets: Some(self.buckets),
+            max_relative_positions: self.max_relative_positions,
+            span: self.buckets,
+            c2p: self.c2p,
+            p2c: self.p2c,
+            share_att_key: true,
+            norm_rel_ebd: true,
+        }
+    }
+}
+
 /// DeBERTa-v3's 256 log buckets.
 const fn v3(c2p: bool, p2c: bool) -> Rel {
     Rel {
@@ -538,16 +553,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             let width = heads * d;
             let (mut pos_key, mut pos_query, mut index) = (None, None, Vec::new());
             if let Some(r) = rel {
-                let rc = RelativeConfig {
-                    buckets: Some(r.buckets),
-                    max_relative_positions: r.max_relative_positions,
-                    span: r.buckets,
-                    c2p: r.c2p,
-                    p2c: r.p2c,
-                    share_att_key: true,
-                    norm_rel_ebd: true,
-                };
-                index = relative_index(&rc, lay.max_len());
+                index = relative_index(&r.config(), lay.max_len());
                 pos_key = r.c2p.then(|| up(&inp.normal(2 * r.buckets, width)));
                 pos_query = r.p2c.then(|| up(&inp.normal(2 * r.buckets, width)));
             }
@@ -727,6 +733,43 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
     }
 }
 
+/// Random operands of a tensor-core check, A `[rows, k]` and B (`[k, n]` when `b_kn`,
+/// else `[n, k]`), and their product C `[c_rows, n]` (products exact in f64, summed, then
+/// rounded once; the rows of C past A's are zero, as a TMA load fills them).
+fn check_product(
+    inp: &mut Inputs,
+    [rows, c_rows]: [usize; 2],
+    k: usize,
+    n: usize,
+    b_kn: bool,
+) -> (HostTensor, HostTensor, Vec<f32>) {
+    let a = inp.matrix(rows, k, 2.0);
+    let b = if b_kn {
+        inp.matrix(k, n, 2.0)
+    } else {
+        inp.matrix(n, k, 2.0)
+    };
+    let b_at = |kk: usize, j: usize| {
+        f64::from(if b_kn {
+            b.data[kk * n + j]
+        } else {
+            b.data[j * k + kk]
+        })
+    };
+    let c = (0..c_rows * n)
+        .map(|e| {
+            let (r, j) = (e / n, e % n);
+            if r >= rows {
+                return 0.0;
+            }
+            (0..k)
+                .map(|kk| f64::from(a.data[r * k + kk]) * b_at(kk, j))
+                .sum::<f64>() as f32
+        })
+        .collect();
+    (a, b, c)
+}
+
 /// The operands of a tensor-core case (uniform in ±2, rounded to `dtype`, not
 /// symmetric), its plain product in f64, and the device's result.
 fn tensor_core_case(gpu: &CudaBackend, op: &Op, seed: u64, dtype: DType) -> (Vec<f32>, Vec<f32>) {
@@ -734,27 +777,7 @@ fn tensor_core_case(gpu: &CudaBackend, op: &Op, seed: u64, dtype: DType) -> (Vec
         unreachable!("not a tensor-core case")
     };
     let mut inp = Inputs::new(seed, dtype);
-    let a = inp.matrix(m, k, 2.0);
-    let b = if path.b_kn {
-        inp.matrix(k, n, 2.0)
-    } else {
-        inp.matrix(n, k, 2.0)
-    };
-    let b_at = |kk: usize, j: usize| {
-        f64::from(if path.b_kn {
-            b.data[kk * n + j]
-        } else {
-            b.data[j * k + kk]
-        })
-    };
-    let want: Vec<f32> = (0..m * n)
-        .map(|e| {
-            let (i, j) = (e / n, e % n);
-            (0..k)
-                .map(|kk| f64::from(a.data[i * k + kk]) * b_at(kk, j))
-                .sum::<f64>() as f32
-        })
-        .collect();
+    let (a, b, want) = check_product(&mut inp, [m, m], k, n, path.b_kn);
     let got = gpu
         .tensor_core_check(&gpu.upload(&a).unwrap(), &gpu.upload(&b).unwrap(), path)
         .unwrap();
@@ -1564,27 +1587,7 @@ fn wgmma_cases(dtype: DType) {
     ];
     for (i, &(n, k, regs)) in cases.iter().enumerate() {
         let mut inp = Inputs::new(500 + i as u64, dtype);
-        let a = inp.matrix(64, k, 2.0);
-        let b = if regs {
-            inp.matrix(k, n, 2.0)
-        } else {
-            inp.matrix(n, k, 2.0)
-        };
-        let b_at = |kk: usize, j: usize| {
-            f64::from(if regs {
-                b.data[kk * n + j]
-            } else {
-                b.data[j * k + kk]
-            })
-        };
-        let want: Vec<f32> = (0..64 * n)
-            .map(|e| {
-                let (r, j) = (e / n, e % n);
-                (0..k)
-                    .map(|kk| f64::from(a.data[r * k + kk]) * b_at(kk, j))
-                    .sum::<f64>() as f32
-            })
-            .collect();
+        let (a, b, want) = check_product(&mut inp, [64, 64], k, n, regs);
         let got = gpu
             .wgmma_check(&gpu.upload(&a).unwrap(), &gpu.upload(&b).unwrap(), regs)
             .unwrap();
@@ -1635,30 +1638,7 @@ fn tma_cases(dtype: DType) {
     ];
     for (i, &(n, k, a_rows, b_mn_major, a_in_registers)) in cases.iter().enumerate() {
         let mut inp = Inputs::new(600 + i as u64, dtype);
-        let a = inp.matrix(a_rows, k, 2.0);
-        let b = if b_mn_major {
-            inp.matrix(k, n, 2.0)
-        } else {
-            inp.matrix(n, k, 2.0)
-        };
-        let b_at = |kk: usize, j: usize| {
-            f64::from(if b_mn_major {
-                b.data[kk * n + j]
-            } else {
-                b.data[j * k + kk]
-            })
-        };
-        let want: Vec<f32> = (0..128 * n)
-            .map(|e| {
-                let (r, j) = (e / n, e % n);
-                if r >= a_rows {
-                    return 0.0;
-                }
-                (0..k)
-                    .map(|kk| f64::from(a.data[r * k + kk]) * b_at(kk, j))
-                    .sum::<f64>() as f32
-            })
-            .collect();
+        let (a, b, want) = check_product(&mut inp, [a_rows, 128], k, n, b_mn_major);
         let path = TmaPath {
             b_mn_major,
             a_in_registers,
@@ -1711,15 +1691,7 @@ fn disentangled_attention_v5_rows_do_not_see_their_neighbours() {
     let (heads, d, own, next) = (2, 64, 70, 130);
     let width = heads * d;
     let mut inp = Inputs::new(700, DType::Bf16);
-    let rc = RelativeConfig {
-        buckets: Some(256),
-        max_relative_positions: 512,
-        span: 256,
-        c2p: true,
-        p2c: true,
-        share_att_key: true,
-        norm_rel_ebd: true,
-    };
+    let rc = v3(true, true).config();
     let tables = [inp.normal(512, width), inp.normal(512, width)];
     let [pos_key, pos_query] = tables.map(|t| gpu.upload(&t).unwrap());
     let mine: Vec<HostTensor> = (0..3).map(|_| inp.normal(own, width)).collect();

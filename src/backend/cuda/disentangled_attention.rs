@@ -316,7 +316,8 @@ pub fn disentangled_attention(
     Ok(out)
 }
 
-/// One call of v5: its inputs (q, k, v and the tables already checked), as device addresses.
+/// One call of v5: its tensors (q, k and v, the tables already checked, the output) and
+/// the device addresses of its staged inputs.
 struct V5Call<'a> {
     qkv: [&'a CudaTensor; 3],
     /// PK and PQ when the band is on and the table is given.

@@ -56,7 +56,6 @@ pub struct CudaBackend {
     graphs: graphs::Graphs,
     dev: Device,
     profiler: Profiler,
-    /// The bf16/f16 disentangled-attention kernel (true: v4).
     /// The bf16/f16 disentangled attention ([`Version`] as its index in `Version::ALL`).
     disentangled: AtomicU8,
 }
