@@ -10,6 +10,14 @@
 //! nvcc is looked up as `$NVCC`, `$CUDA_HOME/bin/nvcc`, then on `PATH`. Without
 //! nvcc the crate builds CPU-only with a warning; `HOPSCORE_REQUIRE_NVCC=1` turns
 //! that into an error (CI sets it so that every kernel always compiles).
+//!
+//! `kernels/cutlass/` holds the GEMMs built on CUTLASS (headers from `$HOPSCORE_CUTLASS`,
+//! a `cutlass_library/source` folder, else the `nvidia-cutlass` wheel next to nvcc's,
+//! which tools/nvcc.sh installs): each `<op>.cu` is a module like the others, each
+//! `<op>_host.cu` host code (CUTLASS's Params builders) archived into
+//! `libhopscore_cutlass.a` and linked, and the crate is built with `cfg(hopscore_cutlass)`.
+//! Without the headers those GEMMs are left out with a warning (an error under
+//! `HOPSCORE_REQUIRE_NVCC=1`) and the backend runs cuBLASLt and a separate pass instead.
 
 use std::env;
 use std::fmt::Write as _;
@@ -34,25 +42,42 @@ fn main() {
     println!("cargo:rerun-if-env-changed=NVCC");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-env-changed=HOPSCORE_REQUIRE_NVCC");
+    println!("cargo:rerun-if-env-changed={CUTLASS_ENV}");
+    println!("cargo:rustc-check-cfg=cfg(hopscore_cutlass)");
+    // A folder: cargo checks every file under it, kernels/cutlass/ included.
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=src/backend/fatbin.rs");
 
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let sources = kernel_sources(Path::new("kernels"));
-    for src in &sources {
-        println!("cargo:rerun-if-changed={}", src.display());
-    }
-    if let Ok(entries) = std::fs::read_dir("kernels") {
-        for e in entries.flatten() {
-            if e.path().extension().is_some_and(|x| x == "cuh") {
-                println!("cargo:rerun-if-changed={}", e.path().display());
-            }
-        }
-    }
+    let mut sources = kernel_sources(Path::new("kernels"));
 
     let require = env::var("HOPSCORE_REQUIRE_NVCC").is_ok_and(|v| v == "1");
-    let (release, modules) = match find_nvcc() {
-        Some(nvcc) => (release(&nvcc), compile_all(&nvcc, &sources, &out_dir)),
+    let nvcc = find_nvcc();
+    let cutlass = nvcc.as_deref().and_then(find_cutlass);
+    match (&nvcc, &cutlass) {
+        (Some(nvcc), Some(include)) => {
+            let (device, host) = cutlass_sources();
+            sources.extend(device);
+            link_cutlass_host(nvcc, include, &host, &out_dir);
+            println!("cargo:rustc-cfg=hopscore_cutlass");
+        }
+        (Some(_), None) if require => panic!(
+            "HOPSCORE_REQUIRE_NVCC=1 but CUTLASS's headers were not found: set ${CUTLASS_ENV} to \
+             a cutlass_library/source folder, or install nvidia-cutlass==4.2.0.0 next to nvcc \
+             (tools/nvcc.sh does)"
+        ),
+        (Some(_), None) => println!(
+            "cargo:warning=CUTLASS headers not found (${CUTLASS_ENV}, or the nvidia-cutlass \
+             wheel next to nvcc): building without the CUTLASS GEMMs (cuBLASLt and separate \
+             passes run instead; tools/nvcc.sh installs them)"
+        ),
+        (None, _) => {}
+    }
+    let (release, modules) = match nvcc {
+        Some(nvcc) => (
+            release(&nvcc),
+            compile_all(&nvcc, cutlass.as_deref(), &sources, &out_dir),
+        ),
         None if require => panic!(
             "HOPSCORE_REQUIRE_NVCC=1 but nvcc was not found: set $NVCC or $CUDA_HOME, \
              or install the CUDA 13.0 nvcc wheels (see .ci/run)"
@@ -68,6 +93,62 @@ fn main() {
     let mut table = table(&release, &modules);
     table.push_str(&geometry(GEOMETRY));
     std::fs::write(out_dir.join("kernels.rs"), table).expect("write kernels.rs");
+}
+
+/// The folder of the GEMMs built on CUTLASS.
+const CUTLASS_DIR: &str = "kernels/cutlass";
+/// Where CUTLASS's `include/` and `tools/util/include/` are (a `cutlass_library/source`).
+const CUTLASS_ENV: &str = "HOPSCORE_CUTLASS";
+
+/// CUTLASS's source folder: `$HOPSCORE_CUTLASS`, else the `nvidia-cutlass` wheel in the
+/// site-packages of the nvcc wheel (`site-packages/nvidia/cu13/bin/nvcc`).
+fn find_cutlass(nvcc: &Path) -> Option<PathBuf> {
+    let dir = match env::var(CUTLASS_ENV) {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => nvcc.ancestors().nth(4)?.join("cutlass_library/source"),
+    };
+    dir.join("include/cutlass/cutlass.h")
+        .exists()
+        .then_some(dir)
+}
+
+/// The CUTLASS folder's device modules and host files (`*_host.cu`).
+fn cutlass_sources() -> (Vec<PathBuf>, Vec<PathBuf>) {
+    kernel_sources(Path::new(CUTLASS_DIR))
+        .into_iter()
+        .partition(|p| !p.to_string_lossy().ends_with("_host.cu"))
+}
+
+/// nvcc's flags for a file that includes CUTLASS (`cutlass`: its source folder).
+fn cutlass_flags(cmd: &mut Command, cutlass: &Path) {
+    cmd.arg("--expt-relaxed-constexpr")
+        .arg("-DNDEBUG")
+        .arg(format!("-I{CUTLASS_DIR}"))
+        .arg(format!("-I{}", cutlass.join("include").display()))
+        .arg(format!(
+            "-I{}",
+            cutlass.join("tools/util/include").display()
+        ));
+}
+
+/// Compiles the host files into `$OUT_DIR/libhopscore_cutlass.a` and links it (with the
+/// C++ runtime its CUTLASS code uses).
+fn link_cutlass_host(nvcc: &Path, cutlass: &Path, host: &[PathBuf], out_dir: &Path) {
+    let lib = out_dir.join("libhopscore_cutlass.a");
+    let mut cmd = Command::new(nvcc);
+    cmd.args(["-lib", "-O2", "-std=c++17", "-Xcompiler", "-fPIC"])
+        .arg("-gencode=arch=compute_90a,code=sm_90a");
+    cutlass_flags(&mut cmd, cutlass);
+    let status = cmd
+        .args(host)
+        .arg("-o")
+        .arg(&lib)
+        .status()
+        .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
+    assert!(status.success(), "nvcc failed on {host:?}");
+    println!("cargo:rustc-link-search=native={}", out_dir.display());
+    println!("cargo:rustc-link-lib=static=hopscore_cutlass");
+    println!("cargo:rustc-link-lib=dylib=stdc++");
 }
 
 /// The header of launch-geometry constants shared by kernels, launchers and sass_report.
@@ -160,9 +241,13 @@ fn release(nvcc: &Path) -> String {
         .to_string()
 }
 
-/// Compiles every source on `$NUM_JOBS` threads; returns (op name, fatbin path) in
-/// source order.
-fn compile_all(nvcc: &Path, sources: &[PathBuf], out_dir: &Path) -> Vec<(String, PathBuf)> {
+/// Compiles every source on `$NUM_JOBS` threads; returns its module in source order.
+fn compile_all(
+    nvcc: &Path,
+    cutlass: Option<&Path>,
+    sources: &[PathBuf],
+    out_dir: &Path,
+) -> Vec<Module> {
     let jobs = env::var("NUM_JOBS")
         .ok()
         .and_then(|n| n.parse::<usize>().ok())
@@ -179,7 +264,7 @@ fn compile_all(nvcc: &Path, sources: &[PathBuf], out_dir: &Path) -> Vec<(String,
                     *n - 1
                 };
                 let Some(src) = sources.get(i) else { break };
-                let module = compile(nvcc, src, out_dir);
+                let module = compile(nvcc, cutlass, src, out_dir);
                 done.lock().unwrap()[i] = Some(module);
             });
         }
@@ -191,12 +276,24 @@ fn compile_all(nvcc: &Path, sources: &[PathBuf], out_dir: &Path) -> Vec<(String,
         .collect()
 }
 
-/// Compiles one `.cu` file to `$OUT_DIR/<stem>.fatbin`; returns (op name, fatbin path).
-fn compile(nvcc: &Path, src: &Path, out_dir: &Path) -> (String, PathBuf) {
+/// One compiled kernel file: its op name (the file stem), source and fatbin.
+#[derive(Clone)]
+struct Module {
+    name: String,
+    src: PathBuf,
+    fatbin: PathBuf,
+}
+
+/// Compiles one `.cu` file to `$OUT_DIR/<stem>.fatbin` (with CUTLASS's flags for the
+/// files under [`CUTLASS_DIR`]).
+fn compile(nvcc: &Path, cutlass: Option<&Path>, src: &Path, out_dir: &Path) -> Module {
     let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
     let out = out_dir.join(format!("{stem}.fatbin"));
     let mut cmd = Command::new(nvcc);
     cmd.args(["-fatbin", "--no-compress", "-O3", "-std=c++17", "-Ikernels"]);
+    if let Some(cutlass) = cutlass.filter(|_| src.starts_with(CUTLASS_DIR)) {
+        cutlass_flags(&mut cmd, cutlass);
+    }
     for sm in sass_archs(src) {
         cmd.arg(format!("-gencode=arch=compute_{sm},code=sm_{sm}"));
     }
@@ -210,7 +307,11 @@ fn compile(nvcc: &Path, src: &Path, out_dir: &Path) -> (String, PathBuf) {
         .status()
         .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
     assert!(status.success(), "nvcc failed on {}", src.display());
-    (stem, out)
+    Module {
+        name: stem,
+        src: src.to_path_buf(),
+        fatbin: out,
+    }
 }
 
 /// The SASS architectures of kernel file `src` ("80", "90a"): [`SASS_ARCHS`] unless a
@@ -264,7 +365,7 @@ fn entries(src: &Path, path: &Path) -> Vec<String> {
 }
 
 /// The nvcc release, the fatbin table and the entry list.
-fn table(release: &str, modules: &[(String, PathBuf)]) -> String {
+fn table(release: &str, modules: &[Module]) -> String {
     let mut s = format!(
         "// Generated by build.rs.\n\
          /// CUDA release of the nvcc that built the kernels (\"\" without kernels).\n\
@@ -272,11 +373,12 @@ fn table(release: &str, modules: &[(String, PathBuf)]) -> String {
          /// One (op name, fatbin) entry per kernels/*.cu.\n\
          pub const MODULES: &[(&str, &[u8])] = &[\n"
     );
-    for (name, path) in modules {
+    for m in modules {
         writeln!(
             s,
-            "    ({name:?}, include_bytes!({:?})),",
-            path.display().to_string()
+            "    ({:?}, include_bytes!({:?})),",
+            m.name,
+            m.fatbin.display().to_string()
         )
         .unwrap();
     }
@@ -284,10 +386,9 @@ fn table(release: &str, modules: &[(String, PathBuf)]) -> String {
         "];\n\n/// (kernel entry, op name) of every `.entry` in the fatbins' PTX.\n\
          pub const KERNEL_ENTRIES: &[(&str, &str)] = &[\n",
     );
-    for (name, path) in modules {
-        let src = Path::new("kernels").join(format!("{name}.cu"));
-        for entry in entries(&src, path) {
-            writeln!(s, "    ({entry:?}, {name:?}),").unwrap();
+    for m in modules {
+        for entry in entries(&m.src, &m.fatbin) {
+            writeln!(s, "    ({entry:?}, {:?}),", m.name).unwrap();
         }
     }
     s.push_str("];\n");

@@ -18,7 +18,7 @@ namespace hopscore::geometry {
 constexpr unsigned ROW_THREADS = 256;        // row-wise and elementwise kernels
 constexpr unsigned NORM_ROWS = 8;            // layer_norm_rows / rms_norm_rows: a warp per row
 constexpr unsigned NORM_MAX_VECS = 8;        // ... and at most 8 16-byte vectors per lane
-constexpr unsigned ROPE_THREADS = 128;       // rope: one block per row
+constexpr unsigned ROPE_ROWS = 8;            // rope: a warp per row
 constexpr unsigned ATTENTION_THREADS = 128;  // both attentions, v1 and v3: 4 warps
 constexpr unsigned LOGLIK_THREADS = 256;     // question_loglik partial kernels
 constexpr unsigned LOGLIK_MERGE_THREADS = 128;
@@ -116,8 +116,7 @@ constexpr unsigned HEAD_POOLER_CHUNK = 64;
 // [8][floats] f32: cls_head hidden + pooler chunk, token_head hidden + labels.
 constexpr unsigned head_smem(unsigned floats) { return 4 * HEAD_ROWS * floats; }
 
-// layer_norm: the row in f32; rope: cos then sin of the row's half head size, f32.
+// layer_norm: the row in f32.
 constexpr unsigned layer_norm_smem(unsigned cols) { return 4 * cols; }
-constexpr unsigned rope_smem(unsigned half) { return 4 * 2 * half; }
 
 }  // namespace hopscore::geometry

@@ -27,18 +27,26 @@ fn probe_reports_device_or_clear_error() {
     }
 }
 
-/// Every module is a fatbin with sm_80 and sm_90 SASS (loaded without JIT on Ampere
-/// and Hopper), or, for the wgmma kernels (the files with a `// hopscore-sass: sm_90a`
-/// line), sm_90a SASS alone, and uncompressed compute_80 PTX (newer GPUs; the emulator
-/// reads its entries), and the entry list is that PTX's.
-/// Whether module `name` is built for sm_90a alone: its file names it on a
-/// `// hopscore-sass: sm_90a` line (wgmma, TMA), as build.rs reads it.
+/// Whether module `name` is built for sm_90a alone: its file (in kernels/ or
+/// kernels/cutlass/) names it on a `// hopscore-sass: sm_90a` line (wgmma, TMA), as
+/// build.rs reads it.
 fn hopper_only(name: &str) -> bool {
-    let path = format!("{}/kernels/{name}.cu", env!("CARGO_MANIFEST_DIR"));
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
+    let path = [
+        format!("{dir}/{name}.cu"),
+        format!("{dir}/cutlass/{name}.cu"),
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .unwrap_or_else(|| panic!("no source for module {name} in {dir} or {dir}/cutlass"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     text.lines().any(|l| l.trim() == "// hopscore-sass: sm_90a")
 }
 
+/// Every module is a fatbin with sm_80 and sm_90 SASS (loaded without JIT on Ampere
+/// and Hopper), or, for the wgmma kernels (the files with a `// hopscore-sass: sm_90a`
+/// line), sm_90a SASS alone, and uncompressed compute_80 PTX (newer GPUs; the emulator
+/// reads its entries), and the entry list is that PTX's.
 #[test]
 fn every_module_is_a_fatbin_with_sass_and_ptx() {
     use hopscore::backend::{fatbin, kernels};

@@ -236,6 +236,14 @@ enum Op {
         out: usize,
         bias: bool,
     },
+    /// `gelu(linear)` with the erf GELU (DeBERTa's MLP; on a Hopper GPU, with a bias
+    /// and widths that are multiples of 8, the CUTLASS kernel with both in its epilogue).
+    LinearGelu {
+        n: usize,
+        k: usize,
+        out: usize,
+        bias: bool,
+    },
     /// `gelu_new(linear)` (GPT-2's MLP; the cuBLASLt GELU epilogue on the GPU).
     LinearGeluNew {
         n: usize,
@@ -412,14 +420,19 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             be.linear_add(&mut r, &up(&x), &up(&w), b.as_ref()).unwrap();
             down(&r).data
         }
-        Op::LinearGeluNew { n, k, out, bias } => {
+        Op::LinearGelu { n, k, out, bias } | Op::LinearGeluNew { n, k, out, bias } => {
             let (x, w, b) = (
                 inp.matrix(n, k, 1.0),
                 inp.matrix(out, k, 0.2),
                 inp.matrix(1, out, 1.0),
             );
-            let b = bias.then(|| up(&b));
-            down(&be.linear_gelu_new(&up(&x), &up(&w), b.as_ref()).unwrap()).data
+            let (x, w, b) = (up(&x), up(&w), bias.then(|| up(&b)));
+            let y = if let Op::LinearGelu { .. } = op {
+                be.linear_gelu(&x, &w, b.as_ref())
+            } else {
+                be.linear_gelu_new(&x, &w, b.as_ref())
+            };
+            down(&y.unwrap()).data
         }
         Op::Gelu { rows, cols } => {
             let mut x = up(&inp.matrix(rows, cols, 4.0));
@@ -949,6 +962,12 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
             offset: 3000,
             theta: 1e6,
         },
+        // Half a head past one warp's 32 lanes: lanes 0–15 take a second pair.
+        Op::Rope {
+            head_dim: 96,
+            offset: 7,
+            theta: 10_000.0,
+        },
         // MHA, GQA 2:1, 3:1 and 4:1, tiles crossing the 32-row blocks, one-token
         // sequences.
         causal(4, 4, 16, &[1, 5, 17, 40], None),
@@ -1028,6 +1047,32 @@ fn fused_gemm_ops() -> Vec<Op> {
             out: 7,
             parts: 2,
             bias: false,
+        },
+        // The CUTLASS kernel on a Hopper GPU: rows and columns past one 128 × 128
+        // tile, then one partial tile; then the unfused path (no bias; a width of 20).
+        Op::LinearGelu {
+            n: 150,
+            k: 72,
+            out: 264,
+            bias: true,
+        },
+        Op::LinearGelu {
+            n: 29,
+            k: 64,
+            out: 72,
+            bias: true,
+        },
+        Op::LinearGelu {
+            n: 29,
+            k: 64,
+            out: 72,
+            bias: false,
+        },
+        Op::LinearGelu {
+            n: 5,
+            k: 24,
+            out: 20,
+            bias: true,
         },
         Op::LinearGeluNew {
             n: 29,
@@ -1666,6 +1711,58 @@ fn tma_check_f16() {
     tma_cases(DType::F16);
 }
 
+/// On a Hopper GPU the erf-GELU up-projection is one CUTLASS kernel (no cuBLASLt GEMM,
+/// no GELU pass) and agrees with the unfused path; switched off, it is that path.
+#[cfg(hopscore_cutlass)]
+fn gemm_bias_gelu_cases(dtype: DType) {
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
+    let cc = gpu.device().ctx.compute_capability().unwrap();
+    if cc != (9, 0) {
+        eprintln!("gemm_bias_gelu skipped: compute capability {cc:?}, not 9.0");
+        return;
+    }
+    let mut inp = Inputs::new(7, dtype);
+    let (x, w, b) = (
+        inp.matrix(300, 128, 1.0),
+        inp.matrix(520, 128, 0.2),
+        inp.matrix(1, 520, 1.0),
+    );
+    let (x, w, b) = (
+        gpu.upload(&x).unwrap(),
+        gpu.upload(&w).unwrap(),
+        gpu.upload(&b).unwrap(),
+    );
+    let run = |fused: bool| {
+        gpu.set_fused_gelu(fused);
+        let before = gpu.counts().unwrap();
+        let y = gpu.linear_gelu(&x, &w, Some(&b)).unwrap();
+        let c = gpu.counts().unwrap().since(&before);
+        (gpu.download(&y).unwrap().data, (c.launches, c.gemms))
+    };
+    let (fused, fused_counts) = run(true);
+    let (unfused, unfused_counts) = run(false);
+    gpu.set_fused_gelu(true);
+    assert_eq!(fused_counts, (1, 0), "{dtype:?}: the fused path");
+    assert_eq!(unfused_counts, (1, 1), "{dtype:?}: the unfused path");
+    let err = rel_err(&fused, &unfused);
+    eprintln!("{dtype:?} gemm_bias_gelu against cuBLASLt + gelu: rel err {err:.2e}");
+    assert!(err <= tolerance(dtype), "{dtype:?}: {err:e}");
+}
+
+#[cfg(hopscore_cutlass)]
+#[test]
+fn gemm_bias_gelu_bf16() {
+    gemm_bias_gelu_cases(DType::Bf16);
+}
+
+#[cfg(hopscore_cutlass)]
+#[test]
+fn gemm_bias_gelu_f16() {
+    gemm_bias_gelu_cases(DType::F16);
+}
+
 /// v5 against the CPU twin on the head-size-64 rows of the table (its only head size):
 /// both bucket tables, ±c2p/p2c, no band, 1,030 tokens (33 tile diagonals, an odd
 /// number of query tiles: one consumer of the last block idle).
@@ -2179,9 +2276,22 @@ fn bench_times_every_kernel_on_the_device() {
     let (attention, ms) = calls("disentangled_attention").expect("attention timed");
     assert_eq!(attention, 4, "{:?}", r.kernels);
     assert!(ms > 0.0, "{:?}", r.kernels);
+    // On compute capability 9.0 the FFN-in GEMM is CUTLASS's, with the erf GELU.
+    let hopper = gpu.device().ctx.compute_capability().unwrap() == (9, 0);
+    let (cublaslt, cutlass) = if cfg!(hopscore_cutlass) && hopper {
+        (12, Some(4))
+    } else {
+        (16, None)
+    };
     assert_eq!(
         calls("gemm (cuBLASLt)").map(|c| c.0),
-        Some(16),
+        Some(cublaslt),
+        "{:?}",
+        r.kernels
+    );
+    assert_eq!(
+        calls("gemm_bias_gelu").map(|c| c.0),
+        cutlass,
         "{:?}",
         r.kernels
     );

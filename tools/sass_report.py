@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Static SASS report of every kernel entry in kernels/*.cu (issue 14).
+"""Static SASS report of every kernel entry in kernels/*.cu and kernels/cutlass/*.cu (issue 14).
 
 Each kernel file is compiled for sm_90 (or the arch its `// hopscore-sass:` line names,
 sm_90a for the wgmma kernel) with the pinned nvcc (`-cubin`, `-Xptxas -v`),
@@ -26,10 +26,12 @@ elementwise, norm and head kernels (VECTOR_CLAIMS) must have a 16-byte global lo
 (LDG.E.128) in a loop (their vector loops sit beside element-by-element fallbacks, so
 "main loop" may name either); LDG.128 and STG.128 count those loads and stores. The
 warp-per-row norms (REGISTER_ROW_CLAIMS) hold the row in registers: every global load
-a 16-byte one, no shared memory, no barrier, no spills.
+a 16-byte one, no shared memory, no barrier, no spills. The CUTLASS GEMMs
+(kernels/cutlass/, compiled with CUTLASS's headers as build.rs does: --cutlass, else the
+nvidia-cutlass wheel beside nvcc) are TMA kernels too.
 
 Usage: tools/sass_report.py --nvcc PATH --cuobjdump PATH [--kernel-dir kernels]
-       [--markdown FILE]
+       [--cutlass DIR] [--markdown FILE]
 """
 
 import argparse
@@ -74,11 +76,14 @@ GEOMETRY = {
     "layer_norm_rows": ("NORM_ROWS * 32", "0"),
     "rms_norm": ("ROW_THREADS", "0"),
     "rms_norm_rows": ("NORM_ROWS * 32", "0"),
-    "rope": ("ROPE_THREADS", "rope_smem(32)"),
+    "rope": ("ROPE_ROWS * 32", "0"),
     "tensor_core_check": ("TENSOR_CORE_CHECK_THREADS", "0"),
     "wgmma_check": ("TENSOR_CORE_CHECK_THREADS", "WGMMA_CHECK_SMEM"),
     "tma_check": ("TMA_CHECK_THREADS", "TMA_CHECK_SMEM"),
     "disentangled_attention_v5": ("DA_V5_THREADS", "DA_V5_SMEM"),
+    # CUTLASS's ping-pong GEMM: a producer and two consumer warpgroups; its dynamic
+    # shared memory (CUTLASS's SharedStorage) is the launcher's figure, not listed here.
+    "gemm_bias_gelu": ("384", "0"),
     "cls_head": ("HEAD_THREADS", "head_smem(768 + HEAD_POOLER_CHUNK)"),
     "token_head": ("HEAD_THREADS", "head_smem(768 + 2)"),  # 2 labels
 }
@@ -125,7 +130,7 @@ WGMMA_CLAIMS = [r"^disentangled_attention_v4_d64_"]
 # Warp-specialised TMA entries (kernels/tma.cuh): TMA loads (UTMALDG) and mbarrier
 # operations (SYNCS), HGMMA in the main loop, no spills, no generic loads or stores, and
 # the register count setmaxnreg's arithmetic assumes: 65536 / threads (rounded down to 8).
-TMA_CLAIMS = [r"^tma_check_", r"^disentangled_attention_v5_"]
+TMA_CLAIMS = [r"^tma_check_", r"^disentangled_attention_v5_", r"^gemm_bias_gelu_"]
 
 # Entries that must move global memory by 16-byte vectors (LDG.E.128) in a loop.
 VECTOR_CLAIMS = [
@@ -279,11 +284,18 @@ def file_arch(src):
     return ARCH
 
 
-def report_file(src, nvcc, cuobjdump, tmp, names):
+def cutlass_flags(cutlass):
+    """nvcc's flags for a file that includes CUTLASS (build.rs's cutlass_flags)."""
+    return ["--expt-relaxed-constexpr", "-DNDEBUG", "-I" + os.path.join(cutlass, "include"),
+            "-I" + os.path.join(cutlass, "tools", "util", "include")]
+
+
+def report_file(src, nvcc, cuobjdump, tmp, names, extra=()):
     cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
     include = "-I" + os.path.dirname(src)
     arch = file_arch(src)
-    r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={arch}", include, "-Xptxas", "-v", src, "-o", cubin])
+    r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={arch}", include, *extra, "-Xptxas", "-v", src,
+             "-o", cubin])
     info = ptxas_info(r.stderr)
     sass = parse_sass(run([cuobjdump, "-sass", cubin]).stdout)
     rows = []
@@ -379,21 +391,33 @@ def main():
     ap.add_argument("--nvcc", required=True)
     ap.add_argument("--cuobjdump", required=True)
     ap.add_argument("--kernel-dir", default="kernels")
+    ap.add_argument("--cutlass", help="CUTLASS's source folder (include/, tools/util/include/); default: "
+                    "$HOPSCORE_CUTLASS, else the nvidia-cutlass wheel in nvcc's site-packages")
     ap.add_argument("--markdown", help="also write the table to this file")
     ap.add_argument("--only", help="regular expression: report these kernel files only")
     args = ap.parse_args()
     # cuobjdump -sass runs nvdisasm from PATH.
     os.environ["PATH"] = os.path.dirname(os.path.abspath(args.cuobjdump)) + os.pathsep + os.environ["PATH"]
-    srcs = sorted(
-        os.path.join(args.kernel_dir, f)
-        for f in os.listdir(args.kernel_dir)
-        if f.endswith(".cu") and (not args.only or re.search(args.only, f))
-    )
+    def sources(d):
+        return sorted(
+            os.path.join(d, f)
+            for f in os.listdir(d)
+            if f.endswith(".cu") and not f.endswith("_host.cu") and (not args.only or re.search(args.only, f))
+        )
+
+    cutlass = args.cutlass or os.environ.get("HOPSCORE_CUTLASS") or os.path.join(
+        os.path.dirname(os.path.abspath(args.nvcc)), "..", "..", "..", "cutlass_library", "source")
+    cutlass_dir = os.path.join(args.kernel_dir, "cutlass")
+    cutlass_srcs = sources(cutlass_dir) if os.path.isdir(cutlass_dir) else []
+    if cutlass_srcs and not os.path.exists(os.path.join(cutlass, "include", "cutlass", "cutlass.h")):
+        sys.exit(f"sass_report: no CUTLASS headers at {cutlass} (--cutlass DIR; tools/nvcc.sh installs them)")
     names = load_geometry(os.path.join(args.kernel_dir, "geometry.cuh"))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for src in srcs:
+        for src in sources(args.kernel_dir):
             rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp, names))
+        for src in cutlass_srcs:
+            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp, names, cutlass_flags(cutlass)))
     table = markdown(rows)
     print(table)
     if args.markdown:

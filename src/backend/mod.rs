@@ -436,6 +436,16 @@ pub trait Backend: Send + Sync {
         bias: Option<&Self::Tensor>,
         parts: usize,
     ) -> OpResult<Vec<Self::Tensor>>;
+    /// `gelu(x · wᵀ + bias)` with the erf GELU (DeBERTa's and BERT's MLP up-projection;
+    /// on a Hopper device one kernel with both in the GEMM's epilogue, rounded once).
+    fn linear_gelu(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+    ) -> OpResult<Self::Tensor> {
+        linear_then(self, x, w, bias, Self::gelu)
+    }
     /// `gelu_new(x · wᵀ + bias)` (GPT-2's MLP up-projection; on a device the GELU is
     /// the GEMM's epilogue).
     fn linear_gelu_new(
@@ -444,9 +454,7 @@ pub trait Backend: Send + Sync {
         w: &Self::Tensor,
         bias: Option<&Self::Tensor>,
     ) -> OpResult<Self::Tensor> {
-        let mut y = self.linear(x, w, bias)?;
-        self.gelu_new(&mut y)?;
-        Ok(y)
+        linear_then(self, x, w, bias, Self::gelu_new)
     }
     /// `x ← x + input · wᵀ + bias`: a residual branch's output projection (on a device
     /// `x` is the GEMM's C and D, so the sum is rounded once).
@@ -562,4 +570,17 @@ pub trait Backend: Send + Sync {
         targets: Input<'_, [u32]>,
         temperature: f32,
     ) -> OpResult<Vec<f32>>;
+}
+
+/// `act(x · wᵀ + bias)` in place: the unfused form of the fused linear ops.
+fn linear_then<B: Backend + ?Sized>(
+    be: &B,
+    x: &B::Tensor,
+    w: &B::Tensor,
+    bias: Option<&B::Tensor>,
+    act: fn(&B, &mut B::Tensor) -> OpResult<()>,
+) -> OpResult<B::Tensor> {
+    let mut y = be.linear(x, w, bias)?;
+    act(be, &mut y)?;
+    Ok(y)
 }

@@ -13,7 +13,10 @@ use crate::jobs::DeviceKind;
 #[command(
     after_help = "Environment: HOPSCORE_DISENTANGLED=v3|v4|v5 picks the bf16/f16 DeBERTa \
     attention kernel on the GPU (v4: wgmma; v5: wgmma with TMA loads and warp \
-    specialisation, head size 64; both compute capability 9.0 only; default v3)."
+    specialisation, head size 64; both compute capability 9.0 only; default v3). \
+    HOPSCORE_FUSED_GELU=off runs the erf-GELU up-projection as cuBLASLt's GEMM and a \
+    GELU pass instead of the CUTLASS kernel with the GELU in its epilogue (compute \
+    capability 9.0, bf16/f16)."
 )]
 pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]

@@ -205,9 +205,7 @@ impl<B: Backend> DebertaV2Layer<B> {
         let inter = if self.tanh_gelu {
             be.linear_gelu_new(&h, &ffn.weight, ffn.bias.as_ref())?
         } else {
-            let mut inter = ffn.forward(be, &h)?;
-            be.gelu(&mut inter)?;
-            inter
+            be.linear_gelu(&h, &ffn.weight, ffn.bias.as_ref())?
         };
         let mut out = self.output.forward(be, &inter)?;
         self.output_norm.forward(be, &mut out, Some(&h))?;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the hopscore CUDA CPU emulator (see tools/cuda_emu/README.md):
 #   target/cuda-emu/libcuda.so   (+ libcuda.so.1)   fake driver + every kernels/*.cu as C++
+#                                                   + CPU stand-ins for kernels/cutlass/ (cutlass.cpp)
 #   target/cuda-emu/libcublas.so (+ libcublas.so.13) fake cuBLAS
 #   target/cuda-emu/libcublasLt.so (+ libcublasLt.so.13) fake cuBLASLt (matmul subset)
 # Run from anywhere; paths are relative to the repository root. Incremental: an object
@@ -32,7 +33,7 @@ newer() {  # newer OBJ DEP...: true if OBJ is missing or older than any DEP
   return 1
 }
 
-headers=("$emu/emu.h" "$emu/halfbits.h" "$emu/fatbin.h" "$0")
+headers=("$emu/emu.h" "$emu/halfbits.h" "$emu/fatbin.h" kernels/cutlass/operands.h "$0")
 for h in kernels/*.cuh; do [[ -e "$h" ]] && headers+=("$h"); done
 
 objs=()
@@ -47,8 +48,8 @@ compile() {  # compile SRC OBJ FLAGS...
 }
 
 compile "$emu/driver.cpp" "$out/obj/driver.o" -I"$emu"
-kernels=(kernels/*.cu)
-[[ -e "${kernels[0]}" ]] || kernels=()
+kernels=(kernels/*.cu "$emu/cutlass.cpp")
+[[ -e "${kernels[0]}" ]] || kernels=("$emu/cutlass.cpp")
 for extra in ${CUDA_EMU_EXTRA:-}; do kernels+=("$extra"); done
 for k in "${kernels[@]}"; do
   name="$(basename "$k" .cu)"

@@ -46,8 +46,10 @@
 #                  first-hop prompts of every passage of the first 50 HotpotQA questions,
 #                  HF eager vs hopscore in bf16, then f32 (HOPSCORE_KIT_T5_DTYPES); |Δ log p|
 #                  against HF f32                                                  (240 s)
-#   gelu-tanh      `bench` deberta-v3-large L = 512 bf16 with the erf GELU and with
-#                  --tanh-gelu (the GEMM epilogue)                                 (90 s)
+#   gelu           `bench` deberta-v3-large L = 512 bf16, 3 interleaved rounds of: the erf
+#                  GELU in the CUTLASS GEMM's epilogue (the default), the cuBLASLt GEMM +
+#                  GELU pass (HOPSCORE_FUSED_GELU=off), the tanh form in cuBLASLt's epilogue
+#                  (--tanh-gelu); medians in gelu.txt                             (120 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
 #                  attention and loglik rows only; both on disentangled v5 and tma_check (150 s)
 #   invariance     the cost of the same bits in any batch: `bench` deberta-v3-large bf16 at
@@ -67,7 +69,7 @@ R=$work/results # logs, JSON rows and reports, tarred into $OUT after every step
 mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
-  [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu-tanh]=90
+  [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu]=120
   [invariance]=150 [lepus-prefix]=200)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
@@ -398,13 +400,29 @@ step_embed() {
   return $rc
 }
 
-step_gelu-tanh() {
-  local rc=0 flag
-  for flag in "" --tanh-gelu; do
-    echo "== bench deberta-v3-large L=512 bf16 ${flag:-erf GELU}"
-    "$H" bench --device cuda --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} --iters $ITERS \
-      "${SMALL[@]}" $flag --json | tee -a "$R/gelu-tanh.jsonl" || rc=1
+step_gelu() {
+  local rc=0 round variant
+  rm -f "$R/gelu.jsonl"
+  for round in 1 2 3; do
+    for variant in fused unfused tanh; do
+      local env=() flag=()
+      [[ $variant == unfused ]] && env=(HOPSCORE_FUSED_GELU=off)
+      [[ $variant == tanh ]] && flag=(--tanh-gelu)
+      env "${env[@]}" "$H" bench --device cuda --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} \
+        --iters $ITERS "${SMALL[@]}" "${flag[@]}" --json |
+        sed "s/^{/{\"gelu\": \"$variant\", \"round\": $round, /" | tee -a "$R/gelu.jsonl" || rc=1
+    done
   done
+  python3 - "$R/gelu.jsonl" <<'PY' | tee "$R/gelu.txt" || rc=1
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+med = {v: statistics.median(r["seconds_per_batch"] for r in rows if r["gelu"] == v)
+       for v in ("fused", "unfused", "tanh") if any(r["gelu"] == v for r in rows)}
+r = rows[0]
+print(f"{r['shape']}, L = {r['seq_len']}, batch {r['batch']} (medians of 3, ms per batch): "
+      + ", ".join(f"{v} {t*1e3:.3f}" for v, t in med.items())
+      + (f"; fused / unfused {med['fused']/med['unfused']:.3f}" if {"fused", "unfused"} <= med.keys() else ""))
+PY
   return $rc
 }
 

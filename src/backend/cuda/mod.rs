@@ -7,6 +7,7 @@
 
 pub mod blas;
 mod causal_attention;
+pub mod cutlass;
 pub mod device;
 pub mod disentangled_attention;
 pub mod graphs;
@@ -58,6 +59,8 @@ pub struct CudaBackend {
     profiler: Profiler,
     /// The bf16/f16 disentangled attention ([`Version`] as its index in `Version::ALL`).
     disentangled: AtomicU8,
+    /// Whether the CUTLASS bias + erf-GELU GEMM may run ([`cutlass`]).
+    fused_gelu: cutlass::FusedGelu,
 }
 
 impl CudaBackend {
@@ -74,12 +77,14 @@ impl CudaBackend {
 
     fn open(ordinal: usize, dtype: DType, poison: bool) -> anyhow::Result<Self> {
         let version = Version::from_env()?;
+        let fused_gelu = cutlass::FusedGelu::from_env()?;
         let dev = Device::open(ordinal, dtype, poison)?;
         let be = Self {
             graphs: graphs::Graphs::new(dev.stream.clone()),
             dev,
             profiler: Profiler::default(),
             disentangled: AtomicU8::new(0),
+            fused_gelu,
         };
         be.set_disentangled_version(version)?;
         Ok(be)
@@ -104,6 +109,22 @@ impl CudaBackend {
     /// The bf16/f16 disentangled-attention kernel in use.
     pub fn disentangled_version(&self) -> Version {
         Version::ALL[usize::from(self.disentangled.load(Ordering::Relaxed))]
+    }
+
+    /// Lets the CUTLASS bias + erf-GELU GEMM run where it can (on by default unless
+    /// `HOPSCORE_FUSED_GELU=off`), or runs the cuBLASLt GEMM and the GELU pass (`false`).
+    pub fn set_fused_gelu(&self, on: bool) {
+        self.fused_gelu.set(on);
+    }
+
+    /// bf16 or f16 on compute capability 9.0: where the Hopper kernels run.
+    fn is_hopper_16_bit(&self) -> OpResult<bool> {
+        let cc = self
+            .dev
+            .ctx
+            .compute_capability()
+            .map_err(|e| device_err("compute capability", e))?;
+        Ok(self.dev.dtype != DType::F32 && Version::V4.runs_on(cc))
     }
 
     /// Turns CUDA graphs of whole forwards on or off (on by default, unless
@@ -523,6 +544,22 @@ impl Backend for CudaBackend {
         self.linear_epilogue(x, w, bias, true)
     }
 
+    /// The CUTLASS kernel with the bias and the erf GELU in its epilogue where it runs
+    /// ([`cutlass::gemm_bias_gelu`]), else the cuBLASLt GEMM and the GELU pass.
+    fn linear_gelu(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+    ) -> OpResult<CudaTensor> {
+        if let Some(y) = cutlass::gemm_bias_gelu(self, x, w, bias)? {
+            return Ok(y);
+        }
+        let mut y = self.linear_epilogue(x, w, bias, false)?;
+        self.gelu(&mut y)?;
+        Ok(y)
+    }
+
     fn gelu(&self, x: &mut CudaTensor) -> OpResult<()> {
         self.map_inplace("gelu", x, None)
     }
@@ -751,17 +788,13 @@ impl Backend for CudaBackend {
         }
         let pos = self.dev.input_u32("rope", positions)?;
         let freq = self.dev.input_f32("rope", inv_freq)?;
-        // Pairs of a row: at most one pass of 128 threads over SmolLM2's 9 + 3 heads.
+        // A warp per row, ROPE_ROWS rows a block.
+        let rows_per_block = geometry::ROPE_ROWS as usize;
         let cfg = LaunchConfig {
-            shared_mem_bytes: geometry::rope_smem(inv_freq.len() as u32),
-            ..per_row(x.rows, geometry::ROPE_THREADS)
+            grid_dim: (x.rows.div_ceil(rows_per_block) as u32, 1, 1),
+            block_dim: (geometry::ROPE_ROWS * 32, 1, 1),
+            shared_mem_bytes: 0,
         };
-        if cfg.shared_mem_bytes > device::DEFAULT_SMEM {
-            return Err(OpError::Shape {
-                op: "rope",
-                msg: format!("head_dim {head_dim} exceeds the kernel's 12,288"),
-            });
-        }
         let args = [
             Arg::Ptr(x.ptr()),
             Arg::Ptr(pos.ptr()),
