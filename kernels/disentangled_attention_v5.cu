@@ -20,8 +20,8 @@
 // tile K and V into one of 2 stages (`kv_full` / `kv_empty`, shared by both consumers)
 // and each consumer's PK and PQ band box of its own diagonal (`band_full` / `band_empty`,
 // one stage). A consumer per key tile, as v4: S = Q·Kᵀ and C = Q·PKᵀ (wgmma, A and B
-// from shared memory; the band products 64 wide instead of 128 on a diagonal of at most
-// 64 distinct rows), C gathered into S through its f32 scratch, P2 = K·PQᵀ stored
+// from shared memory; the band products as two 64-wide halves, the second skipped on a
+// diagonal of at most 64 distinct rows), C gathered into S through its f32 scratch, P2 = K·PQᵀ stored
 // there and gathered after a barrier of its warpgroup (bar.sync), the masks and online
 // softmax of flash_v3.cuh, O += P·V with P from registers and V MN-major. The two
 // consumers take turns to issue S and C (ping-pong: bar.sync / bar.arrive), so one's
@@ -82,32 +82,35 @@ template <int N> __device__ __forceinline__ float (&flat(float (&acc)[N / 8][4])
   return reinterpret_cast<float(&)[N / 2]>(acc);
 }
 
-// The band products of a diagonal at its width: its first N of the 128 band columns
-// (N = 64 when the diagonal has at most 64 distinct rows, as every diagonal past the
-// linear buckets does; the gathers never read a slot past them).
-template <int N> __device__ __forceinline__ float (&band_part(float (&cb)[kBandRows / 8][4]))[N / 8][4] {
-  return reinterpret_cast<float(&)[N / 8][4]>(cb);
+// The band products of a diagonal: columns 0–63 (band rows 0–63) always, 64–127 only
+// on a diagonal of more than 64 distinct rows (every diagonal past the linear buckets
+// has at most 64, and the gathers never read a slot past them). Two 64-wide products,
+// not one of the diagonal's width: with the width chosen in a branch, ptxas cannot keep
+// the accumulators of the two paths apart and serialises every wgmma of the kernel
+// (each waited for alone); the half-width accumulators of a 128-wide product are its
+// first and last 32 registers, so `cb` is the same either way.
+template <int N> __device__ __forceinline__ float (&band_part(float (&cb)[kBandRows / 8][4], int half))[N / 8][4] {
+  return reinterpret_cast<float(&)[N / 8][4]>(cb[half * (kBandRows / 16)]);
 }
-template <typename T, int N>
-__device__ __forceinline__ void band_wgmma(float (&cb)[kBandRows / 8][4], unsigned long long a, unsigned long long b) {
+template <typename T>
+__device__ __forceinline__ void band_half(float (&cb)[kBandRows / 8][4], int half, unsigned long long a,
+                                          unsigned long long b) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    hopscore::wgmma_ss<T, N>(flat<N>(band_part<N>(cb)), hopscore::wgmma_desc_add(a, 32 * kk),
-                             hopscore::wgmma_desc_add(b, 32 * kk), kk > 0);
+    hopscore::wgmma_ss<T, kBandRows / 2>(flat<kBandRows / 2>(band_part<kBandRows / 2>(cb, half)),
+                                         hopscore::wgmma_desc_add(a, 32 * kk),
+                                         hopscore::wgmma_desc_add(b, 32 * kk + half * (kBandRows / 2) * 128), kk > 0);
 }
 template <typename T>
 __device__ __forceinline__ void band_scores(bool narrow, float (&cb)[kBandRows / 8][4], unsigned long long a,
                                             unsigned long long b) {
-  if (narrow) {
-    band_wgmma<T, kBandRows / 2>(cb, a, b);
-  } else {
-    band_wgmma<T, kBandRows>(cb, a, b);
-  }
+  band_half<T>(cb, 0, a, b);
+  if (!narrow) band_half<T>(cb, 1, a, b);
 }
 // A warp's band rows (query rows for C, key rows for P2) to its 16 scratch rows.
 __device__ __forceinline__ void store_band(bool narrow, float* mine, float (&cb)[kBandRows / 8][4], int lane) {
   if (narrow) {
-    store_scratch<kBandRows / 16, kLdc>(mine, band_part<kBandRows / 2>(cb), lane);
+    store_scratch<kBandRows / 16, kLdc>(mine, band_part<kBandRows / 2>(cb, 0), lane);
   } else {
     store_scratch<kBandRows / 8, kLdc>(mine, cb, lane);
   }
@@ -254,7 +257,10 @@ template <typename T> __device__ void attention(const hopscore::DisentangledV5Pa
     hopscore::mbarrier_init_fence();
   }
   __syncthreads();
-  const int wg = (int)threadIdx.x / 128;
+  // Lane 0's warpgroup index, broadcast: ptxas then knows the branches below are
+  // uniform across each warp, which it needs (with band_scores' fixed widths) to keep
+  // the wgmma chains asynchronous instead of serialising them (warning C7520).
+  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
   if (wg == 0) {
     hopscore::setmaxnreg_dec<24>();
     if (threadIdx.x == 0) produce(p, sm, start, qt0, active, tiles);

@@ -21,7 +21,9 @@ with status 1 (CI fails): no generic loads or stores (bf16/f16), no spills, and 
 attentions at least one HMMA per 8 instructions of the main loop; the wgmma attention
 (WGMMA_CLAIMS) HGMMA in its main loop and no spills at head size 64; the warp-specialised
 TMA kernels (TMA_CLAIMS) TMA loads, mbarrier operations, HGMMA in the main loop, no
-spills and the register count their setmaxnreg assumes. The vectorised
+spills and the register count their setmaxnreg assumes; in both, at most one wgmma wait
+(WARPGROUP.DEPBAR) per two HGMMA in the main loop (ptxas serialises the chains, a wait
+after each, when it cannot prove them safe, and says so only in a -v info line). The vectorised
 elementwise, norm and head kernels (VECTOR_CLAIMS) must have a 16-byte global load
 (LDG.E.128) in a loop (their vector loops sit beside element-by-element fallbacks, so
 "main loop" may name either); LDG.128 and STG.128 count those loads and stores. The
@@ -172,7 +174,10 @@ def parse_sass(text):
 
 
 def counts(insns):
+    """COLUMNS, plus "DEPBAR": waits for wgmma groups (WARPGROUP.DEPBAR), one per HGMMA
+    when ptxas serialises a kernel's wgmma (its -v info C7520)."""
     c = dict.fromkeys(COLUMNS, 0)
+    c["DEPBAR"] = 0
     for _, op, _ in insns:
         if op == "NOP":
             continue
@@ -182,6 +187,8 @@ def counts(insns):
             c[col] += 1
         if op.split(".")[0] in ("LDG", "STG") and op.endswith(".128"):
             c[op.split(".")[0] + ".128"] += 1
+        if op.startswith("WARPGROUP.DEPBAR"):
+            c["DEPBAR"] += 1
     return c
 
 
@@ -345,6 +352,11 @@ def check_claims(rows):
                 failures.append(f"{row['name']}: {a['LD'] + a['ST']} generic loads/stores, {row['spills']} B spills")
             if lp is None or lp["HGMMA"] == 0:
                 failures.append(f"{row['name']}: no HGMMA in its main loop")
+        if any(re.search(p, row["name"]) for p in WGMMA_CLAIMS + TMA_CLAIMS):
+            lp = row["loop"]
+            if lp and lp["HGMMA"] and 2 * lp["DEPBAR"] > lp["HGMMA"]:
+                failures.append(f"{row['name']}: {lp['DEPBAR']} waits for {lp['HGMMA']} HGMMA in the main loop "
+                                "(ptxas serialised the wgmma chains)")
         if any(re.search(p, row["name"]) for p in TMA_CLAIMS):
             a, lp = row["all"], row["loop"]
             pool = min(255, SM_REGS // row["threads"]) // 8 * 8

@@ -47,8 +47,9 @@ impl FusedGelu {
 
 /// `gelu_erf(x · wᵀ + bias)` by the CUTLASS kernel, or `None` where it does not run:
 /// built without CUTLASS, switched off, not compute capability 9.0, f32, no bias, no
-/// rows, or `k` or the width not a multiple of 8 (16-byte TMA rows). Whether it runs
-/// never depends on the row count, so a row gets the same bits in any batch.
+/// rows, `k` or the width not a multiple of 8 or an operand not 16-byte aligned (TMA's
+/// rows and addresses). Whether it runs never depends on the row count, so a row gets
+/// the same bits in any batch.
 pub(super) fn gemm_bias_gelu(
     be: &CudaBackend,
     x: &CudaTensor,
@@ -62,6 +63,9 @@ pub(super) fn gemm_bias_gelu(
         || rows == 0
         || !k.is_multiple_of(8)
         || !width.is_multiple_of(8)
+        || [x.ptr(), w.ptr(), bias.ptr()]
+            .iter()
+            .any(|p| !p.is_multiple_of(16))
         || !be.is_hopper_16_bit()?
     {
         return Ok(None);
