@@ -23,7 +23,8 @@
 #   ncu            Nsight Compute (--set full, one launch each) of disentangled attention
 #                  (the kit's attention kernels), causal attention, the norms (layer_norm
 #                  in DeBERTa-v3-large, rms_norm in SmolLM2) and question_loglik;
-#                  HOPSCORE_KIT_NCU=disentangled,causal,norm,loglik picks the changed ones (150 s)
+#                  HOPSCORE_KIT_NCU=disentangled,causal,norm,loglik picks the changed ones,
+#                  `gemm` adds the CUTLASS up-projection (gemm_bias_gelu)         (150 s)
 #   ncu-t5         Nsight Compute of t5_attention (the first launch: T5-large's encoder
 #                  layer 0, 64 inputs of 400 tokens, bf16)                        (150 s)
 #   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
@@ -231,6 +232,11 @@ step_ncu() {
     "${NCU[@]}" -k regex:rms_norm -o "$R/ncu-rms-norm" \
       "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
       --cuda-graphs off || rc=1
+  fi
+  if [[ $which == *,gemm,* ]]; then
+    "${NCU[@]}" -k regex:gemm_bias_gelu -o "$R/ncu-gemm-bias-gelu" \
+      "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
+      --peak-gemm 0 --cuda-graphs off || rc=1
   fi
   if [[ $which == *,loglik,* ]]; then
     python3 - "$work/pairs.json" <<'PY'
