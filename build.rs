@@ -139,13 +139,11 @@ fn link_cutlass_host(nvcc: &Path, cutlass: &Path, host: &[PathBuf], out_dir: &Pa
     cmd.args(["-lib", "-O2", "-std=c++17", "-Xcompiler", "-fPIC"])
         .arg("-gencode=arch=compute_90a,code=sm_90a");
     cutlass_flags(&mut cmd, cutlass);
-    let status = cmd
-        .args(host)
-        .arg("-o")
-        .arg(&lib)
-        .status()
-        .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
-    assert!(status.success(), "nvcc failed on {host:?}");
+    run_nvcc(
+        cmd.args(host).arg("-o").arg(&lib),
+        nvcc,
+        &format!("{host:?}"),
+    );
     println!("cargo:rustc-link-search=native={}", out_dir.display());
     println!("cargo:rustc-link-lib=static=hopscore_cutlass");
     println!("cargo:rustc-link-lib=dylib=stdc++");
@@ -300,18 +298,24 @@ fn compile(nvcc: &Path, cutlass: Option<&Path>, src: &Path, out_dir: &Path) -> M
     cmd.arg(format!(
         "-gencode=arch=compute_{PTX_ARCH},code=compute_{PTX_ARCH}"
     ));
-    let status = cmd
-        .arg(src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
-    assert!(status.success(), "nvcc failed on {}", src.display());
+    run_nvcc(
+        cmd.arg(src).arg("-o").arg(&out),
+        nvcc,
+        &src.display().to_string(),
+    );
     Module {
         name: stem,
         src: src.to_path_buf(),
         fatbin: out,
     }
+}
+
+/// Runs nvcc command `cmd` (at `nvcc`), which compiles `what`; panics if it fails.
+fn run_nvcc(cmd: &mut Command, nvcc: &Path, what: &str) {
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
+    assert!(status.success(), "nvcc failed on {what}");
 }
 
 /// The SASS architectures of kernel file `src` ("80", "90a"): [`SASS_ARCHS`] unless a

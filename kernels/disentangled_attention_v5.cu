@@ -89,15 +89,15 @@ template <int N> __device__ __forceinline__ float (&flat(float (&acc)[N / 8][4])
 // the accumulators of the two paths apart and serialises every wgmma of the kernel
 // (each waited for alone); the half-width accumulators of a 128-wide product are its
 // first and last 32 registers, so `cb` is the same either way.
-template <int N> __device__ __forceinline__ float (&band_part(float (&cb)[kBandRows / 8][4], int half))[N / 8][4] {
-  return reinterpret_cast<float(&)[N / 8][4]>(cb[half * (kBandRows / 16)]);
+__device__ __forceinline__ float (&band_half_acc(float (&cb)[kBandRows / 8][4], int half))[kBandRows / 16][4] {
+  return reinterpret_cast<float(&)[kBandRows / 16][4]>(cb[half * (kBandRows / 16)]);
 }
 template <typename T>
 __device__ __forceinline__ void band_half(float (&cb)[kBandRows / 8][4], int half, unsigned long long a,
                                           unsigned long long b) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    hopscore::wgmma_ss<T, kBandRows / 2>(flat<kBandRows / 2>(band_part<kBandRows / 2>(cb, half)),
+    hopscore::wgmma_ss<T, kBandRows / 2>(flat<kBandRows / 2>(band_half_acc(cb, half)),
                                          hopscore::wgmma_desc_add(a, 32 * kk),
                                          hopscore::wgmma_desc_add(b, 32 * kk + half * (kBandRows / 2) * 128), kk > 0);
 }
@@ -110,7 +110,7 @@ __device__ __forceinline__ void band_scores(bool narrow, float (&cb)[kBandRows /
 // A warp's band rows (query rows for C, key rows for P2) to its 16 scratch rows.
 __device__ __forceinline__ void store_band(bool narrow, float* mine, float (&cb)[kBandRows / 8][4], int lane) {
   if (narrow) {
-    store_scratch<kBandRows / 16, kLdc>(mine, band_part<kBandRows / 2>(cb, 0), lane);
+    store_scratch<kBandRows / 16, kLdc>(mine, band_half_acc(cb, 0), lane);
   } else {
     store_scratch<kBandRows / 8, kLdc>(mine, cb, lane);
   }

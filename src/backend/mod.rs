@@ -573,7 +573,7 @@ pub trait Backend: Send + Sync {
 }
 
 /// `act(x · wᵀ + bias)` in place: the unfused form of the fused linear ops.
-fn linear_then<B: Backend + ?Sized>(
+pub(crate) fn linear_then<B: Backend + ?Sized>(
     be: &B,
     x: &B::Tensor,
     w: &B::Tensor,

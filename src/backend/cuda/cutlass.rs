@@ -77,7 +77,7 @@ pub(super) fn gemm_bias_gelu(
 mod imp {
     use std::ffi::{c_int, c_void};
 
-    use cudarc::driver::sys::{self, CUdevice_attribute};
+    use cudarc::driver::sys;
     use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 
     use super::super::memory::device_err;
@@ -199,11 +199,7 @@ mod imp {
                 .map_err(|_| device_err(OP, format!("{v} rows or columns overflow CUTLASS's int")))
         };
         let y = be.tensor(rows, width)?;
-        let sm_count = be
-            .dev
-            .ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| device_err(OP, e))?;
+        let sm_count = be.dev.multiprocessors(OP)?;
         let operands = Operands {
             a: x.ptr(),
             b: w.ptr(),
@@ -214,7 +210,7 @@ mod imp {
             k: dims(k)?,
             sm_count,
         };
-        let mut params = Box::new(Params([0; PARAMS_CAPACITY]));
+        let mut params = Params([0; PARAMS_CAPACITY]);
         let mut shape = Launch::default();
         let mut encode_error: c_int = 0;
         // SAFETY: the operands point at live device buffers of the checked shapes;
@@ -255,7 +251,7 @@ mod imp {
         let f = be.dev.typed_smem(OP, OP, be.dev.dtype, shape.smem)?;
         let mut b = be.dev.stream.launch_builder(&f);
         b.arg(&operands);
-        b.arg(&*params);
+        b.arg(&params);
         // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built above
         // for live buffers of the checked shapes.
         unsafe { be.timed_launch(OP, b, cfg) }?;

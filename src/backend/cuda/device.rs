@@ -2,7 +2,7 @@
 //! modules (fatbins), the staged op inputs and the upload/launch helpers. Opening it never panics, even without a driver.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
@@ -31,6 +31,8 @@ pub struct Device {
     functions: Mutex<HashMap<String, CudaFunction>>,
     /// Dynamic shared memory each kernel has been opted in to, by entry name.
     smem_opt_in: Mutex<HashMap<String, u32>>,
+    /// The device's multiprocessor count, asked of the driver once.
+    multiprocessors: OnceLock<i32>,
 }
 
 /// Dynamic shared memory a kernel gets without opting in (bytes).
@@ -93,7 +95,22 @@ impl Device {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             smem_opt_in: Mutex::new(HashMap::new()),
+            multiprocessors: OnceLock::new(),
         })
+    }
+
+    /// The device's multiprocessor count (asked of the driver on the first call).
+    pub fn multiprocessors(&self, op: &'static str) -> OpResult<i32> {
+        if let Some(&n) = self.multiprocessors.get() {
+            return Ok(n);
+        }
+        let n = self
+            .ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| device_err(op, e))?;
+        Ok(*self.multiprocessors.get_or_init(|| n))
     }
 
     pub fn name(&self) -> &str {

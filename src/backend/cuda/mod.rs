@@ -552,12 +552,10 @@ impl Backend for CudaBackend {
         w: &CudaTensor,
         bias: Option<&CudaTensor>,
     ) -> OpResult<CudaTensor> {
-        if let Some(y) = cutlass::gemm_bias_gelu(self, x, w, bias)? {
-            return Ok(y);
+        match cutlass::gemm_bias_gelu(self, x, w, bias)? {
+            Some(y) => Ok(y),
+            None => super::linear_then(self, x, w, bias, Self::gelu),
         }
-        let mut y = self.linear_epilogue(x, w, bias, false)?;
-        self.gelu(&mut y)?;
-        Ok(y)
     }
 
     fn gelu(&self, x: &mut CudaTensor) -> OpResult<()> {

@@ -53,12 +53,8 @@ fn width_and_depth(b: &CudaTensor, kn: bool) -> (usize, usize) {
 impl CudaBackend {
     /// The wgmma and TMA checks' device: bf16 or f16 on compute capability 9.0.
     fn require_hopper_16_bit(&self, op: &'static str) -> OpResult<()> {
-        let cc = self
-            .dev
-            .ctx
-            .compute_capability()
-            .map_err(|e| super::memory::device_err(op, e))?;
-        if self.dev.dtype == DType::F32 || !super::Version::V4.runs_on(cc) {
+        if !self.is_hopper_16_bit()? {
+            let cc = self.dev.ctx.compute_capability().unwrap_or((0, 0));
             return Err(OpError::Shape {
                 op,
                 msg: format!(
