@@ -18,12 +18,20 @@
 //! `libhopscore_cutlass.a` and linked, and the crate is built with `cfg(hopscore_cutlass)`.
 //! Without the headers those GEMMs are left out with a warning (an error under
 //! `HOPSCORE_REQUIRE_NVCC=1`) and the backend runs cuBLASLt and a separate pass instead.
+//!
+//! nvcc's outputs are kept in a cache ([`KernelCache`]) keyed by nvcc, its arguments and
+//! every kernel source: `cargo build`, `cargo clippy`, builds with other features and
+//! maturin each run this script in an `OUT_DIR` of their own and would otherwise compile
+//! every kernel again.
 
 use std::env;
 use std::fmt::Write as _;
+use std::fs::File;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+use std::time::SystemTime;
 
 // Shared with the CUDA backend, which uses all of it; here only the parsing is needed.
 #[allow(dead_code)]
@@ -43,6 +51,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-env-changed=HOPSCORE_REQUIRE_NVCC");
     println!("cargo:rerun-if-env-changed={CUTLASS_ENV}");
+    println!("cargo:rerun-if-env-changed={CACHE_ENV}");
     println!("cargo:rustc-check-cfg=cfg(hopscore_cutlass)");
     // A folder: cargo checks every file under it, kernels/cutlass/ included.
     println!("cargo:rerun-if-changed=kernels");
@@ -52,43 +61,43 @@ fn main() {
     let mut sources = kernel_sources(Path::new("kernels"));
 
     let require = env::var("HOPSCORE_REQUIRE_NVCC").is_ok_and(|v| v == "1");
-    let nvcc = find_nvcc();
-    let cutlass = nvcc.as_deref().and_then(find_cutlass);
-    match (&nvcc, &cutlass) {
-        (Some(nvcc), Some(include)) => {
+    let nvcc = find_nvcc().map(|path| Nvcc::new(path, &out_dir));
+    match &nvcc {
+        Some(
+            nvcc @ Nvcc {
+                cutlass: Some(_), ..
+            },
+        ) => {
             let (device, host) = cutlass_sources();
             sources.extend(device);
-            link_cutlass_host(nvcc, include, &host, &out_dir);
+            link_cutlass_host(nvcc, &host, &out_dir);
             println!("cargo:rustc-cfg=hopscore_cutlass");
         }
-        (Some(_), None) if require => panic!(
+        Some(_) if require => panic!(
             "HOPSCORE_REQUIRE_NVCC=1 but CUTLASS's headers were not found: set ${CUTLASS_ENV} to \
              a cutlass_library/source folder, or install nvidia-cutlass==4.2.0.0 next to nvcc \
              (tools/nvcc.sh does)"
         ),
-        (Some(_), None) => println!(
+        Some(_) => println!(
             "cargo:warning=CUTLASS headers not found (${CUTLASS_ENV}, or the nvidia-cutlass \
              wheel next to nvcc): building without the CUTLASS GEMMs (cuBLASLt and separate \
              passes run instead; tools/nvcc.sh installs them)"
-        ),
-        (None, _) => {}
-    }
-    let (release, modules) = match nvcc {
-        Some(nvcc) => (
-            release(&nvcc),
-            compile_all(&nvcc, cutlass.as_deref(), &sources, &out_dir),
         ),
         None if require => panic!(
             "HOPSCORE_REQUIRE_NVCC=1 but nvcc was not found: set $NVCC or $CUDA_HOME, \
              or install the CUDA 13.0 nvcc wheels (see .ci/run)"
         ),
-        None => {
-            println!(
-                "cargo:warning=nvcc not found ($NVCC, $CUDA_HOME/bin, PATH): building without \
-                 CUDA kernels (the CPU backend is complete; set NVCC to compile them)"
-            );
-            (String::new(), Vec::new())
-        }
+        None => println!(
+            "cargo:warning=nvcc not found ($NVCC, $CUDA_HOME/bin, PATH): building without \
+             CUDA kernels (the CPU backend is complete; set NVCC to compile them)"
+        ),
+    }
+    let (release, modules) = match &nvcc {
+        Some(nvcc) => (
+            release(&nvcc.version),
+            compile_all(nvcc, &sources, &out_dir),
+        ),
+        None => (String::new(), Vec::new()),
     };
     let mut table = table(&release, &modules);
     table.push_str(&geometry(GEOMETRY));
@@ -133,17 +142,15 @@ fn cutlass_flags(cmd: &mut Command, cutlass: &Path) {
 
 /// Compiles the host files into `$OUT_DIR/libhopscore_cutlass.a` and links it (with the
 /// C++ runtime its CUTLASS code uses).
-fn link_cutlass_host(nvcc: &Path, cutlass: &Path, host: &[PathBuf], out_dir: &Path) {
+fn link_cutlass_host(nvcc: &Nvcc, host: &[PathBuf], out_dir: &Path) {
     let lib = out_dir.join("libhopscore_cutlass.a");
-    let mut cmd = Command::new(nvcc);
+    let mut cmd = Command::new(&nvcc.path);
     cmd.args(["-lib", "-O2", "-std=c++17", "-Xcompiler", "-fPIC"])
         .arg("-gencode=arch=compute_90a,code=sm_90a");
-    cutlass_flags(&mut cmd, cutlass);
-    run_nvcc(
-        cmd.args(host).arg("-o").arg(&lib),
-        nvcc,
-        &format!("{host:?}"),
-    );
+    if let Some(cutlass) = &nvcc.cutlass {
+        cutlass_flags(&mut cmd, cutlass);
+    }
+    nvcc.run(cmd.args(host), &lib, &format!("{host:?}"));
     println!("cargo:rustc-link-search=native={}", out_dir.display());
     println!("cargo:rustc-link-lib=static=hopscore_cutlass");
     println!("cargo:rustc-link-lib=dylib=stdc++");
@@ -208,6 +215,40 @@ fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// The nvcc this build uses, with what is found next to it.
+struct Nvcc {
+    path: PathBuf,
+    /// `nvcc --version`'s text.
+    version: String,
+    /// CUTLASS's source folder ([`find_cutlass`]).
+    cutlass: Option<PathBuf>,
+    cache: KernelCache,
+}
+
+impl Nvcc {
+    fn new(path: PathBuf, out_dir: &Path) -> Self {
+        let out = Command::new(&path)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", path.display()));
+        let version = String::from_utf8_lossy(&out.stdout).into_owned();
+        let cutlass = find_cutlass(&path);
+        let cache = KernelCache::new(&path, &version, cutlass.as_deref(), out_dir);
+        Self {
+            path,
+            version,
+            cutlass,
+            cache,
+        }
+    }
+
+    /// Runs `cmd` (an nvcc command, all but its `-o`) writing `out`, through the cache;
+    /// panics naming `what` if nvcc fails.
+    fn run(&self, cmd: &mut Command, out: &Path, what: &str) {
+        self.cache.run(cmd, out, &self.path, what);
+    }
+}
+
 fn find_nvcc() -> Option<PathBuf> {
     if let Ok(p) = env::var("NVCC") {
         return Some(PathBuf::from(p));
@@ -224,28 +265,19 @@ fn find_nvcc() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// nvcc's CUDA release ("13.0"), from `nvcc --version` ("Cuda compilation tools,
+/// nvcc's CUDA release ("13.0") from its `--version` text ("Cuda compilation tools,
 /// release 13.0, V13.0.88").
-fn release(nvcc: &Path) -> String {
-    let out = Command::new(nvcc)
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split("release ")
+fn release(version: &str) -> String {
+    version
+        .split("release ")
         .nth(1)
         .and_then(|r| r.split(',').next())
-        .unwrap_or_else(|| panic!("no `release X.Y` in `nvcc --version`: {text}"))
+        .unwrap_or_else(|| panic!("no `release X.Y` in `nvcc --version`: {version}"))
         .to_string()
 }
 
 /// Compiles every source on `$NUM_JOBS` threads; returns its module in source order.
-fn compile_all(
-    nvcc: &Path,
-    cutlass: Option<&Path>,
-    sources: &[PathBuf],
-    out_dir: &Path,
-) -> Vec<Module> {
+fn compile_all(nvcc: &Nvcc, sources: &[PathBuf], out_dir: &Path) -> Vec<Module> {
     let jobs = env::var("NUM_JOBS")
         .ok()
         .and_then(|n| n.parse::<usize>().ok())
@@ -262,7 +294,7 @@ fn compile_all(
                     *n - 1
                 };
                 let Some(src) = sources.get(i) else { break };
-                let module = compile(nvcc, cutlass, src, out_dir);
+                let module = compile(nvcc, src, out_dir);
                 done.lock().unwrap()[i] = Some(module);
             });
         }
@@ -284,12 +316,16 @@ struct Module {
 
 /// Compiles one `.cu` file to `$OUT_DIR/<stem>.fatbin` (with CUTLASS's flags for the
 /// files under [`CUTLASS_DIR`]).
-fn compile(nvcc: &Path, cutlass: Option<&Path>, src: &Path, out_dir: &Path) -> Module {
+fn compile(nvcc: &Nvcc, src: &Path, out_dir: &Path) -> Module {
     let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
     let out = out_dir.join(format!("{stem}.fatbin"));
-    let mut cmd = Command::new(nvcc);
+    let mut cmd = Command::new(&nvcc.path);
     cmd.args(["-fatbin", "--no-compress", "-O3", "-std=c++17", "-Ikernels"]);
-    if let Some(cutlass) = cutlass.filter(|_| src.starts_with(CUTLASS_DIR)) {
+    if let Some(cutlass) = nvcc
+        .cutlass
+        .as_ref()
+        .filter(|_| src.starts_with(CUTLASS_DIR))
+    {
         cutlass_flags(&mut cmd, cutlass);
     }
     for sm in sass_archs(src) {
@@ -298,11 +334,7 @@ fn compile(nvcc: &Path, cutlass: Option<&Path>, src: &Path, out_dir: &Path) -> M
     cmd.arg(format!(
         "-gencode=arch=compute_{PTX_ARCH},code=compute_{PTX_ARCH}"
     ));
-    run_nvcc(
-        cmd.arg(src).arg("-o").arg(&out),
-        nvcc,
-        &src.display().to_string(),
-    );
+    nvcc.run(cmd.arg(src), &out, &src.display().to_string());
     Module {
         name: stem,
         src: src.to_path_buf(),
@@ -316,6 +348,116 @@ fn run_nvcc(cmd: &mut Command, nvcc: &Path, what: &str) {
         .status()
         .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
     assert!(status.success(), "nvcc failed on {what}");
+}
+
+/// Where this script keeps nvcc's outputs between runs: `$HOPSCORE_KERNEL_CACHE`, else
+/// `<target>/kernel-cache` (cargo's `OUT_DIR` is `<target>/<profile>/build/<pkg>/out`);
+/// `HOPSCORE_KERNEL_CACHE=off` compiles every time. `cargo clean` empties it.
+const CACHE_ENV: &str = "HOPSCORE_KERNEL_CACHE";
+
+/// How many outputs the cache keeps: about twelve versions of `kernels/` (21 outputs,
+/// ≈ 6 MB, each).
+const CACHE_ENTRIES: usize = 256;
+
+/// nvcc's outputs by a key of everything they are made from: nvcc's path and `--version`,
+/// CUTLASS's version header, the contents of every file under `kernels/` but the notes
+/// (a header change recompiles every kernel, as cargo's folder-wide rerun does), and the
+/// command's arguments. An entry is written to a temporary name and renamed, so a build
+/// that stops halfway leaves no half-written entry.
+struct KernelCache {
+    dir: Option<PathBuf>,
+    inputs: DefaultHasher,
+}
+
+impl KernelCache {
+    /// `version`: nvcc's `--version` text.
+    fn new(nvcc: &Path, version: &str, cutlass: Option<&Path>, out_dir: &Path) -> Self {
+        let dir = match env::var(CACHE_ENV) {
+            Ok(v) if v == "off" => None,
+            Ok(v) => Some(PathBuf::from(v)),
+            Err(_) => out_dir
+                .ancestors()
+                .nth(4)
+                .map(|target| target.join("kernel-cache")),
+        };
+        let mut inputs = DefaultHasher::new();
+        nvcc.hash(&mut inputs);
+        version.hash(&mut inputs);
+        if let Some(cutlass) = cutlass {
+            read(&cutlass.join("include/cutlass/version.h")).hash(&mut inputs);
+        }
+        for file in files_under(Path::new("kernels")) {
+            if file.extension().is_some_and(|x| x != "md") {
+                file.hash(&mut inputs);
+                read(&file).hash(&mut inputs);
+            }
+        }
+        Self { dir, inputs }
+    }
+
+    /// Runs nvcc command `cmd` (all but its `-o`) writing `out`, or copies `out` from the
+    /// cache when the same inputs made it before.
+    fn run(&self, cmd: &mut Command, out: &Path, nvcc: &Path, what: &str) {
+        let Some(dir) = &self.dir else {
+            return run_nvcc(cmd.arg("-o").arg(out), nvcc, what);
+        };
+        let mut key = self.inputs.clone();
+        for arg in cmd.get_args() {
+            arg.hash(&mut key);
+        }
+        let entry = dir.join(format!(
+            "{:016x}-{}",
+            key.finish(),
+            out.file_name().unwrap().to_string_lossy()
+        ));
+        if std::fs::copy(&entry, out).is_ok() {
+            // Marks the entry as used, for [`KernelCache::prune`].
+            let _ = File::options()
+                .write(true)
+                .open(&entry)
+                .and_then(|f| f.set_modified(SystemTime::now()));
+            return;
+        }
+        run_nvcc(cmd.arg("-o").arg(out), nvcc, what);
+        // A cache that cannot be written only costs the next build its time.
+        let partial = entry.with_extension(format!("partial-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::copy(out, &partial))
+            .and_then(|_| std::fs::rename(&partial, &entry));
+        Self::prune(dir);
+    }
+
+    /// Removes all but the [`CACHE_ENTRIES`] most recently used entries.
+    fn prune(dir: &Path) {
+        let mut entries: Vec<(SystemTime, PathBuf)> = files_under(dir)
+            .into_iter()
+            .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+            .collect();
+        entries.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
+        for (_, stale) in entries.iter().skip(CACHE_ENTRIES) {
+            let _ = std::fs::remove_file(stale);
+        }
+    }
+}
+
+/// The bytes of `path`; panics naming it.
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every file under `dir`, sorted.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
 }
 
 /// The SASS architectures of kernel file `src` ("80", "90a"): [`SASS_ARCHS`] unless a
