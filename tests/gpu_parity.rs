@@ -1406,22 +1406,33 @@ fn deberta_err(fixture: &str, dtype: DType) -> Option<f32> {
 }
 
 fn deberta_err_on(gpu: &CudaBackend, fixture: &str, dtype: DType) -> Option<f32> {
-    // The path without graphs (graph replay equals it: `deberta_graphs_*`).
-    gpu.set_cuda_graphs(false);
     let fixture_dir = common::fixture(&format!("deberta/{fixture}"));
     let case = common::golden_sequences(&common::read_golden(
         &fixture_dir.join("golden.safetensors"),
     ));
     let tmp = tempfile::tempdir().unwrap();
     let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
-    let batch = PackedBatch::pack(&case.seqs);
+    Some(deberta_checkpoint_err(
+        gpu,
+        fixture,
+        &dir,
+        &PackedBatch::pack(&case.seqs),
+    ))
+}
+
+/// The DeBERTa checkpoint in `dir` (weights already rounded to the GPU's dtype) on both
+/// backends over `batch`: the largest relative error of the hidden states on real
+/// tokens and of every head's logits.
+fn deberta_checkpoint_err(gpu: &CudaBackend, what: &str, dir: &Path, batch: &PackedBatch) -> f32 {
+    // The path without graphs (graph replay equals it: `deberta_graphs_*`).
+    gpu.set_cuda_graphs(false);
     let cpu_model =
-        CrossEncoder::load(&CpuBackend::F32, ModelFiles::open(&dir).unwrap(), None).unwrap();
-    let want = cpu_model.forward(&CpuBackend::F32, &batch, true).unwrap();
-    let gpu_model = CrossEncoder::load(gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
-    check_encoder_counts(fixture, gpu, &gpu_model, &batch);
-    check_head_counts(fixture, gpu, &gpu_model, &batch);
-    let got = gpu_model.forward(gpu, &batch, true).unwrap();
+        CrossEncoder::load(&CpuBackend::F32, ModelFiles::open(dir).unwrap(), None).unwrap();
+    let want = cpu_model.forward(&CpuBackend::F32, batch, true).unwrap();
+    let gpu_model = CrossEncoder::load(gpu, ModelFiles::open(dir).unwrap(), None).unwrap();
+    check_encoder_counts(what, gpu, &gpu_model, batch);
+    check_head_counts(what, gpu, &gpu_model, batch);
+    let got = gpu_model.forward(gpu, batch, true).unwrap();
     let real: Vec<bool> = batch.layout.mask.iter().map(|&m| m == 1.0).collect();
     let keep = |h: &HostTensor| -> Vec<f32> {
         let w = h.shape[1];
@@ -1440,13 +1451,10 @@ fn deberta_err_on(gpu: &CudaBackend, fixture: &str, dtype: DType) -> Option<f32>
         } else {
             rel_err(&g.data, &w.data)
         };
-        eprintln!(
-            "  {fixture} {dtype:?} logits {:?}: rel err {e:.2e}",
-            g.shape
-        );
+        eprintln!("  {what} logits {:?}: rel err {e:.2e}", g.shape);
         err = err.max(e);
     }
-    Some(err)
+    err
 }
 
 /// The host path of one encoder forward: its inputs in one upload, at most 8 launches
@@ -1852,6 +1860,120 @@ fn deberta_models_v4_bf16() {
         let err = deberta_err_on(&gpu, m, DType::Bf16).unwrap();
         check_model(&format!("{m} (v4)"), DType::Bf16, err, BF16_MODEL_TOLERANCE);
     }
+}
+
+/// A DeBERTa-v3 checkpoint of head size 64, v5's (the fixtures' heads are 8 to 16 wide):
+/// `v3_seqcls` widened to 128 hidden units in 2 heads and 256 intermediate ones, each
+/// tensor filled with values drawn (seeded) from the fixture's tensor of the same name, so
+/// that LayerNorm weights stay near 1 and biases near 0; a projection's weights are scaled
+/// by √(old fan-in / new), so that its outputs, and the attention scores, keep the spread
+/// they have in the fixture (unscaled, the scores are 4× as sharp and bf16's error 4× the
+/// fixtures'). Rounded to `dtype`. The CPU backend, which the fixtures hold to HF, is the
+/// reference.
+fn deberta_head_size_64(dst: &Path, dtype: DType) -> PathBuf {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    let src = common::fixture("deberta/v3_seqcls");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    let size = |field: &str| config[field].as_u64().unwrap() as usize;
+    let (hidden, inter) = (size("hidden_size"), size("intermediate_size"));
+    let widen = |n: usize| match n {
+        _ if n == hidden => 128,
+        _ if n == inter => 256,
+        _ => n,
+    };
+    for (field, value) in [
+        ("hidden_size", 128),
+        ("pooler_hidden_size", 128),
+        ("num_attention_heads", 2),
+        ("intermediate_size", 256),
+    ] {
+        config[field] = value.into();
+    }
+    std::fs::write(dst.join("config.json"), config.to_string()).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut rng = fastrand::Rng::with_seed(64);
+    let mut named = st.tensors();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = named
+        .into_iter()
+        .map(|(name, view)| {
+            let pool = DType::F32.decode(view.data());
+            let shape: Vec<usize> = view.shape().iter().map(|&n| widen(n)).collect();
+            let scale = match (view.shape(), name.contains("embeddings")) {
+                ([_, fan_in], false) => (*fan_in as f32 / shape[1] as f32).sqrt(),
+                _ => 1.0,
+            };
+            let values: Vec<f32> = (0..shape.iter().product())
+                .map(|_| scale * pool[rng.usize(..pool.len())])
+                .collect();
+            let rounded = dtype.decode(&dtype.encode(&values));
+            (name, shape, DType::F32.encode(&rounded))
+        })
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, shape, data)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, shape.clone(), data).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dst.join("model.safetensors")).unwrap();
+    dst.to_path_buf()
+}
+
+/// v5 in a whole model: the head-size-64 DeBERTa ([`deberta_head_size_64`]) over ragged
+/// sequences of 1 to 150 tokens (three query tiles: the linear buckets' diagonals and,
+/// past 128 tokens, log buckets) on v5 and on v3, both within the model bound. The
+/// emulator accumulates wgmma and mma.sync alike, so there the two give the same bits; a
+/// GPU need not.
+fn deberta_head_size_64_v5(dtype: DType) {
+    let Some(v5) = hopper_gpu(dtype, Version::V5) else {
+        return;
+    };
+    let v3 = common::gpu(dtype).unwrap();
+    v3.set_disentangled_version(Version::V3).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = deberta_head_size_64(tmp.path(), dtype);
+    let mut rng = fastrand::Rng::with_seed(5);
+    let seqs: Vec<Sequence> = [1, 9, 70, 150]
+        .iter()
+        .map(|&len| Sequence {
+            ids: (0..len).map(|_| rng.u32(1..1000)).collect(),
+            type_ids: vec![0; len],
+            mask: vec![1; len],
+        })
+        .collect();
+    let batch = PackedBatch::pack(&seqs);
+    // The model's call is one that v5 runs (not one it hands to v3).
+    let model =
+        CrossEncoder::load(&CpuBackend::F32, ModelFiles::open(&dir).unwrap(), None).unwrap();
+    let config = &model.encoder.config;
+    let index = relative_index(config.relative.as_ref().unwrap(), batch.layout.max_len());
+    assert_eq!(config.head_size, 64);
+    assert_eq!(Version::V5.for_call(64, Some(&index)), Version::V5);
+    let err5 = deberta_checkpoint_err(&v5, "head size 64 (v5)", &dir, &batch);
+    let err3 = deberta_checkpoint_err(&v3, "head size 64 (v3)", &dir, &batch);
+    // Measured on the emulator: bf16 5.8e-3, f16 7.1e-4 (both versions).
+    let tol = match dtype {
+        DType::Bf16 => BF16_MODEL_TOLERANCE,
+        _ => tolerance(dtype),
+    };
+    check_model("head size 64 (v3)", dtype, err3, tol);
+    check_model("head size 64 (v5)", dtype, err5, tol);
+}
+
+#[test]
+fn deberta_model_head_size_64_v5_bf16() {
+    deberta_head_size_64_v5(DType::Bf16);
+}
+
+#[test]
+fn deberta_model_head_size_64_v5_f16() {
+    deberta_head_size_64_v5(DType::F16);
 }
 
 /// Ragged sequences of random ids (one without targets, a suffix-only one).

@@ -72,7 +72,7 @@ impl Version {
     /// needs d = 64 and an index that rises by at most 1 per offset (DeBERTa's buckets),
     /// so that each tile diagonal's band rows are consecutive table rows; v3 runs the
     /// other calls v5 was asked for (said once in the log).
-    fn for_call(self, d: usize, index: Option<&[u32]>) -> Version {
+    pub fn for_call(self, d: usize, index: Option<&[u32]>) -> Version {
         let consecutive = |i: &[u32]| i.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1);
         if self != Version::V5 || (d == 64 && index.is_none_or(consecutive)) {
             return self;
