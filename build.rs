@@ -19,10 +19,11 @@
 //! Without the headers those GEMMs are left out with a warning (an error under
 //! `HOPSCORE_REQUIRE_NVCC=1`) and the backend runs cuBLASLt and a separate pass instead.
 //!
-//! nvcc's outputs are kept in a cache ([`KernelCache`]) keyed by nvcc, its arguments and
-//! every kernel source: `cargo build`, `cargo clippy`, builds with other features and
-//! maturin each run this script in an `OUT_DIR` of their own and would otherwise compile
-//! every kernel again.
+//! nvcc's outputs are kept in a cache ([`KernelCache`]) keyed by nvcc, its arguments, the
+//! file compiled and every header: `cargo build`, `cargo clippy`, builds with other
+//! features and maturin each run this script in an `OUT_DIR` of their own and would
+//! otherwise compile every kernel again, and an edit of one kernel file recompiles that
+//! file only.
 
 use std::env;
 use std::fmt::Write as _;
@@ -355,14 +356,15 @@ fn run_nvcc(cmd: &mut Command, nvcc: &Path, what: &str) {
 /// `HOPSCORE_KERNEL_CACHE=off` compiles every time. `cargo clean` empties it.
 const CACHE_ENV: &str = "HOPSCORE_KERNEL_CACHE";
 
-/// How many outputs the cache keeps: about twelve versions of `kernels/` (21 outputs,
-/// ≈ 6 MB, each).
+/// How many outputs the cache keeps: about twelve whole versions of `kernels/` (21
+/// outputs, ≈ 6 MB, each).
 const CACHE_ENTRIES: usize = 256;
 
 /// nvcc's outputs by a key of everything they are made from: nvcc's path and `--version`,
-/// CUTLASS's version header, the contents of every file under `kernels/` but the notes
-/// (a header change recompiles every kernel, as cargo's folder-wide rerun does), and the
-/// command's arguments. An entry is written to a temporary name and renamed, so a build
+/// CUTLASS's version header, the contents of every header under `kernels/` (every file
+/// but the `.cu` files and the notes: a header change recompiles every kernel), the
+/// command's arguments and the contents of the `.cu` files among them (kernel files
+/// include headers only). An entry is written to a temporary name and renamed, so a build
 /// that stops halfway leaves no half-written entry.
 struct KernelCache {
     dir: Option<PathBuf>,
@@ -387,7 +389,7 @@ impl KernelCache {
             read(&cutlass.join("include/cutlass/version.h")).hash(&mut inputs);
         }
         for file in files_under(Path::new("kernels")) {
-            if file.extension().is_some_and(|x| x != "md") {
+            if !is_kernel_file(&file) && file.extension().is_some_and(|x| x != "md") {
                 file.hash(&mut inputs);
                 read(&file).hash(&mut inputs);
             }
@@ -404,6 +406,9 @@ impl KernelCache {
         let mut key = self.inputs.clone();
         for arg in cmd.get_args() {
             arg.hash(&mut key);
+            if is_kernel_file(Path::new(arg)) {
+                read(Path::new(arg)).hash(&mut key);
+            }
         }
         let entry = dir.join(format!(
             "{:016x}-{}",
@@ -438,6 +443,11 @@ impl KernelCache {
             let _ = std::fs::remove_file(stale);
         }
     }
+}
+
+/// Whether `path` is a `.cu` file.
+fn is_kernel_file(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "cu")
 }
 
 /// The bytes of `path`; panics naming it.
