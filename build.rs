@@ -94,10 +94,11 @@ fn main() {
         ),
     }
     let (release, modules) = match &nvcc {
-        Some(nvcc) => (
-            release(&nvcc.version),
-            compile_all(nvcc, &sources, &out_dir),
-        ),
+        Some(nvcc) => {
+            let modules = compile_all(nvcc, &sources, &out_dir);
+            nvcc.cache.prune();
+            (release(&nvcc.version), modules)
+        }
         None => (String::new(), Vec::new()),
     };
     let mut table = table(&release, &modules);
@@ -204,16 +205,28 @@ fn geometry(path: &str) -> String {
 }
 
 fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    files_in(dir)
+        .into_iter()
+        .filter(|p| is_kernel_file(p))
+        .collect()
+}
+
+/// Whether `path` is a `.cu` file.
+fn is_kernel_file(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "cu")
+}
+
+/// The files in `dir` (not in its subfolders), sorted; none if it cannot be read.
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
 }
 
 /// The nvcc this build uses, with what is found next to it.
@@ -243,10 +256,17 @@ impl Nvcc {
         }
     }
 
-    /// Runs `cmd` (an nvcc command, all but its `-o`) writing `out`, through the cache;
-    /// panics naming `what` if nvcc fails.
+    /// Runs `cmd` (an nvcc command, all but its `-o`) writing `out`, unless the cache has
+    /// what the same inputs made; panics naming `what` if nvcc fails.
     fn run(&self, cmd: &mut Command, out: &Path, what: &str) {
-        self.cache.run(cmd, out, &self.path, what);
+        let entry = self.cache.entry(cmd, out);
+        if entry.as_deref().is_some_and(|e| KernelCache::fetch(e, out)) {
+            return;
+        }
+        run_nvcc(cmd.arg("-o").arg(out), &self.path, what);
+        if let Some(entry) = entry {
+            KernelCache::store(&entry, out);
+        }
     }
 }
 
@@ -361,8 +381,9 @@ const CACHE_ENV: &str = "HOPSCORE_KERNEL_CACHE";
 const CACHE_ENTRIES: usize = 256;
 
 /// nvcc's outputs by a key of everything they are made from: nvcc's path and `--version`,
-/// CUTLASS's version header, the contents of every header under `kernels/` (every file
-/// but the `.cu` files and the notes: a header change recompiles every kernel), the
+/// CUTLASS's version header, the contents of every header in `kernels/` and
+/// [`CUTLASS_DIR`] (every file but the `.cu` files and the notes: a header change
+/// recompiles every kernel), the
 /// command's arguments and the contents of the `.cu` files among them (kernel files
 /// include headers only). An entry is written to a temporary name and renamed, so a build
 /// that stops halfway leaves no half-written entry.
@@ -388,7 +409,8 @@ impl KernelCache {
         if let Some(cutlass) = cutlass {
             read(&cutlass.join("include/cutlass/version.h")).hash(&mut inputs);
         }
-        for file in files_under(Path::new("kernels")) {
+        let folders = [Path::new("kernels"), Path::new(CUTLASS_DIR)];
+        for file in folders.into_iter().flat_map(files_in) {
             if !is_kernel_file(&file) && file.extension().is_some_and(|x| x != "md") {
                 file.hash(&mut inputs);
                 read(&file).hash(&mut inputs);
@@ -397,12 +419,10 @@ impl KernelCache {
         Self { dir, inputs }
     }
 
-    /// Runs nvcc command `cmd` (all but its `-o`) writing `out`, or copies `out` from the
-    /// cache when the same inputs made it before.
-    fn run(&self, cmd: &mut Command, out: &Path, nvcc: &Path, what: &str) {
-        let Some(dir) = &self.dir else {
-            return run_nvcc(cmd.arg("-o").arg(out), nvcc, what);
-        };
+    /// The entry of nvcc command `cmd` (all but its `-o`) writing `out`; `None` when the
+    /// cache is off.
+    fn entry(&self, cmd: &Command, out: &Path) -> Option<PathBuf> {
+        let dir = self.dir.as_ref()?;
         let mut key = self.inputs.clone();
         for arg in cmd.get_args() {
             arg.hash(&mut key);
@@ -410,31 +430,35 @@ impl KernelCache {
                 read(Path::new(arg)).hash(&mut key);
             }
         }
-        let entry = dir.join(format!(
-            "{:016x}-{}",
-            key.finish(),
-            out.file_name().unwrap().to_string_lossy()
-        ));
-        if std::fs::copy(&entry, out).is_ok() {
-            // Marks the entry as used, for [`KernelCache::prune`].
-            let _ = File::options()
-                .write(true)
-                .open(&entry)
-                .and_then(|f| f.set_modified(SystemTime::now()));
-            return;
+        let name = out.file_name().unwrap().to_string_lossy();
+        Some(dir.join(format!("{:016x}-{name}", key.finish())))
+    }
+
+    /// Copies `entry` to `out` if it is there, marking it used (for [`KernelCache::prune`]).
+    fn fetch(entry: &Path, out: &Path) -> bool {
+        if std::fs::copy(entry, out).is_err() {
+            return false;
         }
-        run_nvcc(cmd.arg("-o").arg(out), nvcc, what);
-        // A cache that cannot be written only costs the next build its time.
+        let _ = File::options()
+            .write(true)
+            .open(entry)
+            .and_then(|f| f.set_modified(SystemTime::now()));
+        true
+    }
+
+    /// Keeps `out` as `entry`. A cache that cannot be written only costs the next build
+    /// its time.
+    fn store(entry: &Path, out: &Path) {
         let partial = entry.with_extension(format!("partial-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(dir)
+        let _ = std::fs::create_dir_all(entry.parent().unwrap())
             .and_then(|()| std::fs::copy(out, &partial))
-            .and_then(|_| std::fs::rename(&partial, &entry));
-        Self::prune(dir);
+            .and_then(|_| std::fs::rename(&partial, entry));
     }
 
     /// Removes all but the [`CACHE_ENTRIES`] most recently used entries.
-    fn prune(dir: &Path) {
-        let mut entries: Vec<(SystemTime, PathBuf)> = files_under(dir)
+    fn prune(&self) {
+        let Some(dir) = &self.dir else { return };
+        let mut entries: Vec<(SystemTime, PathBuf)> = files_in(dir)
             .into_iter()
             .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
             .collect();
@@ -445,29 +469,9 @@ impl KernelCache {
     }
 }
 
-/// Whether `path` is a `.cu` file.
-fn is_kernel_file(path: &Path) -> bool {
-    path.extension().is_some_and(|x| x == "cu")
-}
-
 /// The bytes of `path`; panics naming it.
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Every file under `dir`, sorted.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(files_under(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
 }
 
 /// The SASS architectures of kernel file `src` ("80", "90a"): [`SASS_ARCHS`] unless a
