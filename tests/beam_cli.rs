@@ -106,9 +106,14 @@ fn killed_and_resumed_runs_write_the_same_bytes_and_the_reference_chains() {
     );
 
     // Ctrl-C: the run commits the rows in flight and exits with 130, keeping the parts
-    // of the killed runs (on a loaded machine every kill may land before a run opened
-    // its parts: then there are none to keep).
-    let had_parts = parts.join("manifest.json").is_file();
+    // of the killed runs. On a loaded machine every kill may land before a run committed
+    // a part (its manifest and log then list none), and a run stopped before its first
+    // commit removes the directory: then there is nothing to keep.
+    let read = |f: &str| std::fs::read_to_string(parts.join(f)).unwrap_or_default();
+    let had_parts = read("manifest.json").contains("part-")
+        || read("committed.jsonl")
+            .split_inclusive('\n')
+            .any(|line| line.ends_with('\n') && line.contains("part-")); // whole lines
     let mut child = beam(&questions, &resumed, &args)
         .arg("--resume")
         .stderr(std::process::Stdio::null())
