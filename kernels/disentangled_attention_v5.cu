@@ -17,18 +17,20 @@
 // A block owns 128 query rows of a (sequence, head): consumer c (warpgroup 1 + c) the
 // 64 rows of query tile 2·blockIdx.x + c. Warpgroup 0 gives its registers back
 // (setmaxnreg) and one of its threads loads: the consumers' Q tiles once, then per key
-// tile K and V into one of 2 stages (`kv_full` / `kv_empty`, shared by both consumers)
-// and each consumer's PK and PQ band box of its own diagonal (`band_full` / `band_empty`,
-// one stage). A consumer per key tile, as v4: S = Q·Kᵀ and C = Q·PKᵀ (wgmma, A and B
-// from shared memory; the band products as two 64-wide halves, the second skipped on a
-// diagonal of at most 64 distinct rows), C gathered into S through its f32 scratch, P2 = K·PQᵀ stored
-// there and gathered after a barrier of its warpgroup (bar.sync), the masks and online
-// softmax of flash_v3.cuh, O += P·V with P from registers and V MN-major. The two
-// consumers take turns to issue S and C (ping-pong: bar.sync / bar.arrive), so one's
-// gathers and softmax run under the other's tensor work. It releases
-// the band once its products are done and the K/V stage after P·V. Rows of K and V past
-// the sequence belong to the next one (or read as zero past the tensor); their scores
-// are masked, so their probabilities are exactly 0.
+// tile K and V (rings of 2 stages each, shared by both consumers), each consumer's PK
+// band box of its own diagonal (2 stages) and its PQ box (1 stage), every buffer with a
+// `full` and an `empty` mbarrier. A consumer per key tile, as v4: S = Q·Kᵀ and C =
+// Q·PKᵀ (wgmma, A and B from shared memory; the band products as two 64-wide halves,
+// the second skipped on a diagonal of at most 64 distinct rows), C gathered into S
+// through its f32 scratch, P2 = K·PQᵀ stored there and gathered after a barrier of its
+// warpgroup (bar.sync), the masks and online softmax of flash_v3.cuh, O += P·V with P
+// from registers and V MN-major. v5.2: S and C of tile kt + 1 are issued before tile
+// kt's softmax and P·V, and waited for at the start of tile kt + 1 (two commit groups in
+// flight: FlashAttention-3's intra-warpgroup overlap), so the softmax runs under them and
+// P·V under the next tile's C gather. The two consumers also take turns to issue S and C
+// (ping-pong: bar.sync / bar.arrive), so one's gathers and softmax run under the other's
+// tensor work. Rows of K and V past the sequence belong to the next one (or read as zero
+// past the tensor); their scores are masked, so their probabilities are exactly 0.
 #include "flash_v3.cuh"
 #include "params.cuh"
 
@@ -49,23 +51,33 @@ using Bar = unsigned long long;
 struct Layout {
   unsigned char* base;
   __device__ __forceinline__ unsigned char* q(int c) const { return base + c * kTile; }
-  __device__ __forceinline__ unsigned char* k(int s) const { return base + (kConsumers + 2 * s) * kTile; }
-  __device__ __forceinline__ unsigned char* v(int s) const { return k(s) + kTile; }
-  __device__ __forceinline__ unsigned char* pk(int c) const {
-    return base + (kConsumers + 4) * kTile + 2 * c * kBand;
+  __device__ __forceinline__ unsigned char* k(int s) const { return base + (kConsumers + s) * kTile; }
+  __device__ __forceinline__ unsigned char* v(int s) const { return base + (kConsumers + 2 + s) * kTile; }
+  __device__ __forceinline__ unsigned char* pk(int c, int s) const {
+    return base + (kConsumers + 4) * kTile + (2 * c + s) * kBand;
   }
-  __device__ __forceinline__ unsigned char* pq(int c) const { return pk(c) + kBand; }
+  __device__ __forceinline__ unsigned char* pq(int c) const {
+    return base + (kConsumers + 4) * kTile + (2 * kConsumers + c) * kBand;
+  }
   __device__ __forceinline__ float* scratch(int c) const {
-    return reinterpret_cast<float*>(base + (kConsumers + 4) * kTile + 2 * kConsumers * kBand) +
-           c * kRows * kLdc;
+    return reinterpret_cast<float*>(base + (kConsumers + 4) * kTile + 3 * kConsumers * kBand) + c * kRows * kLdc;
   }
   __device__ __forceinline__ Bar* bars() const { return reinterpret_cast<Bar*>(base + geo::DA_V5_BARRIERS); }
   __device__ __forceinline__ Bar* q_full() const { return bars(); }
-  __device__ __forceinline__ Bar* kv_full(int s) const { return bars() + 1 + s; }
-  __device__ __forceinline__ Bar* kv_empty(int s) const { return bars() + 3 + s; }
-  __device__ __forceinline__ Bar* band_full(int c) const { return bars() + 5 + c; }
-  __device__ __forceinline__ Bar* band_empty(int c) const { return bars() + 7 + c; }
+  __device__ __forceinline__ Bar* k_full(int s) const { return bars() + 1 + s; }
+  __device__ __forceinline__ Bar* k_empty(int s) const { return bars() + 3 + s; }
+  __device__ __forceinline__ Bar* v_full(int s) const { return bars() + 5 + s; }
+  __device__ __forceinline__ Bar* v_empty(int s) const { return bars() + 7 + s; }
+  __device__ __forceinline__ Bar* pk_full(int c, int s) const { return bars() + 9 + 2 * c + s; }
+  __device__ __forceinline__ Bar* pk_empty(int c, int s) const { return bars() + 13 + 2 * c + s; }
+  __device__ __forceinline__ Bar* pq_full(int c) const { return bars() + 17 + c; }
+  __device__ __forceinline__ Bar* pq_empty(int c) const { return bars() + 19 + c; }
 };
+static_assert(geo::DA_V5_BARRIER_COUNT == 21, "Layout's barriers");
+
+// The two stages of a ring and the parity of tile kt's use of its stage.
+__device__ __forceinline__ int stage(int kt) { return kt % 2; }
+__device__ __forceinline__ unsigned phase(int kt) { return (kt / 2) % 2; }
 
 // K-major descriptor of a swizzled tile of 64-element rows (8-row atoms of 1 KB); a
 // k-step of 16 columns is 32 bytes on.
@@ -122,6 +134,11 @@ __device__ __forceinline__ const unsigned* diagonal(const unsigned* band_table, 
   return band_table + (size_t)(qt - kt + band_tiles - 1) * 2 * kBandRows;
 }
 
+// Loads in the order the consumers free and need them: tile kt's K and PK (needed when
+// tile kt − 1 issues its S and C), then V (P·V) and PQ (P2). K's stage is free again
+// once S and P2 of its tile are done, PK's once C is, V's once P·V is (at tile kt + 1's
+// P2), PQ's once P2 is: each load waits for a release about a tile before the load is
+// needed.
 template <typename T>
 __device__ void produce(const hopscore::DisentangledV5Params<T>& p, const Layout& sm, int start, int qt0,
                         int active, int tiles) {
@@ -129,30 +146,40 @@ __device__ void produce(const hopscore::DisentangledV5Params<T>& p, const Layout
   const bool c2p = p.flags & kC2p, p2c = p.flags & kP2c;
   hopscore::mbarrier_arrive_expect_tx(sm.q_full(), active * kTile);
   for (int c = 0; c < active; ++c) hopscore::tma_load_2d(sm.q(c), &p.q_map, col, start + (qt0 + c) * kRows, sm.q_full());
+  const auto row0 = [&](int c, int kt) { return (int)diagonal(p.band_table, qt0 + c, kt, (int)p.band_tiles)[0]; };
   for (int kt = 0; kt < tiles; ++kt) {
-    const int s = kt % 2;
-    hopscore::mbarrier_wait(sm.kv_empty(s), (kt / 2 + 1) % 2);  // a stage's first use passes
-    hopscore::mbarrier_arrive_expect_tx(sm.kv_full(s), 2 * kTile);
-    hopscore::tma_load_2d(sm.k(s), &p.k_map, col, start + kt * kKeys, sm.kv_full(s));
-    hopscore::tma_load_2d(sm.v(s), &p.v_map, col, start + kt * kKeys, sm.kv_full(s));
-    if (!c2p && !p2c) continue;
-    for (int c = 0; c < active; ++c) {
-      hopscore::mbarrier_wait(sm.band_empty(c), (kt + 1) % 2);
-      const int row0 = (int)diagonal(p.band_table, qt0 + c, kt, (int)p.band_tiles)[0];
-      hopscore::mbarrier_arrive_expect_tx(sm.band_full(c), (c2p + p2c) * kBand);
-      if (c2p) hopscore::tma_load_2d(sm.pk(c), &p.pk_map, col, row0, sm.band_full(c));
-      if (p2c) hopscore::tma_load_2d(sm.pq(c), &p.pq_map, col, row0, sm.band_full(c));
+    const int s = stage(kt);
+    const unsigned free = phase(kt) ^ 1;  // a stage's first use passes
+    hopscore::mbarrier_wait(sm.k_empty(s), free);
+    hopscore::mbarrier_arrive_expect_tx(sm.k_full(s), kTile);
+    hopscore::tma_load_2d(sm.k(s), &p.k_map, col, start + kt * kKeys, sm.k_full(s));
+    for (int c = 0; c < active && c2p; ++c) {
+      hopscore::mbarrier_wait(sm.pk_empty(c, s), free);
+      hopscore::mbarrier_arrive_expect_tx(sm.pk_full(c, s), kBand);
+      hopscore::tma_load_2d(sm.pk(c, s), &p.pk_map, col, row0(c, kt), sm.pk_full(c, s));
+    }
+    hopscore::mbarrier_wait(sm.v_empty(s), free);
+    hopscore::mbarrier_arrive_expect_tx(sm.v_full(s), kTile);
+    hopscore::tma_load_2d(sm.v(s), &p.v_map, col, start + kt * kKeys, sm.v_full(s));
+    for (int c = 0; c < active && p2c; ++c) {
+      hopscore::mbarrier_wait(sm.pq_empty(c), (kt + 1) % 2);
+      hopscore::mbarrier_arrive_expect_tx(sm.pq_full(c), kBand);
+      hopscore::tma_load_2d(sm.pq(c), &p.pq_map, col, row0(c, kt), sm.pq_full(c));
     }
   }
 }
 
+// One consumer over its query tile: tile kt + 1's S and C are issued before tile kt's
+// masks and softmax run, tile kt's P·V after them, and tile kt + 1's scores are
+// completed (C gathered into S, P2 = K·PQᵀ issued, waited for, stored and gathered after
+// a barrier of the warpgroup) while that P·V runs (the loop at the end says how).
 template <typename T>
 __device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout& sm, int c, int active, int start,
                         int len, int qt, int tiles) {
   const int tid = (int)threadIdx.x % 128, lane = tid % 32, warp = tid / 32, t = lane % 4, g = lane / 4;
   const bool c2p = p.flags & kC2p, p2c = p.flags & kP2c, band = c2p || p2c;
   const unsigned barrier = 1 + c;  // bar.sync id of this warpgroup
-  // Ping-pong (both consumers at work): consumer c issues its S and C products once the
+  // Ping-pong (both consumers at work): consumer c issues a tile's S and C once the
   // other has issued its own (barrier 3 + c: its 128 threads wait, the other's 128
   // arrive), so one's gathers and softmax run under the other's tensor work. Consumer 0
   // goes first; consumer 1 skips its last arrival, which no one waits for.
@@ -160,58 +187,106 @@ __device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout
   const unsigned my_turn = 3 + c, their_turn = 3 + (1 - c);
   if (ping_pong && c == 1) hopscore::named_barrier_arrive(their_turn, 256);
   float* scratch = sm.scratch(c);
+  float* mine = scratch + 16 * warp * kLdc;  // this warp's 16 scratch rows
   const float sl2 = p.scale * 1.4426950408889634f;  // scale · log2(e)
-  const unsigned long long q_desc = k_major(sm.q(c)), pk_desc = k_major(sm.pk(c)), pq_desc = k_major(sm.pq(c));
+  const unsigned long long q_desc = k_major(sm.q(c)), pq_desc = k_major(sm.pq(c));
   using hopscore::wgmma_desc_add;
+  // The band-table entry of tile kt's diagonal, and whether it has at most 64 distinct
+  // band rows (its last slot below 64): half-width band products.
+  const auto diag = [&](int kt) { return diagonal(p.band_table, qt, kt, (int)p.band_tiles); };
+  const auto narrow = [&](int kt) { return band && diag(kt)[2 * kBandRows - 1] < kBandRows / 2; };
   Rows16<T, D> rows;
-  hopscore::mbarrier_wait(sm.q_full(), 0);
-  for (int kt = 0; kt < tiles; ++kt) {
-    const int s = kt % 2;
-    const unsigned long long kd = k_major(sm.k(s)), vd = mn_major(sm.v(s));
-    const unsigned* diag = band ? diagonal(p.band_table, qt, kt, (int)p.band_tiles) : nullptr;
-    // At most 64 distinct band rows (the last slot below 64): half-width band products.
-    const bool narrow = band && diag[2 * kBandRows - 1] < kBandRows / 2;
-    hopscore::named_barrier_sync(barrier, 128);  // every warp is done with tile kt − 1's scratch
-    hopscore::mbarrier_wait(sm.kv_full(s), (kt / 2) % 2);
-    // S = Q·Kᵀ and C = Q·PKᵀ (rows 16w + g (+8) of this warp, as v3's fragments).
-    float sc[kNb][4];
-    float cb[kBandRows / 8][4];
+  // The products of a tile issued ahead: declared afresh for each tile, so that the
+  // compiler sees their registers free before the first product writes them (a
+  // wgmma's accumulators are read-write operands) and after their last read.
+  struct Ahead {
+    float s[kNb][4];              // S
+    float cb[kBandRows / 8][4];  // C, then P2
+  };
+  // S = Q·Kᵀ and the first half of C = Q·PKᵀ (band rows 0–63) of tile j (rows 16w + g
+  // (+8) of this warp, as v3's fragments), one commit group, on this consumer's turn.
+  const auto issue_s_and_c = [&](int j, Ahead& a) {
     if (ping_pong) hopscore::named_barrier_sync(my_turn, 256);
+    hopscore::mbarrier_wait(sm.k_full(stage(j)), phase(j));
+    const unsigned long long kd = k_major(sm.k(stage(j)));
     hopscore::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      hopscore::wgmma_ss<T, kKeys>(flat<kKeys>(sc), wgmma_desc_add(q_desc, 32 * kk), wgmma_desc_add(kd, 32 * kk),
+      hopscore::wgmma_ss<T, kKeys>(flat<kKeys>(a.s), wgmma_desc_add(q_desc, 32 * kk), wgmma_desc_add(kd, 32 * kk),
                                    kk > 0);
-    if (band) hopscore::mbarrier_wait(sm.band_full(c), kt % 2);
-    if (c2p) band_scores<T>(narrow, cb, q_desc, pk_desc);
-    hopscore::wgmma_commit();
-    if (ping_pong && (c == 0 || kt + 1 < tiles)) hopscore::named_barrier_arrive(their_turn, 256);
-    hopscore::wgmma_wait<0>();
-    if (band) {
-      const BandSlots sl(diag + kBandRows, warp, lane);
-      float* mine = scratch + 16 * warp * kLdc;
-      if (c2p) {  // this warp's query rows × all band slots, gathered by the warp
-        store_band(narrow, mine, cb, lane);
-        __syncwarp();
-        sl.add_c2p<kLdc>(sc, mine + g * kLdc);
-        __syncwarp();  // the warp's scratch rows are free again
-      }
-      if (p2c) {  // P2 = K·PQᵀ: this warp's rows are keys 16w + g (+8), gathered by all
-        hopscore::wgmma_fence();
-        band_scores<T>(narrow, cb, kd, pq_desc);
-        hopscore::wgmma_commit();
-        hopscore::wgmma_wait<0>();
-        store_band(narrow, mine, cb, lane);
-      }
-      hopscore::mbarrier_arrive(sm.band_empty(c));  // the band's products are done
-      hopscore::named_barrier_sync(barrier, 128);   // P2 rows complete
-      if (p2c) sl.add_p2c<kLdc>(sc, [&](int nb) { return scratch + (8 * nb + 2 * t) * kLdc; });
+    if (c2p) {
+      hopscore::mbarrier_wait(sm.pk_full(c, stage(j)), phase(j));
+      band_half<T>(a.cb, 0, q_desc, k_major(sm.pk(c, stage(j))));
     }
+    hopscore::wgmma_commit();
+    if (ping_pong && (c == 0 || j + 1 < tiles)) hopscore::named_barrier_arrive(their_turn, 256);
+  };
+  // C's second half (band rows 64–127) of tile j on a wide diagonal, its own commit
+  // group (empty on a narrow one). Issued after the softmax that runs under the first
+  // group: until then its 32 accumulators are free for the softmax.
+  const auto issue_c_rest = [&](int j, Ahead& a) {
+    if (c2p && !narrow(j)) {
+      hopscore::wgmma_fence();
+      band_half<T>(a.cb, 1, q_desc, k_major(sm.pk(c, stage(j))));
+    }
+    hopscore::wgmma_commit();
+  };
 
+  // Once S and C of tile j are done (in `a`): sc ← S + c2p + p2c of tile j. Issues P2
+  // and waits for every group in flight (P2, and tile j − 1's P·V).
+  const auto complete_scores = [&](int j, Ahead& a, float (&sc)[kNb][4]) {
+#pragma unroll
+    for (int nb = 0; nb < kNb; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[nb][i] = a.s[nb][i];
+    const int s = stage(j);
+    const bool nar = narrow(j);
+    if (c2p) hopscore::mbarrier_arrive(sm.pk_empty(c, s));
+    // Once P2 and tile j − 1's P·V are done: K of tile j, V of tile j − 1.
+    const auto release_kv = [&] {
+      hopscore::mbarrier_arrive(sm.k_empty(s));
+      if (j > 0) hopscore::mbarrier_arrive(sm.v_empty(stage(j - 1)));
+    };
+    if (!band) {
+      hopscore::wgmma_wait<0>();
+      release_kv();
+      return;
+    }
+    const BandSlots sl(diag(j) + kBandRows, warp, lane);
+    if (c2p) {  // this warp's query rows × all band slots, gathered by the warp
+      if (p2c) hopscore::named_barrier_sync(barrier, 128);  // every warp has gathered tile j − 1's P2
+      store_band(nar, mine, a.cb, lane);
+      __syncwarp();
+      sl.add_c2p<kLdc>(sc, mine + g * kLdc);
+      __syncwarp();  // the warp's scratch rows are free again
+    }
+    if (p2c) {  // P2 = K·PQᵀ: this warp's rows are keys 16w + g (+8), gathered by all
+      hopscore::mbarrier_wait(sm.pq_full(c), j % 2);
+      hopscore::wgmma_fence();
+      band_scores<T>(nar, a.cb, k_major(sm.k(s)), pq_desc);
+      hopscore::wgmma_commit();
+    }
+    hopscore::wgmma_wait<0>();
+    release_kv();
+    if (p2c) {
+      hopscore::mbarrier_arrive(sm.pq_empty(c));
+      if (!c2p) hopscore::named_barrier_sync(barrier, 128);  // every warp has gathered tile j − 1's P2
+      store_band(nar, mine, a.cb, lane);
+      hopscore::named_barrier_sync(barrier, 128);  // P2 rows complete
+      sl.add_p2c<kLdc>(sc, [&](int nb) { return scratch + (8 * nb + 2 * t) * kLdc; });
+    }
+  };
+
+  // Tile kt's masks and softmax: P rounded to T as wgmma A fragments.
+  const auto softmax = [&](int kt, float (&sc)[kNb][4], unsigned (&pp)[kNb][2]) {
     mask_keys(sc, key_bits(p.mask + start, kt * kKeys, len, lane));
-    unsigned pp[kNb][2];
     rows.probabilities(sc, sl2, pp);
-    // O += P·V: P of keys 16kk.. as the A fragment, V rows 16kk.. (MN-major).
+  };
+  // O += P·V of tile kt, one commit group: P of keys 16kk.. as the A fragment, V rows
+  // 16kk.. (MN-major).
+  const auto issue_pv = [&](int kt, const unsigned (&pp)[kNb][2]) {
+    hopscore::mbarrier_wait(sm.v_full(stage(kt)), phase(kt));
+    const unsigned long long vd = mn_major(sm.v(stage(kt)));
     hopscore::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -219,9 +294,35 @@ __device__ void consume(const hopscore::DisentangledV5Params<T>& p, const Layout
       hopscore::wgmma_rs<T, D>(flat<D>(rows.o), pa, wgmma_desc_add(vd, 16 * 128 * kk), true);
     }
     hopscore::wgmma_commit();
+  };
+
+  // Tile 0's scores; then per tile: the next tile's S and C's first half issued, this
+  // tile's softmax under them, C's second half and P·V issued, the next tile's scores
+  // completed under P·V. The last tile is outside the loop: no product is in flight
+  // across its back edge (ptxas cannot tell which iteration is the last and would
+  // serialise every wgmma of the kernel).
+  float sc[kNb][4];
+  unsigned pp[kNb][2];
+  hopscore::mbarrier_wait(sm.q_full(), 0);
+  {
+    Ahead first;
+    issue_s_and_c(0, first);
+    issue_c_rest(0, first);
     hopscore::wgmma_wait<0>();
-    hopscore::mbarrier_arrive(sm.kv_empty(s));  // K and V of this stage are consumed
+    complete_scores(0, first, sc);
   }
+  for (int kt = 0; kt + 1 < tiles; ++kt) {
+    Ahead next;
+    issue_s_and_c(kt + 1, next);
+    softmax(kt, sc, pp);
+    issue_c_rest(kt + 1, next);
+    issue_pv(kt, pp);
+    hopscore::wgmma_wait<1>();  // S and C of tile kt + 1; tile kt's P·V may still run
+    complete_scores(kt + 1, next, sc);
+  }
+  softmax(tiles - 1, sc, pp);
+  issue_pv(tiles - 1, pp);
+  hopscore::wgmma_wait<0>();
 
   // Rows g and g + 8 of the warp; masked rows (and rows whose keys are all masked) are 0.
   const unsigned width = p.heads * D;
@@ -247,12 +348,18 @@ template <typename T> __device__ void attention(const hopscore::DisentangledV5Pa
   if (threadIdx.x == 0) {
     hopscore::mbarrier_init(sm.q_full(), 1);
     for (int s = 0; s < 2; ++s) {
-      hopscore::mbarrier_init(sm.kv_full(s), 1);
-      hopscore::mbarrier_init(sm.kv_empty(s), 128 * active);
+      hopscore::mbarrier_init(sm.k_full(s), 1);
+      hopscore::mbarrier_init(sm.k_empty(s), 128 * active);
+      hopscore::mbarrier_init(sm.v_full(s), 1);
+      hopscore::mbarrier_init(sm.v_empty(s), 128 * active);
+      for (int c = 0; c < kConsumers; ++c) {
+        hopscore::mbarrier_init(sm.pk_full(c, s), 1);
+        hopscore::mbarrier_init(sm.pk_empty(c, s), 128);
+      }
     }
     for (int c = 0; c < kConsumers; ++c) {
-      hopscore::mbarrier_init(sm.band_full(c), 1);
-      hopscore::mbarrier_init(sm.band_empty(c), 128);
+      hopscore::mbarrier_init(sm.pq_full(c), 1);
+      hopscore::mbarrier_init(sm.pq_empty(c), 128);
     }
     hopscore::mbarrier_init_fence();
   }

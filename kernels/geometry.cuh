@@ -77,15 +77,18 @@ constexpr unsigned disentangled_v4_smem(unsigned d, unsigned band) { return 2 * 
 
 // disentangled_attention v5 (sm_90a, d = 64): a producer warpgroup and two consumer
 // warpgroups of 64 query rows each. 128-byte-swizzled tiles of 64-element rows:
-// Q [2][64] | K, V [2 stages][2][64] | PK, PQ [2 consumers][2][128] | scratch f32
-// [2][64][136] | 9 mbarriers, from a 1024-byte aligned base (up to 1 KB of padding).
+// Q [2][64] | K [2 stages][64] | V [2 stages][64] | PK [2 consumers][2 stages][128] |
+// PQ [2 consumers][128] | scratch f32 [2][64][136] | 21 mbarriers, from a 1024-byte
+// aligned base (up to 1 KB of padding). K and V have rings of their own and PK two
+// stages because a consumer issues the next tile's S and C before this tile's softmax.
 constexpr unsigned DA_V5_THREADS = 384;
 constexpr unsigned DA_V5_CONSUMERS = 2;
 constexpr unsigned DA_V5_TILE_BYTES = V3_ROWS * 64 * 2;
 constexpr unsigned DA_V5_BAND_BYTES = DA_V3_BAND_ROWS * 64 * 2;
 constexpr unsigned DA_V5_SCRATCH_BYTES = 4 * V3_ROWS * DA_V4_SCRATCH_LD;
-constexpr unsigned DA_V5_BARRIERS = DA_V5_CONSUMERS * DA_V5_TILE_BYTES + 4 * DA_V5_TILE_BYTES + 2 * DA_V5_CONSUMERS * DA_V5_BAND_BYTES + DA_V5_CONSUMERS * DA_V5_SCRATCH_BYTES;
-constexpr unsigned DA_V5_SMEM = DA_V5_BARRIERS + 9 * 8 + 1024;
+constexpr unsigned DA_V5_BARRIER_COUNT = 21;
+constexpr unsigned DA_V5_BARRIERS = (DA_V5_CONSUMERS + 4) * DA_V5_TILE_BYTES + 3 * DA_V5_CONSUMERS * DA_V5_BAND_BYTES + DA_V5_CONSUMERS * DA_V5_SCRATCH_BYTES;
+constexpr unsigned DA_V5_SMEM = DA_V5_BARRIERS + DA_V5_BARRIER_COUNT * 8 + 1024;
 
 // question_loglik: f32 (v1) tiles of 16 hidden rows; bf16/f16 (v3) tiles of 32 rows by
 // 128 vocabulary words, staged in 64-column slices (rows of 64 + 8 elements), logits

@@ -421,7 +421,7 @@ mod tests {
         assert_eq!(Version::V5.for_call(64, Some(&[3, 2, 1])), Version::V3);
         assert_eq!(Version::V4.for_call(40, Some(&[0, 2])), Version::V4);
         // One block of 3 warpgroups per SM (227 KiB per block on Hopper).
-        assert_eq!(smem_bytes(DType::Bf16, Version::V5, 64, true), 185_416);
+        assert_eq!(smem_bytes(DType::Bf16, Version::V5, 64, true), 218_280);
         assert!(smem_bytes(DType::Bf16, Version::V5, 64, true) <= 227 * 1024);
     }
 
