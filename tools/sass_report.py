@@ -23,7 +23,8 @@ attentions at least one HMMA per 8 instructions of the main loop; the wgmma atte
 TMA kernels (TMA_CLAIMS) TMA loads, mbarrier operations, HGMMA in the main loop, no
 spills and the register count their setmaxnreg assumes; in both, at most one wgmma wait
 (WARPGROUP.DEPBAR) per two HGMMA in the main loop (ptxas serialises the chains, a wait
-after each, when it cannot prove them safe, and says so only in a -v info line). The vectorised
+after each, when it cannot prove them safe, and says so only in a -v info line), and no
+such info line (C751x/C7520: "wgmma.mma_async instructions are serialized") naming it. The vectorised
 elementwise, norm and head kernels (VECTOR_CLAIMS) must have a 16-byte global load
 (LDG.E.128) in a loop (their vector loops sit beside element-by-element fallbacks, so
 "main loop" may name either); LDG.128 and STG.128 count those loads and stores. The
@@ -231,13 +232,19 @@ def main_loop(insns):
 
 
 def ptxas_info(stderr):
-    """{function: (registers, spill store bytes, spill load bytes, static smem)}."""
+    """{function: [registers, spill store bytes, spill load bytes, static smem, wgmma
+    serialised]}: the last is ptxas's own word (infos C7510–C7520, "wgmma.mma_async
+    instructions are serialized due to …") that the chains of a function wait one by one."""
     info, cur = {}, None
     for line in stderr.splitlines():
+        m = re.search(r"wgmma\.mma_async instructions are serialized .* function '(\S+)'", line)
+        if m:
+            info.setdefault(m.group(1), [0, 0, 0, 0, False])[4] = True
+            continue
         m = re.search(r"Function properties for (\S+)", line)
         if m:
             cur = m.group(1)
-            info[cur] = [0, 0, 0, 0]
+            info.setdefault(cur, [0, 0, 0, 0, False])
             continue
         m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m and cur:
@@ -246,7 +253,7 @@ def ptxas_info(stderr):
         m = re.search(r"Compiling entry function '(\S+)'", line)
         if m:
             cur = m.group(1)
-            info.setdefault(cur, [0, 0, 0, 0])
+            info.setdefault(cur, [0, 0, 0, 0, False])
             continue
         m = re.search(r"Used (\d+) registers", line)
         if m and cur:
@@ -308,7 +315,7 @@ def report_file(src, nvcc, cuobjdump, tmp, names, extra=()):
     rows = []
     for name in sorted(sass):
         insns = sass[name]
-        regs, spill_st, spill_ld, smem = info.get(name, [0, 0, 0, 0])
+        regs, spill_st, spill_ld, smem, serialised = info.get(name, [0, 0, 0, 0, False])
         threads, dyn = geometry(name, names)
         loop = main_loop(insns)
         inner = counts([i for i in insns if loop and loop[0] <= i[0] <= loop[1]])
@@ -317,6 +324,7 @@ def report_file(src, nvcc, cuobjdump, tmp, names, extra=()):
                 "name": name,
                 "regs": regs,
                 "spills": spill_st + spill_ld,
+                "serialised": serialised,
                 "smem": smem,
                 "dyn": dyn,
                 "threads": threads,
@@ -357,6 +365,8 @@ def check_claims(rows):
             if lp and lp["HGMMA"] and 2 * lp["DEPBAR"] > lp["HGMMA"]:
                 failures.append(f"{row['name']}: {lp['DEPBAR']} waits for {lp['HGMMA']} HGMMA in the main loop "
                                 "(ptxas serialised the wgmma chains)")
+            if row["serialised"]:
+                failures.append(f"{row['name']}: ptxas -v says its wgmma are serialized (info C751x/C7520)")
         if any(re.search(p, row["name"]) for p in TMA_CLAIMS):
             a, lp = row["all"], row["loop"]
             pool = min(255, SM_REGS // row["threads"]) // 8 * 8
