@@ -19,7 +19,10 @@
 //! Without the headers those GEMMs are left out with a warning (an error under
 //! `HOPSCORE_REQUIRE_NVCC=1`) and the backend runs cuBLASLt and a separate pass instead.
 //!
-//! nvcc's outputs are kept in a cache ([`KernelCache`]) keyed by nvcc, its arguments, the
+//! Beside each output nvcc's stderr (`<output>.log`); for a kernel file, with `-Xptxas -v`,
+//! ptxas's report of every entry (registers, spills, serialised wgmma), which
+//! tools/sass_report.py reads with the fatbin's SASS. nvcc's outputs and their logs are
+//! kept in a cache ([`KernelCache`]) keyed by nvcc, its arguments, the
 //! file compiled and every header: `cargo build`, `cargo clippy`, builds with other
 //! features and maturin each run this script in an `OUT_DIR` of their own and would
 //! otherwise compile every kernel again, and an edit of one kernel file recompiles that
@@ -256,16 +259,22 @@ impl Nvcc {
         }
     }
 
-    /// Runs `cmd` (an nvcc command, all but its `-o`) writing `out`, unless the cache has
-    /// what the same inputs made; panics naming `what` if nvcc fails.
+    /// Runs `cmd` (an nvcc command, all but its `-o`) writing `out` and its stderr to
+    /// [`log_of`]`(out)`, unless the cache has what the same inputs made; panics naming
+    /// `what` if nvcc fails.
     fn run(&self, cmd: &mut Command, out: &Path, what: &str) {
+        let log = log_of(out);
         let entry = self.cache.entry(cmd, out);
-        if entry.as_deref().is_some_and(|e| KernelCache::fetch(e, out)) {
+        if entry
+            .as_deref()
+            .is_some_and(|e| KernelCache::fetch(e, out) && KernelCache::fetch(&log_of(e), &log))
+        {
             return;
         }
-        run_nvcc(cmd.arg("-o").arg(out), &self.path, what);
+        run_nvcc(cmd.arg("-o").arg(out), &self.path, what, &log);
         if let Some(entry) = entry {
             KernelCache::store(&entry, out);
+            KernelCache::store(&log_of(&entry), &log);
         }
     }
 }
@@ -341,7 +350,8 @@ fn compile(nvcc: &Nvcc, src: &Path, out_dir: &Path) -> Module {
     let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
     let out = out_dir.join(format!("{stem}.fatbin"));
     let mut cmd = Command::new(&nvcc.path);
-    cmd.args(["-fatbin", "--no-compress", "-O3", "-std=c++17", "-Ikernels"]);
+    cmd.args(["-fatbin", "--no-compress", "-O3", "-std=c++17", "-Ikernels"])
+        .args(["-Xptxas", "-v"]);
     if let Some(cutlass) = nvcc
         .cutlass
         .as_ref()
@@ -363,12 +373,27 @@ fn compile(nvcc: &Nvcc, src: &Path, out_dir: &Path) -> Module {
     }
 }
 
-/// Runs nvcc command `cmd` (at `nvcc`), which compiles `what`; panics if it fails.
-fn run_nvcc(cmd: &mut Command, nvcc: &Path, what: &str) {
-    let status = cmd
-        .status()
+/// nvcc's stderr beside its output `out` (`<out>.log`): for a kernel file, ptxas's
+/// `-v` report per entry and arch (registers, spills, shared memory, serialised wgmma),
+/// which tools/sass_report.py reads.
+fn log_of(out: &Path) -> PathBuf {
+    let mut name = out.as_os_str().to_owned();
+    name.push(".log");
+    PathBuf::from(name)
+}
+
+/// Runs nvcc command `cmd` (at `nvcc`), which compiles `what`, its stderr to `log`;
+/// panics with that text if it fails.
+fn run_nvcc(cmd: &mut Command, nvcc: &Path, what: &str, log: &Path) {
+    let output = cmd
+        .output()
         .unwrap_or_else(|e| panic!("could not run nvcc at {}: {e}", nvcc.display()));
-    assert!(status.success(), "nvcc failed on {what}");
+    std::fs::write(log, &output.stderr).unwrap_or_else(|e| panic!("write {}: {e}", log.display()));
+    assert!(
+        output.status.success(),
+        "nvcc failed on {what}:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// Where this script keeps nvcc's outputs between runs: `$HOPSCORE_KERNEL_CACHE`, else
@@ -376,9 +401,9 @@ fn run_nvcc(cmd: &mut Command, nvcc: &Path, what: &str) {
 /// `HOPSCORE_KERNEL_CACHE=off` compiles every time. `cargo clean` empties it.
 const CACHE_ENV: &str = "HOPSCORE_KERNEL_CACHE";
 
-/// How many outputs the cache keeps: about twelve whole versions of `kernels/` (21
-/// outputs, ≈ 6 MB, each).
-const CACHE_ENTRIES: usize = 256;
+/// How many files the cache keeps: about twelve whole versions of `kernels/` (22 outputs
+/// and their logs, ≈ 6 MB, each).
+const CACHE_ENTRIES: usize = 528;
 
 /// nvcc's outputs by a key of everything they are made from: nvcc's path and `--version`,
 /// CUTLASS's version header, the contents of every header in `kernels/` and

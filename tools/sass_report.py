@@ -34,7 +34,11 @@ a 16-byte one, no shared memory, no barrier, no spills. The CUTLASS GEMMs
 nvidia-cutlass wheel beside nvcc) are TMA kernels too.
 
 Usage: tools/sass_report.py --nvcc PATH --cuobjdump PATH [--kernel-dir kernels]
-       [--cutlass DIR] [--markdown FILE]
+       [--cutlass DIR] [--markdown FILE] [--built OUT_DIR]
+
+With --built (as .ci/run calls it) the report reads the fatbins the build made and
+build.rs's ptxas -v logs beside them, so it describes the SASS that ships and compiles
+nothing; without it, each file is compiled here for its arch.
 """
 
 import argparse
@@ -231,18 +235,23 @@ def main_loop(insns):
     return max(innermost, key=lambda l: l[1] - l[0])
 
 
-def ptxas_info(stderr):
+def ptxas_info(stderr, arch=None):
     """{function: [registers, spill store bytes, spill load bytes, static smem, wgmma
     serialised]}: the last is ptxas's own word (infos C7510–C7520, "wgmma.mma_async
-    instructions are serialized due to …") that the chains of a function wait one by one."""
+    instructions are serialized due to …") that the chains of a function wait one by one.
+    With `arch`, only that arch's entries (a fatbin's log reports each of its archs)."""
     info, cur = {}, None
     for line in stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)' for '(\S+)'", line)
+        if m and arch and m.group(2) != arch:
+            cur = None
+            continue
         m = re.search(r"wgmma\.mma_async instructions are serialized .* function '(\S+)'", line)
         if m:
             info.setdefault(m.group(1), [0, 0, 0, 0, False])[4] = True
             continue
         m = re.search(r"Function properties for (\S+)", line)
-        if m:
+        if m and (cur or not arch):
             cur = m.group(1)
             info.setdefault(cur, [0, 0, 0, 0, False])
             continue
@@ -304,14 +313,22 @@ def cutlass_flags(cutlass):
             "-I" + os.path.join(cutlass, "tools", "util", "include")]
 
 
-def report_file(src, nvcc, cuobjdump, tmp, names, extra=()):
-    cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
-    include = "-I" + os.path.dirname(src)
+def report_file(src, nvcc, cuobjdump, tmp, names, extra=(), built=None):
+    """The rows of `src`'s entries: from the build's `<stem>.fatbin` and its ptxas log in
+    `built` (what ships), else compiled here."""
     arch = file_arch(src)
-    r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={arch}", include, *extra, "-Xptxas", "-v", src,
-             "-o", cubin])
-    info = ptxas_info(r.stderr)
-    sass = parse_sass(run([cuobjdump, "-sass", cubin]).stdout)
+    if built:
+        fatbin = os.path.join(built, os.path.splitext(os.path.basename(src))[0] + ".fatbin")
+        with open(fatbin + ".log") as f:
+            info = ptxas_info(f.read(), arch)
+        sass = parse_sass(run([cuobjdump, "-sass", "-arch", arch, fatbin]).stdout)
+    else:
+        cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
+        include = "-I" + os.path.dirname(src)
+        r = run([nvcc, "-cubin", "-O3", "-std=c++17", f"-arch={arch}", include, *extra, "-Xptxas", "-v", src,
+                 "-o", cubin])
+        info = ptxas_info(r.stderr)
+        sass = parse_sass(run([cuobjdump, "-sass", cubin]).stdout)
     rows = []
     for name in sorted(sass):
         insns = sass[name]
@@ -417,6 +434,8 @@ def main():
                     "$HOPSCORE_CUTLASS, else the nvidia-cutlass wheel in nvcc's site-packages")
     ap.add_argument("--markdown", help="also write the table to this file")
     ap.add_argument("--only", help="regular expression: report these kernel files only")
+    ap.add_argument("--built", help="the build's kernel folder ($OUT_DIR: <stem>.fatbin and <stem>.fatbin.log, "
+                    "ptxas -v's report): read the SASS that ships instead of compiling every file again")
     args = ap.parse_args()
     # cuobjdump -sass runs nvdisasm from PATH.
     os.environ["PATH"] = os.path.dirname(os.path.abspath(args.cuobjdump)) + os.pathsep + os.environ["PATH"]
@@ -437,9 +456,9 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for src in sources(args.kernel_dir):
-            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp, names))
+            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp, names, built=args.built))
         for src in cutlass_srcs:
-            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp, names, cutlass_flags(cutlass)))
+            rows.extend(report_file(src, args.nvcc, args.cuobjdump, tmp, names, cutlass_flags(cutlass), args.built))
     table = markdown(rows)
     print(table)
     if args.markdown:
