@@ -33,6 +33,23 @@ impl HostTensor {
         self.stored = Some(Arc::new(stored));
         self
     }
+
+    /// Rows `order[0], order[1], …` of a `[rows, cols]` tensor, or of a vector (one
+    /// value a row), with their stored blocks.
+    pub fn select_rows(&self, order: &[usize]) -> Self {
+        let cols = self.data.len() / self.shape[0].max(1);
+        let data = order
+            .iter()
+            .flat_map(|&r| self.data[r * cols..(r + 1) * cols].iter().copied())
+            .collect();
+        let mut shape = self.shape.clone();
+        shape[0] = order.len();
+        let out = Self::new(shape, data);
+        match &self.stored {
+            Some(stored) => out.with_stored(stored.select_rows(order)),
+            None => out,
+        }
+    }
 }
 
 /// Index of the largest value; ties (and NaNs) go to the lowest index, as

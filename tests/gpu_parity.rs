@@ -27,7 +27,7 @@ use hopscore::backend::cuda::tensor_core_check::{TensorCorePath, TmaPath};
 use hopscore::backend::cuda::{CudaBackend, DType, Version};
 use hopscore::backend::{
     AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense, DeviceCounts,
-    Gate, Input, RelAttention, SeqLayout, SeqPooling, T5AttentionShape,
+    Gate, Gated, Input, RelAttention, SeqLayout, SeqPooling, T5AttentionShape,
 };
 use hopscore::model::batch::{graph_key, PackedBatch, Sequence};
 use hopscore::model::config::{DebertaConfig, RelativeConfig};
@@ -315,11 +315,21 @@ enum Op {
         rows: usize,
         cols: usize,
     },
-    /// `act(gate) · up` of `[gate | up]` rows.
+    /// `act(gate) · up` of gate/up rows in `gated`'s blocks.
     GatedAct {
         rows: usize,
         inter: usize,
-        gate: Gate,
+        gated: Gated,
+    },
+    /// `act(x · gateᵀ) · (x · upᵀ)` of a fused gate/up weight in `gated`'s blocks (on a
+    /// Hopper GPU, in blocks of 64 and with no bias, the CUTLASS kernel with the gate in
+    /// its epilogue).
+    LinearGated {
+        n: usize,
+        k: usize,
+        inter: usize,
+        gated: Gated,
+        bias: bool,
     },
     Relu {
         rows: usize,
@@ -433,6 +443,24 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 be.linear_gelu_new(&x, &w, b.as_ref())
             };
             down(&y.unwrap()).data
+        }
+        Op::LinearGated {
+            n,
+            k,
+            inter,
+            gated,
+            bias,
+        } => {
+            let (x, w, b) = (
+                inp.matrix(n, k, 1.0),
+                inp.matrix(2 * inter, k, 0.2),
+                inp.matrix(1, 2 * inter, 1.0),
+            );
+            let b = bias.then(|| up(&b));
+            let y = be.linear_gated(&up(&x), &up(&w), b.as_ref(), gated);
+            let y = down(&y.unwrap());
+            assert_eq!(y.shape, vec![n, inter]);
+            y.data
         }
         Op::Gelu { rows, cols } => {
             let mut x = up(&inp.matrix(rows, cols, 4.0));
@@ -605,9 +633,9 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             be.gelu_new(&mut x).unwrap();
             down(&x).data
         }
-        Op::GatedAct { rows, inter, gate } => {
+        Op::GatedAct { rows, inter, gated } => {
             let x = inp.matrix(rows, 2 * inter, 4.0);
-            let out = down(&be.gated_act(&up(&x), gate).unwrap());
+            let out = down(&be.gated_act(&up(&x), gated).unwrap());
             assert_eq!(out.shape, vec![rows, inter]);
             out.data
         }
@@ -927,12 +955,18 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         Op::GatedAct {
             rows: 29,
             inter: 90,
-            gate: Gate::Silu,
+            gated: Gated {
+                gate: Gate::Silu,
+                block: 90,
+            },
         },
         Op::GatedAct {
             rows: 29,
             inter: 90,
-            gate: Gate::GeluNew,
+            gated: Gated {
+                gate: Gate::GeluNew,
+                block: 90,
+            },
         },
         Op::Relu { rows: 31, cols: 70 },
         // T5: the encoder (bidirectional buckets), the decoder (causal) past the
@@ -1153,7 +1187,10 @@ fn vector_ops() -> Vec<Op> {
         Op::GatedAct {
             rows: 9,
             inter: 64,
-            gate: Gate::GeluNew,
+            gated: Gated {
+                gate: Gate::GeluNew,
+                block: 64,
+            },
         },
         Op::GatherRows { rows: 12, cols: 64 },
         Op::RmsNorm { rows: 5, cols: 576 },
@@ -1216,7 +1253,41 @@ fn table(dtype: DType) -> Vec<Op> {
     ops.extend(head_ops());
     ops.extend(vector_ops());
     ops.extend(norm_ops());
+    ops.extend(gated_ops());
     ops
+}
+
+/// Gated MLPs in blocks (appended last): `gated_act` with blocks of 30 (element path)
+/// and 64 (vectors), then the fused gate/up GEMM. On a Hopper GPU the CUTLASS kernel
+/// takes blocks of 64 with no bias: rows past one 128-row tile and a partial one,
+/// three column tiles (192 outputs); then the unfused paths (a bias; blocks of 32;
+/// the halves layout).
+fn gated_ops() -> Vec<Op> {
+    let gated = |gate, block| Gated { gate, block };
+    let linear = |n, k, inter, gated, bias| Op::LinearGated {
+        n,
+        k,
+        inter,
+        gated,
+        bias,
+    };
+    vec![
+        Op::GatedAct {
+            rows: 29,
+            inter: 90,
+            gated: gated(Gate::Silu, 30),
+        },
+        Op::GatedAct {
+            rows: 7,
+            inter: 128,
+            gated: gated(Gate::Silu, 64),
+        },
+        linear(150, 72, 192, gated(Gate::Silu, 64), false),
+        linear(29, 64, 128, gated(Gate::GeluNew, 64), false),
+        linear(29, 64, 128, gated(Gate::Silu, 64), true),
+        linear(5, 24, 96, gated(Gate::Silu, 32), false),
+        linear(5, 24, 40, gated(Gate::GeluNew, 40), false),
+    ]
 }
 
 fn check_table(ops: &[Op], dtype: DType) {
@@ -1732,44 +1803,58 @@ fn tma_check_f16() {
     tma_cases(DType::F16);
 }
 
-/// On a Hopper GPU the erf-GELU up-projection is one CUTLASS kernel (no cuBLASLt GEMM,
-/// no GELU pass) and agrees with the unfused path; switched off, it is that path.
+/// A fused CUTLASS GEMM against its unfused path on a Hopper GPU: `call` with `switch`
+/// on is one kernel (no cuBLASLt GEMM, no activation pass), with it off the GEMM and
+/// the pass, and the two agree within the dtype's tolerance.
 #[cfg(hopscore_cutlass)]
-fn gemm_bias_gelu_cases(dtype: DType) {
+fn fused_against_unfused(
+    dtype: DType,
+    name: &str,
+    switch: fn(&CudaBackend, bool),
+    call: impl Fn(&CudaBackend, &mut Inputs) -> hopscore::backend::cuda::CudaTensor,
+) {
     let Some(gpu) = common::gpu(dtype) else {
         return;
     };
     let cc = gpu.device().ctx.compute_capability().unwrap();
     if cc != (9, 0) {
-        eprintln!("gemm_bias_gelu skipped: compute capability {cc:?}, not 9.0");
+        eprintln!("{name} skipped: compute capability {cc:?}, not 9.0");
         return;
     }
-    let mut inp = Inputs::new(7, dtype);
-    let (x, w, b) = (
-        inp.matrix(300, 128, 1.0),
-        inp.matrix(520, 128, 0.2),
-        inp.matrix(1, 520, 1.0),
-    );
-    let (x, w, b) = (
-        gpu.upload(&x).unwrap(),
-        gpu.upload(&w).unwrap(),
-        gpu.upload(&b).unwrap(),
-    );
     let run = |fused: bool| {
-        gpu.set_fused_gelu(fused);
+        switch(&gpu, fused);
+        let mut inp = Inputs::new(7, dtype);
         let before = gpu.counts().unwrap();
-        let y = gpu.linear_gelu(&x, &w, Some(&b)).unwrap();
+        let y = call(&gpu, &mut inp);
         let c = gpu.counts().unwrap().since(&before);
         (gpu.download(&y).unwrap().data, (c.launches, c.gemms))
     };
     let (fused, fused_counts) = run(true);
     let (unfused, unfused_counts) = run(false);
-    gpu.set_fused_gelu(true);
+    switch(&gpu, true);
     assert_eq!(fused_counts, (1, 0), "{dtype:?}: the fused path");
     assert_eq!(unfused_counts, (1, 1), "{dtype:?}: the unfused path");
     let err = rel_err(&fused, &unfused);
-    eprintln!("{dtype:?} gemm_bias_gelu against cuBLASLt + gelu: rel err {err:.2e}");
+    eprintln!("{dtype:?} {name} against cuBLASLt + its pass: rel err {err:.2e}");
     assert!(err <= tolerance(dtype), "{dtype:?}: {err:e}");
+}
+
+/// The erf-GELU up-projection: `gemm_bias_gelu`.
+#[cfg(hopscore_cutlass)]
+fn gemm_bias_gelu_cases(dtype: DType) {
+    fused_against_unfused(
+        dtype,
+        "gemm_bias_gelu",
+        CudaBackend::set_fused_gelu,
+        |gpu, inp| {
+            let (x, w, b) = (
+                gpu.upload(&inp.matrix(300, 128, 1.0)).unwrap(),
+                gpu.upload(&inp.matrix(520, 128, 0.2)).unwrap(),
+                gpu.upload(&inp.matrix(1, 520, 1.0)).unwrap(),
+            );
+            gpu.linear_gelu(&x, &w, Some(&b)).unwrap()
+        },
+    );
 }
 
 #[cfg(hopscore_cutlass)]
@@ -1782,6 +1867,36 @@ fn gemm_bias_gelu_bf16() {
 #[test]
 fn gemm_bias_gelu_f16() {
     gemm_bias_gelu_cases(DType::F16);
+}
+
+/// SwiGLU's gate/up projection: `gemm_gated_silu` (300 rows, 5 tiles of 64 outputs).
+#[cfg(hopscore_cutlass)]
+fn gemm_gated_cases(dtype: DType) {
+    fused_against_unfused(
+        dtype,
+        "gemm_gated_silu",
+        CudaBackend::set_fused_gate,
+        |gpu, inp| {
+            let (x, w) = (
+                gpu.upload(&inp.matrix(300, 128, 1.0)).unwrap(),
+                gpu.upload(&inp.matrix(640, 128, 0.2)).unwrap(),
+            );
+            let gated = Gated::new(Gate::Silu, 320);
+            gpu.linear_gated(&x, &w, None, gated).unwrap()
+        },
+    );
+}
+
+#[cfg(hopscore_cutlass)]
+#[test]
+fn gemm_gated_bf16() {
+    gemm_gated_cases(DType::Bf16);
+}
+
+#[cfg(hopscore_cutlass)]
+#[test]
+fn gemm_gated_f16() {
+    gemm_gated_cases(DType::F16);
 }
 
 /// v5 against the CPU twin on the head-size-64 rows of the table (its only head size):

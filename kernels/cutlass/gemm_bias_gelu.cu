@@ -1,7 +1,7 @@
 // gemm_bias_gelu: y = gelu_erf(x · wᵀ + bias), bf16/f16, the FFN up-projection of
 // DeBERTa and BERT as one kernel (kernels/NOTES.md, "Fused erf GELU"). The GEMM is
 // CUTLASS's (gemm_bias_gelu.cuh); this file only names its entry points, and
-// gemm_bias_gelu_host.cu builds their Params. CPU twin: `Backend::linear_gelu`'s
+// gemm_host.cu builds their Params. CPU twin: `Backend::linear_gelu`'s
 // default (linear, then gelu); in the emulator, tools/cuda_emu/cutlass.cpp.
 //
 // hopscore-sass: sm_90a

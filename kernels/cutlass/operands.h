@@ -8,11 +8,23 @@
 struct HopscoreGemmOperands {
   uint64_t a;     // [m, k] row-major activations
   uint64_t b;     // [n, k] row-major weight (x · bᵀ)
-  uint64_t bias;  // [n]
-  uint64_t d;     // [m, n] row-major output
+  uint64_t bias;  // [n] (0: none)
+  uint64_t d;     // [m, n] row-major output ([m, n / 2] for the gated kernels)
   int32_t m, n, k;
   int32_t sm_count;  // the persistent grid's bound: the device's multiprocessors
 };
+
+// The kernels the host builder knows (gemm_host.cu's `kind`); mirrored by `Kind` in
+// src/backend/cuda/cutlass.rs.
+enum {
+  HOPSCORE_GEMM_BIAS_GELU = 0,       // gemm_bias_gelu: gelu_erf(a · bᵀ + bias)
+  HOPSCORE_GEMM_GATED_SILU = 1,      // gemm_gated_silu: silu(a · gateᵀ) · (a · upᵀ), bias 0
+  HOPSCORE_GEMM_GATED_GELU_NEW = 2,  // gemm_gated_gelu_new
+};
+
+// Outputs per tile of the gated kernels: the fused weight's rows alternate between 64
+// gate rows and the 64 up rows they pair with (`Gated::BLOCK` in src/backend/mod.rs).
+#define HOPSCORE_GATED_BLOCK 64
 
 // What the host builder hands back for the launch.
 struct HopscoreGemmLaunch {

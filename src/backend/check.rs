@@ -14,6 +14,13 @@ pub trait Dims {
     }
 }
 
+/// A shape alone (`(rows, cols)`), to check an op's output before it exists.
+impl Dims for (usize, usize) {
+    fn dims(&self) -> (usize, usize) {
+        *self
+    }
+}
+
 fn fail<T>(op: &'static str, msg: String) -> OpResult<T> {
     Err(OpError::Shape { op, msg })
 }
@@ -232,12 +239,19 @@ pub fn rms_norm(x: &impl Dims, weight: &impl Dims) -> OpResult<()> {
 }
 
 /// Returns the `inter` width of the output.
-pub fn gated_act(x: &impl Dims) -> OpResult<usize> {
+pub fn gated_act(x: &impl Dims, block: usize) -> OpResult<usize> {
     let cols = x.dims().1;
     if !cols.is_multiple_of(2) {
         return fail("gated_act", format!("{cols} columns is not [gate | up]"));
     }
-    Ok(cols / 2)
+    let inter = cols / 2;
+    if block == 0 || !inter.is_multiple_of(block) {
+        return fail(
+            "gated_act",
+            format!("{inter} outputs do not split into gate/up blocks of {block}"),
+        );
+    }
+    Ok(inter)
 }
 
 pub fn rope(

@@ -237,6 +237,45 @@ pub enum Gate {
     GeluNew,
 }
 
+/// A gated MLP's fused gate/up projection ([`Backend::gated_act`]): its gate, and how
+/// its `2·inter` columns hold the two halves: `block` gate columns, then the `block` up
+/// columns they pair with, and so on (`gate₀ up₀ gate₁ up₁ …`). With `block = inter`
+/// it is the plain `[gate | up]`. The loader lays the fused weight's rows out this way
+/// ([`Gated::source_rows`]) so that a device GEMM's 128-wide tile holds both halves of
+/// 64 outputs and can write `act(gate) · up` from its epilogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gated {
+    pub gate: Gate,
+    pub block: usize,
+}
+
+impl Gated {
+    /// The block every backend uses: half the fused GEMM's tile width.
+    pub const BLOCK: usize = 64;
+
+    /// [`Self::BLOCK`] where it divides `inter`, else the two halves.
+    pub fn new(gate: Gate, inter: usize) -> Self {
+        let block = if inter.is_multiple_of(Self::BLOCK) {
+            Self::BLOCK
+        } else {
+            inter
+        };
+        Self { gate, block }
+    }
+
+    /// For each row of the fused weight, its row in `[gate; up]` (`2·inter` rows).
+    pub fn source_rows(&self, inter: usize) -> Vec<usize> {
+        let block = self.block.max(1);
+        (0..2 * inter)
+            .map(|r| {
+                let (pair, offset) = (r / (2 * block), r % (2 * block));
+                let half = offset / block;
+                half * inter + pair * block + offset % block
+            })
+            .collect()
+    }
+}
+
 /// Geometry of [`Backend::t5_attention`].
 #[derive(Debug, Clone, Copy)]
 pub struct T5AttentionShape {
@@ -456,6 +495,18 @@ pub trait Backend: Send + Sync {
     ) -> OpResult<Self::Tensor> {
         linear_then(self, x, w, bias, Self::gelu_new)
     }
+    /// `act(gate) · up` of the fused gate/up projection `x · wᵀ + bias` (`w`'s rows laid
+    /// out as `gated` says; on a Hopper device one kernel with the gate in the GEMM's
+    /// epilogue, rounded once).
+    fn linear_gated(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+        gated: Gated,
+    ) -> OpResult<Self::Tensor> {
+        self.gated_act(&self.linear(x, w, bias)?, gated)
+    }
     /// `x ← x + input · wᵀ + bias`: a residual branch's output projection (on a device
     /// `x` is the GEMM's C and D, so the sum is rounded once).
     fn linear_add(
@@ -521,8 +572,9 @@ pub trait Backend: Send + Sync {
         -> OpResult<Self::Tensor>;
     /// GPT-2's tanh-approximated GELU in place.
     fn gelu_new(&self, x: &mut Self::Tensor) -> OpResult<()>;
-    /// `[gate | up]` rows (`2·inter` wide) → `act(gate) · up` (`inter` wide).
-    fn gated_act(&self, x: &Self::Tensor, gate: Gate) -> OpResult<Self::Tensor>;
+    /// Rows of a fused gate/up projection (`2·inter` wide, laid out as `gated` says)
+    /// → `act(gate) · up` (`inter` wide).
+    fn gated_act(&self, x: &Self::Tensor, gated: Gated) -> OpResult<Self::Tensor>;
     /// `max(x, 0)` in place (T5 v1.0's MLP).
     fn relu(&self, x: &mut Self::Tensor) -> OpResult<()>;
     /// Rotary embedding (HF half-split form) of the first `heads` heads of each row,

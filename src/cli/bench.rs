@@ -16,7 +16,8 @@ use crate::jobs::DeviceKind;
     specialisation, head size 64; both compute capability 9.0 only; default v3). \
     HOPSCORE_FUSED_GELU=off runs the erf-GELU up-projection as cuBLASLt's GEMM and a \
     GELU pass instead of the CUTLASS kernel with the GELU in its epilogue (compute \
-    capability 9.0, bf16/f16)."
+    capability 9.0, bf16/f16); HOPSCORE_FUSED_GATE=off does the same for the gated MLPs \
+    (SmolLM2's SwiGLU: cuBLASLt's GEMM and the gated_act pass)."
 )]
 pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]

@@ -19,7 +19,7 @@ use anyhow::{bail, ensure, Context, Result};
 use super::batch::{graph_key, PackedBatch, Sequence, StagedBatch, EXTRA_IDS};
 use super::decoder_config::{DecoderConfig, Family, ModelType};
 use super::gguf::GgufFile;
-use super::layers::Linear;
+use super::layers::{GateUp, Linear};
 use super::prefix::PrefixPlan;
 use super::weights::{GgufSource, WeightStore, Weights};
 use crate::backend::{Backend, CausalShape, Gate, Input, Prepared};
@@ -75,10 +75,16 @@ pub struct DecoderAttention<B: Backend> {
 
 /// The MLP: GPT-2 `c_fc → gelu_new → c_proj`, or Llama `down(silu(gate)·up)`.
 pub struct DecoderMlp<B: Backend> {
-    /// `c_fc` (GPT-2) or the fused `[gate | up]` projection (Llama).
-    up: Linear<B>,
+    up: MlpUp<B>,
     down: Linear<B>,
-    family: Family,
+}
+
+/// The MLP's first half.
+enum MlpUp<B: Backend> {
+    /// GPT-2's `c_fc`, then `gelu_new`.
+    Gelu(Linear<B>),
+    /// Llama's `silu(gate_proj) · up_proj`.
+    Gated(GateUp<B>),
 }
 
 /// One pre-norm block (`GPT2Block` / `LlamaDecoderLayer`).
@@ -102,9 +108,8 @@ impl<B: Backend> DecoderLayer<B> {
                 },
                 norm2: Norm::load(be, &w.pp("ln_2"), c)?,
                 mlp: DecoderMlp {
-                    up: Linear::load_conv1d(be, &w.pp("mlp.c_fc"), h, i)?,
+                    up: MlpUp::Gelu(Linear::load_conv1d(be, &w.pp("mlp.c_fc"), h, i)?),
                     down: Linear::load_conv1d(be, &w.pp("mlp.c_proj"), i, h)?,
-                    family: c.family,
                 },
             },
             Family::Llama => Self {
@@ -121,15 +126,16 @@ impl<B: Backend> DecoderLayer<B> {
                 },
                 norm2: Norm::load(be, &w.pp("post_attention_layernorm"), c)?,
                 mlp: DecoderMlp {
-                    up: Linear::load_fused(
+                    up: MlpUp::Gated(GateUp::load(
                         be,
                         &w.pp("mlp"),
-                        &[("gate_proj", i), ("up_proj", i)],
+                        ["gate_proj", "up_proj"],
+                        Gate::Silu,
+                        i,
                         h,
                         c.mlp_bias,
-                    )?,
+                    )?),
                     down: Linear::load_fused(be, &w.pp("mlp"), &[("down_proj", h)], i, c.mlp_bias)?,
-                    family: c.family,
                 },
             },
         })
@@ -162,10 +168,9 @@ impl<B: Backend> DecoderLayer<B> {
         drop(qkv);
         self.attention.out.forward_add(be, x, &attn)?;
         let h = self.norm2.forward(be, x)?;
-        let up = &self.mlp.up;
-        let act = match self.mlp.family {
-            Family::Gpt2 => be.linear_gelu_new(&h, &up.weight, up.bias.as_ref())?,
-            Family::Llama => be.gated_act(&up.forward(be, &h)?, Gate::Silu)?,
+        let act = match &self.mlp.up {
+            MlpUp::Gelu(up) => be.linear_gelu_new(&h, &up.weight, up.bias.as_ref())?,
+            MlpUp::Gated(up) => up.forward(be, &h)?,
         };
         self.mlp.down.forward_add(be, x, &act)?;
         Ok(())

@@ -714,7 +714,6 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 /// and biases (`cols = 1`).
 pub fn unpermute_rows(t: &HostTensor, heads: usize) -> Result<HostTensor, String> {
     let rows = t.shape[0];
-    let cols = t.data.len() / rows.max(1);
     if heads == 0 || !rows.is_multiple_of(2 * heads) {
         return Err(format!(
             "{rows} rows do not split into {heads} heads of even size"
@@ -730,15 +729,7 @@ pub fn unpermute_rows(t: &HostTensor, heads: usize) -> Result<HostTensor, String
             }
         }
     }
-    let data = source
-        .iter()
-        .flat_map(|&src| t.data[src * cols..(src + 1) * cols].iter().copied())
-        .collect();
-    let out = HostTensor::new(t.shape.clone(), data);
-    Ok(match &t.stored {
-        Some(stored) => out.with_stored(stored.select_rows(&source)),
-        None => out,
-    })
+    Ok(t.select_rows(&source))
 }
 
 #[cfg(test)]

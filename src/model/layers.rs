@@ -1,12 +1,13 @@
-//! Building blocks shared by the models: `Linear` (plain, row-fused or GPT-2 Conv1D)
-//! and `LayerNorm`, loaded from a [`Weights`] view and run through a [`Backend`].
+//! Building blocks shared by the models: `Linear` (plain, row-fused or GPT-2 Conv1D),
+//! the gated MLPs' `GateUp` and `LayerNorm`, loaded from a [`Weights`] view and run
+//! through a [`Backend`].
 
 use std::borrow::Cow;
 
 use anyhow::Result;
 
 use super::weights::Weights;
-use crate::backend::{Backend, Dense};
+use crate::backend::{Backend, Dense, Gate, Gated};
 use crate::quant::QuantRows;
 use crate::tensor::HostTensor;
 
@@ -45,23 +46,8 @@ impl<B: Backend> Linear<B> {
         input: usize,
         bias: bool,
     ) -> Result<Self> {
-        let ws: Vec<HostTensor> = names
-            .iter()
-            .map(|(n, out)| w.pp(n).get("weight", &[*out, input]))
-            .collect::<Result<_, _>>()?;
-        let bs: Option<Vec<HostTensor>> = bias
-            .then(|| {
-                names
-                    .iter()
-                    .map(|(n, out)| w.pp(n).get("bias", &[*out]))
-                    .collect::<Result<_, _>>()
-            })
-            .transpose()?;
-        Self::from_host(
-            be,
-            &cat_rows(&ws),
-            bs.as_ref().map(|b| cat_rows(b)).as_ref(),
-        )
+        let (weight, bias) = fused_host(w, names, input, bias)?;
+        Self::from_host(be, &weight, bias.as_ref())
     }
 
     /// Loads a GPT-2 Conv1D (`weight: [input, out]`, `bias: [out]`).
@@ -94,6 +80,67 @@ impl<B: Backend> Linear<B> {
     pub fn forward_split(&self, be: &B, x: &B::Tensor, parts: usize) -> Result<Vec<B::Tensor>> {
         Ok(be.linear_split(x, &self.weight, self.bias.as_ref(), parts)?)
     }
+}
+
+/// A gated MLP's gate and up projections (`[inter, input]` each) as one weight, its
+/// rows in the blocks [`Gated`] lays out, so that one GEMM and its epilogue give
+/// `act(gate) · up` (Llama's `down(silu(gate) · up)`, T5's gated `wi_0`/`wi_1`).
+pub struct GateUp<B: Backend> {
+    linear: Linear<B>,
+    gated: Gated,
+}
+
+impl<B: Backend> GateUp<B> {
+    /// Loads `<w>.<gate>` and `<w>.<up>` (with their biases when `bias`).
+    pub fn load(
+        be: &B,
+        w: &Weights,
+        [gate_name, up_name]: [&str; 2],
+        gate: Gate,
+        inter: usize,
+        input: usize,
+        bias: bool,
+    ) -> Result<Self> {
+        let gated = Gated::new(gate, inter);
+        let rows = gated.source_rows(inter);
+        let (weight, bias) = fused_host(w, &[(gate_name, inter), (up_name, inter)], input, bias)?;
+        Ok(Self {
+            linear: Linear::from_host(
+                be,
+                &weight.select_rows(&rows),
+                bias.map(|b| b.select_rows(&rows)).as_ref(),
+            )?,
+            gated,
+        })
+    }
+
+    /// `act(x · gateᵀ) · (x · upᵀ)` (biases included), `[rows, inter]`.
+    pub fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        let Linear { weight, bias } = &self.linear;
+        Ok(be.linear_gated(x, weight, bias.as_ref(), self.gated)?)
+    }
+}
+
+/// `names` (each `[out_k, input]`) and, when `bias`, their biases, fused along rows.
+fn fused_host(
+    w: &Weights,
+    names: &[(&str, usize)],
+    input: usize,
+    bias: bool,
+) -> Result<(HostTensor, Option<HostTensor>)> {
+    let ws: Vec<HostTensor> = names
+        .iter()
+        .map(|(n, out)| w.pp(n).get("weight", &[*out, input]))
+        .collect::<Result<_, _>>()?;
+    let bs: Option<Vec<HostTensor>> = bias
+        .then(|| {
+            names
+                .iter()
+                .map(|(n, out)| w.pp(n).get("bias", &[*out]))
+                .collect::<Result<_, _>>()
+        })
+        .transpose()?;
+    Ok((cat_rows(&ws), bs.as_ref().map(|b| cat_rows(b))))
 }
 
 /// Concatenates 2-D tensors along rows (fused projections).

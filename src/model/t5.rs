@@ -24,7 +24,7 @@ use serde::Deserialize;
 use super::batch::{PackedBatch, Sequence};
 use super::config::{read_config, ConfigError};
 use super::decoder::ScoredSequence;
-use super::layers::Linear;
+use super::layers::{GateUp, Linear};
 use super::weights::Weights;
 use crate::backend::{
     Backend, BatchInputs, BucketBias, Gate, Input, Prepared, SeqLayout, T5AttentionShape,
@@ -322,10 +322,16 @@ struct CrossAttention<B: Backend> {
 /// `T5LayerFF`: pre-norm, the MLP, residual.
 struct FeedForwardLayer<B: Backend> {
     norm: Norm<B>,
-    /// `wi`, or `[wi_0 | wi_1]` when gated.
-    wi: Linear<B>,
+    wi: Wi<B>,
     wo: Linear<B>,
-    kind: FeedForward,
+}
+
+/// The feed-forward's first half.
+enum Wi<B: Backend> {
+    /// `wi`, then ReLU (v1.0) or the erf GELU.
+    Plain(Linear<B>, FeedForward),
+    /// `act(wi_0) · wi_1`.
+    Gated(GateUp<B>),
 }
 
 impl<B: Backend> FeedForwardLayer<B> {
@@ -333,34 +339,32 @@ impl<B: Backend> FeedForwardLayer<B> {
         let (d, f) = (c.d_model, c.d_ff);
         let m = w.pp("DenseReluDense");
         let wi = match c.feed_forward {
-            FeedForward::Gated(_) => {
-                Linear::load_fused(be, &m, &[("wi_0", f), ("wi_1", f)], d, false)?
+            FeedForward::Gated(gate) => {
+                Wi::Gated(GateUp::load(be, &m, ["wi_0", "wi_1"], gate, f, d, false)?)
             }
-            _ => Linear::load_fused(be, &m, &[("wi", f)], d, false)?,
+            kind => Wi::Plain(Linear::load_fused(be, &m, &[("wi", f)], d, false)?, kind),
         };
         Ok(Self {
             norm: Norm::load(be, &w.pp("layer_norm"), c)?,
             wi,
             wo: Linear::load_fused(be, &m, &[("wo", d)], f, false)?,
-            kind: c.feed_forward,
         })
     }
 
     fn forward(&self, be: &B, x: &mut B::Tensor, eps: f32) -> Result<()> {
         let h = be.rms_norm(x, &self.norm.weight, eps)?;
-        let mut up = self.wi.forward(be, &h)?;
-        drop(h);
-        let act = match self.kind {
-            FeedForward::Relu => {
-                be.relu(&mut up)?;
+        let act = match &self.wi {
+            Wi::Plain(wi, kind) => {
+                let mut up = wi.forward(be, &h)?;
+                match kind {
+                    FeedForward::Relu => be.relu(&mut up)?,
+                    _ => be.gelu(&mut up)?,
+                }
                 up
             }
-            FeedForward::Gelu => {
-                be.gelu(&mut up)?;
-                up
-            }
-            FeedForward::Gated(gate) => be.gated_act(&up, gate)?,
+            Wi::Gated(wi) => wi.forward(be, &h)?,
         };
+        drop(h);
         self.wo.forward_add(be, x, &act)
     }
 }

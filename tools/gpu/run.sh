@@ -24,7 +24,7 @@
 #                  (the kit's attention kernels), causal attention, the norms (layer_norm
 #                  in DeBERTa-v3-large, rms_norm in SmolLM2) and question_loglik;
 #                  HOPSCORE_KIT_NCU=disentangled,causal,norm,loglik picks the changed ones,
-#                  `gemm` adds the CUTLASS up-projection (gemm_bias_gelu)         (150 s)
+#                  `gemm` adds the CUTLASS GEMMs (gemm_bias_gelu, gemm_gated_silu)  (150 s)
 #   ncu-t5         Nsight Compute of t5_attention (the first launch: T5-large's encoder
 #                  layer 0, 64 inputs of 400 tokens, bf16)                        (150 s)
 #   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
@@ -51,6 +51,9 @@
 #                  GELU in the CUTLASS GEMM's epilogue (the default), the cuBLASLt GEMM +
 #                  GELU pass (HOPSCORE_FUSED_GELU=off), the tanh form in cuBLASLt's epilogue
 #                  (--tanh-gelu); medians in gelu.txt                             (120 s)
+#   gate           `bench` SmolLM2-135M L = 512 × 64 bf16, 3 interleaved rounds of: the SiLU
+#                  gate in the CUTLASS gate/up GEMM's epilogue (the default), the cuBLASLt
+#                  GEMM + gated_act pass (HOPSCORE_FUSED_GATE=off); medians in gate.txt (120 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
 #                  attention and loglik rows only; both on disentangled v5 and tma_check (150 s)
 #   invariance     the cost of the same bits in any batch: `bench` deberta-v3-large bf16 at
@@ -71,7 +74,7 @@ mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
   [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu]=120
-  [invariance]=150 [lepus-prefix]=200)
+  [invariance]=150 [lepus-prefix]=200 [gate]=120)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
 # the NVIDIA pip wheels of the machine's Python; empty when none has it.
@@ -237,6 +240,9 @@ step_ncu() {
     "${NCU[@]}" -k regex:gemm_bias_gelu -o "$R/ncu-gemm-bias-gelu" \
       "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
       --peak-gemm 0 --cuda-graphs off || rc=1
+    "${NCU[@]}" -k regex:gemm_gated -o "$R/ncu-gemm-gated" \
+      "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
+      --cuda-graphs off || rc=1
   fi
   if [[ $which == *,loglik,* ]]; then
     python3 - "$work/pairs.json" <<'PY'
@@ -406,30 +412,47 @@ step_embed() {
   return $rc
 }
 
-step_gelu() {
-  local rc=0 round variant
-  rm -f "$R/gelu.jsonl"
+# variant_rounds NAME VARIANT... -- BENCH_ARGS...: 3 interleaved rounds of `bench` with
+# each VARIANT (`label`, `label:VAR=value` for an environment variable, `label:--flag`),
+# rows in NAME.jsonl, medians per variant in NAME.txt (the first variant against the second).
+variant_rounds() {
+  local name=$1 rc=0 round v; shift
+  local variants=()
+  while [[ $1 != -- ]]; do variants+=("$1"); shift; done
+  shift
+  rm -f "$R/$name.jsonl"
   for round in 1 2 3; do
-    for variant in fused unfused tanh; do
-      local env=() flag=()
-      [[ $variant == unfused ]] && env=(HOPSCORE_FUSED_GELU=off)
-      [[ $variant == tanh ]] && flag=(--tanh-gelu)
-      env "${env[@]}" "$H" bench --device cuda --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} \
-        --iters $ITERS "${SMALL[@]}" "${flag[@]}" --json |
-        sed "s/^{/{\"gelu\": \"$variant\", \"round\": $round, /" | tee -a "$R/gelu.jsonl" || rc=1
+    for v in "${variants[@]}"; do
+      local label=${v%%:*} extra=${v#*:} env=() flag=()
+      [[ $extra == "$v" ]] && extra=
+      [[ $extra == --* ]] && flag=("$extra")
+      [[ $extra == *=* && $extra != --* ]] && env=("$extra")
+      env "${env[@]}" "$H" bench --device cuda "$@" "${flag[@]}" --json |
+        sed "s/^{/{\"variant\": \"$label\", \"round\": $round, /" | tee -a "$R/$name.jsonl" || rc=1
     done
   done
-  python3 - "$R/gelu.jsonl" <<'PY' | tee "$R/gelu.txt" || rc=1
+  python3 - "$R/$name.jsonl" "${variants[@]%%:*}" <<'PY' | tee "$R/$name.txt" || rc=1
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-med = {v: statistics.median(r["seconds_per_batch"] for r in rows if r["gelu"] == v)
-       for v in ("fused", "unfused", "tanh") if any(r["gelu"] == v for r in rows)}
+labels = [v for v in sys.argv[2:] if any(r["variant"] == v for r in rows)]
+med = {v: statistics.median(r["seconds_per_batch"] for r in rows if r["variant"] == v) for v in labels}
 r = rows[0]
 print(f"{r['shape']}, L = {r['seq_len']}, batch {r['batch']} (medians of 3, ms per batch): "
       + ", ".join(f"{v} {t*1e3:.3f}" for v, t in med.items())
-      + (f"; fused / unfused {med['fused']/med['unfused']:.3f}" if {"fused", "unfused"} <= med.keys() else ""))
+      + (f"; {labels[0]} / {labels[1]} {med[labels[0]]/med[labels[1]]:.3f}" if len(labels) > 1 else ""))
 PY
   return $rc
+}
+
+step_gelu() {
+  variant_rounds gelu fused unfused:HOPSCORE_FUSED_GELU=off tanh:--tanh-gelu -- \
+    --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} --iters $ITERS "${SMALL[@]}"
+}
+
+step_gate() {
+  [[ -n $emu ]] && { echo "gate: skipped in an emulator dry run (a 135M model)"; return 0; }
+  variant_rounds gate fused unfused:HOPSCORE_FUSED_GATE=off -- \
+    --dtype bf16 --shape smollm2 --seq-len 512 --batch 64 --iters $ITERS
 }
 
 step_invariance() {

@@ -27,7 +27,7 @@ use rayon::prelude::*;
 
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, BucketBias, CausalShape, ClsHead, Dense, Gate, Input, OpResult,
+    AttentionShape, Backend, BucketBias, CausalShape, ClsHead, Dense, Gated, Input, OpResult,
     RelAttention, SeqLayout, T5AttentionShape, TokenLogits,
 };
 use crate::tensor::HostTensor;
@@ -334,10 +334,10 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn gated_act(&self, x: &CpuTensor, gate: Gate) -> OpResult<CpuTensor> {
-        let inter = check::gated_act(x)?;
+    fn gated_act(&self, x: &CpuTensor, gated: Gated) -> OpResult<CpuTensor> {
+        let inter = check::gated_act(x, gated.block)?;
         let mut data = vec![0f32; x.rows * inter];
-        gated_act::gated_act(&x.data, &mut data, inter, gate);
+        gated_act::gated_act(&x.data, &mut data, inter, gated);
         Ok(CpuTensor::like(x.rows, inter, data))
     }
 

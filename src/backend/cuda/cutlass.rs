@@ -1,37 +1,44 @@
-//! GEMMs whose epilogue cuBLASLt lacks, built on CUTLASS (`kernels/cutlass/`):
-//! `gemm_bias_gelu`, `y = gelu_erf(x · wᵀ + bias)` in one kernel on compute capability
-//! 9.0 (cuBLASLt's GELU epilogue is the tanh form; DeBERTa's and BERT's is erf).
+//! GEMMs whose epilogue cuBLASLt lacks, built on CUTLASS (`kernels/cutlass/`), on
+//! compute capability 9.0:
+//! - `gemm_bias_gelu`, `y = gelu_erf(x · wᵀ + bias)` (cuBLASLt's GELU epilogue is the
+//!   tanh form; DeBERTa's and BERT's is erf);
+//! - `gemm_gated_{silu,gelu_new}`, `y = act(x · gateᵀ) · (x · upᵀ)` for a fused gate/up
+//!   weight in [`Gated`] blocks of 64 (LEPUS's SwiGLU, T5 v1.1's gated-gelu): the gate
+//!   in the epilogue, and only the half-width output written.
 //!
 //! The host code CUTLASS needs (argument checks, TMA descriptors, the persistent grid)
-//! runs in `kernels/cutlass/gemm_bias_gelu_host.cu`, linked into this crate; it builds
-//! the kernel's Params through this backend's driver, and the kernel is launched here
-//! like any other, with the call's operands as its first parameter (what the CPU
-//! emulator's stand-in computes from). Built only where build.rs found CUTLASS
+//! runs in `kernels/cutlass/gemm_host.cu`, linked into this crate; it builds the
+//! kernel's Params through this backend's driver, and the kernel is launched here like
+//! any other, with the call's operands as its first parameter (what the CPU emulator's
+//! stand-in computes from). Built only where build.rs found CUTLASS
 //! (`cfg(hopscore_cutlass)`); elsewhere, and for shapes it does not take, the callers
-//! run the cuBLASLt GEMM and the GELU pass.
+//! run the cuBLASLt GEMM and the activation pass.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::CudaBackend;
 use crate::backend::check::Dims;
 use crate::backend::cuda::CudaTensor;
-use crate::backend::OpResult;
+use crate::backend::{Gate, Gated, OpResult};
 
-/// `HOPSCORE_FUSED_GELU=off` runs the cuBLASLt GEMM and the GELU pass instead (to
-/// compare; on by default).
+/// `HOPSCORE_FUSED_GELU=off` runs the cuBLASLt GEMM and the GELU pass instead of
+/// `gemm_bias_gelu` (to compare; on by default).
 pub const FUSED_GELU_ENV: &str = "HOPSCORE_FUSED_GELU";
+/// `HOPSCORE_FUSED_GATE=off` runs the cuBLASLt GEMM and the `gated_act` pass instead of
+/// `gemm_gated_*` (to compare; on by default).
+pub const FUSED_GATE_ENV: &str = "HOPSCORE_FUSED_GATE";
 
-/// Whether the fused erf-GELU GEMM may run: on unless [`FUSED_GELU_ENV`] says `off`.
+/// Whether one of the fused GEMMs may run: on unless its variable says `off`.
 #[derive(Debug)]
-pub struct FusedGelu(AtomicBool);
+pub struct FusedSwitch(AtomicBool);
 
-impl FusedGelu {
-    /// From [`FUSED_GELU_ENV`] (`on`, `off`; unset: on).
-    pub fn from_env() -> anyhow::Result<Self> {
-        let on = match std::env::var(FUSED_GELU_ENV).as_deref() {
+impl FusedSwitch {
+    /// From the variable `env` (`on`, `off`; unset: on).
+    pub fn from_env(env: &str) -> anyhow::Result<Self> {
+        let on = match std::env::var(env).as_deref() {
             Err(_) | Ok("on") => true,
             Ok("off") => false,
-            Ok(other) => anyhow::bail!("{FUSED_GELU_ENV}={other}: expected on or off"),
+            Ok(other) => anyhow::bail!("{env}={other}: expected on or off"),
         };
         Ok(Self(AtomicBool::new(on)))
     }
@@ -42,6 +49,25 @@ impl FusedGelu {
 
     pub fn get(&self) -> bool {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A CUTLASS kernel of `kernels/cutlass/` (`HOPSCORE_GEMM_*` in operands.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    BiasGelu = 0,
+    GatedSilu = 1,
+    GatedGeluNew = 2,
+}
+
+impl Kind {
+    /// The kernel's name, less the dtype suffix.
+    fn name(self) -> &'static str {
+        match self {
+            Kind::BiasGelu => "gemm_bias_gelu",
+            Kind::GatedSilu => "gemm_gated_silu",
+            Kind::GatedGeluNew => "gemm_gated_gelu_new",
+        }
     }
 }
 
@@ -56,21 +82,53 @@ pub(super) fn gemm_bias_gelu(
     w: &CudaTensor,
     bias: Option<&CudaTensor>,
 ) -> OpResult<Option<CudaTensor>> {
-    let (rows, k) = x.dims();
-    let width = w.dims().0;
     let Some(bias) = bias else { return Ok(None) };
-    if !be.fused_gelu.get()
-        || rows == 0
-        || !k.is_multiple_of(8)
-        || !width.is_multiple_of(8)
-        || [x.ptr(), w.ptr(), bias.ptr()]
-            .iter()
-            .any(|p| !p.is_multiple_of(16))
-        || !be.is_hopper_16_bit()?
+    crate::backend::check::linear(x, w, Some(bias))?;
+    if !be.fused_gelu.get() || !runs(be, x, w, &[bias])? {
+        return Ok(None);
+    }
+    imp::launch(be, Kind::BiasGelu, x, w, Some(bias), w.dims().0)
+}
+
+/// `act(x · gateᵀ) · (x · upᵀ)` by the CUTLASS kernel, or `None` where it does not
+/// run: as [`gemm_bias_gelu`], and also with a bias or with blocks other than
+/// [`Gated::BLOCK`] (the tile holds one gate block and its up block).
+pub(super) fn gemm_gated(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    w: &CudaTensor,
+    bias: Option<&CudaTensor>,
+    gated: Gated,
+) -> OpResult<Option<CudaTensor>> {
+    crate::backend::check::linear(x, w, bias)?;
+    let width = w.dims().0;
+    crate::backend::check::gated_act(&(x.dims().0, width), gated.block)?;
+    if bias.is_some()
+        || gated.block != Gated::BLOCK
+        || !be.fused_gate.get()
+        || !runs(be, x, w, &[])?
     {
         return Ok(None);
     }
-    imp::launch(be, x, w, bias, width)
+    let kind = match gated.gate {
+        Gate::Silu => Kind::GatedSilu,
+        Gate::GeluNew => Kind::GatedGeluNew,
+    };
+    imp::launch(be, kind, x, w, None, width / 2)
+}
+
+/// Whether a CUTLASS kernel takes `x · wᵀ` (with `more` operands): bf16/f16 on compute
+/// capability 9.0, rows, `k` and the width multiples of 8, operands 16-byte aligned.
+fn runs(be: &CudaBackend, x: &CudaTensor, w: &CudaTensor, more: &[&CudaTensor]) -> OpResult<bool> {
+    let (rows, k) = x.dims();
+    Ok(rows > 0
+        && k.is_multiple_of(8)
+        && w.dims().0.is_multiple_of(8)
+        && [x, w]
+            .iter()
+            .chain(more)
+            .all(|t| t.ptr().is_multiple_of(16))
+        && be.is_hopper_16_bit()?)
 }
 
 #[cfg(hopscore_cutlass)]
@@ -82,10 +140,9 @@ mod imp {
 
     use super::super::memory::device_err;
     use super::super::{CudaBackend, CudaTensor, DType};
+    use super::Kind;
     use crate::backend::check::Dims;
     use crate::backend::OpResult;
-
-    const OP: &str = "gemm_bias_gelu";
 
     /// Mirror of `HopscoreGemmOperands` (kernels/cutlass/operands.h).
     #[repr(C)]
@@ -137,10 +194,12 @@ mod imp {
     ) -> sys::CUresult;
 
     unsafe extern "C" {
-        /// kernels/cutlass/gemm_bias_gelu_host.cu: 0 when `params` and `launch` are
-        /// written; 1 shape refused, 2 no room, 3 a tensor map refused
-        /// (`encode_error`), 4 a workspace needed.
-        fn hopscore_gemm_bias_gelu_params(
+        /// kernels/cutlass/gemm_host.cu: 0 when `params` and `launch` are written for
+        /// kernel `kind`; 1 shape refused, 2 no room, 3 a tensor map refused
+        /// (`encode_error`), 4 a workspace needed, 5 no such kind.
+        #[allow(clippy::too_many_arguments)]
+        fn hopscore_gemm_params(
+            kind: c_int,
             f16: c_int,
             operands: *const Operands,
             encode: EncodeTiled,
@@ -185,28 +244,31 @@ mod imp {
         }
     }
 
+    /// Runs `kind` on `x · wᵀ` (`bias`: the bias GEMM's) into a new `[rows, width]`
+    /// tensor, or `None` where CUTLASS refuses the shape.
     pub(super) fn launch(
         be: &CudaBackend,
+        kind: Kind,
         x: &CudaTensor,
         w: &CudaTensor,
-        bias: &CudaTensor,
+        bias: Option<&CudaTensor>,
         width: usize,
     ) -> OpResult<Option<CudaTensor>> {
-        crate::backend::check::linear(x, w, Some(bias))?;
+        let op = kind.name();
         let (rows, k) = x.dims();
         let dims = |v: usize| {
             i32::try_from(v)
-                .map_err(|_| device_err(OP, format!("{v} rows or columns overflow CUTLASS's int")))
+                .map_err(|_| device_err(op, format!("{v} rows or columns overflow CUTLASS's int")))
         };
         let y = be.tensor(rows, width)?;
-        let sm_count = be.dev.multiprocessors(OP)?;
+        let sm_count = be.dev.multiprocessors(op)?;
         let operands = Operands {
             a: x.ptr(),
             b: w.ptr(),
-            bias: bias.ptr(),
+            bias: bias.map_or(0, CudaTensor::ptr),
             d: y.ptr(),
             m: dims(rows)?,
-            n: dims(width)?,
+            n: dims(w.dims().0)?,
             k: dims(k)?,
             sm_count,
         };
@@ -216,7 +278,8 @@ mod imp {
         // SAFETY: the operands point at live device buffers of the checked shapes;
         // `params` has `PARAMS_CAPACITY` bytes; the builder writes only within them.
         let code = unsafe {
-            hopscore_gemm_bias_gelu_params(
+            hopscore_gemm_params(
+                kind as c_int,
                 c_int::from(be.dev.dtype == DType::F16),
                 &operands,
                 encode_tiled,
@@ -232,13 +295,13 @@ mod imp {
             1 => return Ok(None),
             3 => {
                 return Err(device_err(
-                    OP,
+                    op,
                     format!("cuTensorMapEncodeTiled refused a map of {operands:?}: error {encode_error}"),
                 ));
             }
             _ => {
                 return Err(device_err(
-                    OP,
+                    op,
                     format!("CUTLASS's Params builder returned {code} for {operands:?}"),
                 ))
             }
@@ -248,28 +311,48 @@ mod imp {
             block_dim: (shape.block[0], shape.block[1], shape.block[2]),
             shared_mem_bytes: shape.smem,
         };
-        let f = be.dev.typed_smem(OP, OP, be.dev.dtype, shape.smem)?;
+        let f = be.dev.typed_smem(op, op, be.dev.dtype, shape.smem)?;
         let mut b = be.dev.stream.launch_builder(&f);
         b.arg(&operands);
         b.arg(&params);
         // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built above
         // for live buffers of the checked shapes.
-        unsafe { be.timed_launch(OP, b, cfg) }?;
+        unsafe { be.timed_launch(op, b, cfg) }?;
         Ok(Some(y))
+    }
+}
+
+#[cfg(all(test, hopscore_cutlass))]
+mod tests {
+    unsafe extern "C" {
+        /// kernels/cutlass/gemm_host.cu: violations of the gated epilogue's pairing.
+        fn hopscore_gemm_gated_layout_errors() -> std::ffi::c_int;
+    }
+
+    /// The gated kernels' epilogue pairs accumulators by wgmma's layout; its device
+    /// code runs only on a GPU, so the pairing is checked here against CUTLASS's own
+    /// partitioning of the tile (every gate 64 columns left of its up, in the same row;
+    /// the tile covered once).
+    #[test]
+    fn gated_epilogue_pairs_each_gate_with_its_up() {
+        // SAFETY: a host function of no arguments.
+        assert_eq!(unsafe { hopscore_gemm_gated_layout_errors() }, 0);
     }
 }
 
 #[cfg(not(hopscore_cutlass))]
 mod imp {
     use super::super::{CudaBackend, CudaTensor};
+    use super::Kind;
     use crate::backend::OpResult;
 
     /// Built without CUTLASS: always the unfused path.
     pub(super) fn launch(
         _: &CudaBackend,
+        _: Kind,
         _: &CudaTensor,
         _: &CudaTensor,
-        _: &CudaTensor,
+        _: Option<&CudaTensor>,
         _: usize,
     ) -> OpResult<Option<CudaTensor>> {
         Ok(None)

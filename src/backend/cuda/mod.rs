@@ -34,8 +34,8 @@ use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
     AttentionShape, Backend, BatchInputs, BatchShape, BucketBias, CausalShape, ClsHead, Dense,
-    DeviceCounts, Forward, Gate, Input, KernelTime, OpError, OpResult, Prepared, RelAttention,
-    SeqLayout, Slot, T5AttentionShape, TokenLogits,
+    DeviceCounts, Forward, Gate, Gated, Input, KernelTime, OpError, OpResult, Prepared,
+    RelAttention, SeqLayout, Slot, T5AttentionShape, TokenLogits,
 };
 pub use crate::backend::dtype::DType;
 use crate::backend::kernels::geometry;
@@ -60,7 +60,9 @@ pub struct CudaBackend {
     /// The bf16/f16 disentangled attention ([`Version`] as its index in `Version::ALL`).
     disentangled: AtomicU8,
     /// Whether the CUTLASS bias + erf-GELU GEMM may run ([`cutlass`]).
-    fused_gelu: cutlass::FusedGelu,
+    fused_gelu: cutlass::FusedSwitch,
+    /// Whether the CUTLASS gated GEMMs may run ([`cutlass`]).
+    fused_gate: cutlass::FusedSwitch,
 }
 
 impl CudaBackend {
@@ -77,7 +79,8 @@ impl CudaBackend {
 
     fn open(ordinal: usize, dtype: DType, poison: bool) -> anyhow::Result<Self> {
         let version = Version::from_env()?;
-        let fused_gelu = cutlass::FusedGelu::from_env()?;
+        let fused_gelu = cutlass::FusedSwitch::from_env(cutlass::FUSED_GELU_ENV)?;
+        let fused_gate = cutlass::FusedSwitch::from_env(cutlass::FUSED_GATE_ENV)?;
         let dev = Device::open(ordinal, dtype, poison)?;
         let be = Self {
             graphs: graphs::Graphs::new(dev.stream.clone()),
@@ -85,6 +88,7 @@ impl CudaBackend {
             profiler: Profiler::default(),
             disentangled: AtomicU8::new(0),
             fused_gelu,
+            fused_gate,
         };
         be.set_disentangled_version(version)?;
         Ok(be)
@@ -115,6 +119,13 @@ impl CudaBackend {
     /// `HOPSCORE_FUSED_GELU=off`), or runs the cuBLASLt GEMM and the GELU pass (`false`).
     pub fn set_fused_gelu(&self, on: bool) {
         self.fused_gelu.set(on);
+    }
+
+    /// Lets the CUTLASS gated GEMMs run where they can (on by default unless
+    /// `HOPSCORE_FUSED_GATE=off`), or runs the cuBLASLt GEMM and the `gated_act` pass
+    /// (`false`).
+    pub fn set_fused_gate(&self, on: bool) {
+        self.fused_gate.set(on);
     }
 
     /// bf16 or f16 on compute capability 9.0: where the Hopper kernels run.
@@ -558,6 +569,21 @@ impl Backend for CudaBackend {
         }
     }
 
+    /// The CUTLASS kernel with the gate in its epilogue where it runs
+    /// ([`cutlass::gemm_gated`]), else the cuBLASLt GEMM and the `gated_act` pass.
+    fn linear_gated(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+        gated: Gated,
+    ) -> OpResult<CudaTensor> {
+        match cutlass::gemm_gated(self, x, w, bias, gated)? {
+            Some(y) => Ok(y),
+            None => self.gated_act(&self.linear(x, w, bias)?, gated),
+        }
+    }
+
     fn gelu(&self, x: &mut CudaTensor) -> OpResult<()> {
         self.map_inplace("gelu", x, None)
     }
@@ -731,13 +757,13 @@ impl Backend for CudaBackend {
         self.map_inplace("gelu_new", x, None)
     }
 
-    fn gated_act(&self, x: &CudaTensor, gate: Gate) -> OpResult<CudaTensor> {
-        let inter = check::gated_act(x)?;
+    fn gated_act(&self, x: &CudaTensor, gated: Gated) -> OpResult<CudaTensor> {
+        let inter = check::gated_act(x, gated.block)?;
         let out = self.tensor(x.rows, inter)?;
         if out.numel() == 0 {
             return Ok(out);
         }
-        let op = match gate {
+        let op = match gated.gate {
             Gate::Silu => "gated_silu",
             Gate::GeluNew => "gated_gelu_new",
         };
@@ -747,6 +773,7 @@ impl Backend for CudaBackend {
             Arg::Ptr(x.ptr()),
             Arg::U32(x.rows as u32),
             Arg::U32(inter as u32),
+            Arg::U32(gated.block as u32),
         ];
         let cfg = grid_1d(out.numel().div_ceil(self.vec_width()), THREADS, MAX_BLOCKS);
         self.launch(op, cfg, &args)?;
