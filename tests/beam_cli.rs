@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use arrow::array::{Array, Int32Array, ListArray, RecordBatch, StringArray};
+use arrow_array::{Array, Int32Array, ListArray, RecordBatch, StringArray};
 use hopscore::io::questions::{QuestionReader, QuestionWriter};
 
 /// The slice of `dataset` imported into `dir`; `None` when the tokenizer is absent and

@@ -7,8 +7,8 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow_array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
 use hopscore::backend::cpu::CpuGemm;
 use hopscore::cli::job::{run, FileArgs, JobArgs};
 use hopscore::jobs::classify::ClassifyConfig;
@@ -749,7 +749,7 @@ fn an_all_null_column_of_type_null_reads_as_nulls() {
     let columns = vec![
         batch.column(0).clone(),
         batch.column(1).clone(),
-        Arc::new(arrow::array::NullArray::new(5)) as _,
+        Arc::new(arrow_array::NullArray::new(5)) as _,
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
     let mut w = ArrowWriter::try_new(std::fs::File::create(&nulls).unwrap(), schema, None).unwrap();

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use arrow::array::AsArray;
+use arrow_array::cast::AsArray;
 use hopscore::io::questions::{Dataset, Passage, Question, QuestionWriter};
 
 /// A two-passage HotpotQA-style question; `tag` makes the texts differ between files.
@@ -587,8 +587,8 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
     fn metadata(&self) -> &[(String, String)] {
         &[]
     }
-    fn schema(&self) -> arrow::datatypes::SchemaRef {
-        use arrow::datatypes::{DataType, Field, Schema};
+    fn schema(&self) -> arrow_schema::SchemaRef {
+        use arrow_schema::{DataType, Field, Schema};
         Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)]))
     }
     fn prepare(&self) -> hopscore::jobs::questions::Prepare<ThreeSteps> {
@@ -605,9 +605,9 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
     fn to_batch(&self) -> hopscore::pipeline::files::ToBatch<String> {
         let schema = self.schema();
         Arc::new(move |chunk: &[String]| {
-            Ok(arrow::array::RecordBatch::try_new(
+            Ok(arrow_array::RecordBatch::try_new(
                 schema.clone(),
-                vec![Arc::new(arrow::array::StringArray::from_iter_values(chunk))],
+                vec![Arc::new(arrow_array::StringArray::from_iter_values(chunk))],
             )?)
         })
     }
@@ -860,11 +860,11 @@ fn a_run_removes_the_temporaries_killed_runs_left() {
 /// field nullable, `answer_aliases` as `list<null>` (what an always-empty list column
 /// becomes), passage 0 of row 1 with a null title, and `hops` 0 and −1 in rows 2, 3.
 fn pandas_like(src: &Path, dest: &Path) {
-    use arrow::array::{
+    use arrow_array::{
         Array, ArrayRef, Int32Array, ListArray, NullArray, StringArray, StructArray,
     };
-    use arrow::buffer::OffsetBuffer;
-    use arrow::datatypes::{DataType, Field, Fields, Schema};
+    use arrow_buffer::OffsetBuffer;
+    use arrow_schema::{DataType, Field, Fields, Schema};
     let batch = common::read_parquet(src);
     let passages = batch.column_by_name("passages").unwrap().as_list::<i32>();
     let ps = passages.values().as_struct();
@@ -905,7 +905,7 @@ fn pandas_like(src: &Path, dest: &Path) {
         fields.push(Field::new(f.name(), c.data_type().clone(), true));
         columns.push(c);
     }
-    let batch = arrow::array::RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let batch = arrow_array::RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
     common::write_parquet(dest, &batch);
 }
 
@@ -969,23 +969,20 @@ fn merge_refusal_names_the_differing_column_not_the_schema_blob() {
     .collect::<Vec<_>>();
     let batch = common::read_parquet(&s1);
     let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
-    fields.push(Arc::new(arrow::datatypes::Field::new(
+    fields.push(Arc::new(arrow_schema::Field::new(
         "extra",
-        arrow::datatypes::DataType::Int32,
+        arrow_schema::DataType::Int32,
         true,
     )));
     let mut columns = batch.columns().to_vec();
-    columns.push(Arc::new(arrow::array::Int32Array::from(vec![
+    columns.push(Arc::new(arrow_array::Int32Array::from(vec![
         7;
         batch
-            .num_rows(
-            )
+            .num_rows()
     ])));
-    let batch = arrow::array::RecordBatch::try_new(
-        Arc::new(arrow::datatypes::Schema::new(fields)),
-        columns,
-    )
-    .unwrap();
+    let batch =
+        arrow_array::RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)
+            .unwrap();
     let props = parquet::file::properties::WriterProperties::builder()
         .set_key_value_metadata(Some(footer))
         .build();
@@ -1024,7 +1021,7 @@ fn refused(c: &mut Command) -> String {
 
 /// A passage corpus (`id`, `title`, `text`).
 fn write_corpus(path: &Path, rows: &[(&str, &str, &str)]) {
-    use arrow::array::{ArrayRef, RecordBatch, StringArray};
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
     let col = |i: usize| {
         let field = |r: &(&str, &str, &str)| [r.0, r.1, r.2][i].to_string();
         Arc::new(StringArray::from_iter_values(rows.iter().map(field))) as ArrayRef

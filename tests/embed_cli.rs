@@ -15,8 +15,10 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, FixedSizeListArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Float16Type, Float32Type, Schema};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float16Type, Float32Type};
+use arrow_array::{Array, FixedSizeListArray, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::io::questions::{Question, QuestionReader};
 use hopscore::jobs::embed::{embedder, EmbedConfig};
@@ -621,7 +623,7 @@ fn an_index_row_with_a_null_id_is_refused() {
     let s = SmallIndex::new(3);
     let index = s.embed(&s.corpus, "index.parquet", &[]);
     let batch = common::read_parquet(&index);
-    let ids: arrow::array::ArrayRef =
+    let ids: arrow_array::ArrayRef =
         Arc::new(StringArray::from(vec![Some("c0"), None, Some("c2")]));
     let mut columns = batch.columns().to_vec();
     columns[0] = ids;

@@ -1991,33 +1991,45 @@ fn deberta_models_v4_bf16() {
 }
 
 /// A DeBERTa-v3 checkpoint of head size 64, v5's (the fixtures' heads are 8 to 16 wide):
-/// `v3_seqcls` widened to 128 hidden units in 2 heads and 256 intermediate ones, each
-/// tensor filled with values drawn (seeded) from the fixture's tensor of the same name, so
-/// that LayerNorm weights stay near 1 and biases near 0; a projection's weights are scaled
-/// by √(old fan-in / new), so that its outputs, and the attention scores, keep the spread
-/// they have in the fixture (unscaled, the scores are 4× as sharp and bf16's error 4× the
-/// fixtures'). Rounded to `dtype`. The CPU backend, which the fixtures hold to HF, is the
-/// reference.
+/// `v3_seqcls` widened ([`widened_checkpoint`]) to 128 hidden units in 2 heads and 256
+/// intermediate ones. Rounded to `dtype`. The CPU backend, which the fixtures hold to HF,
+/// is the reference.
 fn deberta_head_size_64(dst: &Path, dtype: DType) -> PathBuf {
+    widened_checkpoint(
+        "deberta/v3_seqcls",
+        dst,
+        dtype,
+        &[
+            ("hidden_size", 128),
+            ("pooler_hidden_size", 128),
+            ("num_attention_heads", 2),
+            ("intermediate_size", 256),
+        ],
+    )
+}
+
+/// The fixture `name` with the config fields of `fields` set; every tensor dimension
+/// equal to a widened field's old value takes its new one (fields whose old values
+/// coincide with another's dimension are not told apart: pick fixtures where they
+/// differ). Each tensor is filled with values drawn (seeded) from the fixture's tensor of
+/// the same name, so that norm weights stay near 1 and biases near 0; a projection's
+/// weights are scaled by √(old fan-in / new), so that its outputs, and the attention
+/// scores, keep the spread they have in the fixture (unscaled, DeBERTa's scores are 4× as
+/// sharp and bf16's error 4× the fixtures'). Rounded to `dtype`, written into `dst`.
+fn widened_checkpoint(name: &str, dst: &Path, dtype: DType, fields: &[(&str, usize)]) -> PathBuf {
     use safetensors::SafeTensors;
-    let src = common::fixture("deberta/v3_seqcls");
+    let src = common::fixture(name);
     let mut config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
-    let size = |field: &str| config[field].as_u64().unwrap() as usize;
-    let (hidden, inter) = (size("hidden_size"), size("intermediate_size"));
-    let widen = |n: usize| match n {
-        _ if n == hidden => 128,
-        _ if n == inter => 256,
-        _ => n,
-    };
-    for (field, value) in [
-        ("hidden_size", 128),
-        ("pooler_hidden_size", 128),
-        ("num_attention_heads", 2),
-        ("intermediate_size", 256),
-    ] {
+    let mut widths = Vec::new();
+    for &(field, value) in fields {
+        let old = config[field].as_u64().unwrap() as usize;
+        if old != value && !field.starts_with("num_") {
+            widths.push((old, value));
+        }
         config[field] = value.into();
     }
+    let widen = |n: usize| widths.iter().find(|w| w.0 == n).map_or(n, |w| w.1);
     std::fs::write(dst.join("config.json"), config.to_string()).unwrap();
     let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
@@ -2029,7 +2041,7 @@ fn deberta_head_size_64(dst: &Path, dtype: DType) -> PathBuf {
         .map(|(name, view)| {
             let pool = DType::F32.decode(view.data());
             let shape: Vec<usize> = view.shape().iter().map(|&n| widen(n)).collect();
-            let scale = match (view.shape(), name.contains("embeddings")) {
+            let scale = match (view.shape(), name.contains("embed")) {
                 ([_, fan_in], false) => (*fan_in as f32 / shape[1] as f32).sqrt(),
                 _ => 1.0,
             };
@@ -2172,6 +2184,73 @@ fn decoder_models_bf16() {
 #[test]
 fn decoder_models_f16() {
     check_decoders(DType::F16);
+}
+
+/// The fused gate/up GEMM in a whole model: `llama_gqa_untied` with its MLP widened from
+/// 96 to 128 (a multiple of the gate/up blocks of 64; the fixtures' widths are not, so
+/// they run the halves layout and the unfused path) against the CPU, with the fused
+/// kernel on and off. On a Hopper GPU in bf16/f16 the fused pass runs one GEMM a layer
+/// fewer (the gate/up projection is the CUTLASS kernel); elsewhere both are the same path.
+fn check_gated_blocks(dtype: DType) {
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
+    gpu.set_cuda_graphs(false);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = widened_checkpoint(
+        "decoder/llama_gqa_untied",
+        tmp.path(),
+        dtype,
+        &[("intermediate_size", 128)],
+    );
+    let cpu =
+        DecoderForCausalLM::load(&CpuBackend::F32, DecoderSource::open(&dir).unwrap()).unwrap();
+    let model = DecoderForCausalLM::load(&gpu, DecoderSource::open(&dir).unwrap()).unwrap();
+    let seqs = scored_sequences(cpu.config.vocab_size);
+    let want = cpu.target_logprobs(&CpuBackend::F32, &seqs, 1.0).unwrap();
+    let mut gemms = Vec::new();
+    for fused in [true, false] {
+        gpu.set_fused_gate(fused);
+        let before = gpu.counts().unwrap();
+        let got = model.target_logprobs(&gpu, &seqs, 1.0).unwrap();
+        gemms.push(gpu.counts().unwrap().since(&before).gemms);
+        let err = rel_err(&got.concat(), &want.concat());
+        check_model(
+            &format!("llama, inter 128, fused gate {fused}"),
+            dtype,
+            err,
+            tolerance(dtype),
+        );
+    }
+    gpu.set_fused_gate(true);
+    let hopper = gpu.device().ctx.compute_capability().unwrap() == (9, 0);
+    let fused_runs = cfg!(hopscore_cutlass) && hopper && dtype != DType::F32;
+    // Fused: one GEMM fewer per layer and pass.
+    let fewer = gemms[1] - gemms[0];
+    let layers = cpu.config.num_layers as u64;
+    let as_expected = match fused_runs {
+        true => fewer > 0 && fewer % layers == 0,
+        false => fewer == 0,
+    };
+    assert!(
+        as_expected,
+        "GEMMs with the fused gate on and off: {gemms:?}"
+    );
+}
+
+#[test]
+fn llama_gated_blocks_f32() {
+    check_gated_blocks(DType::F32);
+}
+
+#[test]
+fn llama_gated_blocks_bf16() {
+    check_gated_blocks(DType::Bf16);
+}
+
+#[test]
+fn llama_gated_blocks_f16() {
+    check_gated_blocks(DType::F16);
 }
 
 /// The random T5 checkpoints (tests/fixtures/t5: v1.0 relu + tied, v1.1 gated-GELU +

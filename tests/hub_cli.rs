@@ -17,8 +17,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{AsArray, FixedSizeListArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Float32Type, Schema};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float32Type;
+use arrow_array::{FixedSizeListArray, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use sha2::{Digest, Sha256};
 
@@ -835,7 +837,7 @@ fn a_gguf_file_is_named_after_the_colon() {
         ok(&c.output().unwrap());
         let batch = common::read_parquet(&output);
         let sums = batch.column_by_name("loglik_sum").unwrap();
-        let sums = sums.as_primitive::<arrow::datatypes::Float64Type>();
+        let sums = sums.as_primitive::<arrow_array::types::Float64Type>();
         sums.values().to_vec()
     };
     let local = loglik(gguf.to_str().unwrap(), "local.parquet");

@@ -7,8 +7,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int32Builder, ListBuilder, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow_array::builder::{Int32Builder, ListBuilder};
+use arrow_array::{ArrayRef, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use hopscore::io::importer::{import, ImportOptions, ImportSummary};
 use hopscore::io::parquet_io::{create_writer, string_column, ParquetInput};
 use hopscore::io::questions::{to_batch, Dataset, Question, QuestionReader, SupportingFact};

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, StringArray};
-use arrow::compute::concat_batches;
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow_array::{Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use arrow_select::concat::concat_batches;
 use hopscore::cli::job::{run, FileArgs, JobArgs};
 use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
 use hopscore::pipeline::SchedulerConfig;
@@ -253,7 +253,7 @@ fn passages(text: &[u8]) -> RecordBatch {
     // arrays imported across the C data interface).
     let texts = unsafe {
         StringArray::new_unchecked(
-            arrow::buffer::OffsetBuffer::new(offsets.into()),
+            arrow_buffer::OffsetBuffer::new(offsets.into()),
             values.into(),
             None,
         )
@@ -261,7 +261,7 @@ fn passages(text: &[u8]) -> RecordBatch {
     RecordBatch::try_from_iter([
         (
             "id",
-            strings(3, |i| Some(format!("p{i}"))) as arrow::array::ArrayRef,
+            strings(3, |i| Some(format!("p{i}"))) as arrow_array::ArrayRef,
         ),
         ("text", Arc::new(texts) as _),
     ])
@@ -283,7 +283,7 @@ fn text_that_is_not_valid_utf8_goes_to_the_quarantine_in_the_library_too() {
         .quarantine
         .column(0)
         .as_any()
-        .downcast_ref::<arrow::array::UInt64Array>();
+        .downcast_ref::<arrow_array::UInt64Array>();
     assert_eq!(
         row.unwrap().value(0),
         4,
@@ -300,9 +300,9 @@ fn text_that_is_not_valid_utf8_goes_to_the_quarantine_in_the_library_too() {
         .contains("column `text` holds bytes that are not valid UTF-8"));
     // The good rows are those of the valid batch, rows 0 and 2.
     let embedding = |b: &RecordBatch| b.column_by_name("embedding").unwrap().clone();
-    let keep = arrow::compute::take(
+    let keep = arrow_select::take::take(
         &embedding(&valid.rows),
-        &arrow::array::UInt32Array::from(vec![0, 2]),
+        &arrow_array::UInt32Array::from(vec![0, 2]),
         None,
     )
     .unwrap();

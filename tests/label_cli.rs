@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, StringArray, StructArray};
+use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, StringArray, StructArray};
 use hopscore::io::questions::{Question, QuestionReader, QuestionWriter};
 use parquet::arrow::ArrowWriter;
 
@@ -138,7 +138,7 @@ fn bad_rows_are_quarantined_and_resumed_runs_write_the_same_bytes() {
     let good: Vec<usize> = (0..16).filter(|&i| i != 3 && i != 9).collect();
     assert_eq!(out.num_rows(), good.len());
     let q = common::read_parquet(&tmp.path().join("whole.quarantine.parquet"));
-    let rows = column::<arrow::array::UInt64Array>(&q, "row");
+    let rows = column::<arrow_array::UInt64Array>(&q, "row");
     assert_eq!(rows.values().to_vec(), [3, 9]);
     let reasons = column::<StringArray>(&q, "reason");
     assert!(
@@ -352,12 +352,12 @@ fn dense_retrieval_ranks_by_the_bi_encoder() {
     let list = index_batch.column_by_name("embedding").unwrap();
     let list = list
         .as_any()
-        .downcast_ref::<arrow::array::FixedSizeListArray>()
+        .downcast_ref::<arrow_array::FixedSizeListArray>()
         .unwrap();
     let values = list
         .values()
         .as_any()
-        .downcast_ref::<arrow::array::Float32Array>()
+        .downcast_ref::<arrow_array::Float32Array>()
         .unwrap();
     for (q, its) in qs.iter().zip(iterations(&b)) {
         let query = enc.embed_texts(&[&q.question]).unwrap();

@@ -20,8 +20,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{Float32Type, Int32Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float32Type, Int32Type};
+use arrow_array::Array;
 use clap::Parser;
 use hopscore::backend::cpu::{CpuBackend, CpuGemm};
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
@@ -407,7 +408,7 @@ fn lepus_command_writes_the_rankings_of(name: &str, model: &Path, extra: &[Strin
         .clone();
     let list = |name: &str| batch.column_by_name(name).unwrap().as_list::<i32>().clone();
     let (chains, scores, best) = (list("chain"), list("doc_scores"), list("best_path"));
-    let indices = |col: &arrow::array::ListArray, r: usize| -> Vec<usize> {
+    let indices = |col: &arrow_array::ListArray, r: usize| -> Vec<usize> {
         let v = col.value(r);
         v.as_primitive::<Int32Type>()
             .values()

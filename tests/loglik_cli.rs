@@ -8,8 +8,8 @@ use crate::common;
 
 use std::sync::Arc;
 
-use arrow::array::{Array, Float64Array, RecordBatch, StringArray, UInt32Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow_array::{Array, Float64Array, RecordBatch, StringArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema};
 use hopscore::cli::job::run;
 use hopscore::jobs::loglik::LoglikConfig;
 
@@ -122,7 +122,7 @@ fn loglik_cli_matches_transformers_and_quarantines_bad_rows() {
     let rows = q.column_by_name("row").unwrap();
     let rows = rows
         .as_any()
-        .downcast_ref::<arrow::array::UInt64Array>()
+        .downcast_ref::<arrow_array::UInt64Array>()
         .unwrap();
     let got: Vec<(u64, &str)> = (0..q.num_rows())
         .map(|i| (rows.value(i), reasons.value(i)))

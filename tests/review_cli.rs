@@ -16,8 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{Int32Type, UInt32Type, UInt64Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, RecordBatch};
 use hopscore::io::questions::{Passage, Question, QuestionWriter};
 
 /// What the server does with one request.
@@ -251,7 +252,8 @@ fn write_questions(path: &Path, only_delta: bool) {
 }
 
 fn write_chains(path: &Path) {
-    use arrow::array::{ArrayRef, Int32Builder, ListBuilder, StringArray};
+    use arrow_array::builder::{Int32Builder, ListBuilder};
+    use arrow_array::{ArrayRef, StringArray};
     let mut chains = ListBuilder::new(Int32Builder::new());
     chains.values().append_slice(&[0, 1]);
     chains.append(true);
@@ -582,7 +584,8 @@ fn review_job_batches_equal_the_cli_file() {
         good.push(out.rows);
         bad.push(out.quarantine);
     }
-    let concat = |v: &[RecordBatch]| arrow::compute::concat_batches(&v[0].schema(), v).unwrap();
+    let concat =
+        |v: &[RecordBatch]| arrow_select::concat::concat_batches(&v[0].schema(), v).unwrap();
     let (good, file) = (concat(&good), common::read_parquet(&output));
     for (i, field) in file.schema().fields().iter().enumerate() {
         if field.name() != "failure" {

@@ -155,8 +155,10 @@ fn prompts_from_the_data_tokenise_to_the_golden_ids() {
 /// goes to the quarantine file.
 #[test]
 fn loglik_command_scores_t5_rows_as_transformers() {
-    use arrow::array::{Array, AsArray, RecordBatch, StringArray};
-    use arrow::datatypes::{DataType, Field, Float64Type, Schema, UInt32Type};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float64Type, UInt32Type};
+    use arrow_array::{Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
     let g = golden();
     let prompts = data_prompts(&g);
     let tmp = tempfile::tempdir().unwrap();

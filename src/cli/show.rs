@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use arrow::array::RecordBatch;
+use arrow_array::RecordBatch;
 use clap::Args;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
@@ -83,7 +83,7 @@ pub fn run(args: &ShowArgs) -> Result<String> {
             })
             .collect::<Result<_>>()?;
     }
-    out.push_str(&arrow::util::pretty::pretty_format_batches(&batches)?.to_string());
+    out.push_str(&arrow_cast::pretty::pretty_format_batches(&batches)?.to_string());
     out.push_str(&format!(
         "\n{} of {total} rows\n",
         batches.iter().map(RecordBatch::num_rows).sum::<usize>()

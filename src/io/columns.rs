@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Float32Builder, Int32Builder, ListArray, ListBuilder, StructArray};
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Fields};
+use arrow_array::builder::{Float32Builder, Int32Builder, ListBuilder};
+use arrow_array::{ListArray, StructArray};
+use arrow_buffer::OffsetBuffer;
+use arrow_schema::{DataType, Field, Fields};
 
 /// `list<t>` with nullable items (the list type of the output files).
 pub fn list_of(t: DataType) -> DataType {

@@ -20,7 +20,7 @@ use crate::io::shard::parse_shard;
 const SHARD_KEY: &str = "hopscore.shard";
 
 /// Key-value metadata and schema of a Parquet file.
-fn describe(path: &Path) -> Result<(BTreeMap<String, String>, arrow::datatypes::SchemaRef)> {
+fn describe(path: &Path) -> Result<(BTreeMap<String, String>, arrow_schema::SchemaRef)> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(
         File::open(path).with_context(|| format!("cannot open {}", path.display()))?,
     )
@@ -45,12 +45,12 @@ fn describe(path: &Path) -> Result<(BTreeMap<String, String>, arrow::datatypes::
 
 /// The first column that differs between two shards' schemas, in words.
 fn column_difference(
-    a: &arrow::datatypes::Schema,
-    b: &arrow::datatypes::Schema,
+    a: &arrow_schema::Schema,
+    b: &arrow_schema::Schema,
     a_path: &std::path::Path,
     b_path: &std::path::Path,
 ) -> Option<String> {
-    let only = |x: &arrow::datatypes::Schema, y: &arrow::datatypes::Schema, p: &std::path::Path| {
+    let only = |x: &arrow_schema::Schema, y: &arrow_schema::Schema, p: &std::path::Path| {
         x.fields()
             .iter()
             .find(|f| y.field_with_name(f.name()).is_err())
@@ -116,7 +116,7 @@ pub fn merge_shards(inputs: &[PathBuf], output: &Path) -> Result<usize> {
     let mut shards = BTreeMap::new();
     let mut reference: Option<BTreeMap<String, String>> = None;
     let mut metadata: Option<BTreeMap<String, String>> = None;
-    let mut schema: Option<arrow::datatypes::SchemaRef> = None;
+    let mut schema: Option<arrow_schema::SchemaRef> = None;
     let mut count = None;
     for (k, path) in inputs.iter().enumerate() {
         let (mut kv, s) = describe(path)?;

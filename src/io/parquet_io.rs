@@ -5,8 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow_schema::{DataType, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
 };
@@ -148,12 +149,12 @@ impl ParquetInput {
         let rows: Vec<u64> = (first..self.next_row).collect();
         let bad = bad_text_rows(&raw, &rows, &reasons);
         let keep = BooleanArray::from_iter(reasons.iter().map(|w| Some(w.is_none())));
-        let kept = arrow::compute::filter_record_batch(&raw, &keep)?;
+        let kept = arrow_select::filter::filter_record_batch(&raw, &keep)?;
         let columns = kept
             .columns()
             .iter()
             .zip(self.schema.fields())
-            .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+            .map(|(c, f)| arrow_cast::cast(c, f.data_type()))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let rows = (0..raw.num_rows())
             .filter(|&r| reasons[r].is_none())
@@ -281,7 +282,7 @@ fn strings_as_bytes(root: &TypePtr) -> Result<(TypePtr, bool)> {
 /// Per row, the first column (of `fields`, holding `columns`) with text that is not
 /// valid UTF-8, as the quarantine reason.
 fn utf8_problems(
-    fields: &arrow::datatypes::Fields,
+    fields: &arrow_schema::Fields,
     columns: &[ArrayRef],
     rows: usize,
 ) -> Vec<Option<String>> {
@@ -339,7 +340,7 @@ pub fn screen_text(batch: &RecordBatch, rows: &[u64]) -> Result<Option<Screened>
         .map(|(&r, _)| r)
         .collect();
     Ok(Some((
-        arrow::compute::filter_record_batch(batch, &keep)?,
+        arrow_select::filter::filter_record_batch(batch, &keep)?,
         kept_rows,
         bad,
     )))
@@ -347,7 +348,7 @@ pub fn screen_text(batch: &RecordBatch, rows: &[u64]) -> Result<Option<Screened>
 
 /// Per string of a `Utf8`/`LargeUtf8` array, whether its bytes are not valid UTF-8
 /// (arrow's `value()` would assume they are).
-fn invalid_strings<O: arrow::array::OffsetSizeTrait>(col: &dyn Array) -> Vec<bool> {
+fn invalid_strings<O: arrow_array::OffsetSizeTrait>(col: &dyn Array) -> Vec<bool> {
     let a = col.as_string::<O>();
     let (offsets, bytes) = (a.value_offsets(), a.values().as_slice());
     (0..a.len())
@@ -430,7 +431,7 @@ fn readable_id(col: &dyn Array, r: usize) -> Option<String> {
         DataType::LargeBinary => std::str::from_utf8(col.as_binary::<i64>().value(r))
             .ok()
             .map(str::to_string),
-        _ => arrow::compute::cast(&col.slice(r, 1), &DataType::Utf8)
+        _ => arrow_cast::cast(&col.slice(r, 1), &DataType::Utf8)
             .ok()
             .map(|c| c.as_string::<i32>().value(0).to_string()),
     }
@@ -441,7 +442,7 @@ pub fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
     let col = batch
         .column_by_name(name)
         .ok_or_else(|| anyhow!("batch has no column `{name}`"))?;
-    let cast = arrow::compute::cast(col, &DataType::Utf8)
+    let cast = arrow_cast::cast(col, &DataType::Utf8)
         .with_context(|| format!("column `{name}` cannot be read as text"))?;
     Ok(cast
         .as_any()
@@ -452,7 +453,7 @@ pub fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
 
 /// Display form of every value of a column (ids in messages and quarantine rows).
 pub fn display_column(col: &ArrayRef) -> Result<StringArray> {
-    let cast = arrow::compute::cast(col, &DataType::Utf8)?;
+    let cast = arrow_cast::cast(col, &DataType::Utf8)?;
     Ok(cast
         .as_any()
         .downcast_ref::<StringArray>()
@@ -608,7 +609,7 @@ pub fn optional_string_column(batch: &RecordBatch, name: &str) -> Result<Option<
 
 /// `Ok(None)` for null, the text when usable, `Err` with a reason otherwise.
 pub fn check_text<'a>(
-    col: &'a arrow::array::StringArray,
+    col: &'a arrow_array::StringArray,
     r: usize,
     name: &str,
 ) -> Result<Option<&'a str>, String> {

@@ -20,8 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
@@ -569,7 +569,7 @@ pub fn concat_parquet(
     let mut pending_rows = 0;
     let mut flush = |pending: &mut Vec<RecordBatch>, rows: &mut usize, all: bool| -> Result<()> {
         while *rows >= MERGE_BATCH_ROWS || (all && *rows > 0) {
-            let joined = arrow::compute::concat_batches(&schema, pending.iter())?;
+            let joined = arrow_select::concat::concat_batches(&schema, pending.iter())?;
             let take = joined.num_rows().min(MERGE_BATCH_ROWS);
             writer.write(&joined.slice(0, take))?;
             *pending = vec![joined.slice(take, joined.num_rows() - take)];
@@ -604,8 +604,8 @@ pub fn concat_parquet(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::Int32Array;
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow_array::Int32Array;
+    use arrow_schema::{DataType, Field, Schema};
     use std::sync::Arc;
 
     fn write_ints(path: &Path, schema: &SchemaRef, chunks: &[std::ops::Range<i32>]) -> Result<()> {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::atomic::PendingFile;
 use super::parquet_io::{create_writer, ParquetSink};
 use anyhow::Result;
-use arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 /// A bad row.
 #[derive(Debug, Clone, PartialEq)]

@@ -31,12 +31,12 @@ use super::atomic::PendingFile;
 use super::parquet_io::{create_writer, ParquetInput, ParquetSink};
 use super::quarantine::BadRow;
 use anyhow::{bail, Context, Result};
-use arrow::array::{
-    Array, ArrayRef, AsArray, Int32Array, ListArray, RecordBatch, StringArray, StringBuilder,
-    StructArray,
-};
-use arrow::buffer::{NullBuffer, OffsetBuffer};
-use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema, SchemaRef};
+use arrow_array::builder::StringBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use arrow_array::{Array, ArrayRef, Int32Array, ListArray, RecordBatch, StringArray, StructArray};
+use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 
 /// The source dataset of a question; decides the hop-count rule on import and the
 /// passage rendering in the strategies.
@@ -588,7 +588,7 @@ fn column(batch: &RecordBatch, name: &str) -> Result<Option<ArrayRef>> {
     };
     let expected = schema();
     let ty = nullable(expected.field_with_name(name)?.data_type());
-    Ok(Some(arrow::compute::cast(col, &ty).with_context(|| {
+    Ok(Some(arrow_cast::cast(col, &ty).with_context(|| {
         format!("column `{name}` cannot be read as {ty}")
     })?))
 }
@@ -897,7 +897,7 @@ mod tests {
             .collect();
         let mut cols = batch.columns().to_vec();
         for (i, ty) in [(2, DataType::LargeUtf8), (5, DataType::Int64)] {
-            cols[i] = arrow::compute::cast(&cols[i], &ty).unwrap();
+            cols[i] = arrow_cast::cast(&cols[i], &ty).unwrap();
             fields[i] = fields[i].clone().with_data_type(ty);
         }
         let schema = Arc::new(Schema::new(fields));

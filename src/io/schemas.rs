@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 
 use super::columns::{list_of, ScoredChainsBuilder};
 

@@ -6,11 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{
-    ArrayRef, Float32Array, Float32Builder, Int32Array, Int32Builder, ListBuilder, RecordBatch,
-    StringArray, StringBuilder,
-};
-use arrow::datatypes::SchemaRef;
+use arrow_array::builder::{Float32Builder, Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, Float32Array, Int32Array, RecordBatch, StringArray};
+use arrow_schema::SchemaRef;
 use rayon::prelude::*;
 
 use super::questions::{Prepare, QuestionJob, QuestionScorer};

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::{ArrayRef, Float32Builder, ListBuilder, RecordBatch};
-use arrow::datatypes::Field;
+use arrow_array::builder::{Float32Builder, ListBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::Field;
 
 use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer};
 use crate::backend::Backend;

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::{ArrayRef, FixedSizeListArray, Float16Array, Float32Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, FieldRef};
+use arrow_array::{ArrayRef, FixedSizeListArray, Float16Array, Float32Array, RecordBatch};
+use arrow_schema::{DataType, Field, FieldRef};
 
 use super::rows::{map_text_rows, rows_by_budget, InputColumn, RowJob, RowScorer};
 use super::value_name;

@@ -7,12 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{
-    ArrayRef, Float32Builder, Int32Builder, ListArray, ListBuilder, RecordBatch, StringArray,
-    StringBuilder, StructArray,
-};
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, SchemaRef};
+use arrow_array::builder::{Float32Builder, Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, ListArray, RecordBatch, StringArray, StructArray};
+use arrow_buffer::OffsetBuffer;
+use arrow_schema::{DataType, Field, SchemaRef};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
 use super::questions::{Prepare, QuestionJob, QuestionScorer};

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::{Array, ArrayRef, Float64Array, RecordBatch, UInt32Array};
-use arrow::datatypes::Field;
+use arrow_array::{Array, ArrayRef, Float64Array, RecordBatch, UInt32Array};
+use arrow_schema::Field;
 use rayon::prelude::*;
 
 use super::rows::{InputColumn, RowJob, RowScorer};

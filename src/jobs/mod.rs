@@ -17,8 +17,8 @@ pub mod review_io;
 pub mod rows;
 
 use anyhow::Result;
-use arrow::array::RecordBatch;
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
 
 pub use device::{DeviceConfig, DeviceKind, NoDevice};
 
@@ -125,7 +125,7 @@ pub fn process_checked(job: &mut dyn Job, batch: &RecordBatch, rows: &[u64]) -> 
     let mut out = job.process_rows(&kept, &kept_rows)?;
     let schema = job.quarantine_schema();
     let screened = crate::io::quarantine::batch(&bad, schema.clone())?;
-    out.quarantine = arrow::compute::concat_batches(&schema, [&screened, &out.quarantine])?;
+    out.quarantine = arrow_select::concat::concat_batches(&schema, [&screened, &out.quarantine])?;
     Ok(out)
 }
 

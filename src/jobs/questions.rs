@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use arrow::array::RecordBatch;
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::io::quarantine::BadRow;

@@ -20,8 +20,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use arrow::array::{Float32Builder, ListBuilder, RecordBatch, StringBuilder};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow_array::builder::{Float32Builder, ListBuilder, StringBuilder};
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
 use super::value_name;

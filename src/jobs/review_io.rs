@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{
-    Array, ArrayRef, AsArray, Int32Builder, ListBuilder, RecordBatch, StringArray, StringBuilder,
-    UInt32Array, UInt64Array,
-};
-use arrow::datatypes::{DataType, Field, Int64Type};
+use arrow_array::builder::{Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field};
 
 use crate::io::parquet_io::{string_column, ParquetInput};
 use crate::io::schemas::review_schema;
@@ -54,7 +54,7 @@ pub fn read_chains(path: &Path) -> Result<HashMap<String, Vec<usize>>> {
                 path.display()
             )
         })?;
-        let chains = arrow::compute::cast(col, &as_list).with_context(|| {
+        let chains = arrow_cast::cast(col, &as_list).with_context(|| {
             format!(
                 "column `chain` of {} is not a list of integers",
                 path.display()

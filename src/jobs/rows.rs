@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
-use arrow::compute::concat_batches;
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_select::concat::concat_batches;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::io::parquet_io::{
@@ -91,7 +91,7 @@ impl<S: RowScorer> RowJob<S> {
             }
         }
         let schema = Arc::new(self.schema(&batch.schema())?);
-        let mut columns = vec![arrow::compute::take(
+        let mut columns = vec![arrow_select::take::take(
             id_col,
             &UInt32Array::from(rows),
             None,
@@ -100,7 +100,7 @@ impl<S: RowScorer> RowJob<S> {
             columns.extend(
                 schema.fields()[1..]
                     .iter()
-                    .map(|f| arrow::array::new_empty_array(f.data_type())),
+                    .map(|f| arrow_array::new_empty_array(f.data_type())),
             );
         } else {
             columns.extend(self.scorer.score(&good)?);

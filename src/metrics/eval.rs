@@ -22,8 +22,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, Field, Int64Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::Array;
+use arrow_schema::{DataType, Field};
 use serde::Serialize;
 
 use super::{
@@ -583,7 +585,7 @@ fn read_predictions(
         }
         let batch = batch.batch;
         let ids = string_column(&batch, "id")?;
-        let chains = arrow::compute::cast(
+        let chains = arrow_cast::cast(
             batch.column_by_name(chain_column).expect("checked"),
             &chain_as,
         )?;

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::RecordBatch;
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::control::{Progress, INTERRUPTED};
@@ -337,7 +337,7 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
 
 /// Writes the part files of output rows.
 struct PartWriter<R> {
-    schema: arrow::datatypes::SchemaRef,
+    schema: arrow_schema::SchemaRef,
     to_batch: ToBatch<R>,
 }
 

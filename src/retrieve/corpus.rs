@@ -8,7 +8,7 @@ use std::path::Path;
 use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::Array;
+use arrow_array::Array;
 
 use super::Bm25Index;
 use crate::io::parquet_io::{check_text, display_column, string_column, ParquetInput};
@@ -147,7 +147,7 @@ impl Corpus {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 
     use super::*;
     use crate::io::parquet_io::create_writer;

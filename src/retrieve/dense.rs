@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering as Atomic};
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{Array, AsArray, FixedSizeListArray};
-use arrow::datatypes::{DataType, Float16Type, Float32Type};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float16Type, Float32Type};
+use arrow_array::{Array, FixedSizeListArray};
+use arrow_schema::DataType;
 
 use crate::backend::Backend;
 use crate::io::fingerprint::file_sha256;
@@ -382,7 +384,7 @@ impl DenseIndex {
     /// over all files).
     fn for_each_block(
         &self,
-        mut f: impl FnMut(u64, &arrow::array::StringArray, Vec<f32>) -> Result<()>,
+        mut f: impl FnMut(u64, &arrow_array::StringArray, Vec<f32>) -> Result<()>,
     ) -> Result<()> {
         let check = !self.ids_checked.load(Atomic::Relaxed);
         let mut hashes: Vec<u64> = Vec::with_capacity(if check { self.rows as usize } else { 0 });
@@ -602,8 +604,8 @@ mod tests {
 
     #[test]
     fn a_non_finite_vector_is_refused_naming_its_row() {
-        use arrow::array::{Float32Array, StringArray};
-        use arrow::datatypes::{Field, Schema};
+        use arrow_array::{Float32Array, StringArray};
+        use arrow_schema::{Field, Schema};
         use std::sync::Arc;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index.parquet");
@@ -614,7 +616,7 @@ mod tests {
         ]));
         let values = Float32Array::from(vec![1.0, 0.0, f32::NAN, 0.0, 0.0, 1.0]);
         let embedding = FixedSizeListArray::new(item, 2, Arc::new(values), None);
-        let batch = arrow::array::RecordBatch::try_new(
+        let batch = arrow_array::RecordBatch::try_new(
             schema.clone(),
             vec![
                 Arc::new(StringArray::from(vec!["a", "b", "c"])),

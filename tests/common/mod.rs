@@ -173,7 +173,7 @@ pub fn hopscore() -> std::process::Command {
 }
 
 /// Writes `batch` as a Parquet file at `path`.
-pub fn write_parquet(path: &Path, batch: &arrow::array::RecordBatch) {
+pub fn write_parquet(path: &Path, batch: &arrow_array::RecordBatch) {
     let mut w = parquet::arrow::ArrowWriter::try_new(
         std::fs::File::create(path).unwrap(),
         batch.schema(),
@@ -344,16 +344,16 @@ pub fn smollm2_lepus_pairs() -> (Vec<LepusPair>, bool) {
 }
 
 /// Every row of a Parquet file as one record batch (empty files included).
-pub fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
+pub fn read_parquet(path: &Path) -> arrow_array::RecordBatch {
     let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
         std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     )
     .unwrap()
     .build()
     .unwrap();
-    let schema = arrow::array::RecordBatchReader::schema(&r);
+    let schema = arrow_array::RecordBatchReader::schema(&r);
     let batches: Vec<_> = r.map(Result::unwrap).collect();
-    arrow::compute::concat_batches(&schema, &batches).unwrap()
+    arrow_select::concat::concat_batches(&schema, &batches).unwrap()
 }
 
 /// Asserts that a run killed and resumed into `dir/resumed.parquet` left no parts and

@@ -16,11 +16,9 @@
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use arrow::array::{
-    ArrayRef, Float32Array, Float32Builder, Int32Builder, ListBuilder, RecordBatch, StringArray,
-    StringBuilder,
-};
-use arrow::datatypes::SchemaRef;
+use arrow_array::builder::{Float32Builder, Int32Builder, ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, Float32Array, RecordBatch, StringArray};
+use arrow_schema::SchemaRef;
 use rayon::prelude::*;
 
 mod config;
