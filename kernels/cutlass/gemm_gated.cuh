@@ -6,19 +6,13 @@
 // value (v0, v1, v2) of a 64 × 128 atom is column 2·(lane % 4) + v0 + 8·v2, so columns
 // c and c + 64 are values v2 and v2 + 8 of one thread. The epilogue below reads the
 // pairs out of the registers, applies the gate in f32, rounds once and writes the
-// half-width tile; no [gate | up] tensor exists in memory. The mainloop is CUTLASS 3's
-// warp-specialised TMA + wgmma ping-pong on a persistent grid, as gemm_bias_gelu.cuh:
-// one tile shape and no split-K whatever the row count, so a row gets the same bits in
-// any batch.
+// half-width tile; no [gate | up] tensor exists in memory. The GEMM is pingpong.cuh's.
 #pragma once
-#include <cutlass/cutlass.h>
-#include <cute/tensor.hpp>
 #include <cutlass/epilogue/collective/detail.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
 
 #include "../activations.cuh"
 #include "operands.h"
+#include "pingpong.cuh"
 
 namespace hopscore_cutlass {
 
@@ -131,17 +125,9 @@ class GatedEpilogue {
 
 template <class T, class Act>
 struct Gated {
-  using TileShape = cute::Shape<cute::_128, cute::Int<2 * kGatedBlock>, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  static constexpr int kAlign = 16 / sizeof(T);  // elements in 16 bytes: TMA's alignment
+  static_assert(cute::size<1>(TileShape{}) == 2 * kGatedBlock, "a tile is one gate block and its up block");
   using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<GatedEpilogue<T, Act>>;
-  // A [m, k] row-major; B [n, k] row-major is CUTLASS's column-major k × n.
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, cutlass::layout::RowMajor, kAlign, T,
-      cutlass::layout::ColumnMajor, kAlign, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Kernel = PingpongGemm<T, Epilogue>;
 };
 
 }  // namespace hopscore_cutlass
