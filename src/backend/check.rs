@@ -14,13 +14,6 @@ pub trait Dims {
     }
 }
 
-/// A shape alone (`(rows, cols)`), to check an op's output before it exists.
-impl Dims for (usize, usize) {
-    fn dims(&self) -> (usize, usize) {
-        *self
-    }
-}
-
 fn fail<T>(op: &'static str, msg: String) -> OpResult<T> {
     Err(OpError::Shape { op, msg })
 }

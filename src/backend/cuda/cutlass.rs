@@ -91,8 +91,9 @@ pub(super) fn gemm_bias_gelu(
 }
 
 /// `act(x · gateᵀ) · (x · upᵀ)` by the CUTLASS kernel, or `None` where it does not
-/// run: as [`gemm_bias_gelu`], and also with a bias or with blocks other than
-/// [`Gated::BLOCK`] (the tile holds one gate block and its up block).
+/// run: as [`gemm_bias_gelu`], and also with a bias, with blocks other than
+/// [`Gated::BLOCK`], or a width that is not whole 128-column tiles (CUTLASS refuses it;
+/// the unfused path's `gated_act` then checks the layout).
 pub(super) fn gemm_gated(
     be: &CudaBackend,
     x: &CudaTensor,
@@ -101,8 +102,6 @@ pub(super) fn gemm_gated(
     gated: Gated,
 ) -> OpResult<Option<CudaTensor>> {
     crate::backend::check::linear(x, w, bias)?;
-    let width = w.dims().0;
-    crate::backend::check::gated_act(&(x.dims().0, width), gated.block)?;
     if bias.is_some()
         || gated.block != Gated::BLOCK
         || !be.fused_gate.get()
@@ -114,7 +113,7 @@ pub(super) fn gemm_gated(
         Gate::Silu => Kind::GatedSilu,
         Gate::GeluNew => Kind::GatedGeluNew,
     };
-    imp::launch(be, kind, x, w, None, width / 2)
+    imp::launch(be, kind, x, w, None, w.dims().0 / 2)
 }
 
 /// Whether a CUTLASS kernel takes `x · wᵀ` (with `more` operands): bf16/f16 on compute
