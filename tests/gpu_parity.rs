@@ -26,8 +26,8 @@ use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::tensor_core_check::{TensorCorePath, TmaPath};
 use hopscore::backend::cuda::{CudaBackend, DType, Version};
 use hopscore::backend::{
-    AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense, DeviceCounts,
-    Gate, Gated, Input, RelAttention, SeqLayout, SeqPooling, T5AttentionShape,
+    AddNorm, AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense,
+    DeviceCounts, Gate, Gated, Input, RelAttention, SeqLayout, SeqPooling, T5AttentionShape,
 };
 use hopscore::model::batch::{graph_key, PackedBatch, Sequence};
 use hopscore::model::config::{DebertaConfig, RelativeConfig};
@@ -331,6 +331,14 @@ enum Op {
         gated: Gated,
         bias: bool,
     },
+    /// `LN(x · wᵀ + bias + residual)` (on a Hopper GPU, for rows of 1,024 with a bias,
+    /// the CUTLASS kernel with the residual and the LayerNorm in its epilogue).
+    LinearAddNorm {
+        n: usize,
+        k: usize,
+        out: usize,
+        bias: bool,
+    },
     Relu {
         rows: usize,
         cols: usize,
@@ -461,6 +469,28 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             let y = down(&y.unwrap());
             assert_eq!(y.shape, vec![n, inter]);
             y.data
+        }
+        Op::LinearAddNorm { n, k, out, bias } => {
+            let (x, w, b) = (
+                inp.matrix(n, k, 1.0),
+                inp.matrix(out, k, 0.2),
+                inp.matrix(1, out, 1.0),
+            );
+            let (r, g, beta) = (
+                inp.matrix(n, out, 1.0),
+                inp.matrix(1, out, 1.0),
+                inp.matrix(1, out, 1.0),
+            );
+            let (r, g, beta) = (up(&r), up(&g), up(&beta));
+            let norm = AddNorm {
+                residual: &r,
+                weight: &g,
+                bias: &beta,
+                eps: 1e-7,
+            };
+            let b = bias.then(|| up(&b));
+            let y = be.linear_add_norm(&up(&x), &up(&w), b.as_ref(), &norm);
+            down(&y.unwrap()).data
         }
         Op::Gelu { rows, cols } => {
             let mut x = up(&inp.matrix(rows, cols, 4.0));
@@ -1254,7 +1284,20 @@ fn table(dtype: DType) -> Vec<Op> {
     ops.extend(vector_ops());
     ops.extend(norm_ops());
     ops.extend(gated_ops());
+    ops.extend(add_norm_ops());
     ops
+}
+
+/// Output projections with the LayerNorm after them (appended last). On a Hopper GPU
+/// the CUTLASS kernel takes rows of 1,024 with a bias: a full 128-row tile and a
+/// partial one; then the unfused paths (no bias; another width).
+fn add_norm_ops() -> Vec<Op> {
+    let op = |n, k, out, bias| Op::LinearAddNorm { n, k, out, bias };
+    vec![
+        op(150, 64, 1024, true),
+        op(29, 48, 1024, false),
+        op(7, 32, 256, true),
+    ]
 }
 
 /// Gated MLPs in blocks (appended last): `gated_act` with blocks of 30 (element path)
@@ -1899,6 +1942,41 @@ fn gemm_gated_f16() {
     gemm_gated_cases(DType::F16);
 }
 
+/// A post-LN output projection and its LayerNorm: `gemm_add_norm_1024` (300 rows: two
+/// full 128-row tiles and a partial one, each one cluster of 8 column tiles).
+#[cfg(hopscore_cutlass)]
+fn gemm_add_norm_cases(dtype: DType) {
+    fused_against_unfused(
+        dtype,
+        "gemm_add_norm_1024",
+        CudaBackend::set_fused_norm,
+        |gpu, inp| {
+            let mut up = |rows, cols, scale| gpu.upload(&inp.matrix(rows, cols, scale)).unwrap();
+            let (x, w, b) = (up(300, 256, 1.0), up(1024, 256, 0.2), up(1, 1024, 1.0));
+            let (r, g, beta) = (up(300, 1024, 1.0), up(1, 1024, 1.0), up(1, 1024, 1.0));
+            let norm = AddNorm {
+                residual: &r,
+                weight: &g,
+                bias: &beta,
+                eps: 1e-7,
+            };
+            gpu.linear_add_norm(&x, &w, Some(&b), &norm).unwrap()
+        },
+    );
+}
+
+#[cfg(hopscore_cutlass)]
+#[test]
+fn gemm_add_norm_bf16() {
+    gemm_add_norm_cases(DType::Bf16);
+}
+
+#[cfg(hopscore_cutlass)]
+#[test]
+fn gemm_add_norm_f16() {
+    gemm_add_norm_cases(DType::F16);
+}
+
 /// v5 against the CPU twin on the head-size-64 rows of the table (its only head size):
 /// both bucket tables, ±c2p/p2c, no band, 1,030 tokens (33 tile diagonals, an odd
 /// number of query tiles: one consumer of the last block idle).
@@ -2102,6 +2180,75 @@ fn deberta_model_head_size_64_v5_bf16() {
 #[test]
 fn deberta_model_head_size_64_v5_f16() {
     deberta_head_size_64_v5(DType::F16);
+}
+
+/// The post-LN output projections as `gemm_add_norm_1024` in a whole model: DeBERTa
+/// widened to rows of 1,024 (`v3_seqcls`: 16 heads of 64, intermediate 128; v3
+/// attention) over ragged sequences, the fused kernel on and off, each within the
+/// model bound of the CPU. On a Hopper GPU in bf16/f16 the fused forward runs two
+/// GEMMs a layer fewer (attention-out and FFN-down); elsewhere both are one path.
+fn check_add_norm_model(dtype: DType) {
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
+    gpu.set_disentangled_version(Version::V3).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = widened_checkpoint(
+        "deberta/v3_seqcls",
+        tmp.path(),
+        dtype,
+        &[
+            ("hidden_size", 1024),
+            ("pooler_hidden_size", 1024),
+            ("num_attention_heads", 16),
+            ("intermediate_size", 128),
+        ],
+    );
+    let mut rng = fastrand::Rng::with_seed(9);
+    let seqs: Vec<Sequence> = [1, 12, 140]
+        .iter()
+        .map(|&len| Sequence {
+            ids: (0..len).map(|_| rng.u32(1..1000)).collect(),
+            type_ids: vec![0; len],
+            mask: vec![1; len],
+        })
+        .collect();
+    let batch = PackedBatch::pack(&seqs);
+    let tol = match dtype {
+        DType::Bf16 => BF16_MODEL_TOLERANCE,
+        _ => tolerance(dtype),
+    };
+    let model = CrossEncoder::load(&gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
+    let mut gemms = Vec::new();
+    for fused in [true, false] {
+        gpu.set_fused_norm(fused);
+        let what = format!("hidden 1024, fused norm {fused}");
+        let err = deberta_checkpoint_err(&gpu, &what, &dir, &batch);
+        check_model(&what, dtype, err, tol);
+        let before = gpu.counts().unwrap();
+        model.encoder.forward(&gpu, &batch).unwrap();
+        gemms.push(gpu.counts().unwrap().since(&before).gemms);
+    }
+    gpu.set_fused_norm(true);
+    let hopper = gpu.device().ctx.compute_capability().unwrap() == (9, 0);
+    let fused_runs = cfg!(hopscore_cutlass) && hopper && dtype != DType::F32;
+    let layers = model.encoder.config.num_layers as u64;
+    let fewer = if fused_runs { 2 * layers } else { 0 };
+    assert_eq!(
+        gemms[1] - gemms[0],
+        fewer,
+        "GEMMs with the fused norm on and off: {gemms:?}"
+    );
+}
+
+#[test]
+fn deberta_add_norm_bf16() {
+    check_add_norm_model(DType::Bf16);
+}
+
+#[test]
+fn deberta_add_norm_f16() {
+    check_add_norm_model(DType::F16);
 }
 
 /// Ragged sequences of random ids (one without targets, a suffix-only one).

@@ -92,6 +92,7 @@ GEOMETRY = {
     # shared memory (CUTLASS's SharedStorage) is the launcher's figure, not listed here.
     "gemm_bias_gelu": ("384", "0"),
     "gemm_gated": ("384", "0"),
+    "gemm_add_norm": ("384", "0"),
     "cls_head": ("HEAD_THREADS", "head_smem(768 + HEAD_POOLER_CHUNK)"),
     "token_head": ("HEAD_THREADS", "head_smem(768 + 2)"),  # 2 labels
 }
@@ -138,7 +139,7 @@ WGMMA_CLAIMS = [r"^disentangled_attention_v4_d64_"]
 # Warp-specialised TMA entries (kernels/tma.cuh): TMA loads (UTMALDG) and mbarrier
 # operations (SYNCS), HGMMA in the main loop, no spills, no generic loads or stores, and
 # the register count setmaxnreg's arithmetic assumes: 65536 / threads (rounded down to 8).
-TMA_CLAIMS = [r"^tma_check_", r"^disentangled_attention_v5_", r"^gemm_bias_gelu_", r"^gemm_gated_"]
+TMA_CLAIMS = [r"^tma_check_", r"^disentangled_attention_v5_", r"^gemm_bias_gelu_", r"^gemm_gated_", r"^gemm_add_norm_"]
 
 # Entries that must move global memory by 16-byte vectors (LDG.E.128) in a loop.
 VECTOR_CLAIMS = [

@@ -1,4 +1,4 @@
-// Host side of the CUTLASS GEMMs (gemm_bias_gelu.cu, gemm_gated.cu): CUTLASS's own
+// Host side of the CUTLASS GEMMs (gemm_bias_gelu.cu, gemm_gated.cu, gemm_add_norm.cu): CUTLASS's own
 // argument checks and Params for one call, built here (C ABI, linked into the Rust
 // crate) and launched through the driver API by src/backend/cuda/cutlass.rs. Compiled by nvcc as host code only: it links no
 // CUDA runtime, so the three runtime hooks CUTLASS's host code can reach are routed
@@ -42,6 +42,7 @@ cudaError_t no_runtime_attribute(int*, cudaDeviceAttr, int) { return cudaErrorNo
 #define cuTensorMapEncodeTiled encode_tiled
 #define cudaGetDevice no_runtime_get_device
 #define cudaDeviceGetAttribute no_runtime_attribute
+#include "gemm_add_norm.cuh"
 #include "gemm_bias_gelu.cuh"
 #include "gemm_gated.cuh"
 #undef cuTensorMapEncodeTiled
@@ -51,9 +52,10 @@ cudaError_t no_runtime_attribute(int*, cudaDeviceAttr, int) { return cudaErrorNo
 #include <cutlass/util/packed_stride.hpp>
 
 namespace {
-// The epilogue's arguments of each kernel.
+// The epilogue's arguments of each kernel (`Op`: its struct in the headers).
 template <class T>
-void epilogue_args(typename hopscore_cutlass::BiasGelu<T>::Kernel::Arguments& args, const HopscoreGemmOperands& o) {
+void epilogue_args(hopscore_cutlass::BiasGelu<T>*, typename hopscore_cutlass::BiasGelu<T>::Kernel::Arguments& args,
+                   const HopscoreGemmOperands& o) {
   using Kernel = typename hopscore_cutlass::BiasGelu<T>::Kernel;
   args.epilogue.ptr_C = nullptr;
   args.epilogue.ptr_D = reinterpret_cast<T*>(o.d);
@@ -63,14 +65,28 @@ void epilogue_args(typename hopscore_cutlass::BiasGelu<T>::Kernel::Arguments& ar
   args.epilogue.thread.bias_ptr = reinterpret_cast<const T*>(o.bias);
 }
 template <class T, class Act>
-void epilogue_args(typename hopscore_cutlass::Gated<T, Act>::Kernel::Arguments& args, const HopscoreGemmOperands& o) {
+void epilogue_args(hopscore_cutlass::Gated<T, Act>*, typename hopscore_cutlass::Gated<T, Act>::Kernel::Arguments& args,
+                   const HopscoreGemmOperands& o) {
   args.epilogue.ptr_D = reinterpret_cast<T*>(o.d);
 }
+template <class T, int kRanks>
+void epilogue_args(hopscore_cutlass::AddNorm<T, kRanks>*,
+                   typename hopscore_cutlass::AddNorm<T, kRanks>::Kernel::Arguments& args,
+                   const HopscoreGemmOperands& o) {
+  args.epilogue.ptr_D = reinterpret_cast<T*>(o.d);
+  args.epilogue.residual = reinterpret_cast<const T*>(o.residual);
+  args.epilogue.bias = reinterpret_cast<const T*>(o.bias);
+  args.epilogue.gamma = reinterpret_cast<const T*>(o.gamma);
+  args.epilogue.beta = reinterpret_cast<const T*>(o.beta);
+  args.epilogue.eps = o.eps;
+}
 
-// 0: Params written; 1: CUTLASS cannot run this shape (alignment); 2: `capacity` too
-// small; 3: a tensor map was refused; 4: the kernel would need a workspace.
-template <class Kernel, class T, class... Act>
+// 0: Params written; 1: CUTLASS cannot run this shape (alignment, width); 2:
+// `capacity` too small; 3: a tensor map was refused; 4: the kernel would need a
+// workspace.
+template <class Op, class T>
 int build(const HopscoreGemmOperands& o, void* params, size_t capacity, HopscoreGemmLaunch* launch) {
+  using Kernel = typename Op::Kernel;
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {o.m, o.n, o.k, 1};
@@ -78,9 +94,10 @@ int build(const HopscoreGemmOperands& o, void* params, size_t capacity, Hopscore
   args.mainloop.dA = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, cute::make_shape(o.m, o.k, 1));
   args.mainloop.ptr_B = reinterpret_cast<const T*>(o.b);
   args.mainloop.dB = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(o.n, o.k, 1));
-  epilogue_args<T, Act...>(args, o);
+  epilogue_args(static_cast<Op*>(nullptr), args, o);
   args.hw_info.device_id = 0;
   args.hw_info.sm_count = o.sm_count;
+  args.hw_info.max_active_clusters = o.max_active_clusters;
   if (Kernel::can_implement(args) != true) return 1;
   if (Kernel::get_workspace_size(args) != 0) return 4;
   if (sizeof(typename Kernel::Params) > capacity) return 2;
@@ -89,8 +106,11 @@ int build(const HopscoreGemmOperands& o, void* params, size_t capacity, Hopscore
   if (t_encode_error != CUDA_SUCCESS) return 3;
   std::memcpy(params, &p, sizeof(p));
   const dim3 grid = Kernel::get_grid_shape(p), block = Kernel::get_block_shape();
+  using Cluster = typename Kernel::ClusterShape;
   *launch = HopscoreGemmLaunch{{grid.x, grid.y, grid.z},
                                {block.x, block.y, block.z},
+                               {unsigned(cute::size<0>(Cluster{})), unsigned(cute::size<1>(Cluster{})),
+                                unsigned(cute::size<2>(Cluster{}))},
                                unsigned(Kernel::SharedStorageSize),
                                unsigned(sizeof(p))};
   return 0;
@@ -101,11 +121,13 @@ int build_kind(int kind, const HopscoreGemmOperands& o, void* params, size_t cap
   using namespace hopscore_cutlass;
   switch (kind) {
     case HOPSCORE_GEMM_BIAS_GELU:
-      return build<typename BiasGelu<T>::Kernel, T>(o, params, capacity, launch);
+      return build<BiasGelu<T>, T>(o, params, capacity, launch);
     case HOPSCORE_GEMM_GATED_SILU:
-      return build<typename Gated<T, hopscore::Silu>::Kernel, T, hopscore::Silu>(o, params, capacity, launch);
+      return build<Gated<T, hopscore::Silu>, T>(o, params, capacity, launch);
     case HOPSCORE_GEMM_GATED_GELU_NEW:
-      return build<typename Gated<T, hopscore::GeluNew>::Kernel, T, hopscore::GeluNew>(o, params, capacity, launch);
+      return build<Gated<T, hopscore::GeluNew>, T>(o, params, capacity, launch);
+    case HOPSCORE_GEMM_ADD_NORM_1024:
+      return build<AddNorm<T, 1024 / kTileCols>, T>(o, params, capacity, launch);
     default:
       return 5;
   }
@@ -161,6 +183,54 @@ extern "C" int hopscore_gemm_gated_layout_errors() {
             ++seen[row][col + hopscore_cutlass::kGatedBlock];
           }
   }
+  for (const auto& row : seen)
+    for (int n : row) errors += n != 1;
+  return errors;
+}
+
+// The norm kernels' epilogue walks each thread's accumulators as 4 rows of 32 values
+// (norm_value in gemm_add_norm.cuh) and completes a row's sum over the 4 lanes of a
+// quad. Checked here against CUTLASS's partitioning of the tile, as the gated pairing
+// above: every value of a (thread, row) pair in that row, each row held by the lanes
+// of one quad only, which agree on where it is among their 4, and every cell of the
+// 128 × 128 tile held once. Returns the number of violations.
+extern "C" int hopscore_gemm_norm_layout_errors() {
+  using namespace cute;
+  using namespace hopscore_cutlass;
+  using Kernel = AddNorm<cutlass::bfloat16_t, 1024 / kTileCols>::Kernel;
+  typename Kernel::TiledMma mma;
+  const auto tile = take<0, 2>(typename Kernel::TileShape{});
+  static int seen[kTileRows][kTileCols];
+  std::memset(seen, 0, sizeof(seen));
+  int quad_of_row[kTileRows];
+  for (int& q : quad_of_row) q = -1;
+  int errors = 0;
+  int rows_of[128][kRowsPerThread];
+  for (int t = 0; t < int(size(mma)) && t < 128; ++t) {
+    const auto coords = mma.get_thread_slice(t).partition_C(make_identity_tensor(tile));
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int row = get<0>(coords(norm_value(i, 0)));
+      rows_of[t][i] = row;
+      if (row < 0 || row >= kTileRows) {
+        ++errors;
+        continue;
+      }
+      if (quad_of_row[row] == -1) quad_of_row[row] = t / 4;
+      errors += quad_of_row[row] != t / 4;
+      for (int j = 0; j < kValuesPerRow; ++j) {
+        const auto cell = coords(norm_value(i, j));
+        const int col = get<1>(cell);
+        if (get<0>(cell) != row || col < 0 || col >= kTileCols) {
+          ++errors;
+          continue;
+        }
+        ++seen[row][col];
+      }
+    }
+  }
+  errors += int(size(mma)) != 128;
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < kRowsPerThread; ++i) errors += rows_of[t][i] != rows_of[t & ~3][i];
   for (const auto& row : seen)
     for (int n : row) errors += n != 1;
   return errors;

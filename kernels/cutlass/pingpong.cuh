@@ -2,8 +2,9 @@
 // CUTLASS's column-major k × n) on Hopper, CUTLASS 3's warp-specialised TMA + wgmma
 // mainloop with the ping-pong schedule on a persistent grid: each consumer warpgroup
 // owns its own 128 × 128 tile and the two take turns, so one's epilogue runs under the
-// other's main loop. 1 × 1 cluster; as many stages as the shared memory the epilogue
-// leaves. One tile shape and no split-K whatever the row count, so a row gets the same
+// other's main loop. A 1 × 1 cluster unless the kernel asks for another (with more than
+// one CTA along N, the cluster's CTAs share A's tile by multicast); as many stages as
+// the shared memory the epilogue leaves. One tile shape and no split-K whatever the row count, so a row gets the same
 // bits in any batch.
 #pragma once
 #include <cutlass/cutlass.h>
@@ -21,12 +22,12 @@ template <class T>
 inline constexpr int kAlign = 16 / sizeof(T);
 
 // The kernel of that GEMM with `Epilogue` (a CUTLASS collective epilogue).
-template <class T, class Epilogue>
+template <class T, class Epilogue, class Cluster = ClusterShape>
 using PingpongGemm = cutlass::gemm::kernel::GemmUniversal<
     cute::Shape<int, int, int, int>,
     typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, cutlass::layout::RowMajor, kAlign<T>, T,
-        cutlass::layout::ColumnMajor, kAlign<T>, float, TileShape, ClusterShape,
+        cutlass::layout::ColumnMajor, kAlign<T>, float, TileShape, Cluster,
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
         cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp,
     Epilogue>;

@@ -2,7 +2,8 @@
 //! touches data, so the CPU and CUDA backends fail alike with the same message.
 
 use super::{
-    AttentionShape, CausalShape, ClsHead, Dense, Input, OpError, OpResult, SeqLayout, SeqPooling,
+    AddNorm, AttentionShape, CausalShape, ClsHead, Dense, Input, OpError, OpResult, SeqLayout,
+    SeqPooling,
 };
 
 /// A matrix shape `[rows, cols]`.
@@ -72,6 +73,28 @@ pub fn linear_add(
             "linear_add",
             format!("x is [{xr}, {xc}] but the product is [{n}, {out}]"),
         );
+    }
+    Ok(())
+}
+
+/// [`linear`], then [`layer_norm`] of the product with `norm`'s residual.
+pub fn linear_add_norm<T: Dims>(
+    x: &T,
+    w: &T,
+    bias: Option<&T>,
+    norm: &AddNorm<'_, T>,
+) -> OpResult<()> {
+    linear(x, w, bias)?;
+    let ((rows, _), (out, _)) = (x.dims(), w.dims());
+    let (rr, rc) = norm.residual.dims();
+    if (rr, rc) != (rows, out) {
+        return fail(
+            "linear_add_norm",
+            format!("the residual is [{rr}, {rc}] but the product is [{rows}, {out}]"),
+        );
+    }
+    if norm.weight.numel() != out || norm.bias.numel() != out {
+        return fail("linear_add_norm", format!("affine size != {out} columns"));
     }
     Ok(())
 }

@@ -296,6 +296,16 @@ pub struct BucketBias<'a, T> {
     pub index: Input<'a, [u32]>,
 }
 
+/// The residual and the LayerNorm after a post-LN layer's output projection
+/// ([`Backend::linear_add_norm`]): `LN(y + residual)` with affine `weight`, `bias`.
+#[derive(Debug)]
+pub struct AddNorm<'a, T> {
+    pub residual: &'a T,
+    pub weight: &'a T,
+    pub bias: &'a T,
+    pub eps: f32,
+}
+
 /// A dense layer as the head ops read it: `weight: [out, in]`, `bias: [out]`.
 #[derive(Debug)]
 pub struct Dense<'a, T> {
@@ -519,6 +529,18 @@ pub trait Backend: Send + Sync {
         let y = self.linear(input, w, bias)?;
         self.add(x, &y)
     }
+    /// `LN(x · wᵀ + bias + norm.residual)`: a post-LN layer's output projection and the
+    /// LayerNorm after it (on a Hopper device one kernel for rows of 1,024, the sum
+    /// normalised in f32 before its one rounding).
+    fn linear_add_norm(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+        norm: &AddNorm<'_, Self::Tensor>,
+    ) -> OpResult<Self::Tensor> {
+        linear_then(self, x, w, bias, |be, y| add_norm(be, y, norm))
+    }
     /// Exact (erf) GELU in place.
     fn gelu(&self, x: &mut Self::Tensor) -> OpResult<()>;
     /// `x ← LN(x + residual)` row-wise with affine `weight`, `bias`.
@@ -624,13 +646,22 @@ pub trait Backend: Send + Sync {
     ) -> OpResult<Vec<f32>>;
 }
 
-/// `act(x · wᵀ + bias)` in place: the unfused form of the fused linear ops.
+/// `y ← LN(y + norm.residual)`: the unfused [`Backend::linear_add_norm`]'s second step.
+pub(crate) fn add_norm<B: Backend + ?Sized>(
+    be: &B,
+    y: &mut B::Tensor,
+    norm: &AddNorm<'_, B::Tensor>,
+) -> OpResult<()> {
+    be.layer_norm(y, Some(norm.residual), norm.weight, norm.bias, norm.eps)
+}
+
+/// `x · wᵀ + bias`, then `act` on it in place: the unfused form of the fused linear ops.
 pub(crate) fn linear_then<B: Backend + ?Sized>(
     be: &B,
     x: &B::Tensor,
     w: &B::Tensor,
     bias: Option<&B::Tensor>,
-    act: fn(&B, &mut B::Tensor) -> OpResult<()>,
+    act: impl FnOnce(&B, &mut B::Tensor) -> OpResult<()>,
 ) -> OpResult<B::Tensor> {
     let mut y = be.linear(x, w, bias)?;
     act(be, &mut y)?;

@@ -17,7 +17,9 @@ use crate::jobs::DeviceKind;
     HOPSCORE_FUSED_GELU=off runs the erf-GELU up-projection as cuBLASLt's GEMM and a \
     GELU pass instead of the CUTLASS kernel with the GELU in its epilogue (compute \
     capability 9.0, bf16/f16); HOPSCORE_FUSED_GATE=off does the same for the gated MLPs \
-    (SmolLM2's SwiGLU: cuBLASLt's GEMM and the gated_act pass)."
+    (SmolLM2's SwiGLU: cuBLASLt's GEMM and the gated_act pass), HOPSCORE_FUSED_NORM=off \
+    for the output projections and the LayerNorm after them (DeBERTa and BERT at hidden \
+    1,024: cuBLASLt's GEMM and the layer_norm pass)."
 )]
 pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]

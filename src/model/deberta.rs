@@ -199,17 +199,17 @@ impl<B: Backend> DebertaV2Layer<B> {
         batch: &StagedBatch<'_>,
     ) -> Result<B::Tensor> {
         let ctx = self.attention.forward(be, x, index, shape, batch)?;
-        let mut h = self.attention_output.forward(be, &ctx)?;
-        self.attention_norm.forward(be, &mut h, Some(x))?;
+        let h = self
+            .attention_norm
+            .forward_linear(be, &self.attention_output, &ctx, x)?;
         let ffn = &self.intermediate;
         let inter = if self.tanh_gelu {
             be.linear_gelu_new(&h, &ffn.weight, ffn.bias.as_ref())?
         } else {
             be.linear_gelu(&h, &ffn.weight, ffn.bias.as_ref())?
         };
-        let mut out = self.output.forward(be, &inter)?;
-        self.output_norm.forward(be, &mut out, Some(&h))?;
-        Ok(out)
+        self.output_norm
+            .forward_linear(be, &self.output, &inter, &h)
     }
 }
 

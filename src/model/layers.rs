@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use anyhow::Result;
 
 use super::weights::Weights;
-use crate::backend::{Backend, Dense, Gate, Gated};
+use crate::backend::{AddNorm, Backend, Dense, Gate, Gated};
 use crate::quant::QuantRows;
 use crate::tensor::HostTensor;
 
@@ -210,6 +210,24 @@ impl<B: Backend> LayerNorm<B> {
     /// `x ← LN(x + residual)`.
     pub fn forward(&self, be: &B, x: &mut B::Tensor, residual: Option<&B::Tensor>) -> Result<()> {
         Ok(be.layer_norm(x, residual, &self.weight, &self.bias, self.eps)?)
+    }
+
+    /// `LN(linear(input) + residual)`: a post-LN layer's output projection and this
+    /// norm after it, as one op ([`Backend::linear_add_norm`]).
+    pub fn forward_linear(
+        &self,
+        be: &B,
+        linear: &Linear<B>,
+        input: &B::Tensor,
+        residual: &B::Tensor,
+    ) -> Result<B::Tensor> {
+        let norm = AddNorm {
+            residual,
+            weight: &self.weight,
+            bias: &self.bias,
+            eps: self.eps,
+        };
+        Ok(be.linear_add_norm(input, &linear.weight, linear.bias.as_ref(), &norm)?)
     }
 }
 

@@ -6,6 +6,8 @@
 // output elements; each is an f32 dot product in k order, then the epilogue in f32 and
 // one rounding, as the kernel's. The Params builder still runs on the host, so its
 // tensor maps go through this driver's cuTensorMapEncodeTiled checks.
+#include <vector>
+
 #include "activations.cuh"
 #include "common.cuh"
 #include "cutlass/operands.h"
@@ -53,6 +55,33 @@ void gemm_gated(const HopscoreGemmOperands& o) {
   });
 }
 
+// Row by row: x = dot + bias + residual in f32, then the LayerNorm's two passes (the
+// mean, then Σ (x − mean)²) and one rounding.
+template <typename T>
+void gemm_add_norm(const HopscoreGemmOperands& o) {
+  const T* bias = reinterpret_cast<const T*>(o.bias);
+  const T* residual = reinterpret_cast<const T*>(o.residual);
+  const T* gamma = reinterpret_cast<const T*>(o.gamma);
+  const T* beta = reinterpret_cast<const T*>(o.beta);
+  T* d = reinterpret_cast<T*>(o.d);
+  const size_t n = size_t(o.n);
+  std::vector<float> x(n);
+  for_each_output(size_t(o.m), [&](size_t row) {
+    float sum = 0.0f;
+    for (size_t c = 0; c < n; ++c) {
+      x[c] = dot<T>(o, row, c) + hopscore::to_float(bias[c]) + hopscore::to_float(residual[row * n + c]);
+      sum += x[c];
+    }
+    const float mean = sum / float(n);
+    float sq = 0.0f;
+    for (size_t c = 0; c < n; ++c) sq += (x[c] - mean) * (x[c] - mean);
+    const float inv = 1.0f / sqrtf(sq / float(n) + o.eps);
+    for (size_t c = 0; c < n; ++c)
+      d[row * n + c] = hopscore::from_float<T>((x[c] - mean) * inv * hopscore::to_float(gamma[c]) +
+                                                hopscore::to_float(beta[c]));
+  });
+}
+
 }  // namespace
 
 #define STAND_IN(NAME, ...)                                                      \
@@ -65,3 +94,5 @@ STAND_IN(gemm_gated_silu_bf16, gemm_gated<__nv_bfloat16, hopscore::Silu>)
 STAND_IN(gemm_gated_silu_f16, gemm_gated<__half, hopscore::Silu>)
 STAND_IN(gemm_gated_gelu_new_bf16, gemm_gated<__nv_bfloat16, hopscore::GeluNew>)
 STAND_IN(gemm_gated_gelu_new_f16, gemm_gated<__half, hopscore::GeluNew>)
+STAND_IN(gemm_add_norm_1024_bf16, gemm_add_norm<__nv_bfloat16>)
+STAND_IN(gemm_add_norm_1024_f16, gemm_add_norm<__half>)

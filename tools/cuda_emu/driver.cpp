@@ -45,6 +45,25 @@ typedef void* CUgraph;
 typedef void* CUgraphExec;
 typedef void (*CUhostFn)(void*);
 typedef size_t (*CUoccupancyB2DSize)(int);
+// cuLaunchKernelEx's configuration, laid out as cuda.h's; of the attributes only the
+// cluster dimension (id 4) is read.
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } value;
+};
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+constexpr int CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
 
 enum : int {
   CUDA_SUCCESS = 0,
@@ -66,6 +85,7 @@ enum : int {
   CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+  CUDA_ERROR_INVALID_CLUSTER_SIZE = 912,
   CUDA_ERROR_UNKNOWN = 999,
 };
 // CUevent_flags
@@ -82,6 +102,7 @@ constexpr size_t kGuardBytes = 4096;
 constexpr unsigned kMaxThreads = 1024;
 constexpr size_t kDefaultSmem = 48 * 1024;
 constexpr size_t kOptinSmem = 227 * 1024;
+constexpr int kMultiprocessors = 2;
 
 // AT_WAIT: blocked until `Fiber::ready` holds (an mbarrier phase, registers to take).
 enum State : uint8_t { RUNNABLE, AT_BLOCK, AT_WARP, AT_WAIT, DONE };
@@ -947,6 +968,7 @@ const char* error_name(CUresult e) {
     case 801: return "CUDA_ERROR_NOT_SUPPORTED";
     case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
     case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case 912: return "CUDA_ERROR_INVALID_CLUSTER_SIZE";
     default: return nullptr;
   }
 }
@@ -966,6 +988,7 @@ const char* error_string(CUresult e) {
     case 401: return "the operation is not permitted in the current state";
     case 900: return "operation not permitted when stream is capturing";
     case 901: return "operation failed due to a previous error during capture";
+    case 912: return "invalid cluster size";
     case 500: return "named symbol not found";
     case 600: return "device not ready";
     case 701: return "too many resources requested for launch";
@@ -1018,7 +1041,7 @@ API CUresult cuDeviceGetAttribute(int* pi, int attrib, CUdevice d) {
     case 10: v = 32; break;            // WARP_SIZE
     case 12: v = 65536; break;         // MAX_REGISTERS_PER_BLOCK
     case 13: v = 1000000; break;       // CLOCK_RATE (kHz)
-    case 16: v = 2; break;             // MULTIPROCESSOR_COUNT
+    case 16: v = kMultiprocessors; break;  // MULTIPROCESSOR_COUNT
     case 38: v = 50 << 20; break;      // L2_CACHE_SIZE
     case 39: v = 2048; break;          // MAX_THREADS_PER_MULTIPROCESSOR
     case 41: v = 1; break;             // UNIFIED_ADDRESSING
@@ -1428,6 +1451,37 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
     for (auto& v : *values) args.push_back(v.data());
     return launch(f, gx, gy, gz, bx, by, bz, smem, args.data(), nullptr);
   });
+  return CUDA_SUCCESS;
+}
+// A cluster launch (the only attribute taken) runs as a plain one once the attribute
+// passes the driver's checks: the kernels launched in clusters are CUTLASS's, whose
+// stand-ins (cutlass.cpp) do not read the cluster.
+API CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  if (!c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < c->numAttrs; ++i) {
+    const CUlaunchAttribute& a = c->attrs[i];
+    if (a.id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      fprintf(stderr, "cuda_emu: cuLaunchKernelEx attribute %d is not supported\n", int(a.id));
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    const auto& d = a.value.clusterDim;
+    // 8: the portable cluster size (nothing here asks for more).
+    if (!d.x || !d.y || !d.z || d.x * d.y * d.z > 8 || c->gridDimX % d.x || c->gridDimY % d.y ||
+        c->gridDimZ % d.z)
+      return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  return cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                        c->sharedMemBytes, c->hStream, params, extra);
+}
+// One cluster per multiprocessor's worth of CTAs, and at least one (the emulator's
+// device is small; a cluster runs one CTA after another here).
+API CUresult cuOccupancyMaxActiveClusters(int* n, CUfunction f, const CUlaunchConfig* c) {
+  if (!n || !f || !c || c->numAttrs != 1 || !c->attrs || c->attrs[0].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+    return CUDA_ERROR_INVALID_VALUE;
+  const auto& d = c->attrs[0].value.clusterDim;
+  const unsigned size = d.x * d.y * d.z;
+  if (!size || size > 8) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  *n = std::max(1, kMultiprocessors / int(size));
   return CUDA_SUCCESS;
 }
 API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,

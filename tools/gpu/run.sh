@@ -24,7 +24,7 @@
 #                  (the kit's attention kernels), causal attention, the norms (layer_norm
 #                  in DeBERTa-v3-large, rms_norm in SmolLM2) and question_loglik;
 #                  HOPSCORE_KIT_NCU=disentangled,causal,norm,loglik picks the changed ones,
-#                  `gemm` adds the CUTLASS GEMMs (gemm_bias_gelu, gemm_gated_silu)  (150 s)
+#                  `gemm` adds the CUTLASS GEMMs (gemm_bias_gelu, gemm_gated_silu, gemm_add_norm)  (150 s)
 #   ncu-t5         Nsight Compute of t5_attention (the first launch: T5-large's encoder
 #                  layer 0, 64 inputs of 400 tokens, bf16)                        (150 s)
 #   lepus          tools/bench_decoder_reference.py: SmolLM2-135M and GPT-2 shapes, bf16,
@@ -54,6 +54,10 @@
 #   gate           `bench` SmolLM2-135M L = 512 × 64 bf16, 3 interleaved rounds of: the SiLU
 #                  gate in the CUTLASS gate/up GEMM's epilogue (the default), the cuBLASLt
 #                  GEMM + gated_act pass (HOPSCORE_FUSED_GATE=off); medians in gate.txt (120 s)
+#   addnorm        `bench` deberta-v3-large L = 512 bf16, 3 interleaved rounds of: the
+#                  output projections with the residual and LayerNorm in the CUTLASS GEMM's
+#                  epilogue (the default), the cuBLASLt GEMM + layer_norm pass
+#                  (HOPSCORE_FUSED_NORM=off); medians in addnorm.txt              (100 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
 #                  attention and loglik rows only; both on disentangled v5 and tma_check (150 s)
 #   invariance     the cost of the same bits in any batch: `bench` deberta-v3-large bf16 at
@@ -74,7 +78,7 @@ mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
   [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu]=120
-  [invariance]=150 [lepus-prefix]=200 [gate]=120)
+  [invariance]=150 [lepus-prefix]=200 [gate]=120 [addnorm]=100)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
 # the NVIDIA pip wheels of the machine's Python; empty when none has it.
@@ -229,7 +233,8 @@ step_ncu() {
       --cuda-graphs off || rc=1
   fi
   if [[ $which == *,norm,* ]]; then
-    "${NCU[@]}" -k regex:layer_norm -o "$R/ncu-layer-norm" \
+    # The layers' LayerNorms as the kernel (fused into the GEMM by default).
+    HOPSCORE_FUSED_NORM=off "${NCU[@]}" -k regex:layer_norm -o "$R/ncu-layer-norm" \
       "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
       --peak-gemm 0 --cuda-graphs off || rc=1
     "${NCU[@]}" -k regex:rms_norm -o "$R/ncu-rms-norm" \
@@ -243,6 +248,9 @@ step_ncu() {
     "${NCU[@]}" -k regex:gemm_gated -o "$R/ncu-gemm-gated" \
       "$H" bench --device cuda --shape smollm2 --seq-len 512 --batch 16 --warmup 0 --iters 1 --peak-gemm 0 \
       --cuda-graphs off || rc=1
+    "${NCU[@]}" -k regex:gemm_add_norm -o "$R/ncu-gemm-add-norm" \
+      "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
+      --peak-gemm 0 --cuda-graphs off || rc=1
   fi
   if [[ $which == *,loglik,* ]]; then
     python3 - "$work/pairs.json" <<'PY'
@@ -453,6 +461,11 @@ step_gate() {
   [[ -n $emu ]] && { echo "gate: skipped in an emulator dry run (a 135M model)"; return 0; }
   variant_rounds gate fused unfused:HOPSCORE_FUSED_GATE=off -- \
     --dtype bf16 --shape smollm2 --seq-len 512 --batch 64 --iters $ITERS
+}
+
+step_addnorm() {
+  variant_rounds addnorm fused unfused:HOPSCORE_FUSED_NORM=off -- \
+    --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} --iters $ITERS "${SMALL[@]}"
 }
 
 step_invariance() {

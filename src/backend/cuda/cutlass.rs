@@ -4,7 +4,10 @@
 //!   tanh form; DeBERTa's and BERT's is erf);
 //! - `gemm_gated_{silu,gelu_new}`, `y = act(x · gateᵀ) · (x · upᵀ)` for a fused gate/up
 //!   weight in [`Gated`] blocks of 64 (LEPUS's SwiGLU, T5 v1.1's gated-gelu): the gate
-//!   in the epilogue, and only the half-width output written.
+//!   in the epilogue, and only the half-width output written;
+//! - `gemm_add_norm_1024`, `y = LayerNorm(x · wᵀ + bias + residual)` for rows of 1,024
+//!   (a post-LN transformer's output projections and their LayerNorm): clusters of 8
+//!   CTAs along N, which exchange the row statistics through distributed shared memory.
 //!
 //! The host code CUTLASS needs (argument checks, TMA descriptors, the persistent grid)
 //! runs in `kernels/cutlass/gemm_host.cu`, linked into this crate; it builds the
@@ -19,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::CudaBackend;
 use crate::backend::check::Dims;
 use crate::backend::cuda::CudaTensor;
-use crate::backend::{Gate, Gated, OpResult};
+use crate::backend::{AddNorm, Gate, Gated, OpResult};
 
 /// `HOPSCORE_FUSED_GELU=off` runs the cuBLASLt GEMM and the GELU pass instead of
 /// `gemm_bias_gelu` (to compare; on by default).
@@ -27,6 +30,9 @@ pub const FUSED_GELU_ENV: &str = "HOPSCORE_FUSED_GELU";
 /// `HOPSCORE_FUSED_GATE=off` runs the cuBLASLt GEMM and the `gated_act` pass instead of
 /// `gemm_gated_*` (to compare; on by default).
 pub const FUSED_GATE_ENV: &str = "HOPSCORE_FUSED_GATE";
+/// `HOPSCORE_FUSED_NORM=off` runs the cuBLASLt GEMM and the `layer_norm` pass instead
+/// of `gemm_add_norm_1024` (to compare; on by default).
+pub const FUSED_NORM_ENV: &str = "HOPSCORE_FUSED_NORM";
 
 /// Whether one of the fused GEMMs may run: on unless its variable says `off`.
 #[derive(Debug)]
@@ -58,6 +64,7 @@ enum Kind {
     BiasGelu = 0,
     GatedSilu = 1,
     GatedGeluNew = 2,
+    AddNorm1024 = 3,
 }
 
 impl Kind {
@@ -67,6 +74,7 @@ impl Kind {
             Kind::BiasGelu => "gemm_bias_gelu",
             Kind::GatedSilu => "gemm_gated_silu",
             Kind::GatedGeluNew => "gemm_gated_gelu_new",
+            Kind::AddNorm1024 => "gemm_add_norm_1024",
         }
     }
 }
@@ -87,7 +95,7 @@ pub(super) fn gemm_bias_gelu(
     if !be.fused_gelu.get() || !runs(be, x, w, &[bias])? {
         return Ok(None);
     }
-    imp::launch(be, Kind::BiasGelu, x, w, Some(bias), w.dims().0)
+    imp::launch(be, Kind::BiasGelu, x, w, Some(bias), None, w.dims().0)
 }
 
 /// `act(x · gateᵀ) · (x · upᵀ)` by the CUTLASS kernel, or `None` where it does not
@@ -113,8 +121,40 @@ pub(super) fn gemm_gated(
         Gate::Silu => Kind::GatedSilu,
         Gate::GeluNew => Kind::GatedGeluNew,
     };
-    imp::launch(be, kind, x, w, None, w.dims().0 / 2)
+    imp::launch(be, kind, x, w, None, None, w.dims().0 / 2)
 }
+
+/// `LayerNorm(x · wᵀ + bias + residual)` by the CUTLASS kernel, or `None` where it
+/// does not run: as [`gemm_bias_gelu`], and also for a width other than 1,024 (one
+/// cluster of 8 tiles is one row).
+pub(super) fn gemm_add_norm(
+    be: &CudaBackend,
+    x: &CudaTensor,
+    w: &CudaTensor,
+    bias: Option<&CudaTensor>,
+    norm: &AddNorm<'_, CudaTensor>,
+) -> OpResult<Option<CudaTensor>> {
+    crate::backend::check::linear_add_norm(x, w, bias, norm)?;
+    let Some(bias) = bias else { return Ok(None) };
+    if w.dims().0 != ADD_NORM_WIDTH
+        || !be.fused_norm.get()
+        || !runs(be, x, w, &[bias, norm.residual, norm.weight, norm.bias])?
+    {
+        return Ok(None);
+    }
+    imp::launch(
+        be,
+        Kind::AddNorm1024,
+        x,
+        w,
+        Some(bias),
+        Some(norm),
+        ADD_NORM_WIDTH,
+    )
+}
+
+/// The row width `gemm_add_norm_1024` takes.
+const ADD_NORM_WIDTH: usize = 1024;
 
 /// Whether a CUTLASS kernel takes `x · wᵀ` (with `more` operands): bf16/f16 on compute
 /// capability 9.0, rows, `k` and the width multiples of 8, operands 16-byte aligned.
@@ -141,20 +181,25 @@ mod imp {
     use super::super::{CudaBackend, CudaTensor, DType};
     use super::Kind;
     use crate::backend::check::Dims;
-    use crate::backend::OpResult;
+    use crate::backend::{AddNorm, OpResult};
 
     /// Mirror of `HopscoreGemmOperands` (kernels/cutlass/operands.h).
     #[repr(C)]
-    #[derive(Clone, Copy, Debug)]
+    #[derive(Clone, Copy, Debug, Default)]
     struct Operands {
         a: u64,
         b: u64,
         bias: u64,
         d: u64,
+        residual: u64,
+        gamma: u64,
+        beta: u64,
         m: i32,
         n: i32,
         k: i32,
         sm_count: i32,
+        max_active_clusters: i32,
+        eps: f32,
     }
     // SAFETY: plain old data with the C header's layout.
     unsafe impl DeviceRepr for Operands {}
@@ -165,6 +210,7 @@ mod imp {
     struct Launch {
         grid: [u32; 3],
         block: [u32; 3],
+        cluster: [u32; 3],
         smem: u32,
         params_bytes: u32,
     }
@@ -243,14 +289,16 @@ mod imp {
         }
     }
 
-    /// Runs `kind` on `x · wᵀ` (`bias`: the bias GEMM's) into a new `[rows, width]`
-    /// tensor, or `None` where CUTLASS refuses the shape.
+    /// Runs `kind` on `x · wᵀ` (`bias`: the GEMM's; `norm`: the norm kernels'
+    /// residual and LayerNorm) into a new `[rows, width]` tensor, or `None` where
+    /// CUTLASS refuses the shape.
     pub(super) fn launch(
         be: &CudaBackend,
         kind: Kind,
         x: &CudaTensor,
         w: &CudaTensor,
         bias: Option<&CudaTensor>,
+        norm: Option<&AddNorm<'_, CudaTensor>>,
         width: usize,
     ) -> OpResult<Option<CudaTensor>> {
         let op = kind.name();
@@ -260,8 +308,7 @@ mod imp {
                 .map_err(|_| device_err(op, format!("{v} rows or columns overflow CUTLASS's int")))
         };
         let y = be.tensor(rows, width)?;
-        let sm_count = be.dev.multiprocessors(op)?;
-        let operands = Operands {
+        let mut operands = Operands {
             a: x.ptr(),
             b: w.ptr(),
             bias: bias.map_or(0, CudaTensor::ptr),
@@ -269,8 +316,65 @@ mod imp {
             m: dims(rows)?,
             n: dims(w.dims().0)?,
             k: dims(k)?,
-            sm_count,
+            sm_count: be.dev.multiprocessors(op)?,
+            ..Operands::default()
         };
+        if let Some(norm) = norm {
+            operands.residual = norm.residual.ptr();
+            operands.gamma = norm.weight.ptr();
+            operands.beta = norm.bias.ptr();
+            operands.eps = norm.eps;
+        }
+        let Some((mut params, mut shape)) = build(be, kind, &operands)? else {
+            return Ok(None);
+        };
+        let cfg = |shape: &Launch| LaunchConfig {
+            grid_dim: (shape.grid[0], shape.grid[1], shape.grid[2]),
+            block_dim: (shape.block[0], shape.block[1], shape.block[2]),
+            shared_mem_bytes: shape.smem,
+        };
+        let f = be.dev.typed_smem(op, op, be.dev.dtype, shape.smem)?;
+        let cluster = (shape.cluster[0], shape.cluster[1], shape.cluster[2]);
+        if cluster == (1, 1, 1) {
+            let mut b = be.dev.stream.launch_builder(&f);
+            b.arg(&operands);
+            b.arg(&params);
+            // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built
+            // above for live buffers of the checked shapes.
+            unsafe { be.timed_launch(op, b, cfg(&shape)) }?;
+            return Ok(Some(y));
+        }
+        // The persistent grid of a clustered kernel is as many clusters as run at once.
+        let entry = format!("{op}_{}", be.dev.dtype.suffix());
+        let clusters = be
+            .dev
+            .max_active_clusters(op, &entry, &f, cfg(&shape), cluster)?;
+        operands.max_active_clusters = clusters;
+        // CUTLASS bounds the grid by the multiprocessors too; the clusters the driver
+        // says fit are the bound that counts (a device smaller than one cluster, the
+        // CPU emulator's, would get no grid).
+        let cluster_size = i32::try_from(cluster.0 * cluster.1 * cluster.2).unwrap_or(i32::MAX);
+        operands.sm_count = operands.sm_count.max(clusters.saturating_mul(cluster_size));
+        (params, shape) = build(be, kind, &operands)?
+            .ok_or_else(|| device_err(op, "CUTLASS refused a shape it had taken"))?;
+        let mut args = [
+            (&mut operands as *mut Operands).cast(),
+            (&mut params as *mut Params).cast(),
+        ];
+        // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built above
+        // for live buffers of the checked shapes; both outlive the call.
+        unsafe { be.timed_cluster_launch(op, &f, cfg(&shape), cluster, &mut args) }?;
+        Ok(Some(y))
+    }
+
+    /// CUTLASS's Params and launch shape for `kind` on `operands`, or `None` where
+    /// CUTLASS refuses the shape (the unfused path takes it).
+    fn build(
+        be: &CudaBackend,
+        kind: Kind,
+        operands: &Operands,
+    ) -> OpResult<Option<(Params, Launch)>> {
+        let op = kind.name();
         let mut params = Params([0; PARAMS_CAPACITY]);
         let mut shape = Launch::default();
         let mut encode_error: c_int = 0;
@@ -280,7 +384,7 @@ mod imp {
             hopscore_gemm_params(
                 kind as c_int,
                 c_int::from(be.dev.dtype == DType::F16),
-                &operands,
+                operands,
                 encode_tiled,
                 params.0.as_mut_ptr().cast(),
                 PARAMS_CAPACITY,
@@ -289,35 +393,19 @@ mod imp {
             )
         };
         match code {
-            0 => {}
-            // CUTLASS refused the shape: the unfused path takes it.
-            1 => return Ok(None),
-            3 => {
-                return Err(device_err(
-                    op,
-                    format!("cuTensorMapEncodeTiled refused a map of {operands:?}: error {encode_error}"),
-                ));
-            }
-            _ => {
-                return Err(device_err(
-                    op,
-                    format!("CUTLASS's Params builder returned {code} for {operands:?}"),
-                ))
-            }
+            0 => Ok(Some((params, shape))),
+            1 => Ok(None),
+            3 => Err(device_err(
+                op,
+                format!(
+                    "cuTensorMapEncodeTiled refused a map of {operands:?}: error {encode_error}"
+                ),
+            )),
+            _ => Err(device_err(
+                op,
+                format!("CUTLASS's Params builder returned {code} for {operands:?}"),
+            )),
         }
-        let cfg = LaunchConfig {
-            grid_dim: (shape.grid[0], shape.grid[1], shape.grid[2]),
-            block_dim: (shape.block[0], shape.block[1], shape.block[2]),
-            shared_mem_bytes: shape.smem,
-        };
-        let f = be.dev.typed_smem(op, op, be.dev.dtype, shape.smem)?;
-        let mut b = be.dev.stream.launch_builder(&f);
-        b.arg(&operands);
-        b.arg(&params);
-        // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built above
-        // for live buffers of the checked shapes.
-        unsafe { be.timed_launch(op, b, cfg) }?;
-        Ok(Some(y))
     }
 }
 
@@ -326,6 +414,18 @@ mod tests {
     unsafe extern "C" {
         /// kernels/cutlass/gemm_host.cu: violations of the gated epilogue's pairing.
         fn hopscore_gemm_gated_layout_errors() -> std::ffi::c_int;
+        /// kernels/cutlass/gemm_host.cu: violations of the norm epilogue's row walk.
+        fn hopscore_gemm_norm_layout_errors() -> std::ffi::c_int;
+    }
+
+    /// The norm kernels' epilogue reads each thread's accumulators as 4 rows of 32
+    /// values and sums a row over a quad of lanes; checked against CUTLASS's
+    /// partitioning (one row per (thread, row index), one quad per row, the tile
+    /// covered once).
+    #[test]
+    fn norm_epilogue_walks_whole_rows_by_quads() {
+        // SAFETY: a host function of no arguments.
+        assert_eq!(unsafe { hopscore_gemm_norm_layout_errors() }, 0);
     }
 
     /// The gated kernels' epilogue pairs accumulators by wgmma's layout; its device
@@ -343,7 +443,7 @@ mod tests {
 mod imp {
     use super::super::{CudaBackend, CudaTensor};
     use super::Kind;
-    use crate::backend::OpResult;
+    use crate::backend::{AddNorm, OpResult};
 
     /// Built without CUTLASS: always the unfused path.
     pub(super) fn launch(
@@ -352,6 +452,7 @@ mod imp {
         _: &CudaTensor,
         _: &CudaTensor,
         _: Option<&CudaTensor>,
+        _: Option<&AddNorm<'_, CudaTensor>>,
         _: usize,
     ) -> OpResult<Option<CudaTensor>> {
         Ok(None)

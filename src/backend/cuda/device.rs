@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{bail, Context, Result};
-use cudarc::driver::sys::{CUevent_flags, CUfunction_attribute};
+use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 
 use super::blas::Lt;
@@ -33,10 +33,47 @@ pub struct Device {
     smem_opt_in: Mutex<HashMap<String, u32>>,
     /// The device's multiprocessor count, asked of the driver once.
     multiprocessors: OnceLock<i32>,
+    /// How many clusters of each clustered kernel run at once, by entry name.
+    active_clusters: Mutex<HashMap<String, i32>>,
 }
 
 /// Dynamic shared memory a kernel gets without opting in (bytes).
 pub const DEFAULT_SMEM: u32 = 48 * 1024;
+
+/// The launch attribute asking for clusters of `cluster` CTAs.
+fn cluster_attribute(cluster: (u32, u32, u32)) -> sys::CUlaunchAttribute {
+    sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        pad: [0; 4],
+        value: sys::CUlaunchAttributeValue {
+            clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+                x: cluster.0,
+                y: cluster.1,
+                z: cluster.2,
+            },
+        },
+    }
+}
+
+/// `cfg` on `stream` with the one attribute `attr`.
+fn launch_config(
+    cfg: LaunchConfig,
+    stream: &CudaStream,
+    attr: &mut sys::CUlaunchAttribute,
+) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: attr,
+        numAttrs: 1,
+    }
+}
 
 /// Number of CUDA devices, or a clear error when no driver or device can be used.
 pub fn device_count() -> Result<usize> {
@@ -96,6 +133,7 @@ impl Device {
             functions: Mutex::new(HashMap::new()),
             smem_opt_in: Mutex::new(HashMap::new()),
             multiprocessors: OnceLock::new(),
+            active_clusters: Mutex::new(HashMap::new()),
         })
     }
 
@@ -111,6 +149,68 @@ impl Device {
             )
             .map_err(|e| device_err(op, e))?;
         Ok(*self.multiprocessors.get_or_init(|| n))
+    }
+
+    /// How many `cluster`-CTA clusters of `f` (kernel `entry`, launched with `cfg`'s
+    /// block and shared memory) the device runs at once, asked of the driver once.
+    pub fn max_active_clusters(
+        &self,
+        op: &'static str,
+        entry: &str,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        cluster: (u32, u32, u32),
+    ) -> OpResult<i32> {
+        if let Some(&n) = self.active_clusters.lock().unwrap().get(entry) {
+            return Ok(n);
+        }
+        let mut attr = cluster_attribute(cluster);
+        let config = launch_config(cfg, &self.stream, &mut attr);
+        let mut n = 0;
+        // SAFETY: `config` points at `attr`, alive for the call; `f` is a loaded kernel.
+        unsafe {
+            cudarc::driver::sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), &config)
+        }
+        .result()
+        .map_err(|e| device_err(op, format!("`{entry}` in clusters of {cluster:?}: {e}")))?;
+        if n < 1 {
+            return Err(device_err(
+                op,
+                format!("`{entry}` in clusters of {cluster:?} cannot run on this device (no cluster fits)"),
+            ));
+        }
+        self.active_clusters
+            .lock()
+            .unwrap()
+            .insert(entry.to_owned(), n);
+        Ok(n)
+    }
+
+    /// Launches `f` on the stream in clusters of `cluster` CTAs (`cuLaunchKernelEx`;
+    /// cudarc 0.19 has no cluster launch).
+    ///
+    /// # Safety
+    /// `args` points at the kernel's parameters, each alive for the call, in its order.
+    pub unsafe fn launch_cluster(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        cluster: (u32, u32, u32),
+        args: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), cudarc::driver::DriverError> {
+        self.ctx.bind_to_thread()?;
+        let mut attr = cluster_attribute(cluster);
+        let config = launch_config(cfg, &self.stream, &mut attr);
+        // SAFETY: the caller's contract; `config` points at `attr`, alive for the call.
+        unsafe {
+            cudarc::driver::sys::cuLaunchKernelEx(
+                &config,
+                f.cu_function(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
     }
 
     pub fn name(&self) -> &str {

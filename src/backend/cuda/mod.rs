@@ -33,8 +33,8 @@ pub use self::memory::CudaTensor;
 use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, BatchInputs, BatchShape, BucketBias, CausalShape, ClsHead, Dense,
-    DeviceCounts, Forward, Gate, Gated, Input, KernelTime, OpError, OpResult, Prepared,
+    AddNorm, AttentionShape, Backend, BatchInputs, BatchShape, BucketBias, CausalShape, ClsHead,
+    Dense, DeviceCounts, Forward, Gate, Gated, Input, KernelTime, OpError, OpResult, Prepared,
     RelAttention, SeqLayout, Slot, T5AttentionShape, TokenLogits,
 };
 pub use crate::backend::dtype::DType;
@@ -63,6 +63,8 @@ pub struct CudaBackend {
     fused_gelu: cutlass::FusedSwitch,
     /// Whether the CUTLASS gated GEMMs may run ([`cutlass`]).
     fused_gate: cutlass::FusedSwitch,
+    /// Whether the CUTLASS GEMM + residual + LayerNorm may run ([`cutlass`]).
+    fused_norm: cutlass::FusedSwitch,
 }
 
 impl CudaBackend {
@@ -81,6 +83,7 @@ impl CudaBackend {
         let version = Version::from_env()?;
         let fused_gelu = cutlass::FusedSwitch::from_env(cutlass::FUSED_GELU_ENV)?;
         let fused_gate = cutlass::FusedSwitch::from_env(cutlass::FUSED_GATE_ENV)?;
+        let fused_norm = cutlass::FusedSwitch::from_env(cutlass::FUSED_NORM_ENV)?;
         let dev = Device::open(ordinal, dtype, poison)?;
         let be = Self {
             graphs: graphs::Graphs::new(dev.stream.clone()),
@@ -89,6 +92,7 @@ impl CudaBackend {
             disentangled: AtomicU8::new(0),
             fused_gelu,
             fused_gate,
+            fused_norm,
         };
         be.set_disentangled_version(version)?;
         Ok(be)
@@ -126,6 +130,13 @@ impl CudaBackend {
     /// (`false`).
     pub fn set_fused_gate(&self, on: bool) {
         self.fused_gate.set(on);
+    }
+
+    /// Lets the CUTLASS GEMM + residual + LayerNorm run where it can (on by default
+    /// unless `HOPSCORE_FUSED_NORM=off`), or runs the cuBLASLt GEMM and the
+    /// `layer_norm` pass (`false`).
+    pub fn set_fused_norm(&self, on: bool) {
+        self.fused_norm.set(on);
     }
 
     /// bf16 or f16 on compute capability 9.0: where the Hopper kernels run.
@@ -224,6 +235,24 @@ impl CudaBackend {
         unsafe { b.launch(cfg) }
             .map(|_| ())
             .map_err(|e| device_err(op, e))
+    }
+
+    /// [`Device::launch_cluster`], counted and timed as [`Self::timed_launch`].
+    ///
+    /// # Safety
+    /// As [`Device::launch_cluster`].
+    unsafe fn timed_cluster_launch(
+        &self,
+        op: &'static str,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        cluster: (u32, u32, u32),
+        args: &mut [*mut std::ffi::c_void],
+    ) -> OpResult<()> {
+        let _timed = self.profiler.time(&self.dev, op)?;
+        self.dev.counts.launch();
+        // SAFETY: the caller's contract.
+        unsafe { self.dev.launch_cluster(f, cfg, cluster, args) }.map_err(|e| device_err(op, e))
     }
 
     /// [`blas::gemm`], timed as the GEMMs.
@@ -581,6 +610,22 @@ impl Backend for CudaBackend {
         match cutlass::gemm_gated(self, x, w, bias, gated)? {
             Some(y) => Ok(y),
             None => self.gated_act(&self.linear(x, w, bias)?, gated),
+        }
+    }
+
+    /// The CUTLASS kernel with the residual and the LayerNorm in its epilogue where it
+    /// runs ([`cutlass::gemm_add_norm`]), else the cuBLASLt GEMM and the `layer_norm`
+    /// pass.
+    fn linear_add_norm(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+        norm: &AddNorm<'_, CudaTensor>,
+    ) -> OpResult<CudaTensor> {
+        match cutlass::gemm_add_norm(self, x, w, bias, norm)? {
+            Some(y) => Ok(y),
+            None => super::linear_then(self, x, w, bias, |be, y| super::add_norm(be, y, norm)),
         }
     }
 
