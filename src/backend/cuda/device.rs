@@ -33,6 +33,8 @@ pub struct Device {
     smem_opt_in: Mutex<HashMap<String, u32>>,
     /// The device's multiprocessor count, asked of the driver once.
     multiprocessors: OnceLock<i32>,
+    /// Its compute capability (major, minor), asked once.
+    compute_capability: OnceLock<(i32, i32)>,
     /// How many clusters of each clustered kernel run at once, by entry name.
     active_clusters: Mutex<HashMap<String, i32>>,
 }
@@ -133,6 +135,7 @@ impl Device {
             functions: Mutex::new(HashMap::new()),
             smem_opt_in: Mutex::new(HashMap::new()),
             multiprocessors: OnceLock::new(),
+            compute_capability: OnceLock::new(),
             active_clusters: Mutex::new(HashMap::new()),
         })
     }
@@ -149,6 +152,18 @@ impl Device {
             )
             .map_err(|e| device_err(op, e))?;
         Ok(*self.multiprocessors.get_or_init(|| n))
+    }
+
+    /// The compute capability (major, minor), asked of the driver once.
+    pub fn compute_capability(&self, op: &'static str) -> OpResult<(i32, i32)> {
+        if let Some(&cc) = self.compute_capability.get() {
+            return Ok(cc);
+        }
+        let cc = self
+            .ctx
+            .compute_capability()
+            .map_err(|e| device_err(op, e))?;
+        Ok(*self.compute_capability.get_or_init(|| cc))
     }
 
     /// How many `cluster`-CTA clusters of `f` (kernel `entry`, launched with `cfg`'s

@@ -141,11 +141,7 @@ impl CudaBackend {
 
     /// bf16 or f16 on compute capability 9.0: where the Hopper kernels run.
     fn is_hopper_16_bit(&self) -> OpResult<bool> {
-        let cc = self
-            .dev
-            .ctx
-            .compute_capability()
-            .map_err(|e| device_err("compute capability", e))?;
+        let cc = self.dev.compute_capability("compute capability")?;
         Ok(self.dev.dtype != DType::F32 && Version::V4.runs_on(cc))
     }
 
