@@ -104,9 +104,12 @@ PY
 }
 
 setup() { # setup [quick]: quick skips the GPU probe (already done by the parent run)
-  if [[ ! -f $kit/kit.env ]]; then
+  # Unpacked once per kit: again when the carried kit is newer (a dry run here after
+  # another pack.sh would otherwise run the old binaries against the new emulator).
+  if [[ ! -f $kit/kit.env || device-carry/kit.tar.xz -nt $kit/kit.env ]]; then
     [[ -f device-carry/kit.tar.xz ]] || { echo "setup: device-carry/kit.tar.xz not carried (bash tools/gpu/pack.sh)"; return 1; }
-    mkdir -p "$kit" && xz -dc device-carry/kit.tar.xz | tar -C "$kit" -xf - || return 1
+    rm -rf "$kit" && mkdir -p "$kit" && xz -dc device-carry/kit.tar.xz | tar -C "$kit" -xf - || return 1
+    touch "$kit/kit.env"
   fi
   # shellcheck disable=SC1091
   source "$kit/kit.env"
