@@ -331,7 +331,7 @@ enum Op {
         gated: Gated,
         bias: bool,
     },
-    /// `LN(x · wᵀ + bias + residual)` (on a Hopper GPU, for rows of 1,024 with a bias,
+    /// `LN(x · wᵀ + bias + residual)` (on a Hopper GPU, for rows of 1,024 and 768 with a bias,
     /// the CUTLASS kernel with the residual and the LayerNorm in its epilogue).
     LinearAddNorm {
         n: usize,
@@ -1289,14 +1289,16 @@ fn table(dtype: DType) -> Vec<Op> {
 }
 
 /// Output projections with the LayerNorm after them (appended last). On a Hopper GPU
-/// the CUTLASS kernel takes rows of 1,024 with a bias: a full 128-row tile and a
-/// partial one; then the unfused paths (no bias; another width).
+/// the CUTLASS kernel takes rows of 1,024 and 768 with a bias: a full 128-row tile and
+/// a partial one, and a partial one alone; then the unfused paths (no bias; another
+/// width).
 fn add_norm_ops() -> Vec<Op> {
     let op = |n, k, out, bias| Op::LinearAddNorm { n, k, out, bias };
     vec![
         op(150, 64, 1024, true),
         op(29, 48, 1024, false),
         op(7, 32, 256, true),
+        op(40, 96, 768, true),
     ]
 }
 
@@ -1942,27 +1944,31 @@ fn gemm_gated_f16() {
     gemm_gated_cases(DType::F16);
 }
 
-/// A post-LN output projection and its LayerNorm: `gemm_add_norm_1024` (300 rows: two
-/// full 128-row tiles and a partial one, each one cluster of 8 column tiles).
+/// A post-LN output projection and its LayerNorm: `gemm_add_norm_1024` and
+/// `gemm_add_norm_768` (300 rows: two full 128-row tiles and a partial one, each one
+/// cluster of 8 column tiles).
 #[cfg(hopscore_cutlass)]
 fn gemm_add_norm_cases(dtype: DType) {
-    fused_against_unfused(
-        dtype,
-        "gemm_add_norm_1024",
-        CudaBackend::set_fused_norm,
-        |gpu, inp| {
-            let mut up = |rows, cols, scale| gpu.upload(&inp.matrix(rows, cols, scale)).unwrap();
-            let (x, w, b) = (up(300, 256, 1.0), up(1024, 256, 0.2), up(1, 1024, 1.0));
-            let (r, g, beta) = (up(300, 1024, 1.0), up(1, 1024, 1.0), up(1, 1024, 1.0));
-            let norm = AddNorm {
-                residual: &r,
-                weight: &g,
-                bias: &beta,
-                eps: 1e-7,
-            };
-            gpu.linear_add_norm(&x, &w, Some(&b), &norm).unwrap()
-        },
-    );
+    for width in [1024, 768] {
+        fused_against_unfused(
+            dtype,
+            &format!("gemm_add_norm_{width}"),
+            CudaBackend::set_fused_norm,
+            |gpu, inp| {
+                let mut up =
+                    |rows, cols, scale| gpu.upload(&inp.matrix(rows, cols, scale)).unwrap();
+                let (x, w, b) = (up(300, 256, 1.0), up(width, 256, 0.2), up(1, width, 1.0));
+                let (r, g, beta) = (up(300, width, 1.0), up(1, width, 1.0), up(1, width, 1.0));
+                let norm = AddNorm {
+                    residual: &r,
+                    weight: &g,
+                    bias: &beta,
+                    eps: 1e-7,
+                };
+                gpu.linear_add_norm(&x, &w, Some(&b), &norm).unwrap()
+            },
+        );
+    }
 }
 
 #[cfg(hopscore_cutlass)]

@@ -1,18 +1,19 @@
 // D = LayerNorm(A · Bᵀ + bias + residual) on Hopper: a post-LN transformer's output
 // projection (DeBERTa's and BERT's attention-out and FFN-down) and the LayerNorm after
-// it in one kernel. The GEMM is pingpong.cuh's with a cluster of kRanks CTAs along N,
-// so that a cluster's kRanks 128-wide tiles are one whole row of the output (1,024 =
-// 8 × 128; 768 = 6 × 128) and A's tile is multicast to all of them. The persistent
+// it in one kernel. The GEMM is pingpong.cuh's with a cluster of 8 CTAs along N and
+// tiles of width / 8 columns (1,024: 128; 768: 96), so that a cluster's 8 tiles are one
+// whole row of the output, and A's tile is multicast to all of them (8 divides A's 128
+// tile rows; a cluster of 6 128-wide tiles for 768 would not). The persistent
 // scheduler hands every CTA of a cluster the same M block at the same turn, so
 // consumer warpgroup w of each CTA holds the same 128 rows at once; the row statistics
 // then take two exchanges through distributed shared memory, one per pass of the CPU
 // twin (the mean, then Σ (x − mean)², not Σ x² − (Σ x)² / n):
-// - each thread sums its 32 values of a row, the 4 lanes of a quad (which hold the
-//   tile's 128 columns of that row) add theirs by shuffles;
+// - each thread sums its values of a row (a quarter of the tile's width), the 4 lanes
+//   of a quad (which hold the tile's columns of that row) add theirs by shuffles;
 // - the warpgroup sends its 128 row sums to slot [w][round][rank] of every CTA of the
 //   cluster (st.async, which also counts the bytes on that CTA's mbarrier
-//   [w][round]) and waits on its own barrier for kRanks × 512 bytes;
-// - every thread adds the kRanks slots of its rows in rank order, so a row gets the
+//   [w][round]) and waits on its own barrier for 8 × 512 bytes;
+// - every thread adds the 8 slots of its rows in rank order, so a row gets the
 //   same bits in any batch.
 // A slot is rewritten only after every peer has read it: the next write to
 // [w][0] comes after the writer got this tile's round 1 from every peer, sent after
@@ -29,18 +30,26 @@
 
 namespace hopscore_cutlass {
 
-// Rows and columns of a tile, rows a thread holds, values of a row it holds.
+// Rows of a tile, rows a thread holds, CTAs of a cluster (along N).
 constexpr int kTileRows = cute::size<0>(TileShape{});
-constexpr int kTileCols = cute::size<1>(TileShape{});
 constexpr int kRowsPerThread = 4;
-constexpr int kValuesPerRow = 32;
+constexpr int kRanks = 8;
 // Consumer warpgroups of the ping-pong kernel: each has its own slots and barriers.
 constexpr int kConsumers = 2;
 
+// Columns of a tile for rows of `width`, and values of a row a thread holds.
+template <int kWidth>
+struct NormTile {
+  static constexpr int kCols = kWidth / kRanks;
+  static constexpr int kValuesPerRow = kCols / 4;
+  static_assert(kWidth % (8 * kRanks) == 0 && kCols <= 128, "a wgmma width of at most 128 columns");
+  using Shape = cute::Shape<cute::Int<kTileRows>, cute::Int<kCols>, cute::_64>;
+};
+
 // Accumulator (v0, v1, v2) of wgmma-row-block mm: row `i = 2·mm + v1` of the thread's
-// four, value `j = 2·v2 + v0` of its 32 in that row. gemm_host.cu's
+// four, value `j = 2·v2 + v0` of its values in that row. gemm_host.cu's
 // `hopscore_gemm_norm_layout_errors` checks against CUTLASS's own partitioning that
-// this is so: one row per (mm, v1), and a quad of lanes covering the row's 128 columns.
+// this is so: one row per (mm, v1), and a quad of lanes covering the row's columns.
 CUTLASS_HOST_DEVICE auto norm_value(int i, int j) {
   return cute::make_coord(cute::make_coord(j % 2, i % 2, j / 2), i / 2, 0);
 }
@@ -60,8 +69,11 @@ CUTLASS_DEVICE void wait_cluster(uint64_t const* barrier, uint32_t phase) {
 
 // The collective epilogue (register-direct, run through CUTLASS's adapter like
 // gemm_gated.cuh's): LayerNorm(acc + bias + residual) of each row, over the cluster.
-template <class T, int kRanks>
+template <class T, int kWidth>
 class AddNormEpilogue {
+  static constexpr int kTileCols = NormTile<kWidth>::kCols;
+  static constexpr int kValuesPerRow = NormTile<kWidth>::kValuesPerRow;
+
  public:
   using ElementC = void;
   using ElementD = T;
@@ -108,7 +120,7 @@ class AddNormEpilogue {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem, Arguments const& args) {
     const auto aligned = [](const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 4 == 0; };
-    return cute::get<1>(problem) == kRanks * kTileCols && aligned(args.ptr_D) && aligned(args.residual) &&
+    return cute::get<1>(problem) == kWidth && aligned(args.ptr_D) && aligned(args.residual) &&
            aligned(args.bias) && aligned(args.gamma) && aligned(args.beta);
   }
 
@@ -134,9 +146,9 @@ class AddNormEpilogue {
     static_assert(is_static<BlockShapeMNK>::value, "static tile shape");
     using Atom = typename TiledMma::Atom;
     static_assert(is_same_v<typename Atom::CLayout, SM90::GMMA::CLayout_64xN<kTileCols>>,
-                  "the row walk assumes wgmma's 64 x 128 accumulator layout");
+                  "the row walk assumes wgmma's 64 x N accumulator layout");
     static_assert(decltype(size(accumulators))::value == kRowsPerThread * kValuesPerRow,
-                  "accumulators ((2, 2, 16), 2, 1)");
+                  "accumulators ((2, 2, N / 8), 2, 1)");
     auto& s = *reinterpret_cast<SharedStorage*>(smem);
     const int w = cutlass::canonical_warp_group_idx() - 1;
 
@@ -242,18 +254,19 @@ class AddNormEpilogue {
   uint32_t phase_ = 0;
 };
 
-// The kernel for rows of `kRanks` × 128 columns: cluster 1 × kRanks, A multicast.
-template <class T, int kRanks>
+// The kernel for rows of `kWidth` columns: cluster 1 × 8, A multicast, tiles of
+// kWidth / 8 columns.
+template <class T, int kWidth>
 struct AddNorm {
   using Cluster = cute::Shape<cute::_1, cute::Int<kRanks>, cute::_1>;
-  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<AddNormEpilogue<T, kRanks>>;
-  using Kernel = PingpongGemm<T, Epilogue, Cluster>;
+  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<AddNormEpilogue<T, kWidth>>;
+  using Kernel = PingpongGemm<T, Epilogue, Cluster, typename NormTile<kWidth>::Shape>;
 
   // The epilogue's barriers in the kernel's shared memory, initialised before the
   // kernel's own setup.
   CUTLASS_DEVICE static void init(char* smem) {
     if (threadIdx.x == 0)
-      AddNormEpilogue<T, kRanks>::init(reinterpret_cast<typename Kernel::SharedStorage*>(smem)->tensors.epilogue);
+      AddNormEpilogue<T, kWidth>::init(reinterpret_cast<typename Kernel::SharedStorage*>(smem)->tensors.epilogue);
   }
 };
 

@@ -69,9 +69,9 @@ void epilogue_args(hopscore_cutlass::Gated<T, Act>*, typename hopscore_cutlass::
                    const HopscoreGemmOperands& o) {
   args.epilogue.ptr_D = reinterpret_cast<T*>(o.d);
 }
-template <class T, int kRanks>
-void epilogue_args(hopscore_cutlass::AddNorm<T, kRanks>*,
-                   typename hopscore_cutlass::AddNorm<T, kRanks>::Kernel::Arguments& args,
+template <class T, int kWidth>
+void epilogue_args(hopscore_cutlass::AddNorm<T, kWidth>*,
+                   typename hopscore_cutlass::AddNorm<T, kWidth>::Kernel::Arguments& args,
                    const HopscoreGemmOperands& o) {
   args.epilogue.ptr_D = reinterpret_cast<T*>(o.d);
   args.epilogue.residual = reinterpret_cast<const T*>(o.residual);
@@ -127,7 +127,9 @@ int build_kind(int kind, const HopscoreGemmOperands& o, void* params, size_t cap
     case HOPSCORE_GEMM_GATED_GELU_NEW:
       return build<Gated<T, hopscore::GeluNew>, T>(o, params, capacity, launch);
     case HOPSCORE_GEMM_ADD_NORM_1024:
-      return build<AddNorm<T, 1024 / kTileCols>, T>(o, params, capacity, launch);
+      return build<AddNorm<T, 1024>, T>(o, params, capacity, launch);
+    case HOPSCORE_GEMM_ADD_NORM_768:
+      return build<AddNorm<T, 768>, T>(o, params, capacity, launch);
     default:
       return 5;
   }
@@ -188,25 +190,28 @@ extern "C" int hopscore_gemm_gated_layout_errors() {
   return errors;
 }
 
-// The norm kernels' epilogue walks each thread's accumulators as 4 rows of 32 values
+// The norm kernels' epilogue walks each thread's accumulators as 4 rows of a quarter tile
 // (norm_value in gemm_add_norm.cuh) and completes a row's sum over the 4 lanes of a
-// quad. Checked here against CUTLASS's partitioning of the tile, as the gated pairing
-// above: every value of a (thread, row) pair in that row, each row held by the lanes
-// of one quad only, which agree on where it is among their 4, and every cell of the
-// 128 × 128 tile held once. Returns the number of violations.
-extern "C" int hopscore_gemm_norm_layout_errors() {
+// quad. Checked here against CUTLASS's partitioning of the tile of each width, as the
+// gated pairing above: every value of a (thread, row) pair in that row, each row held
+// by the lanes of one quad only, which agree on where it is among their 4, and every
+// cell of the tile held once. Returns the number of violations.
+namespace {
+template <int kWidth>
+int norm_layout_errors() {
   using namespace cute;
   using namespace hopscore_cutlass;
-  using Kernel = AddNorm<cutlass::bfloat16_t, 1024 / kTileCols>::Kernel;
+  using Kernel = typename AddNorm<cutlass::bfloat16_t, kWidth>::Kernel;
+  constexpr int cols = NormTile<kWidth>::kCols, values = NormTile<kWidth>::kValuesPerRow;
   typename Kernel::TiledMma mma;
   const auto tile = take<0, 2>(typename Kernel::TileShape{});
-  static int seen[kTileRows][kTileCols];
+  static int seen[kTileRows][cols];
   std::memset(seen, 0, sizeof(seen));
   int quad_of_row[kTileRows];
   for (int& q : quad_of_row) q = -1;
-  int errors = 0;
+  int errors = int(size(mma)) != 128;
   int rows_of[128][kRowsPerThread];
-  for (int t = 0; t < int(size(mma)) && t < 128; ++t) {
+  for (int t = 0; t < 128; ++t) {
     const auto coords = mma.get_thread_slice(t).partition_C(make_identity_tensor(tile));
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int row = get<0>(coords(norm_value(i, 0)));
@@ -217,10 +222,10 @@ extern "C" int hopscore_gemm_norm_layout_errors() {
       }
       if (quad_of_row[row] == -1) quad_of_row[row] = t / 4;
       errors += quad_of_row[row] != t / 4;
-      for (int j = 0; j < kValuesPerRow; ++j) {
+      for (int j = 0; j < values; ++j) {
         const auto cell = coords(norm_value(i, j));
         const int col = get<1>(cell);
-        if (get<0>(cell) != row || col < 0 || col >= kTileCols) {
+        if (get<0>(cell) != row || col < 0 || col >= cols) {
           ++errors;
           continue;
         }
@@ -228,12 +233,16 @@ extern "C" int hopscore_gemm_norm_layout_errors() {
       }
     }
   }
-  errors += int(size(mma)) != 128;
   for (int t = 0; t < 128; ++t)
     for (int i = 0; i < kRowsPerThread; ++i) errors += rows_of[t][i] != rows_of[t & ~3][i];
   for (const auto& row : seen)
     for (int n : row) errors += n != 1;
   return errors;
+}
+}  // namespace
+
+extern "C" int hopscore_gemm_norm_layout_errors() {
+  return norm_layout_errors<1024>() + norm_layout_errors<768>();
 }
 
 // nvcc registers this file's (empty) device image from a static constructor; with no

@@ -25,6 +25,7 @@ enum {
   HOPSCORE_GEMM_GATED_SILU = 1,      // gemm_gated_silu: silu(a · gateᵀ) · (a · upᵀ), bias 0
   HOPSCORE_GEMM_GATED_GELU_NEW = 2,  // gemm_gated_gelu_new
   HOPSCORE_GEMM_ADD_NORM_1024 = 3,   // gemm_add_norm_1024: LN(a · bᵀ + bias + residual), n = 1,024
+  HOPSCORE_GEMM_ADD_NORM_768 = 4,    // gemm_add_norm_768: the same, n = 768
 };
 
 // Outputs per tile of the gated kernels: the fused weight's rows alternate between 64

@@ -21,13 +21,14 @@ using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
 template <class T>
 inline constexpr int kAlign = 16 / sizeof(T);
 
-// The kernel of that GEMM with `Epilogue` (a CUTLASS collective epilogue).
-template <class T, class Epilogue, class Cluster = ClusterShape>
+// The kernel of that GEMM with `Epilogue` (a CUTLASS collective epilogue); a kernel
+// may ask for another cluster or a narrower tile.
+template <class T, class Epilogue, class Cluster = ClusterShape, class Tile = TileShape>
 using PingpongGemm = cutlass::gemm::kernel::GemmUniversal<
     cute::Shape<int, int, int, int>,
     typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, cutlass::layout::RowMajor, kAlign<T>, T,
-        cutlass::layout::ColumnMajor, kAlign<T>, float, TileShape, Cluster,
+        cutlass::layout::ColumnMajor, kAlign<T>, float, Tile, Cluster,
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
         cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp,
     Epilogue>;

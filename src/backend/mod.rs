@@ -530,8 +530,8 @@ pub trait Backend: Send + Sync {
         self.add(x, &y)
     }
     /// `LN(x · wᵀ + bias + norm.residual)`: a post-LN layer's output projection and the
-    /// LayerNorm after it (on a Hopper device one kernel for rows of 1,024, the sum
-    /// normalised in f32 before its one rounding).
+    /// LayerNorm after it (on a Hopper device one kernel for rows of 1,024 and 768, the
+    /// sum normalised in f32 before its one rounding).
     fn linear_add_norm(
         &self,
         x: &Self::Tensor,

@@ -19,7 +19,7 @@ use crate::jobs::DeviceKind;
     capability 9.0, bf16/f16); HOPSCORE_FUSED_GATE=off does the same for the gated MLPs \
     (SmolLM2's SwiGLU: cuBLASLt's GEMM and the gated_act pass), HOPSCORE_FUSED_NORM=off \
     for the output projections and the LayerNorm after them (DeBERTa and BERT at hidden \
-    1,024: cuBLASLt's GEMM and the layer_norm pass)."
+    1,024 and 768: cuBLASLt's GEMM and the layer_norm pass)."
 )]
 pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]

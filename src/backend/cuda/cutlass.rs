@@ -5,9 +5,10 @@
 //! - `gemm_gated_{silu,gelu_new}`, `y = act(x · gateᵀ) · (x · upᵀ)` for a fused gate/up
 //!   weight in [`Gated`] blocks of 64 (LEPUS's SwiGLU, T5 v1.1's gated-gelu): the gate
 //!   in the epilogue, and only the half-width output written;
-//! - `gemm_add_norm_1024`, `y = LayerNorm(x · wᵀ + bias + residual)` for rows of 1,024
-//!   (a post-LN transformer's output projections and their LayerNorm): clusters of 8
-//!   CTAs along N, which exchange the row statistics through distributed shared memory.
+//! - `gemm_add_norm_{1024,768}`, `y = LayerNorm(x · wᵀ + bias + residual)` for rows of
+//!   1,024 and 768 (a post-LN transformer's output projections and their LayerNorm):
+//!   clusters of 8 CTAs along N, which exchange the row statistics through distributed
+//!   shared memory.
 //!
 //! The host code CUTLASS needs (argument checks, TMA descriptors, the persistent grid)
 //! runs in `kernels/cutlass/gemm_host.cu`, linked into this crate; it builds the
@@ -31,7 +32,7 @@ pub const FUSED_GELU_ENV: &str = "HOPSCORE_FUSED_GELU";
 /// `gemm_gated_*` (to compare; on by default).
 pub const FUSED_GATE_ENV: &str = "HOPSCORE_FUSED_GATE";
 /// `HOPSCORE_FUSED_NORM=off` runs the cuBLASLt GEMM and the `layer_norm` pass instead
-/// of `gemm_add_norm_1024` (to compare; on by default).
+/// of `gemm_add_norm_*` (to compare; on by default).
 pub const FUSED_NORM_ENV: &str = "HOPSCORE_FUSED_NORM";
 
 /// Whether one of the fused GEMMs may run: on unless its variable says `off`.
@@ -65,6 +66,7 @@ enum Kind {
     GatedSilu = 1,
     GatedGeluNew = 2,
     AddNorm1024 = 3,
+    AddNorm768 = 4,
 }
 
 impl Kind {
@@ -75,6 +77,7 @@ impl Kind {
             Kind::GatedSilu => "gemm_gated_silu",
             Kind::GatedGeluNew => "gemm_gated_gelu_new",
             Kind::AddNorm1024 => "gemm_add_norm_1024",
+            Kind::AddNorm768 => "gemm_add_norm_768",
         }
     }
 }
@@ -125,8 +128,8 @@ pub(super) fn gemm_gated(
 }
 
 /// `LayerNorm(x · wᵀ + bias + residual)` by the CUTLASS kernel, or `None` where it
-/// does not run: as [`gemm_bias_gelu`], and also for a width other than 1,024 (one
-/// cluster of 8 tiles is one row).
+/// does not run: as [`gemm_bias_gelu`], and also for a width other than 1,024 and 768
+/// (one cluster of 8 tiles is one row).
 pub(super) fn gemm_add_norm(
     be: &CudaBackend,
     x: &CudaTensor,
@@ -136,25 +139,17 @@ pub(super) fn gemm_add_norm(
 ) -> OpResult<Option<CudaTensor>> {
     crate::backend::check::linear_add_norm(x, w, bias, norm)?;
     let Some(bias) = bias else { return Ok(None) };
-    if w.dims().0 != ADD_NORM_WIDTH
-        || !be.fused_norm.get()
-        || !runs(be, x, w, &[bias, norm.residual, norm.weight, norm.bias])?
-    {
+    let width = w.dims().0;
+    let kind = match width {
+        1024 => Kind::AddNorm1024,
+        768 => Kind::AddNorm768,
+        _ => return Ok(None),
+    };
+    if !be.fused_norm.get() || !runs(be, x, w, &[bias, norm.residual, norm.weight, norm.bias])? {
         return Ok(None);
     }
-    imp::launch(
-        be,
-        Kind::AddNorm1024,
-        x,
-        w,
-        Some(bias),
-        Some(norm),
-        ADD_NORM_WIDTH,
-    )
+    imp::launch(be, kind, x, w, Some(bias), Some(norm), width)
 }
-
-/// The row width `gemm_add_norm_1024` takes.
-const ADD_NORM_WIDTH: usize = 1024;
 
 /// Whether a CUTLASS kernel takes `x · wᵀ` (with `more` operands): bf16/f16 on compute
 /// capability 9.0, rows, `k` and the width multiples of 8, operands 16-byte aligned.
