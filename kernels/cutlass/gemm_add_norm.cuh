@@ -25,6 +25,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/epilogue/collective/detail.hpp>
 
+#include "direct_epilogue.cuh"
 #include "operands.h"
 #include "pingpong.cuh"
 
@@ -67,20 +68,28 @@ CUTLASS_DEVICE void wait_cluster(uint64_t const* barrier, uint32_t phase) {
       : "memory");
 }
 
-// The collective epilogue (register-direct, run through CUTLASS's adapter like
-// gemm_gated.cuh's): LayerNorm(acc + bias + residual) of each row, over the cluster.
+template <class T>
+struct AddNormArguments {
+  T* ptr_D = nullptr;           // [m, n] row-major
+  const T* residual = nullptr;  // [m, n]
+  const T* bias = nullptr;      // [n], the GEMM's
+  const T* gamma = nullptr;     // [n], the LayerNorm's weight
+  const T* beta = nullptr;      // [n], and bias
+  float eps = 0.f;
+};
+
+// The collective epilogue (register-direct, direct_epilogue.cuh):
+// LayerNorm(acc + bias + residual) of each row, over the cluster.
 template <class T, int kWidth>
-class AddNormEpilogue {
+class AddNormEpilogue : public DirectEpilogue<T, AddNormArguments<T>> {
+  using Base = DirectEpilogue<T, AddNormArguments<T>>;
+  using Base::params_;
   static constexpr int kTileCols = NormTile<kWidth>::kCols;
   static constexpr int kValuesPerRow = NormTile<kWidth>::kValuesPerRow;
 
  public:
-  using ElementC = void;
-  using ElementD = T;
-  using StrideC = cute::Stride<int64_t, cute::_1, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
+  using typename Base::Arguments;
+  using Base::Base;
 
   struct SharedStorage {
     // Row sums of consumer w, round (0: Σ x, 1: Σ (x − mean)²), from CTA rank.
@@ -90,32 +99,9 @@ class AddNormEpilogue {
   };
   using TensorStorage = SharedStorage;
 
-  struct Arguments {
-    T* ptr_D = nullptr;             // [m, n] row-major
-    const T* residual = nullptr;    // [m, n]
-    const T* bias = nullptr;        // [n], the GEMM's
-    const T* gamma = nullptr;       // [n], the LayerNorm's weight
-    const T* beta = nullptr;        // [n], and bias
-    float eps = 0.f;
-  };
-  using Params = Arguments;
-
   // Bytes a barrier waits for in a phase: a row sum of every tile row from every CTA.
   static constexpr uint32_t kExchangeBytes = kRanks * kTileRows * sizeof(float);
 
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   // One cluster is one whole row, and pairs of outputs are 4-byte aligned.
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem, Arguments const& args) {
@@ -131,11 +117,6 @@ class AddNormEpilogue {
       for (auto& barrier : consumer) cutlass::arch::ClusterTransactionBarrier::init(&barrier, 1);
     cutlass::arch::fence_barrier_init();
   }
-
-  CUTLASS_HOST_DEVICE AddNormEpilogue(Params const& params, SharedStorage const& = SharedStorage())
-      : params_(params) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -191,15 +172,15 @@ class AddNormEpilogue {
         part[i] += d * d;
       }
     }
-    float rstd[kRowsPerThread];
-    exchange(s, w, 1, thread_idx, tile_row, part, rstd);
+    float centred[kRowsPerThread];  // Σ (x − mean)² of each row
+    exchange(s, w, 1, thread_idx, tile_row, part, centred);
     phase_ ^= 1;
 
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int row = row0 + tile_row[i];
       if (row >= m) continue;
-      const float inv = rsqrtf(rstd[i] / float(n) + params_.eps);
+      const float inv = rsqrtf(centred[i] / float(n) + params_.eps);
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kValuesPerRow; j += 2) {
         const int col = col0 + get<1>(coords(norm_value(i, j)));
@@ -249,7 +230,6 @@ class AddNormEpilogue {
     }
   }
 
-  Params params_;
   // Parity of this warpgroup's barriers: flips once a tile.
   uint32_t phase_ = 0;
 };

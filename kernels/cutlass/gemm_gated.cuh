@@ -11,6 +11,7 @@
 #include <cutlass/epilogue/collective/detail.hpp>
 
 #include "../activations.cuh"
+#include "direct_epilogue.cuh"
 #include "operands.h"
 #include "pingpong.cuh"
 
@@ -30,39 +31,24 @@ CUTLASS_HOST_DEVICE auto up_value(int v0, int v1, int v2, int mm) {
 }
 
 // The collective epilogue: act(gate) · up of each tile, from the accumulators to global
-// memory (two adjacent outputs per 4-byte store). Run through CUTLASS's adapter for
-// register-direct epilogues, as its DefaultEpilogue is; it needs no shared memory, so
-// the mainloop gets it all.
+// memory (two adjacent outputs per 4-byte store). Register-direct (direct_epilogue.cuh);
+// it needs no shared memory, so the mainloop gets it all.
+template <class T>
+struct GatedArguments {
+  T* ptr_D = nullptr;  // [m, n / 2] row-major
+};
+
 template <class T, class Act>
-class GatedEpilogue {
+class GatedEpilogue : public DirectEpilogue<T, GatedArguments<T>> {
+  using Base = DirectEpilogue<T, GatedArguments<T>>;
+  using Base::params_;
+
  public:
-  using ElementC = void;
-  using ElementD = T;
-  using StrideC = cute::Stride<int64_t, cute::_1, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
+  using typename Base::Arguments;
   struct SharedStorage {};
   using TensorStorage = SharedStorage;
+  using Base::Base;
 
-  struct Arguments {
-    T* ptr_D = nullptr;  // [m, n / 2] row-major
-  };
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
   // Whole tiles along N (every tile holds a gate block and its up block) and 4-byte
   // aligned pairs of outputs.
   template <class ProblemShape>
@@ -70,10 +56,6 @@ class GatedEpilogue {
     const int n = cute::get<1>(problem);
     return n % (2 * kGatedBlock) == 0 && reinterpret_cast<uintptr_t>(args.ptr_D) % 4 == 0;
   }
-
-  CUTLASS_HOST_DEVICE GatedEpilogue(Params const& params, SharedStorage const& = SharedStorage()) : params_(params) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -118,9 +100,6 @@ class GatedEpilogue {
       }
     }
   }
-
- private:
-  Params params_;
 };
 
 template <class T, class Act>
