@@ -2191,11 +2191,14 @@ fn deberta_model_head_size_64_v5_f16() {
 /// The post-LN output projections as `gemm_add_norm_1024` in a whole model: DeBERTa
 /// widened to rows of 1,024 (`v3_seqcls`: 16 heads of 64, intermediate 128; v3
 /// attention) over ragged sequences, the fused kernel on and off, each within the
-/// model bound of the CPU. On a Hopper GPU in bf16 the fused forward runs two GEMMs a
-/// layer fewer (attention-out and FFN-down); elsewhere both are one path. (bf16 only:
-/// f16 takes the same kernel, held to the CPU by the `LinearAddNorm` rows and
-/// `gemm_add_norm_f16`.)
-fn check_add_norm_model(dtype: DType) {
+/// model bound of the CPU. On a Hopper GPU the fused forward runs two GEMMs a layer
+/// fewer (attention-out and FFN-down); elsewhere both are one path. With CUDA graphs
+/// the fused forward (its cluster launches captured) replays the same bits. bf16 only: f16
+/// takes the same kernel, held to the CPU by the `LinearAddNorm` rows and
+/// `gemm_add_norm_f16`.
+#[test]
+fn deberta_add_norm_bf16() {
+    let dtype = DType::Bf16;
     let Some(gpu) = common::gpu(dtype) else {
         return;
     };
@@ -2222,24 +2225,20 @@ fn check_add_norm_model(dtype: DType) {
         })
         .collect();
     let batch = PackedBatch::pack(&seqs);
-    let tol = match dtype {
-        DType::Bf16 => BF16_MODEL_TOLERANCE,
-        _ => tolerance(dtype),
-    };
     let model = CrossEncoder::load(&gpu, ModelFiles::open(&dir).unwrap(), None).unwrap();
     let mut gemms = Vec::new();
     for fused in [true, false] {
         gpu.set_fused_norm(fused);
         let what = format!("hidden 1024, fused norm {fused}");
         let err = deberta_checkpoint_err(&gpu, &what, &dir, &batch);
-        check_model(&what, dtype, err, tol);
+        check_model(&what, dtype, err, BF16_MODEL_TOLERANCE);
         let before = gpu.counts().unwrap();
         model.encoder.forward(&gpu, &batch).unwrap();
         gemms.push(gpu.counts().unwrap().since(&before).gemms);
     }
     gpu.set_fused_norm(true);
     let hopper = gpu.device().ctx.compute_capability().unwrap() == (9, 0);
-    let fused_runs = cfg!(hopscore_cutlass) && hopper && dtype != DType::F32;
+    let fused_runs = cfg!(hopscore_cutlass) && hopper;
     let layers = model.encoder.config.num_layers as u64;
     let fewer = if fused_runs { 2 * layers } else { 0 };
     assert_eq!(
@@ -2247,11 +2246,15 @@ fn check_add_norm_model(dtype: DType) {
         fewer,
         "GEMMs with the fused norm on and off: {gemms:?}"
     );
-}
-
-#[test]
-fn deberta_add_norm_bf16() {
-    check_add_norm_model(DType::Bf16);
+    // The clustered launch inside a CUDA graph: the replay equals the plain forward.
+    let plain = model.forward(&gpu, &batch, true).unwrap().hidden.unwrap();
+    gpu.set_cuda_graphs(true);
+    for _ in 0..2 {
+        let replayed = model.forward(&gpu, &batch, true).unwrap().hidden.unwrap();
+        assert_replay_matches("hidden 1024, fused norm", &replayed.data, &plain.data);
+    }
+    let c = gpu.counts().unwrap();
+    assert!(c.captures >= 1 && c.replays >= 2, "{c:?}");
 }
 
 /// Ragged sequences of random ids (one without targets, a suffix-only one).

@@ -34,7 +34,7 @@ namespace hopscore_cutlass {
 // Rows of a tile, rows a thread holds, CTAs of a cluster (along N).
 constexpr int kTileRows = cute::size<0>(TileShape{});
 constexpr int kRowsPerThread = 4;
-constexpr int kRanks = 8;
+constexpr int kRanks = HOPSCORE_NORM_CLUSTER;
 // Consumer warpgroups of the ping-pong kernel: each has its own slots and barriers.
 constexpr int kConsumers = 2;
 

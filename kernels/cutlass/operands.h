@@ -32,6 +32,10 @@ enum {
 // gate rows and the 64 up rows they pair with (`Gated::BLOCK` in src/backend/mod.rs).
 #define HOPSCORE_GATED_BLOCK 64
 
+// CTAs along N in a cluster of the norm kernels (one row of the output); mirrored by
+// `NORM_CLUSTER` in src/backend/cuda/cutlass.rs.
+#define HOPSCORE_NORM_CLUSTER 8
+
 // What the host builder hands back for the launch.
 struct HopscoreGemmLaunch {
   uint32_t grid[3];

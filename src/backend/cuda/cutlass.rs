@@ -69,7 +69,20 @@ enum Kind {
     AddNorm768 = 4,
 }
 
+/// CTAs along N in a cluster of the norm kernels (`HOPSCORE_NORM_CLUSTER` in
+/// kernels/cutlass/operands.h).
+const NORM_CLUSTER: u32 = 8;
+
 impl Kind {
+    /// The kernel's cluster of CTAs, as its CUTLASS type declares it (the Params
+    /// builder reports that; a launch checks the two agree).
+    fn cluster(self) -> (u32, u32, u32) {
+        match self {
+            Kind::AddNorm1024 | Kind::AddNorm768 => (1, NORM_CLUSTER, 1),
+            Kind::BiasGelu | Kind::GatedSilu | Kind::GatedGeluNew => (1, 1, 1),
+        }
+    }
+
     /// The kernel's name, less the dtype suffix.
     fn name(self) -> &'static str {
         match self {
@@ -199,6 +212,18 @@ mod imp {
     // SAFETY: plain old data with the C header's layout.
     unsafe impl DeviceRepr for Operands {}
 
+    impl Operands {
+        /// Bounds the persistent grid by `clusters` clusters of `cluster` running at
+        /// once. CUTLASS bounds it by the multiprocessors too; the clusters the driver
+        /// says fit are the bound that counts (a device smaller than one cluster, the
+        /// CPU emulator's, would get no grid).
+        fn bound_grid(&mut self, clusters: i32, cluster: (u32, u32, u32)) {
+            let ctas = i32::try_from(cluster.0 * cluster.1 * cluster.2).unwrap_or(i32::MAX);
+            self.max_active_clusters = clusters;
+            self.sm_count = self.sm_count.max(clusters.saturating_mul(ctas));
+        }
+    }
+
     /// Mirror of `HopscoreGemmLaunch` (kernels/cutlass/operands.h).
     #[repr(C)]
     #[derive(Default)]
@@ -320,17 +345,33 @@ mod imp {
             operands.beta = norm.bias.ptr();
             operands.eps = norm.eps;
         }
+        // A clustered kernel's persistent grid is as many clusters as run at once: the
+        // driver's figure, asked on the first call (which then builds twice).
+        let cluster = kind.cluster();
+        let entry = format!("{op}_{}", be.dev.dtype.suffix());
+        let clustered = cluster != (1, 1, 1);
+        if let Some(n) = be.dev.known_active_clusters(&entry).filter(|_| clustered) {
+            operands.bound_grid(n, cluster);
+        }
         let Some((mut params, mut shape)) = build(be, kind, &operands)? else {
             return Ok(None);
         };
+        if shape.cluster != [cluster.0, cluster.1, cluster.2] {
+            return Err(device_err(
+                op,
+                format!(
+                    "the kernel's cluster is {:?}, the launcher's {cluster:?}",
+                    shape.cluster
+                ),
+            ));
+        }
         let cfg = |shape: &Launch| LaunchConfig {
             grid_dim: (shape.grid[0], shape.grid[1], shape.grid[2]),
             block_dim: (shape.block[0], shape.block[1], shape.block[2]),
             shared_mem_bytes: shape.smem,
         };
         let f = be.dev.typed_smem(op, op, be.dev.dtype, shape.smem)?;
-        let cluster = (shape.cluster[0], shape.cluster[1], shape.cluster[2]);
-        if cluster == (1, 1, 1) {
+        if !clustered {
             let mut b = be.dev.stream.launch_builder(&f);
             b.arg(&operands);
             b.arg(&params);
@@ -339,19 +380,14 @@ mod imp {
             unsafe { be.timed_launch(op, b, cfg(&shape)) }?;
             return Ok(Some(y));
         }
-        // The persistent grid of a clustered kernel is as many clusters as run at once.
-        let entry = format!("{op}_{}", be.dev.dtype.suffix());
-        let clusters = be
-            .dev
-            .max_active_clusters(op, &entry, &f, cfg(&shape), cluster)?;
-        operands.max_active_clusters = clusters;
-        // CUTLASS bounds the grid by the multiprocessors too; the clusters the driver
-        // says fit are the bound that counts (a device smaller than one cluster, the
-        // CPU emulator's, would get no grid).
-        let cluster_size = i32::try_from(cluster.0 * cluster.1 * cluster.2).unwrap_or(i32::MAX);
-        operands.sm_count = operands.sm_count.max(clusters.saturating_mul(cluster_size));
-        (params, shape) = build(be, kind, &operands)?
-            .ok_or_else(|| device_err(op, "CUTLASS refused a shape it had taken"))?;
+        if operands.max_active_clusters == 0 {
+            let n = be
+                .dev
+                .max_active_clusters(op, &entry, &f, cfg(&shape), cluster)?;
+            operands.bound_grid(n, cluster);
+            (params, shape) = build(be, kind, &operands)?
+                .ok_or_else(|| device_err(op, "CUTLASS refused a shape it had taken"))?;
+        }
         let mut args = [
             (&mut operands as *mut Operands).cast(),
             (&mut params as *mut Params).cast(),

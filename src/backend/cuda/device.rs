@@ -166,6 +166,11 @@ impl Device {
         Ok(*self.compute_capability.get_or_init(|| cc))
     }
 
+    /// [`Self::max_active_clusters`] of kernel `entry`, where it has been asked.
+    pub fn known_active_clusters(&self, entry: &str) -> Option<i32> {
+        self.active_clusters.lock().unwrap().get(entry).copied()
+    }
+
     /// How many `cluster`-CTA clusters of `f` (kernel `entry`, launched with `cfg`'s
     /// block and shared memory) the device runs at once, asked of the driver once.
     pub fn max_active_clusters(
@@ -176,7 +181,7 @@ impl Device {
         cfg: LaunchConfig,
         cluster: (u32, u32, u32),
     ) -> OpResult<i32> {
-        if let Some(&n) = self.active_clusters.lock().unwrap().get(entry) {
+        if let Some(n) = self.known_active_clusters(entry) {
             return Ok(n);
         }
         let mut attr = cluster_attribute(cluster);
