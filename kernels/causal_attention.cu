@@ -150,13 +150,24 @@ __device__ void causal_attention(T* out, const T* qkv, const unsigned* cu_seqlen
 // cp.async and double-buffered, Q·Kᵀ and P·V on mma_16816 fed by ldmatrix, S, P, O in
 // registers. Dynamic shared memory: Q [64][D + 8], K, V [2 stages][2][64][D + 8], all T:
 // 640·(D + 8) bytes (45 KB at D = 64, 85 KB at D = 128).
+//
+// v3.1, for short sequences (LEPUS prompts of ≈ 150–300 tokens are 3–5 query tiles,
+// a third to a half of them on a diagonal or past the end): warp w multiplies only the
+// diagonal tile's first 16(w + 1) keys, the ones its rows can see (a quarter of the
+// tile for warp 0); a warp whose 16 rows are all past the sequence's end only keeps the
+// block's staging and barriers; and grid row y takes query tile gridDim.y − 1 − y, so
+// the blocks with the most key tiles start first. Skipped keys are ones the mask would
+// set to −inf (probability exactly 0), so the bits are v3's.
 template <typename T, int D>
 __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seqlens, const float* mask,
                                     unsigned heads, unsigned kv_heads, unsigned d, float scale) {
   using namespace hopscore::flash;
+  static_assert(kWarps == 4 && kNb == 8, "the diagonal split below: 4 warps of 16 rows, 64 keys");
   constexpr int LD = ld<D>();
   HOPSCORE_DYNAMIC_SMEM(float, smem);
-  const int seq = (int)blockIdx.x, i0 = (int)blockIdx.y * kRows, h = (int)blockIdx.z;
+  // Query tile `diagonal` (its rows' last key tile); the heaviest tiles first.
+  const int diagonal = (int)(gridDim.y - 1 - blockIdx.y);
+  const int seq = (int)blockIdx.x, i0 = diagonal * kRows, h = (int)blockIdx.z;
   const int start = (int)cu_seqlens[seq], len = (int)cu_seqlens[seq + 1] - start;
   if (i0 >= len) return;  // whole block: shorter sequence than the longest
   T* qs = reinterpret_cast<T*>(smem);  // [64][LD]
@@ -182,25 +193,39 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
 
   const float sl2 = scale * 1.4426950408889634f;  // scale · log2(e)
   Rows16<T, D> rows;
-  // Key tile kt; on the diagonal tile (j0 = i0) key column c > row r is masked too.
-  auto tile = [&](int kt, bool diagonal) {
-    const T* ks = kv + (kt & 1) * 2 * kKeys * LD;
+  // Key tile kt, staged: every thread waits for it; the next one is staged unless kt
+  // is the diagonal.
+  auto staged = [&](int kt) -> const T* {
     hopscore::cp_async_wait<0>();  // tile kt's K and V
     __syncthreads();  // … for every thread; every warp is done with tile kt − 1
-    if (!diagonal) stage_kv(kt + 1);
+    if (kt != diagonal) stage_kv(kt + 1);
     hopscore::cp_async_commit();
-
-    float s[kNb][4];
-    abt<T, D, kNb>(s, qf, ks, lane);
+    return kv + (kt & 1) * 2 * kKeys * LD;
+  };
+  // The first NB column blocks of key tile kt at `ks`; on the diagonal tile (j0 = i0)
+  // key column c > row r is masked too.
+  auto multiply = [&](const T* ks, int kt, bool on_diagonal, auto blocks) {
+    constexpr int NB = decltype(blocks)::value;
+    float s[NB][4];
+    abt<T, D, NB>(s, qf, ks, lane);
     mask_keys(s, key_bits(mask + start, kt * kKeys, len, lane));
-    if (diagonal) mask_after_diagonal(s, warp, lane);
+    if (on_diagonal) mask_after_diagonal(s, NB / 2 - 1, lane);  // warp NB / 2 − 1 there
     rows.step(s, sl2, ks + kKeys * LD, lane);
   };
-  // Key tiles up to the diagonal (tile blockIdx.y; i0 < len): the masking only there,
-  // out of the main loop.
-  const int diagonal = (int)blockIdx.y;
-  for (int kt = 0; kt < diagonal; ++kt) tile(kt, false);
-  tile(diagonal, true);
+  if (16 * warp >= len - i0) {
+    // Every row of this warp is past the end: it only keeps the staging and barriers.
+    for (int kt = 0; kt <= diagonal; ++kt) staged(kt);
+  } else {
+    // Key tiles up to the diagonal (i0 < len): the masking only there, out of the loop.
+    for (int kt = 0; kt < diagonal; ++kt) multiply(staged(kt), kt, false, Blocks<kNb>{});
+    const T* ks = staged(diagonal);
+    switch (warp) {  // rows 16w..16w + 15 see the diagonal tile's keys 0..16w + 15
+      case 0: multiply(ks, diagonal, true, Blocks<2>{}); break;
+      case 1: multiply(ks, diagonal, true, Blocks<4>{}); break;
+      case 2: multiply(ks, diagonal, true, Blocks<6>{}); break;
+      default: multiply(ks, diagonal, true, Blocks<kNb>{});
+    }
+  }
 
   // Rows g and g + 8 of the warp; masked query rows output 0.
 #pragma unroll
@@ -211,19 +236,23 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
   }
 }
 
-#define CAUSAL_ATTENTION_ENTRY(SUFFIX, T, IMPL)                                                 \
-  extern "C" __global__ void causal_attention_##SUFFIX(const hopscore::CausalAttentionParams<T> p) { \
-    IMPL(p.out, p.qkv, p.cu_seqlens, p.mask, p.heads, p.kv_heads, p.d, p.scale);                    \
-  }                                                                                                 \
+#define CAUSAL_ATTENTION_ENTRY(SUFFIX, T, IMPL, BOUNDS)                                                 \
+  extern "C" __global__ void BOUNDS causal_attention_##SUFFIX(const hopscore::CausalAttentionParams<T> p) { \
+    IMPL(p.out, p.qkv, p.cu_seqlens, p.mask, p.heads, p.kv_heads, p.d, p.scale);                           \
+  }                                                                                                        \
   HOPSCORE_ENTRY(causal_attention_##SUFFIX);
+
+// Register budgets of v3: 4 blocks an SM at D = 64 (128 registers; without the bound
+// f16 took 130 and fit 3), 2 at D = 128.
+#define V3_BOUNDS(D) __launch_bounds__(hopscore::geometry::ATTENTION_THREADS, (D) == 64 ? 4 : 2)
 
 // causal_attention_f32: v1. causal_attention_fma_<T>: v1 for bf16/f16 heads that are
 // not a multiple of 8 wide. causal_attention_v3_d<D>_<T>: v3 (separate entries, so that
 // each is allocated only its own registers).
-CAUSAL_ATTENTION_ENTRY(f32, float, causal_attention)
-CAUSAL_ATTENTION_ENTRY(fma_bf16, __nv_bfloat16, causal_attention)
-CAUSAL_ATTENTION_ENTRY(fma_f16, __half, causal_attention)
-CAUSAL_ATTENTION_ENTRY(v3_d64_bf16, __nv_bfloat16, (causal_attention_v3<__nv_bfloat16, 64>))
-CAUSAL_ATTENTION_ENTRY(v3_d128_bf16, __nv_bfloat16, (causal_attention_v3<__nv_bfloat16, 128>))
-CAUSAL_ATTENTION_ENTRY(v3_d64_f16, __half, (causal_attention_v3<__half, 64>))
-CAUSAL_ATTENTION_ENTRY(v3_d128_f16, __half, (causal_attention_v3<__half, 128>))
+CAUSAL_ATTENTION_ENTRY(f32, float, causal_attention, )
+CAUSAL_ATTENTION_ENTRY(fma_bf16, __nv_bfloat16, causal_attention, )
+CAUSAL_ATTENTION_ENTRY(fma_f16, __half, causal_attention, )
+CAUSAL_ATTENTION_ENTRY(v3_d64_bf16, __nv_bfloat16, (causal_attention_v3<__nv_bfloat16, 64>), V3_BOUNDS(64))
+CAUSAL_ATTENTION_ENTRY(v3_d128_bf16, __nv_bfloat16, (causal_attention_v3<__nv_bfloat16, 128>), V3_BOUNDS(128))
+CAUSAL_ATTENTION_ENTRY(v3_d64_f16, __half, (causal_attention_v3<__half, 64>), V3_BOUNDS(64))
+CAUSAL_ATTENTION_ENTRY(v3_d128_f16, __half, (causal_attention_v3<__half, 128>), V3_BOUNDS(128))

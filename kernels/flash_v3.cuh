@@ -18,6 +18,12 @@ constexpr int kKeys = int(geometry::V3_KEYS);  // keys per tile
 constexpr int kWarps = int(geometry::ATTENTION_THREADS / 32);
 constexpr int kNb = kKeys / 8;  // 8-key column blocks of a score tile
 
+// A count of column blocks as a type (a tile's leading NB blocks, chosen at run time
+// among compile-time sizes).
+template <int N> struct Blocks {
+  static constexpr int value = N;
+};
+
 // Elements per staged row (a 16-byte multiple; the 8 extra skew the banks for ldmatrix).
 template <int D> __host__ __device__ constexpr int ld() { return D + int(geometry::V3_PAD); }
 
@@ -79,11 +85,12 @@ __device__ __forceinline__ unsigned long long key_bits(const float* mask, int j0
   return all >> (2 * (lane % 4));
 }
 
-// Scores of keys whose bit is clear → −inf.
-__device__ __forceinline__ void mask_keys(float (&s)[kNb][4], unsigned long long keys) {
+// Scores of keys whose bit is clear → −inf (the first NB column blocks of a tile).
+template <int NB>
+__device__ __forceinline__ void mask_keys(float (&s)[NB][4], unsigned long long keys) {
   const float neg_inf = -__builtin_huge_valf();
 #pragma unroll
-  for (int nb = 0; nb < kNb; ++nb)
+  for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
     for (int i = 0; i < 4; ++i) s[nb][i] = (keys >> (8 * nb + (i & 1))) & 1u ? s[nb][i] : neg_inf;
 }
@@ -91,10 +98,11 @@ __device__ __forceinline__ void mask_keys(float (&s)[kNb][4], unsigned long long
 // On the tile where key tile and query tile start together (the causal diagonal):
 // scores of keys past their query row → −inf. Element i of s[nb] is (row 16·warp + g
 // + 8·(i / 2), key 8nb + 2t + i % 2).
-__device__ __forceinline__ void mask_after_diagonal(float (&s)[kNb][4], int warp, int lane) {
+template <int NB>
+__device__ __forceinline__ void mask_after_diagonal(float (&s)[NB][4], int warp, int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int nb = 0; nb < kNb; ++nb)
+  for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       if (8 * nb + 2 * t + (i & 1) > 16 * warp + g + 8 * (i / 2)) s[nb][i] = -__builtin_huge_valf();
@@ -178,14 +186,17 @@ template <typename T, int D> struct Rows16 {
       for (int i = 0; i < 4; ++i) o[nb][i] = 0.0f;
   }
 
-  // One key tile: scores s (masked ones −inf, not yet scaled), `sl2` = scale·log2(e),
-  // `vs` the staged V tile ([64][ld]).
-  __device__ __forceinline__ void step(float (&s)[kNb][4], float sl2, const T* vs, int lane) {
-    unsigned pp[kNb][2];
+  // One key tile: scores s (masked ones −inf, not yet scaled) of the tile's first NB
+  // column blocks (the keys after them count as masked: NB < kNb skips their products),
+  // `sl2` = scale·log2(e), `vs` the staged V tile ([64][ld]).
+  template <int NB>
+  __device__ __forceinline__ void step(float (&s)[NB][4], float sl2, const T* vs, int lane) {
+    static_assert(NB % 2 == 0 && NB <= kNb, "whole 16-key steps of a tile");
+    unsigned pp[NB][2];
     probabilities(s, sl2, pp);
     // O += P · V: V fragments of two 8-column blocks per ldmatrix_x4_trans.
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
+    for (int kk = 0; kk < NB / 2; ++kk) {
       const unsigned pa[4] = {pp[2 * kk][0], pp[2 * kk][1], pp[2 * kk + 1][0], pp[2 * kk + 1][1]};
 #pragma unroll
       for (int nb = 0; nb < kDb; nb += 2) {
@@ -198,17 +209,18 @@ template <typename T, int D> struct Rows16 {
     }
   }
 
-  // The online softmax of one key tile: updates m and l, rescales O, and returns P
-  // rounded to T as A fragments (pp[nb][h]: rows g + 8h, columns 8nb + 2t, + 1), for
-  // O += P · V by the caller (mma.sync above, wgmma in v4).
-  __device__ __forceinline__ void probabilities(float (&s)[kNb][4], float sl2, unsigned (&pp)[kNb][2]) {
+  // The online softmax of one key tile (its first NB column blocks): updates m and l,
+  // rescales O, and returns P rounded to T as A fragments (pp[nb][h]: rows g + 8h,
+  // columns 8nb + 2t, + 1), for O += P · V by the caller (mma.sync above, wgmma in v4).
+  template <int NB>
+  __device__ __forceinline__ void probabilities(float (&s)[NB][4], float sl2, unsigned (&pp)[NB][2]) {
     const float neg_inf = -__builtin_huge_valf();
     float corr[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = neg_inf;
 #pragma unroll
-      for (int nb = 0; nb < kNb; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
+      for (int nb = 0; nb < NB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[h], mx * sl2);
@@ -219,7 +231,7 @@ template <typename T, int D> struct Rows16 {
       m[h] = m_new;
       float sum = 0.0f;
 #pragma unroll
-      for (int nb = 0; nb < kNb; ++nb) {
+      for (int nb = 0; nb < NB; ++nb) {
         const unsigned packed = pack2<T>(exp2_approx(fmaf(s[nb][2 * h], sl2, -m_use)),
                                          exp2_approx(fmaf(s[nb][2 * h + 1], sl2, -m_use)));
         const float2 r = unpack2<T>(packed);

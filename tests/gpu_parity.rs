@@ -1037,6 +1037,10 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         causal(4, 4, 16, &[1, 5, 17, 40], None),
         causal(9, 3, 64, &[17, 40, 1, 5], None), // SmolLM2-135M's geometry
         causal(9, 3, 64, &[200, 7], None),       // a LEPUS-length prompt: 7 key tiles
+        // Last query tiles ending on each warp's boundary and one row past it (v3.1: a
+        // warp with every row past the end skips its products; on the diagonal warp w
+        // multiplies only keys 0..16w + 15).
+        causal(9, 3, 64, &[16, 48, 113, 129, 97], None),
         causal(4, 2, 64, &[1, 5, 17, 40], None),
         causal(4, 1, 32, &[40, 1, 5, 17], None),
         causal(2, 1, 128, &[70, 3], None),
