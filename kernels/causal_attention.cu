@@ -37,15 +37,25 @@ struct HeadRows {
   }
 };
 
+// Rows [row0, row0 + rows) of head h of the context: zeros (a sequence's rows before
+// its first query row, which no one reads).
+template <typename T>
+__device__ void zero_rows(T* out, size_t row0, unsigned rows, unsigned heads, unsigned d, unsigned h) {
+  for (unsigned idx = threadIdx.x; idx < rows * d; idx += blockDim.x)
+    out[(row0 + idx / d) * heads * d + (size_t)h * d + idx % d] = hopscore::from_float<T>(0.0f);
+}
+
 template <typename T>
 __device__ void causal_attention(T* out, const T* qkv, const unsigned* cu_seqlens,
-                                 const float* mask, unsigned heads, unsigned kv_heads,
-                                 unsigned d, float scale) {
+                                 const float* mask, const unsigned* first_query, unsigned heads,
+                                 unsigned kv_heads, unsigned d, float scale) {
   // qs [BQ][d + 1], kv [BK][d + 1] (keys, then values of the same tile), ps [BQ][BK + 1].
   HOPSCORE_DYNAMIC_SMEM(float, smem);
   const unsigned seq = blockIdx.x, q0 = blockIdx.y * BQ, h = blockIdx.z;
   const unsigned start = cu_seqlens[seq], len = cu_seqlens[seq + 1] - start;
   if (q0 >= len) return;  // whole block: shorter sequence than the longest
+  const unsigned first = first_query != nullptr ? first_query[seq] : 0;
+  if (q0 + BQ <= first) return zero_rows(out, start + q0, BQ, heads, d, h);
   const unsigned ld = d + 1, lp = BK + 1;
   float* qs = smem;
   float* kv = qs + BQ * ld;
@@ -57,7 +67,7 @@ __device__ void causal_attention(T* out, const T* qkv, const unsigned* cu_seqlen
 
   const unsigned tid = threadIdx.x, r = tid / TPR, sub = tid % TPR;
   const unsigned i = q0 + r;  // this thread's query row in the sequence
-  const bool active = i < len && m_seq[i] != 0.0f;
+  const bool active = i < len && i >= first && m_seq[i] != 0.0f;
 
   for (unsigned idx = tid; idx < BQ * d; idx += blockDim.x) {
     const unsigned rr = idx / d, c = idx % d;
@@ -160,7 +170,8 @@ __device__ void causal_attention(T* out, const T* qkv, const unsigned* cu_seqlen
 // set to −inf (probability exactly 0), so the bits are v3's.
 template <typename T, int D>
 __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seqlens, const float* mask,
-                                    unsigned heads, unsigned kv_heads, unsigned d, float scale) {
+                                    const unsigned* first_query, unsigned heads, unsigned kv_heads, unsigned d,
+                                    float scale) {
   using namespace hopscore::flash;
   static_assert(kWarps == 4 && kNb == 8, "the diagonal split below: 4 warps of 16 rows, 64 keys");
   constexpr int LD = ld<D>();
@@ -170,6 +181,8 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
   const int seq = (int)blockIdx.x, i0 = diagonal * kRows, h = (int)blockIdx.z;
   const int start = (int)cu_seqlens[seq], len = (int)cu_seqlens[seq + 1] - start;
   if (i0 >= len) return;  // whole block: shorter sequence than the longest
+  const int first = first_query != nullptr ? (int)first_query[seq] : 0;
+  if (i0 + kRows <= first) return zero_rows(out, start + i0, kRows, heads, d, h);
   T* qs = reinterpret_cast<T*>(smem);  // [64][LD]
   T* kv = qs + kRows * LD;             // [stage][K, V][64][LD]
   const size_t width = (size_t)(heads + 2 * kv_heads) * d;
@@ -212,8 +225,9 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
     if (on_diagonal) mask_after_diagonal(s, NB / 2 - 1, lane);  // warp NB / 2 − 1 there
     rows.step(s, sl2, ks + kKeys * LD, lane);
   };
-  if (16 * warp >= len - i0) {
-    // Every row of this warp is past the end: it only keeps the staging and barriers.
+  if (16 * warp >= len - i0 || 16 * warp + 16 <= first - i0) {
+    // Every row of this warp is past the end or before the first query row: it only
+    // keeps the staging and barriers.
     for (int kt = 0; kt <= diagonal; ++kt) staged(kt);
   } else {
     // Key tiles up to the diagonal (i0 < len): the masking only there, out of the loop.
@@ -232,13 +246,13 @@ __device__ void causal_attention_v3(T* out, const T* qkv, const unsigned* cu_seq
   for (int hh = 0; hh < 2; ++hh) {
     const int i = i0 + 16 * warp + g + 8 * hh;
     T* row = i < len ? out + (size_t)(start + i) * heads * d + (size_t)h * d : nullptr;
-    rows.write(hh, row, i < len && mask[start + i] != 0.0f, (int)d, lane);
+    rows.write(hh, row, i < len && i >= first && mask[start + i] != 0.0f, (int)d, lane);
   }
 }
 
 #define CAUSAL_ATTENTION_ENTRY(SUFFIX, T, IMPL, BOUNDS)                                                 \
   extern "C" __global__ void BOUNDS causal_attention_##SUFFIX(const hopscore::CausalAttentionParams<T> p) { \
-    IMPL(p.out, p.qkv, p.cu_seqlens, p.mask, p.heads, p.kv_heads, p.d, p.scale);                           \
+    IMPL(p.out, p.qkv, p.cu_seqlens, p.mask, p.first_query, p.heads, p.kv_heads, p.d, p.scale);            \
   }                                                                                                        \
   HOPSCORE_ENTRY(causal_attention_##SUFFIX);
 

@@ -48,12 +48,13 @@ template <typename T> struct CausalAttentionParams {
   const T* qkv;                // [tokens, (heads + 2·kv_heads)·d]
   const unsigned* cu_seqlens;  // [sequences + 1]
   const float* mask;           // [tokens]
+  const unsigned* first_query; // [sequences] or null: rows before it output zeros
   unsigned heads;              // query heads
   unsigned kv_heads;           // key/value heads (divides heads)
   unsigned d;                  // head_dim
   float scale;                 // score scale
 };
-static_assert(sizeof(CausalAttentionParams<float>) == 48, "mirror of src/backend/cuda/params.rs");
+static_assert(sizeof(CausalAttentionParams<float>) == 56, "mirror of src/backend/cuda/params.rs");
 
 // question_loglik_<T> (the partial kernel; the merge takes four arguments).
 template <typename T> struct QuestionLoglikParams {

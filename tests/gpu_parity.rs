@@ -370,6 +370,8 @@ enum Op {
         lens: &'static [usize],
         /// A packed token masked besides 3, 10, 17, …
         extra_masked: Option<usize>,
+        /// Each sequence's first query row (the rows before it zeros), or empty: all.
+        first_query: &'static [u32],
     },
     /// 31 rows of 50 hidden states (27 random, first, last, a repeated one) against
     /// a `vocab` × `cols` head; the first targets hit 0, the last word and the
@@ -751,6 +753,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             d,
             lens,
             extra_masked,
+            first_query,
         } => {
             let lay = causal_layout(lens, extra_masked);
             let tokens = lay.num_tokens();
@@ -762,7 +765,11 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 head_dim: d,
                 scale: 1.0 / (d as f32).sqrt(),
             };
-            let out = down(&be.causal_attention(&qkv, shape, (&lay).into()).unwrap());
+            let first = (!first_query.is_empty()).then(|| Input::from(first_query));
+            let out = down(
+                &be.causal_attention(&qkv, shape, (&lay).into(), first)
+                    .unwrap(),
+            );
             assert_eq!(out.shape, vec![tokens, heads * d]);
             out.data
         }
@@ -976,6 +983,7 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
         d,
         lens,
         extra_masked,
+        first_query: &[],
     };
     let mut ops = vec![
         Op::RmsNorm { rows: 37, cols: 96 },
@@ -1289,7 +1297,32 @@ fn table(dtype: DType) -> Vec<Op> {
     ops.extend(norm_ops());
     ops.extend(gated_ops());
     ops.extend(add_norm_ops());
+    ops.extend(first_query_ops());
     ops
+}
+
+/// Causal attention over shared-prefix members (appended last): query tiles before a
+/// sequence's first query row skipped (zeros), the warps of a tile before it idle, the
+/// rows of a warp before it zeros; v3 (head size 64) and v1 (12).
+fn first_query_ops() -> Vec<Op> {
+    vec![
+        Op::CausalAttention {
+            heads: 9,
+            kv_heads: 3,
+            d: 64,
+            lens: &[200, 70, 130, 9],
+            extra_masked: None,
+            first_query: &[128, 64, 100, 0],
+        },
+        Op::CausalAttention {
+            heads: 2,
+            kv_heads: 2,
+            d: 12,
+            lens: &[40, 9],
+            extra_masked: None,
+            first_query: &[33, 0],
+        },
+    ]
 }
 
 /// Output projections with the LayerNorm after them (appended last). On a Hopper GPU
@@ -1449,7 +1482,7 @@ fn causal_attention_rejects_head_dim_over_128() {
         scale: 0.0625,
     };
     let err = gpu
-        .causal_attention(&gpu.upload(&qkv).unwrap(), shape, (&lay).into())
+        .causal_attention(&gpu.upload(&qkv).unwrap(), shape, (&lay).into(), None)
         .err()
         .expect("head_dim 256 is refused");
     assert!(err.to_string().contains("head_dim 256"), "{err}");

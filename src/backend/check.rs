@@ -291,7 +291,12 @@ pub fn rope(
     Ok(())
 }
 
-pub fn causal_attention(qkv: &impl Dims, shape: CausalShape, layout: &SeqLayout) -> OpResult<()> {
+pub fn causal_attention(
+    qkv: &impl Dims,
+    shape: CausalShape,
+    layout: &SeqLayout,
+    first_query: Option<&[u32]>,
+) -> OpResult<()> {
     let width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim;
     let tokens = layout.num_tokens();
     let (r, c) = qkv.dims();
@@ -312,6 +317,30 @@ pub fn causal_attention(qkv: &impl Dims, shape: CausalShape, layout: &SeqLayout)
     }
     if layout.mask.len() != tokens {
         return fail("causal_attention", "mask length != tokens".into());
+    }
+    if let Some(first) = first_query {
+        if first.len() != layout.num_seqs() {
+            return fail(
+                "causal_attention",
+                format!(
+                    "{} first query rows for {} sequences",
+                    first.len(),
+                    layout.num_seqs()
+                ),
+            );
+        }
+        let lens = layout.cu_seqlens.windows(2).map(|w| w[1] - w[0]);
+        if let Some((s, (f, len))) = first
+            .iter()
+            .zip(lens)
+            .enumerate()
+            .find(|(_, (&f, len))| f as usize > *len)
+        {
+            return fail(
+                "causal_attention",
+                format!("sequence {s}: first query row {f} past its {len} tokens"),
+            );
+        }
     }
     Ok(())
 }

@@ -611,12 +611,16 @@ pub trait Backend: Send + Sync {
         inv_freq: Input<'_, [f32]>,
     ) -> OpResult<()>;
     /// Causal self-attention over packed sequences; `qkv: [tokens, (heads + 2·kv_heads)·d]`
-    /// → context `[tokens, heads·d]`. Rows with mask 0 produce zeros.
+    /// → context `[tokens, heads·d]`. Rows with mask 0 produce zeros, and so do the
+    /// rows of sequence `s` before `first_query[s]` (their keys still count): a shared
+    /// prefix's rows in every member but the one read back, whose query tiles the CUDA
+    /// kernels skip. The other rows' values do not depend on `first_query`.
     fn causal_attention(
         &self,
         qkv: &Self::Tensor,
         shape: CausalShape,
         layout: Input<'_, SeqLayout>,
+        first_query: Option<Input<'_, [u32]>>,
     ) -> OpResult<Self::Tensor>;
     /// T5 attention over packed sequences ([`T5AttentionShape`]): query row `i` of
     /// sequence `s` of `q_layout` attends to the keys of sequence `s` of `kv_layout`

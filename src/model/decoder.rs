@@ -155,13 +155,18 @@ impl<B: Backend> DecoderLayer<B> {
             )?;
         }
         let attn = match ctx.prefix {
-            None => be.causal_attention(&qkv, ctx.shape, ctx.batch.layout_input())?,
+            None => be.causal_attention(&qkv, ctx.shape, ctx.batch.layout_input(), None)?,
             Some(plan) => {
-                // Each member attends over its whole [prefix ; suffix] sequence.
+                // Each member attends over its whole [prefix ; suffix] sequence; only
+                // the first member's prefix rows are queries.
                 let p = &ctx.batch.prepared;
                 let whole = be.gather_rows(&qkv, p.ids(PREFIX_ROWS, &plan.attn_rows[..]))?;
-                let attn =
-                    be.causal_attention(&whole, ctx.shape, p.layout(1, &plan.attn_layout))?;
+                let attn = be.causal_attention(
+                    &whole,
+                    ctx.shape,
+                    p.layout(1, &plan.attn_layout),
+                    Some(p.ids(PREFIX_ROWS + 2, &plan.attn_first_query[..])),
+                )?;
                 be.gather_rows(&attn, p.ids(PREFIX_ROWS + 1, &plan.back_rows[..]))?
             }
         };
@@ -187,7 +192,8 @@ struct ForwardContext<'a> {
 }
 
 /// The id lists of a forward with shared prefixes: each member's rows of its whole
-/// sequence, then the rows back (its [`PrefixPlan::attn_layout`] is layout 1).
+/// sequence, the rows back, then each member's first query row (its
+/// [`PrefixPlan::attn_layout`] is layout 1).
 const PREFIX_ROWS: usize = EXTRA_IDS;
 
 /// Where a decoder's weights and tokenizer come from.
@@ -383,7 +389,11 @@ impl<B: Backend> DecoderForCausalLM<B> {
         let mut inputs = run.inputs();
         if let (Some(p), Some((attn, back))) = (prefix, &prefix_rows) {
             inputs.layouts.push(&p.attn_layout);
-            inputs.ids.extend([attn.as_slice(), back.as_slice()]);
+            inputs.ids.extend([
+                attn.as_slice(),
+                back.as_slice(),
+                p.attn_first_query.as_slice(),
+            ]);
         }
         let extra_at = inputs.ids.len();
         inputs.ids.extend(extra);

@@ -7,8 +7,9 @@
 //! sees the members whole: the packed `q|k|v` rows are gathered into one virtual
 //! sequence `[prefix ; suffix]` per member, attended causally, and each packed row
 //! takes its output back (a prefix row from its group's first member, where the causal
-//! mask makes it equal in all of them). Every other op is row-wise, so the scores
-//! equal those of the unshared batch.
+//! mask makes it equal in all of them; the other members' prefix rows are only keys,
+//! their queries not computed). Every other op is row-wise, so the scores equal those
+//! of the unshared batch.
 
 use crate::backend::{BatchShape, SeqLayout};
 use crate::model::batch::PackedBatch;
@@ -23,6 +24,10 @@ pub struct PrefixPlan {
     pub attn_rows: Vec<usize>,
     /// The virtual sequences' layout (all tokens unmasked).
     pub attn_layout: SeqLayout,
+    /// Per virtual sequence, its first row whose attention output is read back (the
+    /// rows before it are a prefix read back from another member): the attention's
+    /// `first_query`.
+    pub attn_first_query: Vec<u32>,
     /// For each packed row, its row in the attention output.
     pub back_rows: Vec<usize>,
     /// For each input sequence and token, its packed row.
@@ -44,12 +49,15 @@ impl PrefixPlan {
             .sum();
         let mut attn_rows = self.attn_rows.clone();
         attn_rows.extend(std::iter::repeat_n(0, added));
+        let mut attn_first_query = self.attn_first_query.clone();
+        attn_first_query.resize(attn_layout.num_seqs(), 0);
         let mut back_rows = self.back_rows.clone();
         back_rows.resize(batch.num_tokens(), 0);
         Some(PrefixPlan {
             batch,
             attn_rows,
             attn_layout,
+            attn_first_query,
             back_rows,
             token_rows: self.token_rows.clone(),
         })
@@ -93,7 +101,12 @@ impl PrefixPlan {
         let mut attn_rows = Vec::with_capacity(token_rows.iter().map(Vec::len).sum());
         let mut cu = vec![0];
         let mut back_rows = vec![usize::MAX; batch.ids.len()];
+        let mut attn_first_query = Vec::with_capacity(token_rows.len());
         for rows in &token_rows {
+            // The rows read back from here: all but a prefix another member holds.
+            let first = rows.partition_point(|&r| back_rows[r] != usize::MAX);
+            debug_assert!(rows[first..].iter().all(|&r| back_rows[r] == usize::MAX));
+            attn_first_query.push(first as u32);
             for &r in rows {
                 if back_rows[r] == usize::MAX {
                     back_rows[r] = attn_rows.len();
@@ -111,6 +124,7 @@ impl PrefixPlan {
             batch,
             attn_rows,
             attn_layout,
+            attn_first_query,
             back_rows,
             token_rows,
         })
@@ -198,6 +212,16 @@ mod tests {
         assert_eq!(lens, vec![5, 4, 2, 6]);
         for (r, &back) in plan.back_rows.iter().enumerate() {
             assert_eq!(plan.attn_rows[back], r);
+        }
+        // d's queries start after the prefix a holds; every row read back is computed.
+        assert_eq!(plan.attn_first_query, vec![0, 0, 0, 4]);
+        let cu = &plan.attn_layout.cu_seqlens;
+        for &back in &plan.back_rows {
+            let s = cu.partition_point(|&c| c <= back) - 1;
+            assert!(
+                back >= cu[s] + plan.attn_first_query[s] as usize,
+                "row {back}"
+            );
         }
     }
 

@@ -5,7 +5,8 @@
 //! keys, then values, as GPT-2's `c_attn` and hopscore's fused Llama projection write
 //! it). Query head `h` reads key/value head `h / (heads / kv_heads)` (HF
 //! `repeat_kv`). For row `i` of a sequence, keys `j ≤ i` of the same sequence with
-//! mask 1 take part; rows with mask 0 output zeros.
+//! mask 1 take part; rows with mask 0 output zeros, and so do the rows before a
+//! sequence's `first_query` (rows nobody reads: another member's copy of a shared prefix).
 
 use rayon::prelude::*;
 
@@ -13,8 +14,14 @@ use super::exp::softmax_row;
 use super::matmul::{matmul, MatRef};
 use crate::backend::{CausalShape, SeqLayout};
 
-/// Context `[tokens, heads·d]`.
-pub fn causal_attention(qkv: &[f32], shape: CausalShape, layout: &SeqLayout) -> Vec<f32> {
+/// Context `[tokens, heads·d]`; the rows of sequence `s` before `first_query[s]`
+/// (default 0) are zeros.
+pub fn causal_attention(
+    qkv: &[f32],
+    shape: CausalShape,
+    layout: &SeqLayout,
+    first_query: Option<&[u32]>,
+) -> Vec<f32> {
     let CausalShape {
         heads, head_dim: d, ..
     } = shape;
@@ -30,7 +37,8 @@ pub fn causal_attention(qkv: &[f32], shape: CausalShape, layout: &SeqLayout) -> 
     let mut out = vec![0f32; tokens * width];
     for (&(s, h), ctx) in tasks.iter().zip(&parts) {
         let start = layout.cu_seqlens[s];
-        for (i, row) in ctx.chunks_exact(d).enumerate() {
+        let first = first_query.map_or(0, |f| f[s] as usize);
+        for (i, row) in ctx.chunks_exact(d).enumerate().skip(first) {
             let o = (start + i) * width + h * d;
             out[o..o + d].copy_from_slice(row);
         }
@@ -38,7 +46,8 @@ pub fn causal_attention(qkv: &[f32], shape: CausalShape, layout: &SeqLayout) -> 
     out
 }
 
-/// Context `[L, d]` of query head `h` in sequence `s`.
+/// Context `[L, d]` of query head `h` in sequence `s` (every row: the matrix products'
+/// bits depend on their row count, and a row's must not depend on `first_query`).
 fn one_head(qkv: &[f32], shape: CausalShape, layout: &SeqLayout, s: usize, h: usize) -> Vec<f32> {
     let CausalShape {
         heads,
@@ -139,10 +148,48 @@ mod tests {
             head_dim: d,
             scale: 1.0 / (d as f32).sqrt(),
         };
-        let got = causal_attention(&qkv, shape, &layout);
+        let got = causal_attention(&qkv, shape, &layout, None);
         let want = naive(&qkv, heads, kv, d, &lens);
         for (a, b) in got.iter().zip(&want) {
             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
+
+        // From each sequence's first query row on, the same bits; zeros before it.
+        let first = [2u32, 0, 9];
+        let part = causal_attention(&qkv, shape, &layout, Some(&first));
+        let width = heads * d;
+        for (s, &f) in first.iter().enumerate() {
+            for t in layout.cu_seqlens[s]..layout.cu_seqlens[s + 1] {
+                let row = t * width..(t + 1) * width;
+                if t < layout.cu_seqlens[s] + f as usize {
+                    assert!(part[row].iter().all(|&x| x == 0.0), "row {t}");
+                } else {
+                    assert_eq!(part[row.clone()], got[row], "row {t}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn first_query_rows_are_checked() {
+        let shape = CausalShape {
+            heads: 1,
+            kv_heads: 1,
+            head_dim: 2,
+            scale: 1.0,
+        };
+        let layout = SeqLayout {
+            cu_seqlens: vec![0, 3, 5],
+            mask: vec![1.0; 5],
+        };
+        let qkv = super::super::CpuTensor::like(5, 6, vec![0.0; 30]);
+        let err = |first: &[u32]| {
+            crate::backend::check::causal_attention(&qkv, shape, &layout, Some(first))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(&[0]).contains("1 first query rows for 2 sequences"));
+        assert!(err(&[3, 3]).contains("sequence 1: first query row 3 past its 2 tokens"));
+        crate::backend::check::causal_attention(&qkv, shape, &layout, Some(&[3, 2])).unwrap();
     }
 }

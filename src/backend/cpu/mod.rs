@@ -394,10 +394,11 @@ impl Backend for CpuBackend {
         qkv: &CpuTensor,
         shape: CausalShape,
         layout: Input<'_, SeqLayout>,
+        first_query: Option<Input<'_, [u32]>>,
     ) -> OpResult<CpuTensor> {
-        let layout = layout.host;
-        check::causal_attention(qkv, shape, layout)?;
-        let data = causal_attention::causal_attention(&qkv.data, shape, layout);
+        let (layout, first_query) = (layout.host, first_query.map(|f| f.host));
+        check::causal_attention(qkv, shape, layout, first_query)?;
+        let data = causal_attention::causal_attention(&qkv.data, shape, layout, first_query);
         Ok(CpuTensor::like(
             layout.num_tokens(),
             shape.heads * shape.head_dim,

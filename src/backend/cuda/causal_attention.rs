@@ -41,12 +41,14 @@ pub(super) fn version(dtype: DType, d: usize) -> (usize, &'static str, u32) {
     }
 }
 
-/// Context `[tokens, heads·d]` of `qkv` (shapes already checked).
+/// Context `[tokens, heads·d]` of `qkv` (shapes already checked); rows before a
+/// sequence's `first_query` are zeros, their tiles not computed.
 pub(super) fn launch(
     be: &CudaBackend,
     qkv: &CudaTensor,
     shape: CausalShape,
     layout: Input<'_, SeqLayout>,
+    first_query: Option<Input<'_, [u32]>>,
 ) -> OpResult<CudaTensor> {
     let CausalShape {
         heads,
@@ -66,6 +68,7 @@ pub(super) fn launch(
     }
     let seqs = layout.num_seqs();
     let (cu, mask) = be.dev.input_layout(OP, layout)?;
+    let first_query = first_query.map(|f| be.dev.input_u32(OP, f)).transpose()?;
     let (rows, kernel, smem) = version(be.dev.dtype, d);
     if kernel.starts_with("causal_attention_v3") {
         require_16_byte_aligned(OP, &[("qkv", qkv.ptr())])?;
@@ -85,6 +88,7 @@ pub(super) fn launch(
         qkv: qkv.ptr(),
         cu_seqlens: cu.ptr(),
         mask: mask.ptr(),
+        first_query: first_query.as_ref().map_or(0, |f| f.ptr()),
         heads: heads as u32,
         kv_heads: kv_heads as u32,
         d: d as u32,

@@ -878,9 +878,10 @@ impl Backend for CudaBackend {
         qkv: &CudaTensor,
         shape: CausalShape,
         layout: Input<'_, SeqLayout>,
+        first_query: Option<Input<'_, [u32]>>,
     ) -> OpResult<CudaTensor> {
-        check::causal_attention(qkv, shape, &layout)?;
-        causal_attention::launch(self, qkv, shape, layout)
+        check::causal_attention(qkv, shape, &layout, first_query.as_deref())?;
+        causal_attention::launch(self, qkv, shape, layout, first_query)
     }
 
     fn question_loglik(

@@ -51,6 +51,9 @@ pub struct CausalAttentionParams {
     pub cu_seqlens: u64,
     /// `[tokens]` f32 attention mask.
     pub mask: u64,
+    /// `[sequences]` u32 first query row of each sequence (the rows before it output
+    /// zeros), or 0: every row.
+    pub first_query: u64,
     /// Query heads.
     pub heads: u32,
     /// Key/value heads (divides `heads`).
@@ -60,7 +63,7 @@ pub struct CausalAttentionParams {
     /// Score scale.
     pub scale: f32,
 }
-const _: () = assert!(std::mem::size_of::<CausalAttentionParams>() == 48);
+const _: () = assert!(std::mem::size_of::<CausalAttentionParams>() == 56);
 
 /// `hopscore::QuestionLoglikParams<T>` (the partial kernel of question log-likelihood).
 #[repr(C)]
