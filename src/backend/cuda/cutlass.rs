@@ -71,8 +71,10 @@ enum Kind {
 
 /// CTAs along N in a cluster of the norm kernels (`HOPSCORE_NORM_CLUSTER` in
 /// kernels/cutlass/operands.h).
+#[cfg(hopscore_cutlass)]
 const NORM_CLUSTER: u32 = 8;
 
+#[cfg(hopscore_cutlass)]
 impl Kind {
     /// The kernel's cluster of CTAs, as its CUTLASS type declares it (the Params
     /// builder reports that; a launch checks the two agree).

@@ -237,6 +237,7 @@ impl CudaBackend {
     ///
     /// # Safety
     /// As [`Device::launch_cluster`].
+    #[cfg(hopscore_cutlass)]
     unsafe fn timed_cluster_launch(
         &self,
         op: &'static str,
