@@ -7,6 +7,8 @@
 // scale·log2(e) folded into one FFMA per score; P is rounded to T (its row sums use the
 // rounded values) and feeds P·V as A fragments straight from the S accumulators' layout.
 #pragma once
+#include <type_traits>
+
 #include "common.cuh"
 #include "geometry.cuh"
 
@@ -20,9 +22,7 @@ constexpr int kNb = kKeys / 8;  // 8-key column blocks of a score tile
 
 // A count of column blocks as a type (a tile's leading NB blocks, chosen at run time
 // among compile-time sizes).
-template <int N> struct Blocks {
-  static constexpr int value = N;
-};
+template <int N> using Blocks = std::integral_constant<int, N>;
 
 // Elements per staged row (a 16-byte multiple; the 8 extra skew the banks for ldmatrix).
 template <int D> __host__ __device__ constexpr int ld() { return D + int(geometry::V3_PAD); }

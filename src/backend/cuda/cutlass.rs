@@ -350,9 +350,8 @@ mod imp {
         // A clustered kernel's persistent grid is as many clusters as run at once: the
         // driver's figure, asked on the first call (which then builds twice).
         let cluster = kind.cluster();
-        let entry = format!("{op}_{}", be.dev.dtype.suffix());
         let clustered = cluster != (1, 1, 1);
-        if let Some(n) = be.dev.known_active_clusters(&entry).filter(|_| clustered) {
+        if let Some(n) = be.dev.known_active_clusters(op).filter(|_| clustered) {
             operands.bound_grid(n, cluster);
         }
         let Some((mut params, mut shape)) = build(be, kind, &operands)? else {
@@ -383,9 +382,7 @@ mod imp {
             return Ok(Some(y));
         }
         if operands.max_active_clusters == 0 {
-            let n = be
-                .dev
-                .max_active_clusters(op, &entry, &f, cfg(&shape), cluster)?;
+            let n = be.dev.max_active_clusters(op, &f, cfg(&shape), cluster)?;
             operands.bound_grid(n, cluster);
             (params, shape) = build(be, kind, &operands)?
                 .ok_or_else(|| device_err(op, "CUTLASS refused a shape it had taken"))?;

@@ -35,8 +35,9 @@ pub struct Device {
     multiprocessors: OnceLock<i32>,
     /// Its compute capability (major, minor), asked once.
     compute_capability: OnceLock<(i32, i32)>,
-    /// How many clusters of each clustered kernel run at once, by entry name.
-    active_clusters: Mutex<HashMap<String, i32>>,
+    /// How many clusters of each clustered kernel (its op name; the entry is that op's
+    /// of this device's dtype) run at once.
+    active_clusters: Mutex<HashMap<&'static str, i32>>,
 }
 
 /// Dynamic shared memory a kernel gets without opting in (bytes).
@@ -166,24 +167,25 @@ impl Device {
         Ok(*self.compute_capability.get_or_init(|| cc))
     }
 
-    /// [`Self::max_active_clusters`] of kernel `entry`, where it has been asked.
-    pub fn known_active_clusters(&self, entry: &str) -> Option<i32> {
-        self.active_clusters.lock().unwrap().get(entry).copied()
+    /// [`Self::max_active_clusters`] of kernel `op`, where it has been asked.
+    pub fn known_active_clusters(&self, op: &'static str) -> Option<i32> {
+        self.active_clusters.lock().unwrap().get(op).copied()
     }
 
-    /// How many `cluster`-CTA clusters of `f` (kernel `entry`, launched with `cfg`'s
-    /// block and shared memory) the device runs at once, asked of the driver once.
+    /// How many `cluster`-CTA clusters of `f` (kernel `op` in this device's dtype,
+    /// launched with `cfg`'s block and shared memory) the device runs at once, asked of
+    /// the driver once.
     pub fn max_active_clusters(
         &self,
         op: &'static str,
-        entry: &str,
         f: &CudaFunction,
         cfg: LaunchConfig,
         cluster: (u32, u32, u32),
     ) -> OpResult<i32> {
-        if let Some(n) = self.known_active_clusters(entry) {
+        if let Some(n) = self.known_active_clusters(op) {
             return Ok(n);
         }
+        let entry = format!("{op}_{}", self.dtype.suffix());
         let mut attr = cluster_attribute(cluster);
         let config = launch_config(cfg, &self.stream, &mut attr);
         let mut n = 0;
@@ -199,10 +201,7 @@ impl Device {
                 format!("`{entry}` in clusters of {cluster:?} cannot run on this device (no cluster fits)"),
             ));
         }
-        self.active_clusters
-            .lock()
-            .unwrap()
-            .insert(entry.to_owned(), n);
+        self.active_clusters.lock().unwrap().insert(op, n);
         Ok(n)
     }
 
