@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod post;
 pub mod quant;
 pub mod retrieve;
+pub mod stop;
 pub mod strategy;
 pub mod tensor;
 pub mod text;

@@ -6,7 +6,11 @@
 //! with `HF_HUB_OFFLINE=1` and with the hub gone); the run records the repository and
 //! the commit, so a moved revision is not merged into a run; revisions pin; gated
 //! repositories need `HF_TOKEN`; a missing file or a `.bin`-only repository is named;
-//! an interrupted download is never loaded and resumes.
+//! an interrupted or stalled download resumes; and the stand-in misbehaves as an
+//! untrusted server may (hostile `ETag`s, commit ids and shard names, damaged bytes,
+//! redirects to another host, two clients at once): nothing it sends reaches outside
+//! the cache, an unchecked file never enters the snapshot, the token never leaves the
+//! endpoint's host and no secret is printed.
 
 use crate::common;
 
@@ -45,8 +49,28 @@ struct State {
     repos: HashMap<String, Repo>,
     /// Request lines served, in order.
     log: Vec<String>,
+    /// The paths of the requests that carried an `Authorization` header.
+    authorized: Vec<String>,
+    faults: Faults,
+}
+
+/// How the stand-in misbehaves.
+#[derive(Default)]
+struct Faults {
     /// A file whose next full download is cut off halfway.
     cut_once: Option<String>,
+    /// A file whose next full download sends half, then stalls (for a minute).
+    stall_once: Option<String>,
+    /// A file sent in 12 pieces with this pause after each.
+    slow: Option<(String, std::time::Duration)>,
+    /// A file served with one byte changed (its size as listed).
+    damaged: Option<String>,
+    /// The `ETag` of every file, instead of its hash.
+    etag: Option<String>,
+    /// The listing's commit id, instead of the commit's.
+    listing_sha: Option<String>,
+    /// File → the `Location` its download redirects to (`{sha}` is replaced).
+    redirects: HashMap<String, String>,
 }
 
 /// The stand-in hub: a thread answering one connection at a time.
@@ -70,7 +94,8 @@ impl Hub {
                     break;
                 }
                 if let Ok(conn) = conn {
-                    let _ = serve(conn, &s);
+                    let s = s.clone();
+                    std::thread::spawn(move || serve(conn, &s));
                 }
             }
         });
@@ -136,6 +161,14 @@ fn respond(conn: &mut TcpStream, status: &str, headers: &[(&str, String)], body:
     let _ = conn.write_all(body);
 }
 
+/// The git blob id of `bytes` (the listing's `blobId`).
+fn git_blob_id(bytes: &[u8]) -> String {
+    let mut h = sha1::Sha1::new();
+    h.update(format!("blob {}\0", bytes.len()).as_bytes());
+    h.update(bytes);
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
@@ -164,6 +197,9 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         "{path} {}",
         range.clone().unwrap_or_default().replace(' ', "")
     ));
+    if headers.contains_key("authorization") {
+        st.authorized.push(path.clone());
+    }
     let (path, _query) = path.split_once('?').unwrap_or((&path, ""));
     let (repo_id, route): (String, Vec<&str>) =
         if let Some(rest) = path.strip_prefix("/api/models/") {
@@ -212,7 +248,9 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                 .files
                 .iter()
                 .map(|(name, bytes)| {
-                    let mut s = serde_json::json!({"rfilename": name, "size": bytes.len()});
+                    let mut s = serde_json::json!({
+                        "rfilename": name, "size": bytes.len(), "blobId": git_blob_id(bytes)
+                    });
                     if name.ends_with(".safetensors") {
                         s["lfs"] =
                             serde_json::json!({"sha256": sha256(bytes), "size": bytes.len()});
@@ -220,7 +258,8 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                     s
                 })
                 .collect();
-            let body = serde_json::json!({"id": repo_id, "sha": commit.sha, "siblings": siblings});
+            let sha = st.faults.listing_sha.clone().unwrap_or(commit.sha.clone());
+            let body = serde_json::json!({"id": repo_id, "sha": sha, "siblings": siblings});
             respond(
                 &mut conn,
                 "200 OK",
@@ -230,6 +269,16 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         }
         Some("resolve") => {
             let file = route.get(2).copied().unwrap_or("");
+            // `cached/<file>`: where a redirect on the same host leads.
+            let (file, redirected) = match file.strip_prefix("cached/") {
+                Some(f) => (f, true),
+                None => (file, false),
+            };
+            if let Some(location) = st.faults.redirects.get(file).filter(|_| !redirected) {
+                let location = location.replace("{sha}", &commit.sha);
+                respond(&mut conn, "302 Found", &[("Location", location)], b"");
+                return Ok(());
+            }
             let Some((_, bytes)) = commit.files.iter().find(|(n, _)| n == file) else {
                 respond(
                     &mut conn,
@@ -249,27 +298,60 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                 Some("bytes=0-0") => 1,
                 _ => bytes.len(),
             };
+            let mut bytes = bytes.clone();
+            if st.faults.damaged.as_deref() == Some(file) {
+                bytes[end / 2] ^= 1;
+            }
+            let etag = st.faults.etag.clone().unwrap_or(sha256(&bytes));
             let common_headers = vec![
-                ("ETag", format!("\"{}\"", sha256(bytes))),
+                ("ETag", format!("\"{etag}\"")),
                 ("X-Repo-Commit", commit.sha.clone()),
                 (
                     "Content-Range",
                     format!("bytes {start}-{}/{}", end.max(1) - 1, bytes.len()),
                 ),
             ];
-            let cut = start == 0 && end > 1 && st.cut_once.as_deref() == Some(file);
-            if cut {
-                st.cut_once = None;
-                drop(st);
-                // Promise the whole body, send half, hang up.
+            let whole = start == 0 && end > 1;
+            let once = |fault: &mut Option<String>| {
+                let hit = whole && fault.as_deref() == Some(file);
+                if hit {
+                    *fault = None;
+                }
+                hit
+            };
+            let (cut, stall) = (
+                once(&mut st.faults.cut_once),
+                once(&mut st.faults.stall_once),
+            );
+            let pause = st
+                .faults
+                .slow
+                .as_ref()
+                .filter(|(f, _)| f == file)
+                .map(|(_, pause)| *pause);
+            drop(st);
+            if cut || stall || pause.is_some() {
+                // Promise the whole body, then send half and hang up (or stall), or
+                // send it slowly.
                 let mut head = "HTTP/1.1 206 Partial Content\r\nConnection: close\r\n".to_string();
                 for (k, v) in &common_headers {
                     head += &format!("{k}: {v}\r\n");
                 }
-                head += &format!("Content-Length: {}\r\n\r\n", bytes.len());
+                head += &format!("Content-Length: {}\r\n\r\n", end - start);
                 conn.write_all(head.as_bytes())?;
+                if let Some(pause) = pause {
+                    for piece in bytes[start..end].chunks((end - start).div_ceil(12)) {
+                        conn.write_all(piece)?;
+                        conn.flush()?;
+                        std::thread::sleep(pause);
+                    }
+                    return Ok(());
+                }
                 conn.write_all(&bytes[..bytes.len() / 2])?;
                 conn.flush()?;
+                if stall {
+                    std::thread::sleep(std::time::Duration::from_secs(60));
+                }
                 return conn.shutdown(std::net::Shutdown::Both);
             }
             respond(
@@ -715,11 +797,20 @@ fn refusals_say_what_to_do() {
     assert!(!out("b.parquet").exists(), "no output from a refused model");
 }
 
-/// A download cut off halfway leaves no file a loader could open (only the blob's
-/// `.part`); the next run resumes it from where it stopped and gives the local
-/// directory's vectors.
+/// The requests for `file` that downloaded bytes, with their `Range`.
+fn fetches_of(hub: &Hub, file: &str) -> Vec<String> {
+    let suffix = format!("/{file} ");
+    hub.downloads()
+        .into_iter()
+        .filter(|l| l.contains(&suffix))
+        .collect()
+}
+
+/// A download cut off halfway, or one whose server stalls after half the bytes, is
+/// resumed from where it stopped within the same run (after the read timeout,
+/// `HF_HUB_DOWNLOAD_TIMEOUT`, for the stall) and gives the local directory's vectors.
 #[test]
-fn an_interrupted_download_is_never_loaded_and_resumes() {
+fn an_interrupted_or_stalled_download_resumes_where_it_stopped() {
     let TinyCase {
         hub,
         tmp,
@@ -728,60 +819,341 @@ fn an_interrupted_download_is_never_loaded_and_resumes() {
         ..
     } = tiny_case("org/tiny-bert");
     let local = tmp.path().join("m");
-    hub.state.lock().unwrap().cut_once = Some("model.safetensors".into());
-
-    let err = failed(&embed(
-        &hub,
-        &home,
-        "org/tiny-bert",
-        &input,
-        &tmp.path().join("a.parquet"),
-        &[],
-    ));
-    assert!(
-        err.contains("model.safetensors") && err.contains("run again"),
-        "{err}"
-    );
-    let snapshot = home.join("hub/models--org--tiny-bert/snapshots").join(SHA1);
-    assert!(
-        !snapshot.join("model.safetensors").exists(),
-        "no half file in the snapshot"
-    );
-    assert!(!tmp.path().join("a.parquet").exists());
-
-    ok(&embed(
-        &hub,
-        &home,
-        "org/tiny-bert",
-        &input,
-        &tmp.path().join("a.parquet"),
-        &[],
-    ));
-    let resumed: Vec<String> = hub
-        .downloads()
-        .into_iter()
-        .filter(|l| l.contains("model.safetensors"))
-        .collect();
-    assert_eq!(resumed.len(), 2, "{resumed:?}");
-    let half = std::fs::metadata(common::fixture("bert/random_plain/model.safetensors"))
+    let half = std::fs::metadata(local.join("model.safetensors"))
         .unwrap()
         .len()
         / 2;
+    let by_path = tmp.path().join("by_path.parquet");
+    let args = ["--model", local.to_str().unwrap()];
+    ok(&embed_with(&hub, &home, (&input, &by_path), &[], &args));
+    for (i, stall) in [false, true].into_iter().enumerate() {
+        let home = home.join(i.to_string());
+        {
+            let faults = &mut hub.state.lock().unwrap().faults;
+            match stall {
+                false => faults.cut_once = Some("model.safetensors".into()),
+                true => faults.stall_once = Some("model.safetensors".into()),
+            }
+        }
+        let before = fetches_of(&hub, "model.safetensors").len();
+        let out = tmp.path().join(format!("{i}.parquet"));
+        let timeout = [("HF_HUB_DOWNLOAD_TIMEOUT", "1")];
+        let err = ok(&embed(&hub, &home, "org/tiny-bert", &input, &out, &timeout));
+        assert!(err.contains("resuming in 1 s"), "{err}");
+        let fetched = fetches_of(&hub, "model.safetensors")[before..].to_vec();
+        assert_eq!(fetched.len(), 2, "{fetched:?}");
+        assert!(
+            fetched[1].ends_with(&format!("bytes={half}-")),
+            "resumed from the cut: {fetched:?}"
+        );
+        assert_eq!(vectors(&out), vectors(&by_path));
+    }
+}
+
+/// A download whose bytes are not the listed ones (one byte changed, the size right)
+/// never enters the snapshot, nor the blobs: the run fails naming it, and the next run
+/// downloads it anew.
+#[test]
+fn a_file_enters_the_snapshot_only_once_its_hash_is_checked() {
+    let TinyCase {
+        hub,
+        tmp,
+        home,
+        input,
+        ..
+    } = tiny_case("org/tiny-bert");
+    hub.state.lock().unwrap().faults.damaged = Some("model.safetensors".into());
+    let out = tmp.path().join("a.parquet");
+    let err = failed(&embed(&hub, &home, "org/tiny-bert", &input, &out, &[]));
     assert!(
-        resumed[1].ends_with(&format!("bytes={half}-")),
-        "resumed from the cut: {resumed:?}"
+        err.contains("model.safetensors") && err.contains("damaged") && err.contains("run again"),
+        "{err}"
     );
+    let repo = home.join("hub/models--org--tiny-bert");
+    assert!(!repo
+        .join("snapshots")
+        .join(SHA1)
+        .join("model.safetensors")
+        .exists());
+    let blobs: Vec<String> = std::fs::read_dir(repo.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    let weights = std::fs::read(tmp.path().join("m/model.safetensors")).unwrap();
+    assert!(
+        !blobs.iter().any(|b| b.starts_with(&sha256(&weights))),
+        "no blob, complete or not, of the damaged file: {blobs:?}"
+    );
+    assert!(!out.exists());
+    hub.state.lock().unwrap().faults.damaged = None;
+    ok(&embed(&hub, &home, "org/tiny-bert", &input, &out, &[]));
+}
+
+/// The names a server sends are checked before they touch the disk: an `ETag` is never
+/// a file name (`../../../../victim.txt` leaves the victim as it was and the blob is
+/// named by the listing's hash), a commit id that is not 40 hex digits and a shard
+/// named by an absolute path are refused, naming the server and the field, and nothing
+/// is written outside the cache.
+#[test]
+fn names_a_server_sends_never_reach_outside_the_cache() {
+    let TinyCase {
+        hub,
+        tmp,
+        files,
+        home,
+        input,
+    } = tiny_case("org/tiny-bert");
+    let victim = tmp.path().join("victim.txt");
+    std::fs::write(&victim, b"keep me").unwrap();
+    hub.state.lock().unwrap().faults.etag = Some("../../../../victim.txt".into());
+    let out = |name: &str| tmp.path().join(name);
     ok(&embed(
         &hub,
         &home,
-        local.to_str().unwrap(),
+        "org/tiny-bert",
         &input,
-        &tmp.path().join("b.parquet"),
+        &out("a.parquet"),
         &[],
     ));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    let repo = home.join("hub/models--org--tiny-bert");
+    for blob in std::fs::read_dir(repo.join("blobs")).unwrap() {
+        let name = blob.unwrap().file_name().to_string_lossy().to_string();
+        assert!(name.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
+    }
+    let weights = std::fs::read(tmp.path().join("m/model.safetensors")).unwrap();
+    let link = repo.join("snapshots").join(SHA1).join("model.safetensors");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        Path::new("../../blobs").join(sha256(&weights))
+    );
+
+    hub.state.lock().unwrap().faults.listing_sha = Some("../../outside".into());
+    hub.add("org/other", "main", SHA2, files.clone());
+    let err = failed(&embed(
+        &hub,
+        &home,
+        "org/other",
+        &input,
+        &out("b.parquet"),
+        &[],
+    ));
+    assert!(
+        err.contains(&hub.endpoint) && err.contains("`sha`") && err.contains("../../outside"),
+        "{err}"
+    );
+    assert!(!home.join("hub/outside").exists() && !home.join("outside").exists());
+    hub.state.lock().unwrap().faults.listing_sha = None;
+
+    let evil = tmp.path().join("evil.safetensors");
+    let mut sharded: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .filter(|(n, _)| n != "model.safetensors")
+        .cloned()
+        .collect();
+    let index = serde_json::json!({"weight_map": {"w": evil.display().to_string()}});
+    sharded.push((
+        "model.safetensors.index.json".into(),
+        index.to_string().into_bytes(),
+    ));
+    sharded.push((evil.display().to_string(), weights.clone()));
+    hub.add("org/sharded", "main", SHA1, sharded);
+    let err = failed(&embed(
+        &hub,
+        &home,
+        "org/sharded",
+        &input,
+        &out("c.parquet"),
+        &[],
+    ));
+    assert!(
+        err.contains("weight_map") && err.contains("evil.safetensors"),
+        "{err}"
+    );
+    assert!(!evil.exists());
+}
+
+/// The token goes only to the endpoint's host: a redirect on the same host keeps it (a
+/// gated repository's files), one to another host (a CDN: here a second stand-in on
+/// another port) drops it; a token read with a newline at its end works, one with a
+/// space inside is refused without being printed, and credentials in `HF_ENDPOINT`
+/// are never printed.
+#[test]
+fn the_token_stays_on_the_endpoints_host_and_no_secret_is_printed() {
+    let TinyCase {
+        hub,
+        tmp,
+        files,
+        home,
+        input,
+    } = tiny_case("org/gated");
+    hub.gate("org/gated", "secret");
+    let cdn = Hub::start();
+    cdn.add("org/gated", "main", SHA1, files.clone());
+    {
+        let redirects = &mut hub.state.lock().unwrap().faults.redirects;
+        redirects.insert(
+            "config.json".into(),
+            "/org/gated/resolve/{sha}/cached/config.json".into(),
+        );
+        redirects.insert(
+            "model.safetensors".into(),
+            format!(
+                "{}/org/gated/resolve/{{sha}}/model.safetensors",
+                cdn.endpoint
+            ),
+        );
+    }
+    let out = |name: &str| tmp.path().join(name);
+    let newline = [("HF_TOKEN", "secret\n")];
+    ok(&embed(
+        &hub,
+        &home,
+        "org/gated",
+        &input,
+        &out("a.parquet"),
+        &newline,
+    ));
+    assert!(
+        fetches_of(&cdn, "model.safetensors").len() == 1
+            && cdn.state.lock().unwrap().authorized.is_empty(),
+        "the CDN got the weights and no token"
+    );
+    let authorized = hub.state.lock().unwrap().authorized.clone();
+    assert!(
+        authorized.iter().any(|p| p.contains("/cached/config.json")),
+        "the same host's redirect kept the token: {authorized:?}"
+    );
+
+    let spaced = [("HF_TOKEN", "tok3n zz9")];
+    let err = failed(&embed(
+        &hub,
+        &home.join("x"),
+        "org/gated",
+        &input,
+        &out("b.parquet"),
+        &spaced,
+    ));
+    assert!(err.contains("HF_TOKEN") && !err.contains("zz9"), "{err}");
+
+    let with_password = hub.endpoint.replace("http://", "http://bob:hunter2@");
+    let gone = "http://bob:hunter2@127.0.0.1:9";
+    for endpoint in [with_password.as_str(), gone] {
+        let mut c = common::hopscore();
+        c.env("HF_HOME", tmp.path().join("y"))
+            .env("HF_ENDPOINT", endpoint)
+            .env("HF_TOKEN", "hf_zz9")
+            .env_remove("HF_HUB_CACHE")
+            .env_remove("HF_HUB_OFFLINE")
+            .args(["embed", "--model", "org/nothing", "--input"])
+            .arg(&input)
+            .arg("--output")
+            .arg(out("c.parquet"));
+        let err = failed(&c.output().unwrap());
+        assert!(
+            err.contains("***@127.0.0.1") && !err.contains("hunter2") && !err.contains("zz9"),
+            "{err}"
+        );
+    }
+}
+
+/// Two processes fetching one model at once (a job array's shards): the second waits
+/// for the first's download of the weights (slower here than the 5 s hf-hub waited)
+/// and loads the same file; the weights are downloaded once.
+#[test]
+fn two_processes_fetching_one_model_wait_for_each_other() {
+    let TinyCase {
+        hub,
+        tmp,
+        home,
+        input,
+        ..
+    } = tiny_case("org/tiny-bert");
+    hub.state.lock().unwrap().faults.slow = Some((
+        "model.safetensors".into(),
+        std::time::Duration::from_millis(500),
+    ));
+    let spawn = |name: &str| {
+        let mut c = common::hopscore();
+        c.env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_OFFLINE")
+            .env_remove("HF_HUB_CACHE")
+            .env("HF_HOME", &home)
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .args(["embed", "--model", "org/tiny-bert", "--input"])
+            .arg(&input)
+            .arg("--output")
+            .arg(tmp.path().join(name))
+            .stderr(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let first = spawn("a.parquet");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let second = spawn("b.parquet");
+    let errs: Vec<String> = [first, second]
+        .into_iter()
+        .map(|child| ok(&child.wait_with_output().unwrap()))
+        .collect();
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("waiting for another process downloading")),
+        "{errs:?}"
+    );
+    assert_eq!(fetches_of(&hub, "model.safetensors").len(), 1);
     assert_eq!(
         vectors(&tmp.path().join("a.parquet")),
         vectors(&tmp.path().join("b.parquet"))
+    );
+}
+
+/// An output over the blob a snapshot's link points to is refused (it would replace
+/// the model's weights with Parquet), and so is a hub id's `--help` or a flag typo
+/// after it reaching the network: arguments are checked before any download.
+#[test]
+fn outputs_never_replace_cache_blobs_and_arguments_are_checked_first() {
+    let TinyCase {
+        hub,
+        tmp,
+        home,
+        input,
+        ..
+    } = tiny_case("org/tiny-bert");
+    ok(&embed(
+        &hub,
+        &home,
+        "org/tiny-bert",
+        &input,
+        &tmp.path().join("a.parquet"),
+        &[],
+    ));
+    let link = home
+        .join("hub/models--org--tiny-bert/snapshots")
+        .join(SHA1)
+        .join("model.safetensors");
+    let blob = link.canonicalize().unwrap();
+    let before = std::fs::read(&blob).unwrap();
+    let err = failed(&embed(&hub, &home, "org/tiny-bert", &input, &blob, &[]));
+    assert!(err.contains("--output") && err.contains("--model"), "{err}");
+    assert_eq!(std::fs::read(&blob).unwrap(), before);
+
+    let requests = hub.requests();
+    let b = tmp.path().join("b.parquet");
+    let help = ["--model", "org/new-model", "--help"];
+    assert!(embed_with(&hub, &home, (&input, &b), &[], &help)
+        .status
+        .success());
+    let typo = ["--model", "org/new-model", "--no-such-flag"];
+    let out = embed_with(&hub, &home, (&input, &b), &[], &typo);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        hub.requests(),
+        requests,
+        "no request before the arguments are checked"
     );
 }
 

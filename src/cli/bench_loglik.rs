@@ -45,8 +45,10 @@ pub struct BenchLoglikArgs {
 
 /// Runs `hopscore bench-loglik`.
 pub fn run(args: &BenchLoglikArgs) -> Result<BenchLoglikResult> {
+    let mut model = args.model.clone();
+    crate::options::resolve_models(crate::options::model_and_tokenizer([&mut model], None))?;
     let bench = LoglikBench {
-        model: args.model.clone(),
+        model,
         pairs: args.pairs.clone(),
         max_batch_tokens: args.max_batch_tokens,
         temperature: args.temperature,

@@ -42,6 +42,11 @@ where
     };
     match run(cli) {
         Ok(code) => code,
+        // A stop before any row ran (while a model downloads, say): the work done is kept.
+        Err(e) if e.is::<crate::stop::Interrupted>() => {
+            eprintln!("{e:#}");
+            EXIT_INTERRUPTED
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             1

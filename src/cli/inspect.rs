@@ -15,12 +15,17 @@ pub struct InspectArgs {
     #[arg(long, value_parser = crate::options::values::model_path)]
     pub model: PathBuf,
     /// tokenizer.json to report on, when the model directory has none.
-    #[arg(long, value_parser = crate::options::values::tokenizer_path)]
+    #[arg(long, value_parser = crate::options::values::model_path)]
     pub tokenizer: Option<PathBuf>,
 }
 
 /// The report as text.
 pub fn run(args: &InspectArgs) -> Result<String> {
+    let mut args = args.clone();
+    crate::options::resolve_models(crate::options::model_and_tokenizer(
+        [&mut args.model],
+        args.tokenizer.as_mut(),
+    ))?;
     let files = ModelFiles::open(&args.model)?;
     let c = &files.config;
     let store = files

@@ -24,6 +24,7 @@ use crate::io::fingerprint;
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::jobs::lepus::{LepusConfig, LepusScorer};
 use crate::metrics::eval::{score_predictions, GoldSet};
+use crate::options::Options;
 use crate::strategy::lepus::instruction_templates;
 
 #[derive(Debug, Clone, Args)]
@@ -86,6 +87,10 @@ fn runs_dir(output: &Path) -> PathBuf {
 
 /// Runs the search.
 pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
+    // Hub ids resolved once: every candidate's run then takes the local snapshot.
+    let mut args = args.clone();
+    crate::options::resolve_models(args.lepus.config.model_paths())?;
+    let args = &args;
     let lepus = &args.lepus;
     ensure!(
         lepus.config.scorer == LepusScorer::Lm,

@@ -84,6 +84,8 @@ where
     C::Device: Args,
 {
     install_interrupt_handler();
+    let mut args = args;
+    crate::options::resolve_models(args.config.model_paths())?;
     let files = args.files.file_run(&args.config);
     files.check_paths(&[])?;
     args.config.run_files(&args.device.into(), &files)

@@ -6,6 +6,7 @@ use clap::Args;
 
 use crate::jobs::retrieve::{self, RetrieveConfig, RetrieveSummary};
 use crate::jobs::DeviceConfig;
+use crate::options::Options;
 
 /// The flags of `hopscore retrieve`: its config's and the device's (the query encoder's).
 #[derive(Debug, Clone, Args)]
@@ -24,7 +25,7 @@ pub fn main(args: &RetrieveArgs) -> Result<i32> {
             eprintln!("{summary}");
             Ok(0)
         }
-        Err(e) if e.is::<crate::pipeline::control::Interrupted>() => {
+        Err(e) if e.is::<crate::stop::Interrupted>() => {
             eprintln!(
                 "interrupted: retrieve wrote nothing (its files are written whole at the \
                  end); run the same command again"
@@ -38,8 +39,10 @@ pub fn main(args: &RetrieveArgs) -> Result<i32> {
 /// Runs `hopscore retrieve`.
 pub fn run(args: &RetrieveArgs) -> Result<RetrieveSummary> {
     crate::pipeline::control::install_interrupt_handler();
+    let mut config = args.config.clone();
+    crate::options::resolve_models(config.model_paths())?;
     crate::jobs::device::with_backend!(owned &args.device, be => {
-        retrieve::run(&args.config, be)
+        retrieve::run(&config, be)
     })
 }
 

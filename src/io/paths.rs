@@ -122,6 +122,10 @@ fn file_type(path: &Path) -> Option<(bool, bool, &'static str)> {
 /// device, a FIFO or a directory where a file goes). Inputs that do not exist are
 /// skipped (opening them fails later with its own message).
 pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), OverlapError> {
+    let inputs: Vec<Named> = inputs
+        .iter()
+        .flat_map(|input| std::iter::once(input.clone()).chain(linked_files(input)))
+        .collect();
     for (out, kind) in outputs {
         match (kind, file_type(&out.path)) {
             (Kind::File, Some((false, _, found))) => {
@@ -141,7 +145,7 @@ pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), 
             _ => {}
         }
         let out_resolved = resolve(&out.path);
-        for input in inputs {
+        for input in &inputs {
             let Ok(in_resolved) = input.path.canonicalize() else {
                 continue;
             };
@@ -188,6 +192,55 @@ pub fn check_outputs(inputs: &[Named], outputs: &[(Named, Kind)]) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// How deep [`linked_files`] looks into an input directory, and how many entries it
+/// reads: a model directory holds its files and module directories (`1_Pooling/`).
+const LINK_DEPTH: usize = 3;
+const LINK_ENTRIES: usize = 10_000;
+
+/// The files that symbolic links inside the input directory `input` point to, each as
+/// an input of its own: a hub snapshot's files are links into the cache's `blobs/`,
+/// and an output written over a blob would replace the model's weights.
+fn linked_files(input: &Named) -> Vec<Named> {
+    let mut found = Vec::new();
+    let mut dirs = vec![(input.path.clone(), 0)];
+    let mut seen = 0;
+    while let Some((dir, depth)) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten().take(LINK_ENTRIES.saturating_sub(seen)) {
+            seen += 1;
+            let path = entry.path();
+            let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+            if path.is_dir() {
+                if depth + 1 < LINK_DEPTH && !is_link {
+                    dirs.push((path, depth + 1));
+                }
+            } else if is_link {
+                if let Ok(target) = path.canonicalize() {
+                    let what = format!("{} (through {})", input.what, path.display());
+                    found.push(Named::new(what, &target));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Whether `name` is a plain relative path of a file inside a directory: not empty, no
+/// root, no `.` or `..` component, no empty component, no backslash or control
+/// character. What a name a server or a checkpoint index gives must be before it is
+/// joined to a directory.
+pub fn is_plain_relative(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 1024
+        && !name.starts_with('/')
+        && !name.chars().any(|c| c == '\\' || c.is_control())
+        && !name
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
 }
 
 /// Whether `a` and `b` name the same file: the same path once resolved, or the same
@@ -303,6 +356,47 @@ mod tests {
             );
         }
         assert!(check_outputs(&inputs, &[file(&dir.path().join("model.parquet"))]).is_ok());
+        // A model directory whose files are links (a hub snapshot): the file a link
+        // points to is an input too, wherever it lies.
+        let blobs = dir.path().join("blobs");
+        std::fs::create_dir(&blobs).unwrap();
+        std::fs::write(blobs.join("abc"), b"w").unwrap();
+        let linked = dir.path().join("linked");
+        std::fs::create_dir_all(linked.join("1_Pooling")).unwrap();
+        std::os::unix::fs::symlink(blobs.join("abc"), linked.join("1_Pooling/config.json"))
+            .unwrap();
+        let inputs = [Named::new("--model", &linked)];
+        let err = check_outputs(&inputs, &[file(&blobs.join("abc"))])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--model (through") && err.contains("config.json"),
+            "{err}"
+        );
+        assert!(check_outputs(&inputs, &[file(&blobs.join("other"))]).is_ok());
+    }
+
+    #[test]
+    fn only_plain_relative_names_pass() {
+        for yes in [
+            "config.json",
+            "1_Pooling/config.json",
+            "model-00001-of-00002.safetensors",
+        ] {
+            assert!(is_plain_relative(yes), "{yes}");
+        }
+        for no in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            "a\\..\\b",
+            "a\nb",
+        ] {
+            assert!(!is_plain_relative(no), "{no:?}");
+        }
     }
 
     #[test]

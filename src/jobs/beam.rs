@@ -108,7 +108,7 @@ pub struct BeamConfig {
     pub model: PathBuf,
     /// tokenizer.json (or its directory) when the model directory has none.
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
-        value_parser = crate::options::values::tokenizer_path))]
+        value_parser = crate::options::values::model_path))]
     pub tokenizer: Option<PathBuf>,
     /// Beams kept per hop (the official models were trained with 1 or 2).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = BeamConfig::defaults().beam_size,

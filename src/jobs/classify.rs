@@ -36,7 +36,7 @@ pub struct ClassifyConfig {
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it), when the model directory has none.
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
-        value_parser = crate::options::values::tokenizer_path))]
+        value_parser = crate::options::values::model_path))]
     pub tokenizer: Option<PathBuf>,
     /// Head to score with (`sequence`, `hop1`, `hop_n`, …; see `hopscore inspect`).
     /// Needed only when the checkpoint has several sequence-level heads.

@@ -35,7 +35,7 @@ pub struct EmbedConfig {
         value_parser = crate::options::values::model_path))]
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it), when the model directory has none.
-    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::tokenizer_path))]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::model_path))]
     pub tokenizer: Option<PathBuf>,
     /// Pooling of the token vectors. Default: the model's 1_Pooling/config.json, else
     /// mean (Contriever).
@@ -231,7 +231,7 @@ impl<B: Backend> Embedder<B> {
 
     /// Embeddings of `seqs` in the order given, `[seqs, dim]` row-major; sequences
     /// are packed longest first into batches of the token budget. A stop request ends
-    /// it between batches ([`crate::pipeline::control::Interrupted`]).
+    /// it between batches ([`crate::stop::Interrupted`]).
     pub fn embed(&self, seqs: &[Sequence]) -> Result<Vec<f32>> {
         self.forward(seqs, true)
     }

@@ -58,7 +58,7 @@ pub struct LabelConfig {
     /// tokenizer.json (or its directory) when the Labeler directory has none; both
     /// models share it.
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
-        value_parser = crate::options::values::tokenizer_path))]
+        value_parser = crate::options::values::model_path))]
     pub tokenizer: Option<PathBuf>,
     /// Retrieve from this corpus (Parquet `id`, `text`, optional `title`; one BM25
     /// index built at start) instead of each question's own passages.

@@ -42,7 +42,7 @@ pub struct LoglikConfig {
     pub model: PathBuf,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
-        value_parser = crate::options::values::tokenizer_path))]
+        value_parser = crate::options::values::model_path))]
     pub tokenizer: Option<PathBuf>,
     /// Logits are divided by T before the log-softmax (LEPUS: 1.4 is best in the
     /// paper; 1.0 gives plain log-likelihoods).
@@ -331,7 +331,7 @@ pub fn token_logprobs<B: Backend>(
     let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
     let mut out = vec![Vec::new(); seqs.len()];
     for group in token_budget_groups(&lens, budget) {
-        crate::pipeline::control::stop_point()?;
+        crate::stop::stop_point()?;
         let batch: Vec<ScoredSequence> = group.iter().map(|&i| seqs[i].clone()).collect();
         let logp = model.target_logprobs(be, &batch, temperature)?;
         for (&i, lp) in group.iter().zip(logp) {

@@ -217,7 +217,7 @@ pub trait JobKind: Options + serde::Serialize + serde::de::DeserializeOwned {
     /// Loads the job on `be`.
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
     /// Loads the job on `device` and runs it over the files of `run` (Ctrl-C and
-    /// SIGTERM stop it: [`crate::pipeline::control::INTERRUPTED`]).
+    /// SIGTERM stop it: [`crate::stop::INTERRUPTED`]).
     fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<Self::Summary>;
 }
 

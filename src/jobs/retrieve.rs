@@ -35,6 +35,7 @@ use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::QuarantineWriter;
 use crate::io::questions::{gold_not_retrieved, Passage, Question, QuestionReader, QuestionWriter};
 use crate::model::bert::Pooling;
+use crate::model::hub::Need;
 use crate::options::{self, Options};
 use crate::retrieve::corpus::for_each_passage;
 use crate::retrieve::dense::{reciprocal_rank_fusion, DenseIndex};
@@ -73,7 +74,7 @@ pub struct RetrieveConfig {
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_ENCODER", value_parser = crate::options::values::model_path))]
     pub encoder: Option<PathBuf>,
     /// The encoder's tokenizer.json (or a directory holding it), when its directory has none.
-    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::tokenizer_path))]
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::model_path))]
     pub tokenizer: Option<PathBuf>,
     /// Text put before every question (E5: "query: "; BGE's instruction).
     #[cfg_attr(feature = "cli", arg(long, default_value = ""))]
@@ -133,6 +134,10 @@ impl Options for RetrieveConfig {
         options::at_least_one("k", self.k)?;
         options::at_least_one("fusion_depth", self.fusion_depth)?;
         options::at_least_one("question_rows", self.question_rows)
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        options::model_and_tokenizer(self.encoder.as_mut(), self.tokenizer.as_mut())
     }
 
     fn inputs(&self) -> Vec<Named> {
@@ -237,7 +242,7 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
     let total = reader.total_rows();
     let mut tally = Tally::default();
     loop {
-        crate::pipeline::control::stop_point()?;
+        crate::stop::stop_point()?;
         let (mut chunk, seen) = (Vec::new(), tally.seen);
         for row in reader.by_ref().take(c.question_rows.max(1)) {
             match row? {

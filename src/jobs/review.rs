@@ -31,7 +31,6 @@ use crate::io::quarantine::BadRow;
 use crate::io::questions::{check_schema, Question};
 use crate::io::schemas::review_schema;
 use crate::options::{self, Options};
-use crate::pipeline::control::INTERRUPTED;
 use crate::pipeline::engine::Status;
 use crate::pipeline::files::{self, FileJob, FileRun, RunSummary, Source, ToBatch};
 use crate::pipeline::{Admission, Engine, Finished, PipelineStats};
@@ -41,6 +40,7 @@ use crate::post::client::{ChatClient, ClientConfig};
 use crate::post::tor::{self, Expansion, TorConfig};
 use crate::post::{Bm25Retriever, CallStats, Doc, Retriever, Session};
 use crate::retrieve::Corpus;
+use crate::stop::INTERRUPTED;
 
 /// The LLM strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

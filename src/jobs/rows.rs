@@ -133,7 +133,7 @@ impl<S: RowScorer> RowJob<S> {
             return Ok(out);
         };
         let scored = match self.score_rows(&concat_batches(&first.schema(), &tasks)?, &rows) {
-            Err(e) if e.is::<crate::pipeline::control::Interrupted>() => {
+            Err(e) if e.is::<crate::stop::Interrupted>() => {
                 out.extend(rows.into_iter().map(|row| (row, Finished::Left)));
                 return Ok(out);
             }
@@ -290,7 +290,7 @@ impl<S: RowScorer> FileJob for RowJob<S> {
 /// `forward`'s rows for `seqs`, in the order given: sequences are packed longest first
 /// into batches of at most `budget` tokens (a longer one alone), and `forward` returns
 /// `[sequences of the batch, width]`. With `interruptible`, a stop request ends it
-/// between batches ([`crate::pipeline::control::Interrupted`]).
+/// between batches ([`crate::stop::Interrupted`]).
 pub fn rows_by_budget(
     seqs: &[Sequence],
     budget: usize,
@@ -301,7 +301,7 @@ pub fn rows_by_budget(
     let mut out = vec![Vec::new(); seqs.len()];
     for group in token_budget_groups(&lens, budget) {
         if interruptible {
-            crate::pipeline::control::stop_point()?;
+            crate::stop::stop_point()?;
         }
         let rows = forward(&PackedBatch::pack(group.iter().map(|&i| &seqs[i])))?;
         let width = rows.shape.get(1).copied().unwrap_or(0);

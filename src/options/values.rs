@@ -6,8 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::model::hub::Need;
-
 fn parse<T: FromStr>(s: &str, what: &str) -> Result<T, String> {
     s.trim().parse().map_err(|_| format!("`{s}` is not {what}"))
 }
@@ -102,22 +100,16 @@ pub fn positions(s: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
-/// A model, tokenizer or GGUF file: a local path (which always wins), or a Hugging
-/// Face Hub id (`org/name`, `org/name@revision`, `org/name:file.gguf`) resolved to its
-/// snapshot in the hub cache, downloading what the cache lacks
-/// ([`crate::model::hub`]).
+/// A model, tokenizer or GGUF file (`--model`, `--tokenizer`, `--encoder`, …): a
+/// local path (which always wins), or a Hugging
+/// Face Hub id (`org/name`, `org/name@revision`, `org/name:file.gguf`). Only the
+/// syntax is checked here: a hub id is resolved to its snapshot in the hub cache (and
+/// what the cache lacks downloaded) when the run starts ([`crate::model::hub`]), so
+/// `--help` or a mistyped flag later on the line never reaches the network.
 pub fn model_path(s: &str) -> Result<PathBuf, String> {
-    hub_path(s, Need::Model)
-}
-
-/// A tokenizer file or directory: a local path, or a hub id of which only the
-/// top-level JSON files (`tokenizer.json`, …) are fetched.
-pub fn tokenizer_path(s: &str) -> Result<PathBuf, String> {
-    hub_path(s, Need::Tokenizer)
-}
-
-fn hub_path(s: &str, need: Need) -> Result<PathBuf, String> {
-    crate::model::hub::local_path(Path::new(s), need).map_err(|e| format!("{e:#}"))
+    crate::model::hub::check_spec(Path::new(s))
+        .map(|()| PathBuf::from(s))
+        .map_err(|e| format!("{e:#}"))
 }
 
 #[cfg(test)]

@@ -1,34 +1,14 @@
-//! What every file run shares: the Ctrl-C flag that ends a run cleanly and the
-//! progress display.
+//! What every file run shares: the Ctrl-C handler that sets [`crate::stop::INTERRUPTED`]
+//! and the progress display.
 
-/// Set by Ctrl-C (SIGINT/SIGTERM): long runs stop reading input, finish the rows in
-/// flight, commit them, and exit so that `--resume` continues.
-pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// What a long computation returns when it stops at [`stop_point`]: its rows are left
-/// unfinished, for `--resume`.
-#[derive(Debug, thiserror::Error)]
-#[error("interrupted (Ctrl-C or SIGTERM): the rows in flight are left for --resume")]
-pub struct Interrupted;
-
-/// Fails with [`Interrupted`] once [`INTERRUPTED`] is set: called between the forward
-/// passes of work that takes long (a group of thousands of rows), so that a stop is
-/// not held up by it.
-pub fn stop_point() -> Result<(), Interrupted> {
-    match INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
-        true => Err(Interrupted),
-        false => Ok(()),
-    }
-}
-
-/// Installs the Ctrl-C handler that sets [`INTERRUPTED`] (once per process; the
-/// command line's, so a library user sets [`INTERRUPTED`] from handlers of its own).
+/// Installs the Ctrl-C handler that sets [`crate::stop::INTERRUPTED`] (once per process; the
+/// command line's, so a library user sets [`crate::stop::INTERRUPTED`] from handlers of its own).
 #[cfg(feature = "cli")]
 pub fn install_interrupt_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
-            if INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if crate::stop::INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 std::process::exit(130); // a second Ctrl-C stops at once
             }
             log::info!(

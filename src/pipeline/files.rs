@@ -17,7 +17,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use crossbeam_channel::{Receiver, Sender};
 
-use super::control::{Progress, INTERRUPTED};
+use super::control::Progress;
 use super::engine::{self, Admission, Engine, Finished, PipelineStats};
 use crate::io::fingerprint;
 use crate::io::parquet_io::{sibling, write_in_batches};
@@ -25,6 +25,7 @@ use crate::io::parts::{parts_dir, Opened, Parts};
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::{BadRow, QuarantineWriter};
 use crate::io::shard::Shard;
+use crate::stop::INTERRUPTED;
 
 /// Builds one record batch of output rows (run on the writer thread).
 pub type ToBatch<R> = Arc<dyn Fn(&[R]) -> Result<RecordBatch> + Send + Sync>;

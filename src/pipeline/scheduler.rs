@@ -9,7 +9,7 @@
 //! are filled oldest question first (then sorted longest first), so questions finish
 //! roughly in input order and the writer can commit its parts early.
 //!
-//! A stop (Ctrl-C, SIGTERM: [`super::control::INTERRUPTED`]) is taken between forward
+//! A stop (Ctrl-C, SIGTERM: [`crate::stop::INTERRUPTED`]) is taken between forward
 //! passes: the questions in flight, and those admitted but not yet read, are sent back
 //! as [`Finished::Left`] for `--resume`, instead of being searched to the end (which
 //! takes hours with real models and `--max-active` questions in flight).
@@ -159,7 +159,7 @@ pub fn run<S: Strategy>(
             continue;
         }
 
-        if crate::pipeline::control::stop_point().is_err() {
+        if crate::stop::stop_point().is_err() {
             // Rows left for `--resume` are not counted as done (as the row jobs count).
             for active in slots.iter().flatten() {
                 stats.rows -= 1;

@@ -393,7 +393,7 @@ impl DenseIndex {
             let mut input = ParquetInput::open(path, BLOCK_ROWS)?;
             let total = input.total_rows;
             for batch in input.by_ref() {
-                crate::pipeline::control::stop_point()?;
+                crate::stop::stop_point()?;
                 let batch = batch.with_context(|| format!("reading {}", path.display()))?;
                 if let Some(bad) = batch.bad.first() {
                     bail!("{}: row {}: {}", path.display(), bad.row, bad.reason);

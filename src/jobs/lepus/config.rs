@@ -37,7 +37,7 @@ pub struct LepusConfig {
     pub model: Option<PathBuf>,
     /// tokenizer.json (or a directory holding it) instead of the model's own.
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
-        value_parser = crate::options::values::tokenizer_path))]
+        value_parser = crate::options::values::model_path))]
     pub tokenizer: Option<PathBuf>,
     /// `lm`: LEPUS with the language model; `bm25`: BM25 (Lucene scoring, k1 0.9, b 0.4)
     /// of the question against each passage's title and text, no model (a baseline).

@@ -5,22 +5,28 @@
 //! Files are looked for in, and downloaded into, the cache `huggingface_hub` writes
 //! (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`:
 //! `models--org--name/{refs,snapshots,blobs}`), so a model downloaded from Python is
-//! found as it is. Downloads go through the `hf-hub` crate (resumable `.part` files,
-//! a lock per blob) and are checked against the listing's size and SHA-256 before a
-//! loader sees them. `HF_TOKEN` (else `$HF_HOME/token`) authenticates,
-//! `HF_HUB_OFFLINE=1` never touches the network, `HF_ENDPOINT` names a mirror.
+//! found as it is. Downloads ([`download`], on ureq) resume from `.incomplete` files,
+//! wait for another process downloading the same blob, time out when the server
+//! stalls (`HF_HUB_DOWNLOAD_TIMEOUT`), retry, stop on Ctrl-C, and enter the snapshot
+//! only once their size and hash equal the listing's. The server is not trusted:
+//! every name it sends (commit, file and shard names, blob hashes) is checked before
+//! it touches the disk, the token goes only to the endpoint's own host, and no
+//! message prints the token or the endpoint's credentials. `HF_TOKEN` (else
+//! `$HF_HOME/token`) authenticates, `HF_HUB_OFFLINE=1` never touches the network,
+//! `HF_ENDPOINT` names a mirror.
 //!
 //! Only what the loaders read is fetched: the top-level JSON files (config,
 //! tokenizer, sentence-transformers `modules.json`, …), the modules' `N_Name/*.json`,
 //! and `model.safetensors` or the shards its index names (or the one GGUF file asked
-//! for). Progress: hf-hub's bar on a terminal, log lines elsewhere. The run metadata
-//! records the repository and commit of a snapshot path
+//! for). Progress: a log line per file and every 10 % of a large one, with rate and
+//! ETA. The run metadata records the repository and commit of a snapshot path
 //! ([`crate::io::metadata::hub_snapshot`]), so `--resume` and `merge` refuse a model
 //! whose revision moved.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::model::weights::shard_names;
 
@@ -88,17 +94,24 @@ impl HubId {
 /// `huggingface_hub` reads.
 #[derive(Debug, Clone)]
 pub struct HubSettings {
-    pub endpoint: String,
+    pub endpoint: Endpoint,
     /// The hub cache (`…/huggingface/hub`).
     pub cache: PathBuf,
     pub token: Option<String>,
     pub offline: bool,
+    /// How long a download may wait for the server's next bytes before it is retried.
+    pub download_timeout: Duration,
 }
+
+/// The longest `HF_HUB_DOWNLOAD_TIMEOUT` taken.
+const MAX_DOWNLOAD_TIMEOUT_SECS: f64 = 3600.0;
 
 impl HubSettings {
     /// `HF_ENDPOINT`, `HF_HUB_CACHE` / `HF_HOME`, `HF_TOKEN` / `HF_TOKEN_PATH` /
-    /// `$HF_HOME/token`, `HF_HUB_OFFLINE`.
-    pub fn from_env() -> Self {
+    /// `$HF_HOME/token` (trimmed: a token file or secret ends in a newline),
+    /// `HF_HUB_OFFLINE`, `HF_HUB_DOWNLOAD_TIMEOUT` (seconds, default 10, as
+    /// `huggingface_hub`'s).
+    pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let home = var("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
             var("XDG_CACHE_HOME")
@@ -110,27 +123,94 @@ impl HubSettings {
         let token_file = var("HF_TOKEN_PATH")
             .map(PathBuf::from)
             .unwrap_or_else(|| home.join("token"));
-        HubSettings {
-            endpoint: var("HF_ENDPOINT")
-                .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string())
-                .trim_end_matches('/')
-                .to_string(),
+        let download_timeout = match var("HF_HUB_DOWNLOAD_TIMEOUT") {
+            None => Duration::from_secs(10),
+            Some(v) => v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= MAX_DOWNLOAD_TIMEOUT_SECS)
+                .map(Duration::from_secs_f64)
+                .with_context(|| {
+                    format!(
+                        "HF_HUB_DOWNLOAD_TIMEOUT={v:?}: expected seconds, more than 0 and at \
+                         most {MAX_DOWNLOAD_TIMEOUT_SECS}"
+                    )
+                })?,
+        };
+        Ok(HubSettings {
+            endpoint: Endpoint::new(
+                var("HF_ENDPOINT").unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
+            ),
             cache: var("HF_HUB_CACHE")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| home.join("hub")),
-            token: var("HF_TOKEN").or_else(|| {
-                std::fs::read_to_string(token_file)
-                    .ok()
-                    .map(|t| t.trim().to_string())
-                    .filter(|t| !t.is_empty())
-            }),
+            token: var("HF_TOKEN")
+                .or_else(|| std::fs::read_to_string(token_file).ok())
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
             offline: var("HF_HUB_OFFLINE").is_some_and(|v| {
                 matches!(
                     v.trim().to_ascii_lowercase().as_str(),
                     "1" | "true" | "yes" | "on"
                 )
             }),
+            download_timeout,
+        })
+    }
+
+    /// `text` with the token and the endpoint's credentials replaced by `***`: for an
+    /// error message that quotes what the HTTP layer said.
+    pub fn scrub(&self, text: &str) -> String {
+        let secrets = self.token.as_deref().into_iter();
+        secrets
+            .chain(self.endpoint.credentials())
+            .filter(|s| !s.is_empty())
+            .fold(text.to_string(), |t, secret| t.replace(secret, "***"))
+    }
+}
+
+/// The hub's base URL (`HF_ENDPOINT`). Shown (`{}`), credentials in it
+/// (`https://user:password@host`) read `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint(String);
+
+impl Endpoint {
+    pub fn new(url: impl Into<String>) -> Self {
+        Endpoint(url.into().trim().trim_end_matches('/').to_string())
+    }
+
+    /// The URL requests go to.
+    pub fn url(&self) -> &str {
+        &self.0
+    }
+
+    /// The `user:password` part of the URL, if any.
+    fn credentials(&self) -> Option<&str> {
+        self.userinfo().map(|r| &self.0[r])
+    }
+
+    /// The byte range of `user:password` in the URL.
+    fn userinfo(&self) -> Option<std::ops::Range<usize>> {
+        let start = self.0.find("://")? + 3;
+        let authority = self.0[start..].split(['/', '?', '#']).next()?;
+        let at = authority.rfind('@')?;
+        Some(start..start + at)
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.userinfo() {
+            Some(r) => write!(f, "{}***{}", &self.0[..r.start], &self.0[r.end..]),
+            None => f.write_str(&self.0),
         }
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Endpoint({self})")
     }
 }
 
@@ -148,24 +228,42 @@ pub enum Need {
 /// asks for taken from the cache or downloaded into it (settings from the
 /// environment).
 pub fn local_path(spec: &Path, need: Need) -> Result<PathBuf> {
-    local_path_with(spec, need, &HubSettings::from_env())
-}
-
-/// [`local_path`] with explicit settings.
-pub fn local_path_with(spec: &Path, need: Need, hub: &HubSettings) -> Result<PathBuf> {
     if spec.exists() {
         return Ok(spec.to_path_buf());
+    }
+    local_path_with(spec, need, &HubSettings::from_env()?)
+}
+
+/// Refuses `spec` unless it is an existing path or a hub id: the syntax only, no
+/// network and no cache (what a flag's value parser checks; [`local_path`] resolves it
+/// when the run starts).
+pub fn check_spec(spec: &Path) -> Result<()> {
+    hub_id(spec).map(|_| ())
+}
+
+/// `None` for a path that exists, else the hub id `spec` names, or why it is neither.
+fn hub_id(spec: &Path) -> Result<Option<HubId>> {
+    if spec.exists() {
+        return Ok(None);
     }
     let text = spec.to_string_lossy();
     let id = HubId::parse(&text)
         // `weights/foo` where `weights/` exists is a mistyped local path.
         .filter(|id| !Path::new(id.repo.split('/').next().unwrap_or_default()).is_dir());
-    let Some(id) = id else {
-        bail!(
+    match id {
+        Some(id) => Ok(Some(id)),
+        None => bail!(
             "{} does not exist (a model is a local path or a hub id such as \
              `org/name`, `org/name@revision` or `org/name:file.gguf`)",
             spec.display()
-        );
+        ),
+    }
+}
+
+/// [`local_path`] with explicit settings.
+pub fn local_path_with(spec: &Path, need: Need, hub: &HubSettings) -> Result<PathBuf> {
+    let Some(id) = hub_id(spec)? else {
+        return Ok(spec.to_path_buf());
     };
     let repo_dir = hub
         .cache
@@ -247,19 +345,31 @@ fn display(id: &HubId) -> String {
     s
 }
 
+/// Whether `s` is a git commit id: 40 lowercase hex digits.
+fn is_commit_id(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// The cached snapshot of `id`: its revision's commit (`refs/<revision>`, or the
 /// revision itself when it is a commit) and, in that snapshot, the file asked for, a
 /// `tokenizer.json`, or a config with its weights. `Err` says what is missing.
 fn cached(id: &HubId, need: Need, repo_dir: &Path) -> Result<PathBuf, String> {
     let rev = id.revision();
-    let is_commit = rev.len() == 40 && rev.chars().all(|c| c.is_ascii_hexdigit());
-    let commit = if is_commit {
+    let commit = if is_commit_id(rev) {
         rev.to_string()
     } else {
         let refs = repo_dir.join("refs").join(rev);
-        std::fs::read_to_string(&refs)
+        let commit = std::fs::read_to_string(&refs)
             .map(|s| s.trim().to_string())
-            .map_err(|_| format!("no {}", refs.display()))?
+            .map_err(|_| format!("no {}", refs.display()))?;
+        if !is_commit_id(&commit) {
+            return Err(format!(
+                "{} holds {:?}, not a commit id",
+                refs.display(),
+                commit.chars().take(80).collect::<String>()
+            ));
+        }
+        commit
     };
     let snapshot = repo_dir.join("snapshots").join(&commit);
     let path = target(&snapshot, id);
@@ -326,13 +436,40 @@ mod tests {
     }
 
     #[test]
+    fn an_endpoints_credentials_and_the_token_are_never_shown() {
+        let hub = HubSettings {
+            endpoint: Endpoint::new("https://bob:hunter2@mirror.example:8443/hf/"),
+            cache: PathBuf::from("/nowhere"),
+            token: Some("hf_secret".into()),
+            offline: false,
+            download_timeout: Duration::from_secs(10),
+        };
+        assert_eq!(
+            hub.endpoint.url(),
+            "https://bob:hunter2@mirror.example:8443/hf"
+        );
+        let shown = format!("{} {:?}", hub.endpoint, hub.endpoint);
+        assert_eq!(
+            shown,
+            "https://***@mirror.example:8443/hf Endpoint(https://***@mirror.example:8443/hf)"
+        );
+        assert_eq!(
+            hub.scrub("GET https://bob:hunter2@mirror.example: Bearer hf_secret refused"),
+            "GET https://***@mirror.example: Bearer *** refused"
+        );
+        let plain = Endpoint::new("http://127.0.0.1:5/a@b");
+        assert_eq!(plain.to_string(), "http://127.0.0.1:5/a@b");
+    }
+
+    #[test]
     fn a_mistyped_local_path_is_not_sent_to_the_hub() {
         let dir = tempfile::tempdir().unwrap();
         let hub = HubSettings {
-            endpoint: "http://127.0.0.1:9".into(),
+            endpoint: Endpoint::new("http://127.0.0.1:9"),
             cache: dir.path().join("hub"),
             token: None,
             offline: false,
+            download_timeout: Duration::from_secs(10),
         };
         let spec = dir.path().join("missing");
         let err = local_path_with(&spec, Need::Model, &hub)
