@@ -1,7 +1,8 @@
 //! Tolerant readers for the replies of the post-stage prompts. Tags are matched without
 //! regard to case, with or without their brackets; answers may come with or without the
-//! `The answer is` lead; numbers may sit anywhere in a sentence. Each reader returns
-//! `None` when the reply holds nothing it can use, and the caller counts a parse failure.
+//! `The answer is` lead; a number may sit in a sentence. A reply that does not state one
+//! verdict or one number in the asked form holds nothing usable: each reader returns
+//! `None` (or [`Choice::Both`]) and the caller counts a parse failure, never a verdict.
 
 /// Byte offset of the first occurrence of `word` in `text` (ASCII case-insensitive) that
 /// is not part of a longer word, e.g. `RELEVANT` in `IRRELEVANT` does not count.
@@ -29,17 +30,35 @@ fn find_bracketed(text: &str, tag: &str) -> Option<usize> {
         .find(&format!("[{}]", tag.to_ascii_uppercase()))
 }
 
-/// Which of two opposite tags (`yes`, `no`) the reply chose: the first bracketed one
-/// (`[RELEVANT]`), else the first bare word; `None` when neither appears.
-pub fn first_of(text: &str, yes: &str, no: &str) -> Option<bool> {
-    let pick = |find: &dyn Fn(&str, &str) -> Option<usize>| match (find(text, yes), find(text, no))
-    {
-        (Some(a), Some(b)) => Some(a < b),
-        (Some(_), None) => Some(true),
-        (None, Some(_)) => Some(false),
-        (None, None) => None,
+/// Which of two opposite tags a reply states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Only the first tag (`RELEVANT`).
+    Yes,
+    /// Only the second (`IRRELEVANT`).
+    No,
+    /// Both: a reply that echoes the format line (`[RELEVANT] or [IRRELEVANT]`) states
+    /// no verdict.
+    Both,
+    Neither,
+}
+
+/// Which of two opposite tags (`yes`, `no`) the reply states: the bracketed ones
+/// (`[RELEVANT]`) when it has any, else the bare words.
+pub fn choice(text: &str, yes: &str, no: &str) -> Choice {
+    let pick = |find: &dyn Fn(&str, &str) -> Option<usize>| match (
+        find(text, yes).is_some(),
+        find(text, no).is_some(),
+    ) {
+        (true, true) => Choice::Both,
+        (true, false) => Choice::Yes,
+        (false, true) => Choice::No,
+        (false, false) => Choice::Neither,
     };
-    pick(&find_bracketed).or_else(|| pick(&find_word))
+    match pick(&find_bracketed) {
+        Choice::Neither => pick(&find_word),
+        bracketed => bracketed,
+    }
 }
 
 /// The text after `[tag]` (or, without brackets, after `tag:`), up to the end of its
@@ -107,32 +126,52 @@ pub fn answer(text: &str) -> Option<String> {
     (!a.is_empty()).then_some(a)
 }
 
-/// The first number in `text` that lies in [0, 1] (a probability); a percentage such as
-/// `85%` reads as 0.85. `None` when there is none.
+/// The probability a reply states: its one number, in [0, 1] (a percentage such as
+/// `85%` reads as 0.85). A list marker (`1.` or `2)` starting a line and followed by
+/// text) is not a number. `None` when the reply states no number, a number outside
+/// [0, 1], or several different numbers (`7 reasons, so 1`): the prompt asks for the
+/// number only, and a guess among several is no score.
 pub fn probability(text: &str) -> Option<f64> {
     let bytes = text.as_bytes();
+    let mut found: Option<f64> = None;
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i].is_ascii_digit()
-            || (bytes[i] == b'.' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit))
-        {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
-                i += 1;
-            }
-            let number = text[start..i].trim_end_matches('.');
-            if let Ok(v) = number.parse::<f64>() {
-                let percent = bytes.get(i) == Some(&b'%');
-                let v = if percent { v / 100.0 } else { v };
-                if (0.0..=1.0).contains(&v) {
-                    return Some(v);
-                }
-            }
-        } else {
+        let starts_number = bytes[i].is_ascii_digit()
+            || (bytes[i] == b'.' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit));
+        if !starts_number {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
             i += 1;
         }
+        let token = &text[start..i];
+        let line_start = text[..start].rfind('\n').map_or(0, |n| n + 1);
+        let marker = text[line_start..start].trim().is_empty()
+            && (token.ends_with('.') || bytes.get(i) == Some(&b')'))
+            && text[i..].trim_start_matches(')').starts_with([' ', '\t'])
+            && text[i..]
+                .trim_start_matches(')')
+                .trim()
+                .lines()
+                .next()
+                .is_some_and(|rest| rest.starts_with(|c: char| !c.is_ascii_digit() && c != '.'));
+        if marker {
+            continue;
+        }
+        let v: f64 = token.trim_end_matches('.').parse().ok()?;
+        let v = if bytes.get(i) == Some(&b'%') {
+            v / 100.0
+        } else {
+            v
+        };
+        if !(0.0..=1.0).contains(&v) || found.is_some_and(|f| f != v) {
+            return None;
+        }
+        found = Some(v);
     }
-    None
+    found
 }
 
 /// Questions listed one per line, numbered or bulleted (`1.`, `2)`, `-`, `*`, `Q1:`),
@@ -164,15 +203,16 @@ mod tests {
 
     #[test]
     fn tags_are_whole_words_in_any_case() {
+        let relevance = |t: &str| choice(t, "RELEVANT", "IRRELEVANT");
+        assert_eq!(relevance("Judgment: [IRRELEVANT]"), Choice::No);
+        assert_eq!(relevance("relevant, but unsupported"), Choice::Yes);
+        assert_eq!(relevance("nothing here"), Choice::Neither);
+        // The format line echoed back (a reply seen from SmolLM2 behind llama.cpp's
+        // server) states no verdict.
         assert_eq!(
-            first_of("Judgment: [IRRELEVANT]", "RELEVANT", "IRRELEVANT"),
-            Some(false)
+            relevance("Relevance: <a short reason> [RELEVANT] or [IRRELEVANT]"),
+            Choice::Both
         );
-        assert_eq!(
-            first_of("relevant, but unsupported", "RELEVANT", "IRRELEVANT"),
-            Some(true)
-        );
-        assert_eq!(first_of("nothing here", "RELEVANT", "IRRELEVANT"), None);
         assert_eq!(
             after_tag("Action: [QUERY] Where was X born?\nmore", "QUERY").as_deref(),
             Some("Where was X born?")
@@ -188,12 +228,8 @@ mod tests {
             Some("Lyon")
         );
         assert_eq!(
-            first_of(
-                "Relevance: not relevant at all [IRRELEVANT]",
-                "RELEVANT",
-                "IRRELEVANT"
-            ),
-            Some(false)
+            relevance("Relevance: not relevant at all [IRRELEVANT]"),
+            Choice::No
         );
     }
 
@@ -206,10 +242,25 @@ mod tests {
         assert_eq!(answer("\n  Paris\nextra").as_deref(), Some("Paris"));
         assert_eq!(answer("  \n "), None);
         assert_eq!(probability("The score is: 0.85"), Some(0.85));
-        assert_eq!(probability("7 reasons, so 1"), Some(1.0));
         assert_eq!(probability("about 90%"), Some(0.9));
         assert_eq!(probability(".5"), Some(0.5));
+        assert_eq!(probability("0.7\n"), Some(0.7));
+        assert_eq!(probability("1"), Some(1.0));
+        assert_eq!(probability("Score: 0.6 (0.6)"), Some(0.6));
         assert_eq!(probability("high"), None);
+        // Several numbers, or a list marker as the only one: no score.
+        assert_eq!(probability("7 reasons, so 1"), None);
+        assert_eq!(
+            probability("1. The candidate answer matches the passages."),
+            None
+        );
+        assert_eq!(probability("1) The answer is right"), None);
+        assert_eq!(
+            probability("1. The candidate answer is likely: 0.8"),
+            Some(0.8)
+        );
+        assert_eq!(probability("Between 0.3 and 0.5"), None);
+        assert_eq!(probability("2.5"), None);
         let q = questions(
             "Ranked Questions:\n1. Who wrote Dune?\n2) [When was it published?]\n- ok\nQ3: Where did the author live?",
             5,

@@ -29,7 +29,7 @@
 
 use serde::Serialize;
 
-use super::parse::{after_tag, answer, first_of};
+use super::parse::{after_tag, answer, choice, Choice};
 use super::{distinct_indices, numbered, Doc, LlmError, Outcome, Retriever, Session};
 
 /// How a new query is made for an unsupported path (paper Table 4).
@@ -180,15 +180,22 @@ fn fusion_prompt(question: &str, evidence: &[Evidence]) -> String {
     )
 }
 
-/// Reads a review reply; `None` when it holds no tag at all. The flag says whether a
-/// judgement was missing and inferred from the action.
-fn parse_review(text: &str) -> Option<(Review, bool)> {
+/// Reads a review reply: the review, and whether a judgement was missing and inferred
+/// from the action; `Err` says why the reply holds no review (no tag at all, or both
+/// tags of a judgement, as when the format line is echoed back).
+fn parse_review(text: &str) -> Result<(Review, bool), &'static str> {
     let answer = after_tag(text, "ANSWER");
     let query = after_tag(text, "QUERY");
-    let relevant = first_of(text, "RELEVANT", "IRRELEVANT");
-    let supported = first_of(text, "SUPPORTED", "UNSUPPORTED");
+    let judgement = |yes, no| match choice(text, yes, no) {
+        Choice::Yes => Ok(Some(true)),
+        Choice::No => Ok(Some(false)),
+        Choice::Neither => Ok(None),
+        Choice::Both => Err("both tags of a judgement (the format line echoed?)"),
+    };
+    let relevant = judgement("RELEVANT", "IRRELEVANT")?;
+    let supported = judgement("SUPPORTED", "UNSUPPORTED")?;
     if relevant.is_none() && supported.is_none() && answer.is_none() && query.is_none() {
-        return None;
+        return Err("no relevance, support or action tag");
     }
     let acts = answer.is_some() || query.is_some();
     let inferred = relevant.is_none() || supported.is_none();
@@ -198,7 +205,7 @@ fn parse_review(text: &str) -> Option<(Review, bool)> {
         answer,
         query,
     };
-    Some((review, inferred))
+    Ok((review, inferred))
 }
 
 /// The depth-first search of one question.
@@ -233,10 +240,12 @@ impl Search<'_, '_, '_> {
         let reply = self
             .session
             .ask(&review_prompt(self.question, path, reasons))?;
-        let Some((review, inferred)) = parse_review(&reply) else {
-            self.session
-                .parse_failure("tor.review", "no relevance, support or action tag");
-            return Ok(node);
+        let (review, inferred) = match parse_review(&reply) {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                self.session.parse_failure("tor.review", why);
+                return Ok(node);
+            }
         };
         if inferred {
             self.session.parse_failure(
@@ -532,6 +541,16 @@ mod tests {
         );
         let (r, inferred) = parse_review("**[ANSWER]** Paris").unwrap();
         assert_eq!((r.relevant, r.supported, inferred), (true, true, true));
-        assert!(parse_review("I don't know").is_none());
+        assert_eq!(
+            parse_review("I don't know").unwrap_err(),
+            "no relevance, support or action tag"
+        );
+        // The instruction copied back, as SmolLM2 served by llama.cpp did for all 6
+        // nodes it "accepted" before: no verdict, whatever the action line holds.
+        let echoed = "Relevance: <a short reason> [RELEVANT] or [IRRELEVANT]\n\
+                      Support: [SUPPORTED] or [UNSUPPORTED]\n[ANSWER] <the answer>";
+        assert!(parse_review(echoed).unwrap_err().contains("both tags"));
+        let half = "[RELEVANT]\nSupport: [SUPPORTED] or [UNSUPPORTED]\n[ANSWER] Paris";
+        assert!(parse_review(half).is_err());
     }
 }
