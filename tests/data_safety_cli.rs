@@ -1429,3 +1429,124 @@ fn progress_lines_appear_when_stderr_is_a_file() {
     assert!(err.contains("progress: 5/5 rows (100.0%)"), "{err}");
     assert!(err.contains("rows/s") && err.contains("ETA 0s"), "{err}");
 }
+
+/// Every count and wait has an upper bound, a flag that does nothing in the mode given
+/// is named, and `--limit 0` and `review --shard` are refused: each a clear error before
+/// any work (no panic, no allocation of what the count asks for, no retry), no output.
+#[test]
+fn bounds_and_flags_out_of_place_are_refused_before_any_work() {
+    let (tmp, q) = question_file(2);
+    let out = tmp.path().join("o.parquet");
+    let refused = |c: &mut Command, needle: &str| {
+        let (code, err) = run(c);
+        assert!(matches!(code, Some(1 | 2)), "{needle}: {code:?} {err}");
+        assert!(
+            err.contains(needle) && !err.contains("panicked"),
+            "{needle}: {err}"
+        );
+    };
+    for (args, needle) in [
+        (
+            &["--max-active", "10000000"][..],
+            "--max-active (max_active) must be at most 65536",
+        ),
+        (
+            &["--temperature", "3"],
+            "--temperature (temperature) does not apply with --scorer bm25",
+        ),
+        (
+            &["--first-hops", "7"],
+            "--first-hops (first_hops) does not apply",
+        ),
+        (&["--limit", "0"], "--limit"),
+    ] {
+        refused(&mut bm25(&q, &out, args), needle);
+    }
+    let url = "http://127.0.0.1:9";
+    for (args, needle) in [
+        (
+            &["--concurrency", "10000000"][..],
+            "--concurrency (concurrency) must be at most 1024",
+        ),
+        (&["--depth", "1000"], "--depth (depth) must be at most 16"),
+        (
+            &["--timeout", "1e30"],
+            "--timeout (timeout) must be at most 86400",
+        ),
+        (
+            &["--backoff", "1e20"],
+            "--backoff (backoff) must be at most 86400",
+        ),
+        (
+            &["--beam-size", "5"],
+            "--beam-size (beam_size) does not apply with --strategy tor",
+        ),
+        (&["--shard", "0/2"], "review takes no --shard"),
+    ] {
+        refused(review(&q, &out, url).args(args), needle);
+    }
+    refused(&mut review(&q, &out, "http://[::1"), "not a valid URL");
+    let eval = |k: &str, plot: bool| {
+        let mut c = common::hopscore();
+        c.args(["eval", "--gold"])
+            .arg(&q)
+            .arg("--pred")
+            .arg(&q)
+            .args(["--k", k]);
+        if plot {
+            c.arg("--plot").arg(tmp.path().join("r.svg"));
+        }
+        c
+    };
+    refused(
+        &mut eval("9223372036854775807", false),
+        "--k (k) must be at most 100000",
+    );
+    refused(&mut eval("20000", true), "--k (k) must be at most 1000 ");
+    assert!(!out.exists() && !tmp.path().join("r.svg").exists());
+    let tok = common::DEBERTA_V3_TOKENIZER.path();
+    let label = |extra: &[&str]| {
+        let mut c = common::hopscore();
+        c.arg("label")
+            .arg("--labeler")
+            .arg(common::fixture("efficientrag/labeler"))
+            .arg("--filter")
+            .arg(common::fixture("efficientrag/filter"))
+            .arg("--tokenizer")
+            .arg(&tok)
+            .arg("--input")
+            .arg(&q)
+            .arg("--output")
+            .arg(&out)
+            .args(extra);
+        c
+    };
+    refused(
+        &mut label(&["--query-prefix", "query: "]),
+        "--query-prefix (query_prefix) does not apply with --retriever bm25",
+    );
+    assert!(!out.exists());
+
+    // Past the cores a warning, past 4096 an error; a bad HOPSCORE_PROGRESS_SECS is named.
+    let mut c = bm25(&q, &out, &[]);
+    c.env("HOPSCORE_PROGRESS_SECS", "soon")
+        .env_remove("HOPSCORE_THREADS");
+    let with_threads = |n: &str| {
+        let mut c = common::hopscore();
+        c.env_remove("HOPSCORE_THREADS").args(["--threads", n]);
+        c.args(["lepus", "--scorer", "bm25", "--input"])
+            .arg(&q)
+            .arg("--output")
+            .arg(&out);
+        run(&mut c)
+    };
+    let (code, err) = with_threads("4096");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("--threads 4096 is more than the"), "{err}");
+    std::fs::remove_file(&out).unwrap();
+    let (code, err) = with_threads("5000");
+    assert!(code == Some(1) && err.contains("at most 4096"), "{err}");
+    let (code, err) = run(&mut c);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("HOPSCORE_PROGRESS_SECS=\"soon\""), "{err}");
+}

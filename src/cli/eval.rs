@@ -83,10 +83,26 @@ fn run_name(pred: &Path) -> String {
     file.strip_suffix(".parquet").unwrap_or(&file).to_string()
 }
 
+/// The largest `--k`, and the largest with `--plot` (which scores every cut-off up to
+/// it).
+const MAX_K: usize = 100_000;
+const MAX_PLOT_K: usize = 1_000;
+
 /// Runs `hopscore eval`: reads the gold file once, scores every `--pred`, and draws
 /// `--plot` (see [`crate::metrics::eval::score_predictions`]).
 pub fn run(args: &EvalArgs) -> Result<Vec<EvalRun>> {
     let names = args.names()?;
+    for &k in &args.k {
+        crate::options::at_most("k", k, MAX_K, "a cut-off past any pool")?;
+        if args.plot.is_some() {
+            crate::options::at_most(
+                "k",
+                k,
+                MAX_PLOT_K,
+                "with --plot every cut-off up to it is drawn",
+            )?;
+        }
+    }
     if let Some(plot) = &args.plot {
         crate::metrics::plot::check_plot_path(plot)?;
         let mut inputs = vec![Named::new("--gold", &args.gold)];

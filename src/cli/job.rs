@@ -39,8 +39,8 @@ pub struct FileArgs {
     /// finished rows of the parts still open (docs/data-safety.md).
     #[arg(long, value_parser = crate::options::values::positive_u64)]
     pub part_rows: Option<u64>,
-    /// Process only the first N rows of the input.
-    #[arg(long)]
+    /// Process only the first N rows of the input (N ≥ 1).
+    #[arg(long, value_parser = crate::options::values::positive_u64)]
     pub limit: Option<u64>,
 }
 

@@ -93,7 +93,7 @@ impl DeviceConfig {
         let Some(n) = self.threads else {
             return Ok(None);
         };
-        crate::options::at_least_one("threads", n)?;
+        checked_threads(n)?;
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build()
@@ -107,6 +107,7 @@ impl DeviceConfig {
         let Some(n) = self.threads else {
             return Ok(());
         };
+        checked_threads(n)?;
         match rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build_global()
@@ -116,6 +117,29 @@ impl DeviceConfig {
             Err(e) => Err(anyhow::anyhow!("cannot start {n} worker threads: {e}")),
         }
     }
+}
+
+/// The most worker threads taken: past it a mistyped count would start threads by the
+/// thousand.
+const MAX_THREADS: usize = 4096;
+
+/// Refuses 0 or more than [`MAX_THREADS`] worker threads, and warns (once) when `n` is
+/// more than the machine's cores: the threads then wait for each other (2 cores with
+/// `--threads 1000` ran 130× slower, in 1.8 GB).
+fn checked_threads(n: usize) -> anyhow::Result<()> {
+    crate::options::at_least_one("threads", n)?;
+    crate::options::at_most("threads", n, MAX_THREADS, "worker threads")?;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if n > cores {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            log::warn!(
+                "--threads {n} is more than the {cores} cores this machine has: the threads \
+                 take turns, which is slower and holds more memory; use at most {cores}"
+            )
+        });
+    }
+    Ok(())
 }
 
 impl Default for DeviceConfig {

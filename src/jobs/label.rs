@@ -151,6 +151,14 @@ impl Options for LabelConfig {
             "--index is read by --retriever dense only; give --retriever dense or leave \
              --index out"
         );
+        if self.retriever == LabelRetriever::Bm25 {
+            options::unused_in_mode(
+                self,
+                "--retriever bm25",
+                "--retriever dense",
+                &["encoder", "query_prefix"],
+            )?;
+        }
         self.scheduler.check()
     }
 

@@ -184,6 +184,11 @@ impl Options for ReviewConfig {
     }
 
     fn check(&self) -> Result<()> {
+        // Worker threads, tree depth and node children each have a bound, so that a
+        // mistyped count is refused instead of spawning or allocating without end.
+        const MAX_CONCURRENCY: usize = 1024;
+        const MAX_DEPTH: usize = 16;
+        const MAX_WIDTH: usize = 100;
         for (option, value) in [
             ("concurrency", self.concurrency),
             ("depth", self.depth),
@@ -199,9 +204,49 @@ impl Options for ReviewConfig {
             "--widths (widths): every entry must be at least 1, got {:?}",
             self.widths
         );
-        options::finite("timeout", self.timeout, true)?;
-        options::non_negative("backoff", self.backoff)?;
-        options::non_negative("backoff_max", self.backoff_max)?;
+        options::at_most(
+            "concurrency",
+            self.concurrency,
+            MAX_CONCURRENCY,
+            "a thread each",
+        )?;
+        options::at_most(
+            "depth",
+            self.depth,
+            MAX_DEPTH,
+            "a tree grows by the widths' product",
+        )?;
+        options::at_most("beam_depth", self.beam_depth, MAX_DEPTH, "ALLIES' rounds")?;
+        for &w in &self.widths {
+            options::at_most("widths", w, MAX_WIDTH, "children of one node")?;
+        }
+        let (tor, allies): (&[&str], &[&str]) = (
+            &[
+                "depth",
+                "widths",
+                "expansion",
+                "no_relevance_pruning",
+                "no_repetitive_pruning",
+            ],
+            &[
+                "beam_size",
+                "beam_depth",
+                "sub_questions",
+                "top_n",
+                "threshold",
+            ],
+        );
+        match self.strategy {
+            ReviewStrategy::Tor => {
+                options::unused_in_mode(self, "--strategy tor", "--strategy allies", allies)?
+            }
+            ReviewStrategy::Allies => {
+                options::unused_in_mode(self, "--strategy allies", "--strategy tor", tor)?
+            }
+        }
+        options::wait_secs("timeout", self.timeout, true)?;
+        options::wait_secs("backoff", self.backoff, false)?;
+        options::wait_secs("backoff_max", self.backoff_max, false)?;
         options::non_negative("temperature", self.temperature)?;
         options::finite("threshold", self.threshold, false)
     }
@@ -670,6 +715,12 @@ impl crate::jobs::JobKind for ReviewConfig {
         _device: &crate::jobs::DeviceConfig,
         run: &FileRun,
     ) -> Result<ReviewSummary> {
+        anyhow::ensure!(
+            run.shard.is_none(),
+            "review takes no --shard: its output records no shard, so `hopscore merge` \
+             could not join the parts; run one review over the whole question file (the \
+             response cache makes a rerun cheap), or split the file before review"
+        );
         let cache_dir = self.cache_dir(&run.output);
         let cache: Vec<(Named, Kind)> = cache_dir
             .as_deref()

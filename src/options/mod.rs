@@ -81,6 +81,59 @@ pub fn at_least_one(option: &str, value: usize) -> Result<()> {
     Ok(())
 }
 
+/// The longest wait any option or variable takes, in seconds (a day): a request
+/// timeout, a backoff, a progress interval. Past about 1.8e19 s a duration overflows.
+pub const MAX_WAIT_SECS: f64 = 86_400.0;
+
+/// Refuses `value` > `max` for `option`; `why` says what the bound guards.
+pub fn at_most<T: PartialOrd + std::fmt::Display + Copy>(
+    option: &str,
+    value: T,
+    max: T,
+    why: &str,
+) -> Result<()> {
+    if value > max {
+        bail!(
+            "{} must be at most {max} ({why}), got {value}",
+            flag_and_field(option)
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a wait of `option` that is negative, not finite (or ≤ 0 when `positive`), or
+/// longer than [`MAX_WAIT_SECS`].
+pub fn wait_secs(option: &str, value: f64, positive: bool) -> Result<()> {
+    match positive {
+        true => finite(option, value, true)?,
+        false => non_negative(option, value)?,
+    }
+    at_most(option, value, MAX_WAIT_SECS, "a day, in seconds")
+}
+
+/// Refuses each of `fields` that `config` sets to other than its default while `mode`
+/// (`--scorer bm25`) leaves it unused, naming the option and `needs`, the mode it
+/// applies to: a flag that does nothing is an error, not dropped without a word.
+/// Values compare in the config's serde form, as Python and the command line set them.
+pub fn unused_in_mode<C: Options + Serialize>(
+    config: &C,
+    mode: &str,
+    needs: &str,
+    fields: &[&str],
+) -> Result<()> {
+    let (set, default) = (
+        serde_json::to_value(config)?,
+        serde_json::to_value(C::defaults())?,
+    );
+    if let Some(field) = fields.iter().find(|f| set.get(**f) != default.get(**f)) {
+        bail!(
+            "{} does not apply with {mode}: it is read with {needs} only; drop it, or give {needs}",
+            flag_and_field(field)
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a `Some(0)` for `option`.
 pub fn none_or_at_least_one(option: &str, value: Option<usize>) -> Result<()> {
     value.map_or(Ok(()), |v| at_least_one(option, v))

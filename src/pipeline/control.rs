@@ -44,12 +44,27 @@ struct Lines {
 
 /// How often a progress line is logged when there is no bar:
 /// `HOPSCORE_PROGRESS_SECS` seconds (default 30; 0 logs every update).
+/// A value that is not a number of seconds from 0 to a day is refused with a warning
+/// (once per process) and the default taken.
 pub fn progress_every() -> std::time::Duration {
-    let secs = std::env::var("HOPSCORE_PROGRESS_SECS")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .unwrap_or(30.0);
+    const DEFAULT: f64 = 30.0;
+    let secs = match std::env::var("HOPSCORE_PROGRESS_SECS") {
+        Err(_) => DEFAULT,
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if (0.0..=crate::options::MAX_WAIT_SECS).contains(&s) => s,
+            _ => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    log::warn!(
+                        "HOPSCORE_PROGRESS_SECS={v:?} is not a number of seconds from 0 to \
+                         {}: progress lines every {DEFAULT} s",
+                        crate::options::MAX_WAIT_SECS
+                    )
+                });
+                DEFAULT
+            }
+        },
+    };
     std::time::Duration::from_secs_f64(secs)
 }
 

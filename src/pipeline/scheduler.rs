@@ -55,7 +55,19 @@ impl SchedulerConfig {
     /// Refuses a limit below 1, naming it.
     pub fn check(&self) -> Result<()> {
         crate::options::at_least_one("max_batch_tokens", self.max_batch_tokens)?;
-        crate::options::at_least_one("max_active", self.max_active)
+        crate::options::at_least_one("max_active", self.max_active)?;
+        crate::options::at_most(
+            "max_batch_tokens",
+            self.max_batch_tokens,
+            1 << 24,
+            "one pass's buffers grow with it",
+        )?;
+        crate::options::at_most(
+            "max_active",
+            self.max_active,
+            1 << 16,
+            "the queue of admitted questions is sized by it",
+        )
     }
 }
 

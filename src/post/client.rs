@@ -113,6 +113,24 @@ impl ChatClient {
                 "--endpoint {base}: expected an http:// or https:// base URL, e.g. http://127.0.0.1:8000"
             );
         }
+        // Parsed here, so that a malformed URL (`http://[::1`, a space in the host, port
+        // 99999) is refused at the start instead of retried for every question.
+        let uri: Option<ureq::http::Uri> = base.parse().ok();
+        let port_ok = uri.as_ref().is_some_and(|u| {
+            u.port()
+                .is_none_or(|p| p.as_str().parse::<u16>().is_ok_and(|n| n > 0))
+        });
+        if !port_ok
+            || uri
+                .as_ref()
+                .and_then(|u| u.host())
+                .is_none_or(str::is_empty)
+        {
+            bail!(
+                "--endpoint {base}: not a valid URL (check the host, the brackets of an IPv6 \
+                 address and the port, 1–65535), e.g. http://127.0.0.1:8000"
+            );
+        }
         let base = base.strip_suffix("/v1").unwrap_or(base);
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(config.timeout))
@@ -221,7 +239,9 @@ impl ChatClient {
 /// `None` for other forms (an HTTP date falls back to the backoff).
 fn retry_after(value: &str) -> Option<Duration> {
     let s = value.trim().parse::<f64>().ok()?;
-    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s).min(RETRY_AFTER_CAP))
+    // Capped before it becomes a Duration: `Retry-After: 1e30` would overflow one.
+    (s.is_finite() && s >= 0.0)
+        .then(|| Duration::from_secs_f64(s.min(RETRY_AFTER_CAP.as_secs_f64())))
 }
 
 /// The reply text and usage of a chat-completion body; `None` when it is not one.
@@ -354,6 +374,43 @@ mod tests {
         assert_eq!(retry_after("86400"), Some(RETRY_AFTER_CAP));
         assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(retry_after("-1"), None);
+        // Past what a Duration holds: capped, no panic.
+        assert_eq!(retry_after("1e30"), Some(RETRY_AFTER_CAP));
+    }
+
+    #[test]
+    fn a_malformed_endpoint_is_refused_at_the_start() {
+        let config = |endpoint: &str| ClientConfig {
+            endpoint: endpoint.into(),
+            model: "m".into(),
+            api_key: None,
+            temperature: 0.0,
+            max_tokens: 8,
+            timeout: Duration::from_secs(1),
+            max_retries: 0,
+            backoff_base: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(1),
+            stop: None,
+        };
+        for bad in [
+            "http://[::1",
+            "http://exa mple:80",
+            "http://127.0.0.1:99999",
+            "http://:80",
+        ] {
+            let err = ChatClient::new(config(bad), None)
+                .err()
+                .expect(bad)
+                .to_string();
+            assert!(err.contains("not a valid URL"), "{bad}: {err}");
+        }
+        for good in [
+            "http://[::1]:8000",
+            "https://api.example/v1",
+            "http://127.0.0.1:8000/",
+        ] {
+            assert!(ChatClient::new(config(good), None).is_ok(), "{good}");
+        }
     }
 
     #[test]

@@ -179,6 +179,30 @@ impl Options for LepusConfig {
             anyhow::bail!("--demo-ids (demo_ids): every set needs at least one demonstration");
         }
         options::finite("temperature", self.temperature, true)?;
+        if self.scorer == LepusScorer::Bm25 {
+            // `model` stays out: HOPSCORE_MODEL may be set for other runs.
+            let lm_only = [
+                "tokenizer",
+                "templates",
+                "num_templates",
+                "instruction_position",
+                "ensemble",
+                "path_ensemble",
+                "first_hops",
+                "second_hops",
+                "title",
+                "max_doc_tokens",
+                "max_prompt_tokens",
+                "temperature",
+                "min_shared_prefix",
+                "demos",
+                "demo_ids",
+                "truncate_demos",
+                "demo_max_doc_tokens",
+                "demo_max_prompt_tokens",
+            ];
+            options::unused_in_mode(self, "--scorer bm25", "--scorer lm", &lm_only)?;
+        }
         self.scheduler.check()
     }
 

@@ -198,10 +198,11 @@ pub struct Bm25Scorer {
 /// The lepus job with [`LepusScorer::Bm25`].
 pub type Bm25Job = QuestionJob<Bm25Scorer>;
 
-/// The BM25 baseline job.
-pub fn bm25_job(config: &LepusConfig) -> Bm25Job {
+/// The BM25 baseline job, its settings checked first.
+pub fn bm25_job(config: &LepusConfig) -> Result<Bm25Job> {
+    crate::options::Options::check(config)?;
     let metadata = tool_metadata(&[("strategy", "lepus".to_string()), ("scorer", "bm25".into())]);
-    QuestionJob::new(Bm25Scorer { metadata }, config.scheduler)
+    Ok(QuestionJob::new(Bm25Scorer { metadata }, config.scheduler))
 }
 
 impl QuestionScorer for Bm25Scorer {
@@ -458,7 +459,7 @@ impl crate::jobs::JobKind for LepusConfig {
 
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn crate::jobs::Job>> {
         Ok(match self.scorer {
-            LepusScorer::Bm25 => Box::new(bm25_job(&self)),
+            LepusScorer::Bm25 => Box::new(bm25_job(&self)?),
             LepusScorer::Lm => Box::new(lm_job(&self, templates(&self)?, be)?),
         })
     }
@@ -466,7 +467,7 @@ impl crate::jobs::JobKind for LepusConfig {
     /// Logs how many prompt tokens the shared-prefix reuse saved.
     fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<RunSummary> {
         if self.scorer == LepusScorer::Bm25 {
-            return files::run(&mut bm25_job(&self), run);
+            return files::run(&mut bm25_job(&self)?, run);
         }
         let templates = templates(&self)?;
         with_backend!(owned device, be => {
