@@ -1550,3 +1550,108 @@ fn bounds_and_flags_out_of_place_are_refused_before_any_work() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("HOPSCORE_PROGRESS_SECS=\"soon\""), "{err}");
 }
+
+/// A row scorer that records, at each call, how many parts of the run were committed.
+struct CountingRows {
+    log: PathBuf,
+    calls: Arc<std::sync::Mutex<Vec<(usize, usize)>>>,
+}
+
+impl hopscore::jobs::rows::RowScorer for CountingRows {
+    type Prepared = ();
+    const COLUMNS: &'static [hopscore::jobs::rows::InputColumn] = &[("id", &["string"], true)];
+    const BATCH_ROWS: usize = 4096;
+    fn fields(&self) -> Vec<arrow_schema::Field> {
+        vec![arrow_schema::Field::new(
+            "x",
+            arrow_schema::DataType::Float32,
+            false,
+        )]
+    }
+    fn metadata(&self) -> &[(String, String)] {
+        &[]
+    }
+    fn prepare(&self, batch: &arrow_array::RecordBatch) -> anyhow::Result<Vec<Result<(), String>>> {
+        Ok(vec![Ok(()); batch.num_rows()])
+    }
+    fn tokens(_: &()) -> usize {
+        1
+    }
+    fn score(&mut self, rows: &[()]) -> anyhow::Result<Vec<arrow_array::ArrayRef>> {
+        // The writer commits on its own thread: wait (a little) for the parts of the
+        // groups already scored.
+        let mut calls = self.calls.lock().unwrap();
+        let committed = || std::fs::read_to_string(&self.log).map_or(0, |s| s.lines().count());
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while committed() < calls.len() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        calls.push((rows.len(), committed()));
+        Ok(vec![Arc::new(arrow_array::Float32Array::from(
+            vec![1.0; rows.len()],
+        ))])
+    }
+}
+
+/// Row jobs (classify, embed, loglik) score in groups no larger than `--part-rows`, so
+/// a part commits as soon as its rows are scored, not once per 4,096-row group: a kill
+/// loses at most what `--part-rows` says.
+#[test]
+fn row_jobs_commit_every_part_rows_not_every_group() {
+    use hopscore::jobs::rows::RowJob;
+    use hopscore::pipeline::files::{run, FileRun};
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("rows.parquet");
+    let ids = arrow_array::StringArray::from_iter_values((0..6).map(|i| format!("r{i}")));
+    let batch = arrow_array::RecordBatch::try_from_iter([("id", Arc::new(ids) as _)]).unwrap();
+    common::write_parquet(&input, &batch);
+    let out = tmp.path().join("o.parquet");
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut job = RowJob::new(CountingRows {
+        log: tmp.path().join("o.parquet.parts/committed.jsonl"),
+        calls: calls.clone(),
+    });
+    let opts = FileRun {
+        input,
+        output: out.clone(),
+        quarantine: None,
+        resume: false,
+        shard: None,
+        part_rows: 2,
+        limit: None,
+        inputs: Vec::new(),
+    };
+    let summary = run(&mut job, &opts).unwrap();
+    assert_eq!(rows(&out), 6);
+    // Groups of 2 rows; when the third is scored, the first two parts are committed.
+    assert_eq!(*calls.lock().unwrap(), [(2, 0), (2, 1), (2, 2)]);
+    assert!(
+        summary.stats.forward > std::time::Duration::ZERO,
+        "forward time is measured"
+    );
+}
+
+/// `--resume` of a finished run with the same inputs and settings (a Slurm array
+/// resubmitted after one shard failed) reports it done and rewrites nothing; with
+/// other settings it runs.
+#[test]
+fn resume_of_a_finished_run_is_done_not_redone() {
+    let (tmp, q) = question_file(3);
+    let out = tmp.path().join("o.parquet");
+    assert_eq!(run(&mut bm25(&q, &out, &[])).0, Some(0));
+    let modified = || std::fs::metadata(&out).unwrap().modified().unwrap();
+    let (before, bytes) = (modified(), std::fs::read(&out).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (code, err) = run(&mut bm25(&q, &out, &["--resume"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("already complete with these inputs and settings"),
+        "{err}"
+    );
+    assert_eq!(modified(), before, "the output is not written again");
+    let (code, err) = run(&mut bm25(&q, &out, &["--resume", "--limit", "2"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("already complete"), "{err}");
+    assert_eq!(rows(&out), 2);
+    assert_ne!(std::fs::read(&out).unwrap(), bytes);
+}

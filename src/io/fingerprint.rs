@@ -149,6 +149,35 @@ pub fn of(metadata: &[(String, String)]) -> String {
     serde_json::to_string(&identity(metadata)).expect("string maps serialise")
 }
 
+/// The footer key of a finished output holding [`digest`] of its run's fingerprint: a
+/// `--resume` of a finished run with the same settings is reported done, not redone.
+pub const RUN_KEY: &str = "hopscore.run_fingerprint";
+
+/// The SHA-256 of a run's fingerprint ([`of`]), for [`RUN_KEY`].
+pub fn digest(fingerprint: &str) -> String {
+    hex(&Sha256::digest(fingerprint.as_bytes()))
+}
+
+/// Whether the finished output `path` holds `fingerprint` under [`RUN_KEY`].
+pub fn finished_with(path: &Path, fingerprint: &str) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(reader) = parquet::file::reader::SerializedFileReader::new(file) else {
+        return false;
+    };
+    use parquet::file::reader::FileReader;
+    let want = digest(fingerprint);
+    reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .is_some_and(|kvs| {
+            kvs.iter()
+                .any(|kv| kv.key == RUN_KEY && kv.value.as_deref() == Some(&want))
+        })
+}
+
 /// The entries that differ between two identities, each as `key: a ≠ b` (`a` from
 /// `before`, `b` from `now`; `(none)` when absent).
 pub fn diff(before: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Vec<String> {

@@ -120,6 +120,8 @@ pub fn merge_shards(inputs: &[PathBuf], output: &Path) -> Result<usize> {
     let mut count = None;
     for (k, path) in inputs.iter().enumerate() {
         let (mut kv, s) = describe(path)?;
+        // Each shard's own run; the merged file is none of them.
+        kv.remove(crate::io::fingerprint::RUN_KEY);
         let shard = kv
             .remove(SHARD_KEY)
             .and_then(|v| parse_shard(&v).ok())

@@ -51,11 +51,17 @@ pub trait RowScorer: Send {
 /// A [`RowScorer`] as a [`Job`].
 pub struct RowJob<S> {
     scorer: S,
+    /// Rows scored together: [`RowScorer::BATCH_ROWS`], fewer when the run's parts
+    /// are smaller ([`FileJob::set_part_rows`]).
+    group_rows: usize,
 }
 
 impl<S: RowScorer> RowJob<S> {
     pub fn new(scorer: S) -> Self {
-        Self { scorer }
+        Self {
+            scorer,
+            group_rows: S::BATCH_ROWS,
+        }
     }
 
     fn schema(&self, input: &Schema) -> Result<Schema> {
@@ -91,6 +97,7 @@ impl<S: RowScorer> RowJob<S> {
             }
         }
         let schema = Arc::new(self.schema(&batch.schema())?);
+        let mut forward = std::time::Duration::ZERO;
         let mut columns = vec![arrow_select::take::take(
             id_col,
             &UInt32Array::from(rows),
@@ -103,12 +110,15 @@ impl<S: RowScorer> RowJob<S> {
                     .map(|f| arrow_array::new_empty_array(f.data_type())),
             );
         } else {
+            let started = std::time::Instant::now();
             columns.extend(self.scorer.score(&good)?);
+            forward = started.elapsed();
         }
         Ok(Scored {
             rows: RecordBatch::try_new(schema, columns)?,
             bad,
             tokens: good.iter().map(|x| S::tokens(x) as u64).sum(),
+            forward,
         })
     }
 
@@ -140,6 +150,7 @@ impl<S: RowScorer> RowJob<S> {
             scored => scored?,
         };
         stats.tokens += scored.tokens;
+        stats.forward += scored.forward;
         let mut bad = scored.bad.into_iter().peekable();
         let mut next_good = 0;
         for row in rows {
@@ -162,6 +173,8 @@ struct Scored {
     /// The bad rows, in input order.
     bad: Vec<BadRow>,
     tokens: u64,
+    /// Time in the model's forward passes.
+    forward: std::time::Duration,
 }
 
 /// The rows of one input chunk, readable and unreadable, in row order.
@@ -198,8 +211,8 @@ impl<S: RowScorer> Engine for RowJob<S> {
         S::BATCH_ROWS
     }
 
-    /// Scores the admitted rows in groups of [`RowScorer::BATCH_ROWS`] that never
-    /// cross a multiple of it.
+    /// Scores the admitted rows in groups of `group_rows` that never cross a multiple
+    /// of it.
     fn run(
         &mut self,
         rx: Receiver<(u64, Admission<RecordBatch>)>,
@@ -207,11 +220,12 @@ impl<S: RowScorer> Engine for RowJob<S> {
         _status: Status,
     ) -> Result<PipelineStats> {
         let mut stats = PipelineStats::default();
-        let group_of = |row: u64| row / S::BATCH_ROWS as u64;
+        let group_rows = self.group_rows;
+        let group_of = |row: u64| row / group_rows as u64;
         let mut carried = None;
         while let Some(first) = carried.take().or_else(|| rx.recv().ok()) {
             let mut group = vec![first];
-            while group.len() < S::BATCH_ROWS {
+            while group.len() < group_rows {
                 match rx.recv() {
                     Ok(item) if group_of(item.0) == group_of(group[0].0) => group.push(item),
                     Ok(item) => {
@@ -253,6 +267,10 @@ impl<S: RowScorer> FileJob for RowJob<S> {
 
     fn batch_rows(&self) -> usize {
         S::BATCH_ROWS
+    }
+
+    fn set_part_rows(&mut self, rows: u64) {
+        self.group_rows = S::BATCH_ROWS.min(rows.clamp(1, usize::MAX as u64) as usize);
     }
 
     /// Each row a one-row batch, as a file's rows are.

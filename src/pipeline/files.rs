@@ -57,6 +57,10 @@ pub trait FileJob: Engine {
     fn output_columns(&self, input: &Schema) -> Result<SchemaRef>;
     /// Input rows per batch that suit the job.
     fn batch_rows(&self) -> usize;
+    /// The run commits parts of `rows` input rows: an engine that scores rows in
+    /// groups keeps its groups within that many rows, so that a part commits as soon
+    /// as its rows are scored (what a kill can lose is bounded by `--part-rows`).
+    fn set_part_rows(&mut self, _rows: u64) {}
     /// The rows of `batch` in memory, numbered `rows`, admitted as a file's rows are
     /// (each a task or a bad row).
     fn admit_batch(
@@ -191,6 +195,7 @@ pub struct RunSummary {
 /// a Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
 pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     opts.check_paths(&[])?;
+    job.set_part_rows(opts.part_rows);
     let quarantine_path = opts.quarantine_path();
     let source = job.open(&opts.input)?;
     let schema = source.schema.clone();
@@ -224,7 +229,22 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
         resumed_from,
         interrupted,
     };
-    let parts = match Parts::open(&opts.output, &fingerprint::of(&identity), opts.resume)? {
+    let run_fingerprint = fingerprint::of(&identity);
+    // A finished output with these settings (its parts already removed): done.
+    let finished = |p: &Path| fingerprint::finished_with(p, &run_fingerprint);
+    if opts.resume
+        && !parts_dir(&opts.output).exists()
+        && finished(&opts.output)
+        && finished(&quarantine_path)
+    {
+        log::info!(
+            "{} is already complete with these inputs and settings: nothing to do (without \
+             --resume the run starts over)",
+            opts.output.display()
+        );
+        return Ok(summary(PipelineStats::default(), end - start, false));
+    }
+    let parts = match Parts::open(&opts.output, &run_fingerprint, opts.resume)? {
         Opened::Ready(p) => p,
         Opened::AlreadyFinished => {
             log::info!(
@@ -282,8 +302,20 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
         let mut unfinished = false;
         let mut quarantined = 0;
         let mut open: BTreeMap<usize, PendingPart<J::Row>> = BTreeMap::new();
-        for (row, item) in rx {
-            bar.inc(1);
+        // What arrived together is counted together: a group of rows scored at once
+        // moves the progress by its size, not by one row at a time.
+        let arrivals = std::iter::from_fn(|| {
+            let first = rx.recv().ok()?;
+            Some(
+                std::iter::once(first)
+                    .chain(rx.try_iter())
+                    .collect::<Vec<_>>(),
+            )
+        });
+        for (row, item) in arrivals
+            .inspect(|ready| bar.inc(ready.len() as u64))
+            .flatten()
+        {
             let Some(settled) = J::settle(row, item) else {
                 unfinished = true;
                 continue;
@@ -323,12 +355,17 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     let interrupted = !complete.load(Ordering::SeqCst) || unfinished;
     let schemas = (schema, crate::io::quarantine::schema());
     if !interrupted {
+        let mut finished = metadata.clone();
+        finished.push((
+            fingerprint::RUN_KEY.into(),
+            fingerprint::digest(&run_fingerprint),
+        ));
         parts.finish(
             &opts.output,
             &quarantine_path,
             end - start,
             schemas,
-            &metadata,
+            &finished,
         )?;
     } else if job.writes_partial_output() {
         parts.write_committed(&opts.output, &quarantine_path, schemas, &metadata)?;

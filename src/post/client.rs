@@ -116,9 +116,13 @@ impl ChatClient {
         // Parsed here, so that a malformed URL (`http://[::1`, a space in the host, port
         // 99999) is refused at the start instead of retried for every question.
         let uri: Option<ureq::http::Uri> = base.parse().ok();
-        let port_ok = uri.as_ref().is_some_and(|u| {
-            u.port()
-                .is_none_or(|p| p.as_str().parse::<u16>().is_ok_and(|n| n > 0))
+        // (`Uri` takes any digits after the colon; its port is then just absent.)
+        let port_ok = uri.as_ref().and_then(|u| u.authority()).is_some_and(|a| {
+            let host_port = a.as_str().rsplit('@').next().unwrap_or("");
+            let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
+            after_host
+                .rsplit_once(':')
+                .is_none_or(|(_, p)| p.parse::<u16>().is_ok_and(|n| n > 0))
         });
         if !port_ok
             || uri
