@@ -1655,3 +1655,25 @@ fn resume_of_a_finished_run_is_done_not_redone() {
     assert_eq!(rows(&out), 2);
     assert_ne!(std::fs::read(&out).unwrap(), bytes);
 }
+
+/// A request the server refuses as it is (HTTP 400: a prompt past the model's context)
+/// fails with what the server said and the likely cause, not a hint to check the
+/// endpoint; an `--api-key-env` variable that is unset is said, not ignored.
+#[test]
+fn review_names_a_refused_request_and_a_missing_api_key() {
+    let (tmp, q) = question_file(1);
+    let out = tmp.path().join("o.parquet");
+    let (url, _) = fake_llm(400);
+    let (code, err) = run(review(&q, &out, &url)
+        .env_remove("HOPSCORE_TEST_NO_KEY")
+        .args(["--api-key-env", "HOPSCORE_TEST_NO_KEY"]));
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("HTTP 400") && err.contains("longer than the model's context"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--api-key-env HOPSCORE_TEST_NO_KEY: HOPSCORE_TEST_NO_KEY is not set"),
+        "{err}"
+    );
+}

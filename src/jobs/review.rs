@@ -281,14 +281,31 @@ impl ReviewConfig {
         })
     }
 
+    /// The API key from the variable `api_key_env` names; a variable named by
+    /// `--api-key-env` (not the default) that is unset or empty is said once.
+    fn api_key(&self) -> Option<String> {
+        let key = std::env::var(&self.api_key_env)
+            .ok()
+            .filter(|k| !k.trim().is_empty());
+        if key.is_none() && self.api_key_env != Self::defaults().api_key_env {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                log::warn!(
+                    "--api-key-env {0}: {0} is not set (or empty); requests go without an \
+                     API key",
+                    self.api_key_env
+                )
+            });
+        }
+        key.map(|k| k.trim().to_string())
+    }
+
     /// The client's settings (the API key read from `api_key_env`), stopped by `stop`.
     fn client(&self, stop: Option<&'static AtomicBool>) -> ClientConfig {
         ClientConfig {
             endpoint: self.endpoint.clone(),
             model: self.llm_model.clone(),
-            api_key: std::env::var(&self.api_key_env)
-                .ok()
-                .filter(|k| !k.is_empty()),
+            api_key: self.api_key(),
             temperature: self.temperature,
             max_tokens: self.max_tokens,
             timeout: Duration::from_secs_f64(self.timeout),

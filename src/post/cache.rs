@@ -89,6 +89,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: 3,
                 completion_tokens: 1,
+                cut_at_max_tokens: false,
             },
         };
         cache.put(&k, &entry).unwrap();

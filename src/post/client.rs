@@ -219,9 +219,20 @@ impl Endpoint {
                 Attempt::Retry(format!("HTTP {status}: {:?}", excerpt()), retry_after)
             }
             _ => Attempt::Fatal(format!(
-                "HTTP {status} from {} (check --endpoint, --llm-model and the API key): {:?}",
+                "HTTP {status} from {}: {:?} ({})",
                 self.url,
-                excerpt()
+                excerpt(),
+                match status {
+                    400 | 413 | 422 =>
+                        "the server refused the request as it is: a prompt \
+                        longer than the model's context, or --max-tokens past it, is the \
+                        usual cause",
+                    401 | 403 => "check the API key (--api-key-env names its variable)",
+                    404 =>
+                        "check --endpoint (its base URL, without /v1/chat/completions) \
+                        and --llm-model",
+                    _ => "check --endpoint, --llm-model and the API key",
+                }
             )),
         }
     }
@@ -238,6 +249,23 @@ impl ChatClient {
             .mul_f64(0.5 + 0.5 * fastrand::f64())
     }
 }
+
+/// Says that a call is retried, at most once per [`RETRY_LOG_EVERY`] for the whole
+/// process (calls run in parallel): a down or slow server is not a silent wait.
+fn log_retry(why: &str, wait: Duration, retry: u32, max: u32) {
+    static LAST: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if last.is_none_or(|t| t.elapsed() >= RETRY_LOG_EVERY) {
+        *last = Some(std::time::Instant::now());
+        log::warn!(
+            "LLM call: {why}; retry {retry} of {max} in {:.1} s",
+            wait.as_secs_f64()
+        );
+    }
+}
+
+/// How often [`log_retry`] speaks.
+const RETRY_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The wait a `Retry-After: <seconds>` header asks for, capped at [`RETRY_AFTER_CAP`];
 /// `None` for other forms (an HTTP date falls back to the backoff).
@@ -263,11 +291,13 @@ fn completion(body: &str) -> Option<(String, Usage)> {
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0)
     };
+    let finish = v.get("choices")?.get(0)?.get("finish_reason");
     Some((
         text,
         Usage {
             prompt_tokens: count("prompt_tokens"),
             completion_tokens: count("completion_tokens"),
+            cut_at_max_tokens: finish.and_then(serde_json::Value::as_str) == Some("length"),
         },
     ))
 }
@@ -332,7 +362,9 @@ impl Llm for ChatClient {
                     retries,
                 });
             }
-            if !wait_unless_stopped(wait.unwrap_or_else(|| self.backoff(retries)), c.stop) {
+            let wait = wait.unwrap_or_else(|| self.backoff(retries));
+            log_retry(&why, wait, retries + 1, c.max_retries);
+            if !wait_unless_stopped(wait, c.stop) {
                 return Err(interrupted(
                     retries,
                     &format!(" while waiting to retry (last: {why})"),
@@ -357,10 +389,13 @@ mod tests {
                 "hi".to_string(),
                 Usage {
                     prompt_tokens: 5,
-                    completion_tokens: 1
+                    completion_tokens: 1,
+                    cut_at_max_tokens: false,
                 }
             ))
         );
+        let cut = r#"{"choices":[{"message":{"content":"[ANS"},"finish_reason":"length"}]}"#;
+        assert!(completion(cut).unwrap().1.cut_at_max_tokens);
         let no_usage = r#"{"choices":[{"message":{"content":null}}]}"#;
         assert_eq!(
             completion(no_usage),

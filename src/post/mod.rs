@@ -26,6 +26,9 @@ use crate::retrieve::{Bm25Index, Corpus};
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// The reply stopped at `max_tokens` (`finish_reason: "length"`): it may be cut.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_at_max_tokens: bool,
 }
 
 /// One completed call.
@@ -101,6 +104,13 @@ impl<'a> Session<'a> {
                 self.stats.prompt_tokens += r.usage.prompt_tokens;
                 self.stats.completion_tokens += r.usage.completion_tokens;
                 self.stats.retries += r.retries;
+                if r.usage.cut_at_max_tokens {
+                    // Parsed all the same, and recorded: its end may be missing.
+                    self.parse_failure(
+                        "llm.reply",
+                        "cut at --max-tokens (finish_reason: length); raise --max-tokens",
+                    );
+                }
                 Ok(r.text)
             }
             Err(e) => {
@@ -264,6 +274,33 @@ pub(crate) mod testing {
         }
     }
 
+    /// Replies cut at `max_tokens`.
+    struct CutLlm;
+
+    impl Llm for CutLlm {
+        fn chat(&self, _: &str) -> Result<Reply, LlmError> {
+            Ok(Reply {
+                text: "[RELEVANT] [SUPP".into(),
+                usage: Usage {
+                    cut_at_max_tokens: true,
+                    ..Usage::default()
+                },
+                cached: false,
+                retries: 0,
+            })
+        }
+    }
+
+    #[test]
+    fn a_reply_cut_at_max_tokens_is_recorded() {
+        let mut session = Session::new(&CutLlm);
+        assert_eq!(session.ask("p").unwrap(), "[RELEVANT] [SUPP");
+        assert_eq!(
+            session.parse_failures,
+            ["llm.reply: cut at --max-tokens (finish_reason: length); raise --max-tokens"]
+        );
+    }
+
     impl Llm for ScriptedLlm {
         fn chat(&self, prompt: &str) -> Result<Reply, LlmError> {
             self.prompts.lock().unwrap().push(prompt.to_string());
@@ -277,6 +314,7 @@ pub(crate) mod testing {
                 usage: Usage {
                     prompt_tokens: 10,
                     completion_tokens: 2,
+                    cut_at_max_tokens: false,
                 },
                 cached: false,
                 retries: 0,
