@@ -1677,3 +1677,30 @@ fn review_names_a_refused_request_and_a_missing_api_key() {
         "{err}"
     );
 }
+
+/// A corpus holding one passage under two ids put both copies in a pool, each marked
+/// gold (19 of 750 HotpotQA dev questions had 3–4 gold passages for 2): the copy ranked
+/// lower is collapsed into the first, with a count.
+#[test]
+fn retrieve_collapses_a_passage_repeated_under_two_ids() {
+    let (tmp, q) = question_file(2);
+    let corpus = tmp.path().join("corpus.parquet");
+    write_corpus(
+        &corpus,
+        &[
+            ("p0", "Mill", "The red mill stands on the Avon river."),
+            ("p0-copy", "Mill", "The red mill stands on the Avon river."),
+            ("p1", "Avon", "The Avon is a river in England."),
+            ("p2", "Other", "Nothing to see here."),
+        ],
+    );
+    let out = tmp.path().join("out.parquet");
+    let (code, err) = run(&mut retrieve(&q, &corpus, &out, &["--k", "3"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("2 hits repeated the title and text"), "{err}");
+    for got in hopscore::io::questions::QuestionReader::open(&out, 16).unwrap() {
+        let q = got.unwrap().unwrap();
+        let titles: Vec<&str> = q.passages.iter().map(|p| p.title.as_str()).collect();
+        assert_eq!(titles, ["Mill", "Avon"], "{}", q.id);
+    }
+}

@@ -294,11 +294,20 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             Some(corpus) => from_corpus(corpus, &doc_of, &rankings),
             None => lookup(&c.corpus, &rankings)?,
         };
-        // An index id the corpus lacks (or holds without usable text) is left out.
+        // An index id the corpus lacks (or holds without usable text) is left out, and
+        // so is a passage that repeats a higher-ranked one's title and text under
+        // another id: each copy would count as gold.
         for r in &mut rankings {
             let before = r.len();
             r.retain(|(id, _)| passages.contains_key(id));
             tally.unknown_hits += (before - r.len()) as u64;
+            let before = r.len();
+            let mut seen = HashSet::new();
+            r.retain(|(id, _)| {
+                let p = &passages[id];
+                seen.insert((p.title.as_str(), p.text.as_str()))
+            });
+            tally.duplicate_hits += (before - r.len()) as u64;
         }
         let out: Vec<Question> = chunk
             .into_iter()
@@ -311,6 +320,17 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             "retrieve: {}/{total} questions, {:.1} s",
             tally.seen,
             started.elapsed().as_secs_f64()
+        );
+    }
+    if tally.duplicate_hits > 0 {
+        log::warn!(
+            "{} hits repeated the title and text of a higher-ranked passage under another \
+             id (--corpus {} holds duplicate passages): each was collapsed into the first, \
+             so some pools are shorter than --k {}; drop the repeated rows from the corpus \
+             to keep every pool full",
+            tally.duplicate_hits,
+            c.corpus.display(),
+            c.k
         );
     }
     if tally.unknown_hits > 0 {
@@ -425,6 +445,8 @@ struct Tally {
     seen: u64,
     /// Hits whose id the corpus lacks.
     unknown_hits: u64,
+    /// Hits whose passage repeated a higher-ranked one's title and text.
+    duplicate_hits: u64,
     with_gold: u64,
     recall: [f64; RECALL_AT.len()],
 }
