@@ -852,7 +852,7 @@ fn an_interrupted_or_stalled_download_resumes_where_it_stopped() {
 
 /// A download whose bytes are not the listed ones (one byte changed, the size right)
 /// never enters the snapshot, nor the blobs: the run fails naming it, and the next run
-/// downloads it anew.
+/// downloads it anew; a cached file damaged later is found out by the next run.
 #[test]
 fn a_file_enters_the_snapshot_only_once_its_hash_is_checked() {
     let TinyCase {
@@ -887,6 +887,23 @@ fn a_file_enters_the_snapshot_only_once_its_hash_is_checked() {
     assert!(!out.exists());
     hub.state.lock().unwrap().faults.damaged = None;
     ok(&embed(&hub, &home, "org/tiny-bert", &input, &out, &[]));
+
+    // A cached file damaged since (or left unchecked by another client, or by a run
+    // killed before its check) is checked again, found out and downloaded anew.
+    let link = repo.join("snapshots").join(SHA1).join("model.safetensors");
+    let blob = link.canonicalize().unwrap();
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&blob, &bytes).unwrap();
+    let again = tmp.path().join("again.parquet");
+    let err = ok(&embed(&hub, &home, "org/tiny-bert", &input, &again, &[]));
+    assert!(
+        err.contains("the cached model.safetensors of org/tiny-bert is damaged"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&blob).unwrap(), weights);
+    assert_eq!(vectors(&again), vectors(&out));
 }
 
 /// The names a server sends are checked before they touch the disk: an `ETag` is never

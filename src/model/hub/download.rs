@@ -533,11 +533,27 @@ impl Files<'_> {
             );
         }
         let link = self.snapshot.join(&file.rfilename);
-        let present = std::fs::metadata(&link).ok().filter(|m| m.is_file());
-        if present.is_some_and(|m| file.size.is_none_or(|s| s == m.len())) {
-            return Ok(());
-        }
         let hash = Hash::of(file, self.client)?;
+        if link.is_file() {
+            // Checked again each run (the weights' hash is remembered for the run's
+            // fingerprint, so this reads nothing twice): a file another client left
+            // unchecked, or one damaged since, is downloaded anew.
+            match self.problem(file, &hash, &link, true)? {
+                None => return Ok(()),
+                Some(problem) => {
+                    log::warn!(
+                        "the cached {} of {} is damaged ({problem}): downloading it again",
+                        file.rfilename,
+                        self.repo
+                    );
+                    let blob = link.canonicalize().ok();
+                    let _ = std::fs::remove_file(&link);
+                    if let Some(blob) = blob.filter(|b| b.starts_with(&self.blobs)) {
+                        let _ = std::fs::remove_file(blob);
+                    }
+                }
+            }
+        }
         let blob = self.blobs.join(hash.blob_name());
         std::fs::create_dir_all(&self.blobs)
             .with_context(|| format!("cannot create {}", self.blobs.display()))?;
@@ -739,19 +755,31 @@ impl Files<'_> {
         }
     }
 
+    /// How `path` differs from the listing (its size, then its hash), if it does;
+    /// `remembered`: the SHA-256 may come from the process's memo of unchanged files.
+    fn problem(
+        &self,
+        file: &Sibling,
+        hash: &Hash,
+        path: &Path,
+        remembered: bool,
+    ) -> Result<Option<String>> {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        if let Some(want) = file.size.filter(|&want| want != size) {
+            return Ok(Some(format!("{size} bytes of {want}")));
+        }
+        let got = match hash {
+            Hash::Sha256(_) if remembered => crate::io::fingerprint::file_sha256(path)?,
+            _ => hash.compute(path)?,
+        };
+        Ok((got != hash.blob_name())
+            .then(|| format!("hash {got}, the hub lists {}", hash.blob_name())))
+    }
+
     /// Refuses `path` unless its size and hash are the listing's, removing it so that
     /// the next run downloads it anew.
     fn check(&self, file: &Sibling, hash: &Hash, path: &Path) -> Result<()> {
-        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let problem = match file.size.filter(|&want| want != size) {
-            Some(want) => Some(format!("{size} bytes of {want}")),
-            None => {
-                let got = hash.compute(path)?;
-                (got != hash.blob_name())
-                    .then(|| format!("hash {got}, the hub lists {}", hash.blob_name()))
-            }
-        };
-        if let Some(problem) = problem {
+        if let Some(problem) = self.problem(file, hash, path, false)? {
             let _ = std::fs::remove_file(path);
             bail!(
                 "the download of {} of {} is damaged ({problem}); it was removed: run again \
