@@ -259,19 +259,24 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             .as_ref()
             .map(|d| d.rank(&texts, c.k.max(c.fusion_depth)))
             .transpose()?;
-        let lexical_rankings = lexical.as_ref().map(|corpus| {
-            texts
-                .iter()
-                .map(|t| {
-                    corpus
-                        .index
-                        .search(t, c.k.max(c.fusion_depth))
-                        .into_iter()
-                        .map(|h| (corpus.ids[h.doc].clone(), h.score))
-                        .collect()
-                })
-                .collect::<Vec<Ranking>>()
-        });
+        // A stop request is taken between questions, not only between chunks.
+        let lexical_rankings = lexical
+            .as_ref()
+            .map(|corpus| {
+                texts
+                    .iter()
+                    .map(|t| {
+                        crate::stop::stop_point()?;
+                        Ok(corpus
+                            .index
+                            .search(t, c.k.max(c.fusion_depth))
+                            .into_iter()
+                            .map(|h| (corpus.ids[h.doc].clone(), h.score))
+                            .collect())
+                    })
+                    .collect::<Result<Vec<Ranking>>>()
+            })
+            .transpose()?;
         let mut rankings: Vec<Ranking> = match (dense_rankings, lexical_rankings) {
             (Some(d), Some(l)) => d
                 .iter()

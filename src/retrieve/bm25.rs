@@ -31,6 +31,9 @@ pub struct Bm25Index {
     avg_len: f64,
 }
 
+/// Documents indexed between two checks of the stop flag.
+const STOP_EVERY: usize = 4096;
+
 impl Bm25Index {
     /// Indexes `docs` with the default parameters.
     pub fn new<S: AsRef<str>>(docs: &[S]) -> Self {
@@ -38,11 +41,30 @@ impl Bm25Index {
     }
 
     pub fn with_params<S: AsRef<str>>(docs: &[S], params: Bm25Params) -> Self {
+        Self::build(docs, params, || Ok::<(), std::convert::Infallible>(()))
+            .unwrap_or_else(|never| match never {})
+    }
+
+    /// [`Self::new`] over a corpus that may take minutes to index: a stop request
+    /// (Ctrl-C) ends it within [`STOP_EVERY`] documents.
+    pub fn interruptible<S: AsRef<str>>(docs: &[S]) -> Result<Self, crate::stop::Interrupted> {
+        Self::build(docs, Bm25Params::default(), crate::stop::stop_point)
+    }
+
+    /// The index, `check` called every [`STOP_EVERY`] documents (its error ends it).
+    fn build<S: AsRef<str>, E>(
+        docs: &[S],
+        params: Bm25Params,
+        mut check: impl FnMut() -> Result<(), E>,
+    ) -> Result<Self, E> {
         let mut vocab: HashMap<String, u32> = HashMap::new();
         let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
         let mut doc_len = Vec::with_capacity(docs.len());
         let mut counts: HashMap<u32, u32> = HashMap::new();
         for (d, doc) in docs.iter().enumerate() {
+            if d % STOP_EVERY == 0 {
+                check()?;
+            }
             let words = content_terms(doc.as_ref());
             doc_len.push(words.len() as u32);
             counts.clear();
@@ -64,13 +86,13 @@ impl Bm25Index {
         } else {
             total as f64 / docs.len() as f64
         };
-        Self {
+        Ok(Self {
             params,
             vocab,
             postings,
             doc_len,
             avg_len,
-        }
+        })
     }
 
     /// Indexes a question's passages as `title text`.
@@ -140,6 +162,28 @@ impl Bm25Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn indexing_a_corpus_checks_the_stop_flag_as_it_goes() {
+        let docs: Vec<String> = (0..10_000).map(|i| format!("passage {i}")).collect();
+        let mut checks = 0;
+        let stop_at_second = Bm25Index::build(&docs, Bm25Params::default(), || {
+            checks += 1;
+            if checks == 2 {
+                Err("stop")
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(stop_at_second.err(), Some("stop"));
+        let mut checks = 0;
+        let whole = Bm25Index::build(&docs, Bm25Params::default(), || {
+            checks += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!((checks, whole.len()), (3, 10_000), "every 4096 documents");
+    }
 
     #[test]
     fn scores_follow_the_lucene_formula() {

@@ -50,6 +50,7 @@ pub fn for_each_passage(path: &Path, mut f: impl FnMut(&str, &str, &str)) -> Res
     let has_title = input.check_column("title", &["string"], false)?;
     let mut skipped = Skipped::default();
     for batch in input.by_ref() {
+        crate::stop::stop_point()?;
         let batch = batch.with_context(|| format!("corrupt corpus file {}", path.display()))?;
         for bad in &batch.bad {
             skipped.note(format!("row {}: {}", bad.row, bad.reason));
@@ -123,7 +124,7 @@ impl Corpus {
             .zip(&texts)
             .map(|(t, x)| format!("{t} {x}"))
             .collect();
-        let index = Bm25Index::new(&docs);
+        let index = Bm25Index::interruptible(&docs)?;
         Ok(Self {
             ids,
             titles,
