@@ -1704,3 +1704,46 @@ fn retrieve_collapses_a_passage_repeated_under_two_ids() {
         assert_eq!(titles, ["Mill", "Avon"], "{}", q.id);
     }
 }
+
+/// Two runs of one file name in two folders are told apart in `eval`'s table, and
+/// beam's metadata spells `hops` as its flag takes it (`3`, not `Fixed(3)`).
+#[test]
+fn eval_names_runs_apart_and_beam_records_hops_as_given() {
+    let (tmp, q) = question_file(2);
+    for dir in ["a", "b"] {
+        std::fs::create_dir(tmp.path().join(dir)).unwrap();
+        std::fs::copy(&q, tmp.path().join(dir).join("ranked.parquet")).unwrap();
+    }
+    let out = common::hopscore()
+        .args(["eval", "--gold"])
+        .arg(&q)
+        .arg("--pred")
+        .arg(tmp.path().join("a/ranked.parquet"))
+        .arg("--pred")
+        .arg(tmp.path().join("b/ranked.parquet"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = tmp.path().join("a/ranked").display().to_string();
+    let b = tmp.path().join("b/ranked").display().to_string();
+    assert!(table.contains(&a) && table.contains(&b), "{table}");
+
+    let chains = tmp.path().join("chains.parquet");
+    let (code, err) = run(common::hopscore()
+        .args(["beam", "--model"])
+        .arg(common::fixture("beam/model"))
+        .arg("--tokenizer")
+        .arg(common::DEBERTA_V3_TOKENIZER.path())
+        .arg("--input")
+        .arg(&q)
+        .arg("--output")
+        .arg(&chains)
+        .args(["--hops", "2"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(common::key_values(&chains)["hopscore.hops"], "2");
+}

@@ -61,12 +61,23 @@ impl EvalArgs {
                 self.pred.len()
             );
         }
-        let names: Vec<String> = if self.name.is_empty() {
-            self.pred.iter().map(|p| run_name(p)).collect()
-        } else {
-            self.name.clone()
-        };
-        Ok(names)
+        if !self.name.is_empty() {
+            return Ok(self.name.clone());
+        }
+        let names: Vec<String> = self.pred.iter().map(|p| run_name(p)).collect();
+        // Two files of one name (`a/ranked.parquet`, `b/ranked.parquet`) are told
+        // apart by their folders.
+        let repeated = |n: &String| names.iter().filter(|m| *m == n).count() > 1;
+        Ok(names
+            .iter()
+            .zip(&self.pred)
+            .map(|(name, pred)| match (repeated(name), pred.parent()) {
+                (true, Some(dir)) if !dir.as_os_str().is_empty() => {
+                    dir.join(name).to_string_lossy().into_owned()
+                }
+                _ => name.clone(),
+            })
+            .collect())
     }
 
     /// Whether the report is the one-run table (one `--pred` and no `--name`).

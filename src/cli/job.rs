@@ -172,8 +172,16 @@ impl Report for ReviewSummary {
             return EXIT_NOTHING_ANSWERED;
         }
         if t.failed > 0 {
+            let again = match self.cache_dir {
+                Some(_) => {
+                    "the same command again sends only their calls (the response cache \
+                            answers every call already made)"
+                }
+                None => "the same command again redoes them (with --no-cache, every call)",
+            };
             eprintln!(
-                "warning: {} of {} questions failed (`status` = failed); first failure: {why}",
+                "warning: {} of {} questions failed (`status` = failed); first failure: {why}; \
+                 {again}",
                 t.failed,
                 t.answered + t.failed
             );

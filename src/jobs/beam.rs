@@ -245,7 +245,7 @@ pub fn job<B: Backend>(config: BeamConfig, be: B) -> Result<BeamJob<B>> {
             ("strategy", "beam".into()),
             ("tokenizer_sha256", file_sha256(&tok_path)?),
             ("beam_size", config.beam_size.to_string()),
-            ("hops", format!("{:?}", config.hops)),
+            ("hops", config.hops.to_string()),
             ("tau", config.tau.to_string()),
             ("max_hops", config.max_hops.to_string()),
             ("device", be.name()),
