@@ -479,12 +479,7 @@ fn embed_with(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> std::process::Output {
-    let mut c = common::hopscore();
-    c.env_remove("HF_TOKEN")
-        .env_remove("HF_HUB_OFFLINE")
-        .env_remove("HF_HUB_CACHE")
-        .env("HF_HOME", home)
-        .env("HF_ENDPOINT", &hub.endpoint);
+    let mut c = against(hub, home);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -495,6 +490,17 @@ fn embed_with(
         .args(args)
         .output()
         .unwrap()
+}
+
+/// `hopscore` against `hub`, with the hub cache under `home` and no token.
+fn against(hub: &Hub, home: &Path) -> std::process::Command {
+    let mut c = common::hopscore();
+    c.env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_HUB_CACHE")
+        .env("HF_HOME", home)
+        .env("HF_ENDPOINT", &hub.endpoint);
+    c
 }
 
 /// `hopscore embed --model <model>` ([`embed_with`]).
@@ -1091,13 +1097,8 @@ fn two_processes_fetching_one_model_wait_for_each_other() {
         std::time::Duration::from_millis(500),
     ));
     let spawn = |name: &str| {
-        let mut c = common::hopscore();
-        c.env_remove("HF_TOKEN")
-            .env_remove("HF_HUB_OFFLINE")
-            .env_remove("HF_HUB_CACHE")
-            .env("HF_HOME", &home)
-            .env("HF_ENDPOINT", &hub.endpoint)
-            .args(["embed", "--model", "org/tiny-bert", "--input"])
+        let mut c = against(&hub, &home);
+        c.args(["embed", "--model", "org/tiny-bert", "--input"])
             .arg(&input)
             .arg("--output")
             .arg(tmp.path().join(name))

@@ -315,15 +315,6 @@ pub(crate) fn shard_names(index: &Path) -> Result<Vec<String>, WeightError> {
         .values()
         .filter_map(|s| s.as_str().map(String::from))
         .collect();
-    if let Some(bad_name) = shards
-        .iter()
-        .find(|s| !crate::io::paths::is_plain_relative(s))
-    {
-        return Err(bad(format!(
-            "`weight_map` names the shard {bad_name:?}, which is not a file name inside the \
-             checkpoint's directory (an absolute path, `..` or an empty name)"
-        )));
-    }
     shards.sort();
     shards.dedup();
     Ok(shards)

@@ -416,6 +416,15 @@ fn wanted<'a>(
         files.push(weights);
     } else if let Some(index) = index {
         for shard in shard_names(index)? {
+            // A local checkpoint may share a shard with `../`; a server's may not.
+            if !is_plain_relative(&shard) {
+                bail!(
+                    "{}: model.safetensors.index.json names the shard {:?} in its weight_map, \
+                     which is not a plain relative path inside the snapshot: refused",
+                    id.repo,
+                    shorten(&shard)
+                );
+            }
             files.push(find(&shard).ok_or_else(|| {
                 anyhow!(
                     "{}: model.safetensors.index.json names {shard}, which the repository lacks",

@@ -389,8 +389,11 @@ fn cached(id: &HubId, need: Need, repo_dir: &Path) -> Result<PathBuf, String> {
         let index = snapshot.join("model.safetensors.index.json");
         let weights = snapshot.join("model.safetensors").is_file()
             || (index.is_file()
-                && shard_names(&index)
-                    .is_ok_and(|names| names.iter().all(|n| snapshot.join(n).is_file())));
+                && shard_names(&index).is_ok_and(|names| {
+                    names.iter().all(|n| {
+                        crate::io::paths::is_plain_relative(n) && snapshot.join(n).is_file()
+                    })
+                }));
         if !weights {
             missing.push("model.safetensors or its shards".to_string());
         }
