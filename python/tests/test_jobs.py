@@ -62,10 +62,11 @@ def options(name: str, request) -> dict:
     return dict(opts, tokenizer=request.getfixturevalue(TOKENIZER[command]))
 
 
-#: Run metadata of a file run that describes the input file and the content of every
-#: other input path (``hopscore.sha256.<flag>``, for resume and merge), which a call of
-#: the API does not have.
-FILE_KEYS = {b"hopscore.input_rows", b"hopscore.input_sha256", b"hopscore.shard"}
+#: Run metadata of a file run that describes the input file, the content of every
+#: other input path (``hopscore.sha256.<flag>``, for resume and merge) and the finished
+#: run (``hopscore.run_fingerprint``, for resume), which a call of the API does not have.
+FILE_KEYS = {b"hopscore.input_rows", b"hopscore.input_sha256", b"hopscore.shard",
+             b"hopscore.run_fingerprint"}
 
 
 def file_key(key: bytes) -> bool:
