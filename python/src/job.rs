@@ -72,8 +72,8 @@ impl PyJob {
             .context("the options are not a JSON object")
             .and_then(|o| JobConfig::from_options(command, &o))
             .map_err(|e| PyValueError::new_err(format!("{e:#}")))?;
-        let job = py
-            .detach(|| crate::guard(|| Ok(jobs::build(config, &device))))?
+        // A stalled download of the model can be stopped with Ctrl-C.
+        let job = crate::interruptible(py, || Ok(jobs::build(config, &device)))?
             .map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))?;
         Ok(Self {
             job: Mutex::new(job),
@@ -82,13 +82,14 @@ impl PyJob {
 
     /// Scores every row of `table`: (rows, quarantine) tables with the CLI's schemas.
     /// Bad rows go to the quarantine table; a bad schema raises `ValueError`, a
-    /// device failure `RuntimeError`.
+    /// device failure `RuntimeError`; Ctrl-C stops it at the job's next stop point and
+    /// raises `KeyboardInterrupt`.
     fn process(
         &self,
         py: Python<'_>,
         table: PyArrowType<Table>,
     ) -> PyResult<(PyArrowType<Table>, PyArrowType<Table>)> {
-        let (rows, bad) = py.detach(|| crate::guard(|| self.run(table.0)))?;
+        let (rows, bad) = crate::interruptible(py, || self.run(table.0))?;
         Ok((PyArrowType(rows), PyArrowType(bad)))
     }
 }

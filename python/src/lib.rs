@@ -29,6 +29,44 @@ pub(crate) fn guard<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     })
 }
 
+/// Runs `f` (which holds no Python object) on a thread of its own, the GIL released,
+/// while this thread checks Python's signals every 50 ms: a Ctrl-C sets hopscore's
+/// stop flag, so that the work ends at its next stop point (a batch, a download's next
+/// read, a retry wait), and then raises `KeyboardInterrupt` here. Without it a Ctrl-C
+/// was acted on only once the native call returned, minutes or hours later.
+pub(crate) fn interruptible<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> PyResult<T> + Send,
+) -> PyResult<T> {
+    use std::sync::atomic::Ordering;
+    std::thread::scope(|scope| {
+        let work = scope.spawn(|| guard(f));
+        let mut interrupt = None;
+        while !work.is_finished() {
+            py.detach(|| std::thread::sleep(std::time::Duration::from_millis(50)));
+            if interrupt.is_none() {
+                if let Err(e) = py.check_signals() {
+                    hopscore::stop::INTERRUPTED.store(true, Ordering::SeqCst);
+                    interrupt = Some(e);
+                }
+            }
+        }
+        let result = work.join().unwrap_or_else(|_| {
+            Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "hopscore's worker thread ended unexpectedly",
+            ))
+        });
+        match interrupt {
+            Some(e) => {
+                // The next call starts afresh.
+                hopscore::stop::INTERRUPTED.store(false, Ordering::SeqCst);
+                Err(e)
+            }
+            None => result,
+        }
+    })
+}
+
 /// Sets the number of CPU worker threads of this process (once, before the first job
 /// runs; later calls fail).
 #[pyfunction]

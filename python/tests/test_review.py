@@ -71,3 +71,39 @@ def test_review_options_are_checked_by_name():
         hopscore._native.Job("review", '{"strategy": "tor", "llm_model": "m"}')
     with pytest.raises(ValueError, match=r"--widths \(widths\)"):
         hopscore.Review("tor", "http://127.0.0.1:9", "m", widths=[2, 0])
+
+
+def test_ctrl_c_stops_a_native_call(questions):
+    """Issue 58: Ctrl-C during ``job.process(table)`` was acted on only when the call
+    returned (here: after a 600 s request timeout against a server that never answers).
+    It now stops the call at its next stop point and raises ``KeyboardInterrupt``."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepts, never answers
+    port = silent.getsockname()[1]
+    script = (
+        "import hopscore, pyarrow.parquet as pq\n"
+        f"job = hopscore.Review('tor', 'http://127.0.0.1:{port}', 'm', timeout=600, max_retries=0)\n"
+        "print('ready', flush=True)\n"
+        f"job.process(pq.read_table({str(questions)!r}))\n"
+        "print('returned', flush=True)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        # Let the calls reach the silent server, then interrupt.
+        import time
+        time.sleep(1.0)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+        silent.close()
+    assert "KeyboardInterrupt" in err, err
+    assert "returned" not in out

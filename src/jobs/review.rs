@@ -716,10 +716,11 @@ impl crate::jobs::JobKind for ReviewConfig {
         } else {
             self.cache.clone()
         };
+        // The process's stop flag: Python's bindings set it on Ctrl-C.
         let run = ReviewRun {
             input: None,
             cache,
-            stop: None,
+            stop: Some(&INTERRUPTED),
         };
         Ok(Box::new(job(self, run)?))
     }
