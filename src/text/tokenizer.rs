@@ -46,6 +46,17 @@ impl TextTokenizer {
             None => model_dir.join("tokenizer.json"),
         };
         if !candidate.is_file() {
+            if let (None, Some((repo, commit))) =
+                (explicit, crate::io::metadata::hub_snapshot(model_dir))
+            {
+                bail!(
+                    "no tokenizer.json in the hub snapshot of {repo} at {commit} ({}): the \
+                     repository has none there (a repository with a tokenizer.json is fetched \
+                     with it, offline too once cached); pass --tokenizer FILE|DIR, or the hub \
+                     id of a repository that has one",
+                    model_dir.display()
+                );
+            }
             bail!(
                 "no tokenizer at {}: pass --tokenizer FILE|DIR (the DeBERTa-v3 tokenizer is \
                  fetched by tools/fetch_tokenizer.sh into weights/deberta-v3-tokenizer/)",
@@ -105,5 +116,32 @@ impl TextTokenizer {
             type_ids: enc.get_type_ids().to_vec(),
             mask: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hub_snapshot_without_a_tokenizer_is_named_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = dir
+            .path()
+            .join("models--org--tiny/snapshots")
+            .join("1".repeat(40));
+        std::fs::create_dir_all(&snapshot).unwrap();
+        let err = TextTokenizer::locate(&snapshot, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no tokenizer.json in the hub snapshot of org/tiny at 1111")
+                && !err.contains("DeBERTa"),
+            "{err}"
+        );
+        let plain = TextTokenizer::locate(dir.path(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(plain.contains("fetch_tokenizer.sh"), "{plain}");
     }
 }
