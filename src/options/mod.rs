@@ -125,6 +125,9 @@ pub fn unused_in_mode<C: Options + Serialize>(
         serde_json::to_value(config)?,
         serde_json::to_value(C::defaults())?,
     );
+    if let Some(field) = fields.iter().find(|f| default.get(**f).is_none()) {
+        bail!("`{field}` is not an option of this job (a hopscore bug: please report it)");
+    }
     if let Some(field) = fields.iter().find(|f| set.get(**f) != default.get(**f)) {
         bail!(
             "{} does not apply with {mode}: it is read with {needs} only; drop it, or give {needs}",

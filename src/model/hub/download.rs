@@ -594,8 +594,7 @@ impl Files<'_> {
             .write(true)
             .open(&path)
             .with_context(|| format!("cannot open the lock {}", path.display()))?;
-        let started = Instant::now();
-        let mut said = false;
+        let mut say_at = Instant::now();
         loop {
             match lock.try_lock() {
                 Ok(()) => return Ok(lock),
@@ -604,13 +603,14 @@ impl Files<'_> {
                     return Err(e).with_context(|| format!("cannot lock {}", path.display()))
                 }
             }
-            if !said || started.elapsed() > Duration::from_secs(60) {
+            // Said at once, then once a minute.
+            if Instant::now() >= say_at {
                 log::info!(
                     "waiting for another process downloading {name} of {} (lock {})",
                     self.repo,
                     path.display()
                 );
-                said = true;
+                say_at += Duration::from_secs(60);
             }
             stop_point()?;
             std::thread::sleep(Duration::from_millis(200));
