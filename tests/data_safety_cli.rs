@@ -633,10 +633,24 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
     }
 }
 
+/// A file run of `input` into `output` in parts of `part_rows`, nothing else set.
+fn fresh_run(input: &Path, output: &Path, part_rows: u64) -> hopscore::pipeline::files::FileRun {
+    hopscore::pipeline::files::FileRun {
+        input: input.to_path_buf(),
+        output: output.to_path_buf(),
+        quarantine: None,
+        resume: false,
+        shard: None,
+        part_rows,
+        limit: None,
+        inputs: Vec::new(),
+    }
+}
+
 #[test]
 fn parts_commit_as_soon_as_their_rows_finish() {
     use hopscore::jobs::questions::QuestionJob;
-    use hopscore::pipeline::files::{run, FileRun};
+    use hopscore::pipeline::files::run;
     let (tmp, q) = question_file(6);
     let out = tmp.path().join("o.parquet");
     let mut job = QuestionJob::new(
@@ -651,16 +665,7 @@ fn parts_commit_as_soon_as_their_rows_finish() {
             max_active: 64,
         },
     );
-    let opts = FileRun {
-        input: q.clone(),
-        output: out.clone(),
-        quarantine: None,
-        resume: false,
-        shard: None,
-        part_rows: 1,
-        limit: None,
-        inputs: Vec::new(),
-    };
+    let opts = fresh_run(&q, &out, 1);
     run(&mut job, &opts).unwrap();
     let (batches, committed_midway) = (job.scorer.batches, job.scorer.committed_midway);
     assert_eq!(batches, 18);
@@ -1603,7 +1608,7 @@ impl hopscore::jobs::rows::RowScorer for CountingRows {
 #[test]
 fn row_jobs_commit_every_part_rows_not_every_group() {
     use hopscore::jobs::rows::RowJob;
-    use hopscore::pipeline::files::{run, FileRun};
+    use hopscore::pipeline::files::run;
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("rows.parquet");
     let ids = arrow_array::StringArray::from_iter_values((0..6).map(|i| format!("r{i}")));
@@ -1615,16 +1620,7 @@ fn row_jobs_commit_every_part_rows_not_every_group() {
         log: tmp.path().join("o.parquet.parts/committed.jsonl"),
         calls: calls.clone(),
     });
-    let opts = FileRun {
-        input,
-        output: out.clone(),
-        quarantine: None,
-        resume: false,
-        shard: None,
-        part_rows: 2,
-        limit: None,
-        inputs: Vec::new(),
-    };
+    let opts = fresh_run(&input, &out, 2);
     let summary = run(&mut job, &opts).unwrap();
     assert_eq!(rows(&out), 6);
     // Groups of 2 rows; when the third is scored, the first two parts are committed.

@@ -570,12 +570,13 @@ impl Files<'_> {
         if !blob.is_file() {
             let part = blob.with_extension("incomplete");
             self.transfer(file, &part)?;
-            self.check(file, &hash, &part)?;
+            self.check(file, &hash, &part, false)?;
             File::open(&part)?.sync_all()?;
             std::fs::rename(&part, &blob)?;
         } else {
-            // A blob another client left: checked once, before it enters the snapshot.
-            self.check(file, &hash, &blob)?;
+            // A blob another client left: checked once, before it enters the snapshot
+            // (its SHA-256 remembered for the run's fingerprint).
+            self.check(file, &hash, &blob, true)?;
         }
         self.link(&link, &blob)
     }
@@ -787,8 +788,8 @@ impl Files<'_> {
 
     /// Refuses `path` unless its size and hash are the listing's, removing it so that
     /// the next run downloads it anew.
-    fn check(&self, file: &Sibling, hash: &Hash, path: &Path) -> Result<()> {
-        if let Some(problem) = self.problem(file, hash, path, false)? {
+    fn check(&self, file: &Sibling, hash: &Hash, path: &Path, remembered: bool) -> Result<()> {
+        if let Some(problem) = self.problem(file, hash, path, remembered)? {
             let _ = std::fs::remove_file(path);
             bail!(
                 "the download of {} of {} is damaged ({problem}); it was removed: run again \
