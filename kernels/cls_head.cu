@@ -1,7 +1,8 @@
 // cls_head: a sequence classification head in one launch. Per sequence s of the packed
 // batch: its pooled row x_s (the first ([CLS]) row, or with a mask the masked mean of its
 // rows, sum_t m_t h_t / max(sum_t m_t, 1)), then optionally the pooler
-// p_s = gelu_erf(W_p x_s + b_p) (HF ContextPooler), then the f32 logits W_c p_s + b_c.
+// p_s = act(W_p x_s + b_p) with act the exact GELU (HF ContextPooler: DeBERTa) or tanh
+// (BertPooler, RobertaClassificationHead), then the f32 logits W_c p_s + b_c.
 // Grid (sequence tiles of kHeadRows, pooler chunks): block (t, k) stages its tile's rows
 // in shared memory as f32, computes pooler outputs [k·chunk, (k+1)·chunk) by dense_rows
 // (heads.cuh) and their share of the logits, W_c[:, chunk] p_chunk (+ b_c for k = 0),
@@ -42,18 +43,19 @@ template <typename T> __device__ void cls_head(const hopscore::HeadParams<T>& p)
   __syncthreads();
   if (p.pooler_w == nullptr) {
     hopscore::dense_rows(p.classifier_w, p.classifier_b, x, p.hidden, p.hidden, p.labels,
-                         p.logits + (size_t)s0 * p.labels, p.labels, n, false);
+                         p.logits + (size_t)s0 * p.labels, p.labels, n, hopscore::HeadAct::kNone);
     return;
   }
   // Pooler outputs j0 .. j0 + width of this block, then their share of the logits.
   const unsigned j0 = blockIdx.y * p.chunk, width = min(p.chunk, p.inner - j0);
   float* pooled = smem + kHeadRows * p.hidden;
   hopscore::dense_rows(p.pooler_w + (size_t)j0 * p.hidden, p.pooler_b != nullptr ? p.pooler_b + j0 : nullptr,
-                       x, p.hidden, p.hidden, width, pooled, width, kHeadRows, true);
+                       x, p.hidden, p.hidden, width, pooled, width, kHeadRows,
+                       static_cast<hopscore::HeadAct>(p.pooler_act));
   __syncthreads();
   hopscore::dense_rows(p.classifier_w + j0, blockIdx.y == 0 ? p.classifier_b : nullptr, pooled, width,
                        p.inner, p.labels, p.logits + ((size_t)blockIdx.y * p.rows + s0) * p.labels,
-                       p.labels, n, false);
+                       p.labels, n, hopscore::HeadAct::kNone);
 }
 
 }  // namespace

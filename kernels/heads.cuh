@@ -10,6 +10,19 @@ namespace hopscore {
 // Threads per block of the head kernels (8 warps).
 constexpr unsigned kHeadThreads = geometry::HEAD_THREADS;
 
+// The activation a dense_rows output goes through: none (a classifier), the exact GELU
+// (HF ContextPooler: DeBERTa) or tanh (BertPooler, RobertaClassificationHead), in f32.
+// The values of HeadParams::pooler_act (src/backend/cuda/params.rs mirrors them).
+enum class HeadAct : unsigned { kGeluErf = 0, kTanh = 1, kNone = 2 };
+
+__device__ inline float head_act(HeadAct act, float v) {
+  switch (act) {
+    case HeadAct::kGeluErf: return gelu_erf(v);
+    case HeadAct::kTanh: return tanhf(v);
+    default: return v;
+  }
+}
+
 // y[r][j] = act(w[j] · x[r] + b[j]) for r < rows, j < out; w has rows of ld elements
 // (the first `in` read), x is [kHeadRows][in] f32 in shared memory, y has rows of
 // y_stride floats. Warp k takes j = k, k + warps, …; each lane reads its slices of
@@ -17,7 +30,7 @@ constexpr unsigned kHeadThreads = geometry::HEAD_THREADS;
 // for all kHeadRows rows; f32 accumulation, warp_sum.
 template <typename T>
 __device__ void dense_rows(const T* w, const T* b, const float* x, unsigned in, unsigned ld,
-                           unsigned out, float* y, unsigned y_stride, unsigned rows, bool gelu) {
+                           unsigned out, float* y, unsigned y_stride, unsigned rows, HeadAct act) {
   constexpr unsigned V = kVec<T>;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (unsigned j = warp; j < out; j += warps) {
@@ -43,7 +56,7 @@ __device__ void dense_rows(const T* w, const T* b, const float* x, unsigned in, 
 #pragma unroll
     for (unsigned r = 0; r < kHeadRows; ++r) {
       const float v = warp_sum(acc[r]) + bias;
-      if (lane == 0 && r < rows) y[r * y_stride + j] = gelu ? gelu_erf(v) : v;
+      if (lane == 0 && r < rows) y[r * y_stride + j] = head_act(act, v);
     }
   }
 }

@@ -30,7 +30,7 @@ template <typename T> __device__ void token_head(const hopscore::HeadParams<T>& 
   __syncthreads();
   float* logits = smem + kHeadRows * p.hidden;
   hopscore::dense_rows(p.classifier_w, p.classifier_b, x, p.hidden, p.hidden, p.labels, logits,
-                       p.labels, n, false);
+                       p.labels, n, hopscore::HeadAct::kNone);
   __syncthreads();
   for (unsigned i = threadIdx.x; i < n * p.labels; i += blockDim.x) {
     p.logits[(size_t)t0 * p.labels + i] = logits[i];

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::backend::{Backend, DeviceCounts, KernelTime};
 use crate::model::batch::{PackedBatch, Sequence};
-use crate::model::config::{DebertaConfig, RelativeConfig, DEBERTA_PROJECTIONS};
+use crate::model::config::{DebertaConfig, EncoderFamily, RelativeConfig, DEBERTA_PROJECTIONS};
 use crate::model::cross_encoder::CrossEncoder;
 use crate::model::decoder::{DecoderForCausalLM, ScoredSequence};
 use crate::model::decoder_config::{DecoderConfig, Family};
@@ -90,6 +90,9 @@ impl ModelShape {
             architectures: Vec::new(),
             tanh_gelu: false,
             projections: DEBERTA_PROJECTIONS,
+            family: EncoderFamily::Deberta,
+            position_offset: 0,
+            token_types_from_input: true,
         })
     }
 }

@@ -7,7 +7,8 @@ use clap::Parser;
 use hopscore::cli::{Cli, Command, JobCommand};
 use hopscore::jobs::{
     beam::BeamConfig, classify::ClassifyConfig, embed::EmbedConfig, label::LabelConfig,
-    lepus::LepusConfig, loglik::LoglikConfig, review::ReviewConfig, review::ReviewStrategy,
+    lepus::LepusConfig, loglik::LoglikConfig, rerank::RerankConfig, review::ReviewConfig,
+    review::ReviewStrategy,
 };
 use hopscore::jobs::{DeviceConfig, JobConfig};
 
@@ -46,6 +47,7 @@ fn cli_config(args: &[&str]) -> (JobConfig, DeviceConfig) {
         JobCommand::Beam(a) => (JobConfig::Beam(a.config), a.device),
         JobCommand::Label(a) => (JobConfig::Label(a.config), a.device),
         JobCommand::Lepus(a) => (JobConfig::Lepus(a.config), a.device),
+        JobCommand::Rerank(a) => (JobConfig::Rerank(a.config), a.device),
         JobCommand::Classify(a) => (JobConfig::Classify(a.config), a.device),
         JobCommand::Embed(a) => (JobConfig::Embed(a.config), a.device),
         JobCommand::Loglik(a) => (JobConfig::Loglik(a.config), a.device),
@@ -71,6 +73,10 @@ fn library_config_constructors_equal_the_cli_defaults() {
         (
             vec!["classify", "--model", "m"],
             JobConfig::Classify(ClassifyConfig::new("m".into())),
+        ),
+        (
+            vec!["rerank", "--model", "m"],
+            JobConfig::Rerank(RerankConfig::new("m".into())),
         ),
         (
             vec!["loglik", "--model", "m"],
@@ -193,6 +199,22 @@ fn python_options_build_the_config_the_cli_flags_do() {
             "--title",
             "--temperature",
             "0.5",
+        ],
+    );
+    same_as_cli(
+        "rerank",
+        json!({"model": "m", "top_k": 5, "label": 1, "title_separator": ": ", "max_active": 8}),
+        &[
+            "--model",
+            "m",
+            "--top-k",
+            "5",
+            "--label",
+            "1",
+            "--title-separator",
+            ": ",
+            "--max-active",
+            "8",
         ],
     );
     same_as_cli(

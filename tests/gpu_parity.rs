@@ -27,7 +27,8 @@ use hopscore::backend::cuda::tensor_core_check::{TensorCorePath, TmaPath};
 use hopscore::backend::cuda::{CudaBackend, DType, Version};
 use hopscore::backend::{
     AddNorm, AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense,
-    DeviceCounts, Gate, Gated, Input, RelAttention, SeqLayout, SeqPooling, T5AttentionShape,
+    DeviceCounts, Gate, Gated, Input, PoolerAct, RelAttention, SeqLayout, SeqPooling,
+    T5AttentionShape,
 };
 use hopscore::model::batch::{graph_key, PackedBatch, Sequence};
 use hopscore::model::config::{DebertaConfig, RelativeConfig};
@@ -274,12 +275,14 @@ enum Op {
         cols: usize,
     },
     /// `cls_head` over sequences of `lens` (every 5th token masked): the first row or
-    /// the masked mean, a pooler of that width (+ GELU) or none, `labels` logits.
+    /// the masked mean, a pooler of that width (+ GELU, or tanh with `tanh`) or none,
+    /// `labels` logits.
     ClsHead {
         lens: &'static [usize],
         cols: usize,
         mean: bool,
         pooler: Option<usize>,
+        tanh: bool,
         labels: usize,
         bias: bool,
     },
@@ -553,6 +556,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             cols,
             mean,
             pooler,
+            tanh,
             labels,
             bias,
         } => {
@@ -575,6 +579,11 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                     weight: w,
                     bias: b.as_ref(),
                 }),
+                pooler_act: if tanh {
+                    PoolerAct::Tanh
+                } else {
+                    PoolerAct::Gelu
+                },
                 classifier: Dense {
                     weight: &c.0,
                     bias: c.1.as_ref(),
@@ -927,6 +936,7 @@ fn encoder_ops() -> Vec<Op> {
             cols: 300,
             mean: true,
             pooler: None,
+            tanh: false,
             labels: 4,
             bias: true,
         },
@@ -1179,7 +1189,8 @@ fn fused_gemm_ops() -> Vec<Op> {
 
 /// The classification heads (appended last): Beam Retrieval's hop heads (the [CLS] row,
 /// no pooler), EfficientRAG's tagger (pooler + GELU, 3 tags) over 19 sequences (three
-/// blocks of 8), the mean-pooled tagger at a width that is not a multiple of 8, and
+/// blocks of 8), the mean-pooled tagger at a width that is not a multiple of 8, a BERT /
+/// XLM-R reranker's head (pooler + tanh, one label, a pooler wider than one chunk), and
 /// token heads (2 labels; 5 labels at 70 columns).
 fn head_ops() -> Vec<Op> {
     let cls = |lens, cols, mean, pooler, labels, bias| Op::ClsHead {
@@ -1187,6 +1198,7 @@ fn head_ops() -> Vec<Op> {
         cols,
         mean,
         pooler,
+        tanh: false,
         labels,
         bias,
     };
@@ -1201,6 +1213,15 @@ fn head_ops() -> Vec<Op> {
             true,
         ),
         cls(&[1, 7, 20, 12], 70, true, Some(40), 2, false),
+        Op::ClsHead {
+            lens: &[5, 1, 12, 3, 9, 2, 7, 4, 6, 11],
+            cols: 96,
+            mean: false,
+            pooler: Some(200),
+            tanh: true,
+            labels: 1,
+            bias: true,
+        },
         Op::TokenHead {
             tokens: 37,
             cols: 64,

@@ -24,6 +24,8 @@ mod jobs_api;
 mod label_cli;
 mod lepus_parity;
 mod loglik_cli;
+mod rerank_cli;
+mod reranker_parity;
 mod review_cli;
 mod smollm2_parity;
 mod t5_parity;

@@ -329,12 +329,33 @@ pub enum SeqPooling {
     Mean,
 }
 
+/// The activation after a head's pooler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolerAct {
+    /// The exact (erf) GELU: HF `ContextPooler` (DeBERTa).
+    Gelu,
+    /// tanh: `BertPooler`, `RobertaClassificationHead`.
+    Tanh,
+}
+
+impl PoolerAct {
+    /// Its value of `HeadAct` in kernels/heads.cuh.
+    pub fn kernel_code(self) -> u32 {
+        match self {
+            PoolerAct::Gelu => 0,
+            PoolerAct::Tanh => 1,
+        }
+    }
+}
+
 /// A sequence classification head for [`Backend::cls_head`]: the pooled row, then
-/// `gelu(pooler)` when there is a pooler (HF `ContextPooler`), then the classifier.
+/// `act(pooler)` when there is a pooler, then the classifier.
 #[derive(Debug)]
 pub struct ClsHead<'a, T> {
     pub pooling: SeqPooling,
     pub pooler: Option<Dense<'a, T>>,
+    /// What follows the pooler (unused without one).
+    pub pooler_act: PoolerAct,
     pub classifier: Dense<'a, T>,
 }
 

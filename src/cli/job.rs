@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use super::entry::{exit_code, EXIT_INTERRUPTED};
 use crate::io::shard::{parse_shard, Shard};
 use crate::jobs::review::ReviewSummary;
-use crate::jobs::{beam, classify, embed, label, lepus, loglik, review, JobKind};
+use crate::jobs::{beam, classify, embed, label, lepus, loglik, rerank, review, JobKind};
 use crate::pipeline::control::install_interrupt_handler;
 use crate::pipeline::files::{FileRun, RunSummary};
 

@@ -11,6 +11,7 @@ pub mod label;
 pub mod lepus;
 pub mod loglik;
 pub mod questions;
+pub mod rerank;
 pub mod retrieve;
 pub mod review;
 pub mod review_io;
@@ -185,7 +186,9 @@ macro_rules! for_each_job {
             Review(review, ReviewConfig),
             /// LEPUS reranking of each question's passages with a causal LM or a T5 encoder-decoder (or BM25).
             Lepus(lepus, LepusConfig),
-            /// Score (id, text_a, text_b) rows with a DeBERTa cross-encoder head.
+            /// Rerank each question's passage pool with a cross-encoder (BERT, XLM-RoBERTa, DeBERTa): the question file reordered, with scores.
+            Rerank(rerank, RerankConfig),
+            /// Score (id, text_a, text_b) rows with a cross-encoder head (DeBERTa, BERT, XLM-RoBERTa).
             Classify(classify, ClassifyConfig),
             /// Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE).
             Embed(embed, EmbedConfig),

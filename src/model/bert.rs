@@ -16,19 +16,20 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 
 use super::batch::PackedBatch;
-use super::config::{self, unsupported, ConfigError, DebertaConfig};
+use super::config::{self, unsupported, ConfigError, DebertaConfig, EncoderFamily};
 use super::deberta::DebertaV2Model;
 use super::weights::{WeightStore, Weights};
-use crate::backend::{Backend, ClsHead, Dense, SeqPooling};
+use crate::backend::{Backend, ClsHead, Dense, PoolerAct, SeqPooling};
 use crate::tensor::HostTensor;
 
 /// BERT's attention projection names (`BertSelfAttention.query`, …).
 pub const BERT_PROJECTIONS: [&str; 3] = ["query", "key", "value"];
 
-/// BERT's `config.json` (the fields `BertModel` reads; defaults of `BertConfig`).
+/// BERT's `config.json` (the fields `BertModel` reads; defaults of `BertConfig`),
+/// which RoBERTa's and XLM-R's share (`crate::model::roberta`).
 #[derive(Debug, Clone, Deserialize)]
-struct RawBertConfig {
-    model_type: Option<String>,
+pub(super) struct RawBertConfig {
+    pub model_type: Option<String>,
     vocab_size: usize,
     hidden_size: usize,
     num_hidden_layers: usize,
@@ -46,6 +47,9 @@ struct RawBertConfig {
     position_embedding_type: String,
     #[serde(default)]
     architectures: Option<Vec<String>>,
+    /// RoBERTa's `padding_idx` (BERT reads it only for the embedding's padding row).
+    #[serde(default)]
+    pub pad_token_id: Option<usize>,
 }
 
 fn default_act() -> String {
@@ -69,14 +73,25 @@ pub fn read_config(path: &Path) -> Result<DebertaConfig, ConfigError> {
     resolve(config::read_config(path, "BERT")?)
 }
 
-fn resolve(raw: RawBertConfig) -> Result<DebertaConfig, ConfigError> {
+/// A BERT config (`model_type` "bert" or absent) resolved.
+pub(super) fn resolve(raw: RawBertConfig) -> Result<DebertaConfig, ConfigError> {
     if let Some(mt) = raw.model_type.as_deref().filter(|&mt| mt != "bert") {
         return Err(unsupported(
             "model_type",
             mt,
-            "the embedder implements model_type \"bert\" (Contriever, MiniLM, E5, BGE)",
+            "this reader implements model_type \"bert\" (Contriever, MiniLM, E5, BGE)",
         ));
     }
+    resolve_layers(raw, EncoderFamily::Bert, 0)
+}
+
+/// The encoder of a BERT-layout config: post-LN layers with absolute positions, read
+/// from position-table row `position_offset` on.
+pub(super) fn resolve_layers(
+    raw: RawBertConfig,
+    family: EncoderFamily,
+    position_offset: usize,
+) -> Result<DebertaConfig, ConfigError> {
     let tanh_gelu = match raw.hidden_act.as_str() {
         "gelu" => false,
         "gelu_new" | "gelu_pytorch_tanh" => true,
@@ -102,6 +117,17 @@ fn resolve(raw: RawBertConfig) -> Result<DebertaConfig, ConfigError> {
             &format!("must divide hidden_size {}", raw.hidden_size),
         ));
     }
+    let Some(max_positions) = raw
+        .max_position_embeddings
+        .checked_sub(position_offset)
+        .filter(|&n| n > 0)
+    else {
+        return Err(unsupported(
+            "max_position_embeddings",
+            raw.max_position_embeddings,
+            &format!("must exceed the first position's row, pad_token_id + 1 = {position_offset}"),
+        ));
+    };
     Ok(DebertaConfig {
         vocab_size: raw.vocab_size,
         hidden_size: raw.hidden_size,
@@ -110,7 +136,7 @@ fn resolve(raw: RawBertConfig) -> Result<DebertaConfig, ConfigError> {
         num_heads: raw.num_attention_heads,
         head_size: raw.hidden_size / raw.num_attention_heads,
         intermediate_size: raw.intermediate_size,
-        max_position_embeddings: raw.max_position_embeddings,
+        max_position_embeddings: max_positions,
         type_vocab_size: raw.type_vocab_size,
         position_biased_input: true,
         layer_norm_eps: raw.layer_norm_eps as f32,
@@ -120,6 +146,9 @@ fn resolve(raw: RawBertConfig) -> Result<DebertaConfig, ConfigError> {
         architectures: raw.architectures.unwrap_or_default(),
         tanh_gelu,
         projections: BERT_PROJECTIONS,
+        family,
+        position_offset,
+        token_types_from_input: family == EncoderFamily::Bert,
     })
 }
 
@@ -299,7 +328,12 @@ impl<B: Backend> BertEmbedder<B> {
     /// Loads `dir` (config.json, model.safetensors or a sharded index) with `head`,
     /// by default [`EmbeddingHead::resolve`]'s.
     pub fn load(be: &B, dir: &Path, head: Option<EmbeddingHead>) -> Result<Self> {
-        let config = read_config(&dir.join("config.json"))?;
+        let config = DebertaConfig::from_any_file(&dir.join("config.json"))?;
+        anyhow::ensure!(
+            config.family != EncoderFamily::Deberta,
+            "{}: the embedder runs BERT and XLM-RoBERTa encoders, not DeBERTa",
+            dir.display()
+        );
         let head = match head {
             Some(h) => h,
             None => EmbeddingHead::resolve(dir, None, None)?,
@@ -322,7 +356,8 @@ impl<B: Backend> BertEmbedder<B> {
     ) -> Result<Self> {
         let w = root.encoder()?;
         let encoder = DebertaV2Model::load(be, &w, &config)?;
-        w.pp("embeddings").unused_by_design(&["position_ids"]);
+        w.pp("embeddings")
+            .unused_by_design(&["position_ids", "token_type_ids"]);
         w.pp("pooler.dense").unused_by_design(&["weight", "bias"]);
         w.refuse_unread(&["embeddings.", "encoder.", "pooler."])?;
         let h = config.hidden_size;
@@ -351,6 +386,7 @@ impl<B: Backend> BertEmbedder<B> {
                 Pooling::Cls => SeqPooling::First,
             },
             pooler: None,
+            pooler_act: PoolerAct::Gelu,
             classifier: Dense {
                 weight: &self.identity,
                 bias: None,

@@ -143,6 +143,27 @@ pub struct DebertaConfig {
     /// Names of the query, key and value projections under `attention.self`:
     /// [`DEBERTA_PROJECTIONS`], or BERT's (`crate::model::bert`).
     pub projections: [&'static str; 3],
+    /// The HF family the checkpoint is of: where its heads are and what they compute.
+    pub family: EncoderFamily,
+    /// The row of the position table that position 0 reads: RoBERTa's
+    /// `padding_idx + 1` (`create_position_ids_from_input_ids`), else 0.
+    /// `max_position_embeddings` counts the rows from it on.
+    pub position_offset: usize,
+    /// The token types are the input's (BERT, DeBERTa); without, every token is of
+    /// type 0 (RoBERTa and XLM-R, whose tokenizers give the model no
+    /// `token_type_ids`).
+    pub token_types_from_input: bool,
+}
+
+/// The HF model family of an encoder checkpoint (its `model_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncoderFamily {
+    /// `deberta-v2` (DeBERTa v2 and v3).
+    Deberta,
+    /// `bert` (MiniLM, Contriever, E5, BGE, the ms-marco cross-encoders).
+    Bert,
+    /// `roberta` and `xlm-roberta` (bge-reranker-v2-m3, XLM-R cross-encoders).
+    Roberta,
 }
 
 /// DeBERTa's attention projection names (`DisentangledSelfAttention.query_proj`, …).
@@ -165,9 +186,31 @@ pub fn read_config<T: serde::de::DeserializeOwned>(
 }
 
 impl DebertaConfig {
-    /// Reads and resolves `config.json`.
+    /// Reads and resolves a DeBERTa `config.json`.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         read_config::<RawConfig>(path, "DeBERTa")?.resolve()
+    }
+
+    /// Reads the `config.json` of any encoder family by its `model_type`: DeBERTa
+    /// (`deberta-v2`, or no `model_type`), BERT, RoBERTa / XLM-R.
+    pub fn from_any_file(path: &Path) -> Result<Self, ConfigError> {
+        #[derive(Deserialize)]
+        struct ModelType {
+            model_type: Option<String>,
+        }
+        let found: ModelType = read_config(path, "encoder")?;
+        match found.model_type.as_deref() {
+            None | Some("deberta-v2") => Self::from_file(path),
+            Some("bert") => super::bert::read_config(path),
+            Some(mt) if super::roberta::MODEL_TYPES.contains(&mt) => {
+                super::roberta::read_config(path)
+            }
+            Some(mt) => Err(unsupported(
+                "model_type",
+                mt,
+                "the encoders implemented are \"deberta-v2\", \"bert\", \"xlm-roberta\" and \"roberta\"",
+            )),
+        }
     }
 
     /// Size of the attention projections (`num_heads · head_size`).
@@ -265,6 +308,9 @@ impl RawConfig {
             architectures: self.architectures.unwrap_or_default(),
             tanh_gelu,
             projections: DEBERTA_PROJECTIONS,
+            family: EncoderFamily::Deberta,
+            position_offset: 0,
+            token_types_from_input: true,
         })
     }
 

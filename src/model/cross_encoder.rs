@@ -1,5 +1,5 @@
-//! A DeBERTa checkpoint directory loaded for scoring: config, encoder and every head
-//! the weights contain.
+//! An encoder checkpoint directory loaded for scoring (DeBERTa, BERT, RoBERTa /
+//! XLM-R): config, encoder and every head the weights contain.
 
 use std::path::{Path, PathBuf};
 
@@ -41,7 +41,7 @@ pub struct ModelFiles {
 impl ModelFiles {
     /// Reads `config.json` and maps the safetensors weights of `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
-        let config = DebertaConfig::from_file(&dir.join("config.json"))?;
+        let config = DebertaConfig::from_any_file(&dir.join("config.json"))?;
         let weights = Weights::new(WeightStore::open(dir)?);
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -90,6 +90,10 @@ impl<B: Backend> CrossEncoder<B> {
     ) -> Result<Self> {
         let encoder_weights = root.encoder()?;
         let encoder = DebertaV2Model::load(be, &encoder_weights, &config)?;
+        // Buffers older transformers saved with BERT-layout checkpoints.
+        encoder_weights
+            .pp("embeddings")
+            .unused_by_design(&["position_ids", "token_type_ids"]);
         encoder_weights.refuse_unread(&["embeddings.", "encoder."])?;
         let heads = heads
             .into_iter()
@@ -123,5 +127,62 @@ impl<B: Backend> CrossEncoder<B> {
             logits,
             labels,
         })
+    }
+}
+
+/// What turns a one-label head's logit into the score sentence-transformers'
+/// `CrossEncoder.predict` gives (`get_default_activation_fn`, cross_encoder/model.py
+/// v6.2 lines 358–379).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScoreActivation {
+    /// `torch.nn.Sigmoid`: the default for one label.
+    Sigmoid,
+    /// `torch.nn.Identity`: the logit itself.
+    Identity,
+}
+
+impl ScoreActivation {
+    /// The activation `config.json` names (`sentence_transformers.activation_fn`, or
+    /// the older `sbert_ce_default_activation_function`), else sentence-transformers'
+    /// default: sigmoid for one label, the identity for more.
+    pub fn of_model(config_json: &Path, num_labels: usize) -> Result<Self> {
+        let text = std::fs::read_to_string(config_json)
+            .with_context(|| format!("cannot read {}", config_json.display()))?;
+        let config: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not valid JSON", config_json.display()))?;
+        let named = config
+            .pointer("/sentence_transformers/activation_fn")
+            .or_else(|| config.get("sbert_ce_default_activation_function"))
+            .filter(|v| !v.is_null());
+        let Some(named) = named else {
+            return Ok(if num_labels == 1 {
+                Self::Sigmoid
+            } else {
+                Self::Identity
+            });
+        };
+        match named.as_str().unwrap_or_default() {
+            "torch.nn.modules.activation.Sigmoid" | "torch.nn.Sigmoid" => Ok(Self::Sigmoid),
+            "torch.nn.modules.linear.Identity" | "torch.nn.Identity" => Ok(Self::Identity),
+            other => anyhow::bail!(
+                "{}: the cross-encoder activation {named} is not implemented (Sigmoid and \
+                 Identity are){}",
+                config_json.display(),
+                if other.is_empty() {
+                    " and is not a string"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+
+    /// The score of `logit`.
+    pub fn apply(self, logit: f32) -> f32 {
+        match self {
+            Self::Sigmoid => 1.0 / (1.0 + (-logit).exp()),
+            Self::Identity => logit,
+        }
     }
 }

@@ -31,24 +31,29 @@ pub struct DebertaV2Embeddings<B: Backend> {
 impl<B: Backend> DebertaV2Embeddings<B> {
     pub fn load(be: &B, w: &Weights, c: &DebertaConfig) -> Result<Self> {
         let e = c.embedding_size;
+        let mut position = c
+            .position_biased_input
+            .then(|| position_table(w, c))
+            .transpose()?;
+        let mut token_type = (c.type_vocab_size > 0)
+            .then(|| w.get("token_type_embeddings.weight", &[c.type_vocab_size, e]))
+            .transpose()?;
+        if !c.token_types_from_input {
+            // Every token is of type 0 (RoBERTa: `token_type_ids` all zero): its row
+            // joins each position row, `pos + type₀` for HF's `(word + type₀) + pos`
+            // (the one f32 addition in another order).
+            if let (Some(p), Some(t)) = (position.as_mut(), token_type.take()) {
+                let row = &t.data[..e];
+                for r in p.data.chunks_mut(e) {
+                    r.iter_mut().zip(row).for_each(|(v, t)| *v += t);
+                }
+            }
+        }
+        let upload = |t: Option<HostTensor>| t.map(|t| be.upload(&t)).transpose();
         Ok(Self {
             word: be.upload(&w.get("word_embeddings.weight", &[c.vocab_size, e])?)?,
-            position: c
-                .position_biased_input
-                .then(|| {
-                    w.get(
-                        "position_embeddings.weight",
-                        &[c.max_position_embeddings, e],
-                    )
-                })
-                .transpose()?
-                .map(|t| be.upload(&t))
-                .transpose()?,
-            token_type: (c.type_vocab_size > 0)
-                .then(|| w.get("token_type_embeddings.weight", &[c.type_vocab_size, e]))
-                .transpose()?
-                .map(|t| be.upload(&t))
-                .transpose()?,
+            position: upload(position)?,
+            token_type: upload(token_type)?,
             embed_proj: (e != c.hidden_size)
                 .then(|| Linear::load(be, &w.pp("embed_proj"), e, c.hidden_size, false))
                 .transpose()?,
@@ -98,6 +103,18 @@ impl<B: Backend> DebertaV2Embeddings<B> {
         be.scale_rows(&mut x, batch.mask_input())?;
         Ok(x)
     }
+}
+
+/// The absolute-position rows positions 0, 1, … read: `[max_position_embeddings, E]`
+/// from row `position_offset` on (RoBERTa's first position is `padding_idx + 1`).
+fn position_table(w: &Weights, c: &DebertaConfig) -> Result<HostTensor> {
+    let (e, offset) = (c.embedding_size, c.position_offset);
+    let rows = c.max_position_embeddings;
+    let mut table = w.get("position_embeddings.weight", &[rows + offset, e])?;
+    if offset > 0 {
+        table = HostTensor::new(vec![rows, e], table.data.split_off(offset * e));
+    }
+    Ok(table)
 }
 
 /// The fused query/key/value projection and the precomputed position projections of

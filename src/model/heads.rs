@@ -1,19 +1,23 @@
 //! Classification heads on top of the encoder, found by their tensor names.
 //!
-//! | head     | tensors                                         | input                          |
-//! |----------|-------------------------------------------------|--------------------------------|
-//! | `hop1`   | `hop_classifier_layer` (Beam Retrieval)         | [CLS] hidden state             |
-//! | `hop_n`  | `hop_n_classifier_layer` (Beam Retrieval)       | [CLS] hidden state             |
-//! | `sequence` | `pooler.dense` + `classifier` (HF) or `sequence_classifier` (EfficientRAG) | `gelu(pooler(h_CLS))` |
-//! | `token`  | `token_classifier` (EfficientRAG), or `classifier` without a pooler / in a `*ForTokenClassification` | every token |
+//! | family  | head     | tensors                                         | input                          |
+//! |---------|----------|-------------------------------------------------|--------------------------------|
+//! | DeBERTa | `hop1`   | `hop_classifier_layer` (Beam Retrieval)         | [CLS] hidden state             |
+//! | DeBERTa | `hop_n`  | `hop_n_classifier_layer` (Beam Retrieval)       | [CLS] hidden state             |
+//! | DeBERTa | `sequence` | `pooler.dense` + `classifier` (HF `ContextPooler`) or `sequence_classifier` (EfficientRAG) | `gelu(pooler(h_CLS))` |
+//! | DeBERTa | `token`  | `token_classifier` (EfficientRAG), or `classifier` without a pooler / in a `*ForTokenClassification` | every token |
+//! | BERT    | `sequence` | `bert.pooler.dense` + `classifier` (`BertForSequenceClassification`, `BertPooler`) | `tanh(pooler(h_CLS))` |
+//! | BERT    | `token`  | `classifier` without a pooler (`BertForTokenClassification`) | every token |
+//! | RoBERTa | `sequence` | `classifier.dense` + `classifier.out_proj` (`XLMRobertaClassificationHead`) | `tanh(dense(h_<s>))` |
+//! | RoBERTa | `token`  | `classifier` (`XLMRobertaForTokenClassification`) | every token |
 
 use anyhow::{bail, Result};
 
 use super::batch::StagedBatch;
-use super::config::DebertaConfig;
+use super::config::{DebertaConfig, EncoderFamily};
 use super::layers::Linear;
 use super::weights::Weights;
-use crate::backend::{Backend, ClsHead, SeqPooling};
+use crate::backend::{Backend, ClsHead, PoolerAct, SeqPooling};
 use crate::tensor::HostTensor;
 
 /// What a head reads from the encoder output.
@@ -21,7 +25,8 @@ use crate::tensor::HostTensor;
 pub enum Pooling {
     /// The [CLS] hidden state, unchanged (Beam Retrieval).
     Cls,
-    /// HF `ContextPooler`: `gelu(dense(h_CLS))`.
+    /// The pooler over the [CLS] state: `act(dense(h_CLS))` (HF `ContextPooler`,
+    /// `BertPooler`, `XLMRobertaClassificationHead`'s first layer).
     Pooler,
     /// `gelu(dense(mean_t h_t))`: the pooler applied to the mean of the hidden states
     /// of the sequence's unmasked tokens (the EfficientRAG paper's mean pooling; the
@@ -39,6 +44,10 @@ pub struct HeadSpec {
     pub tensor: &'static str,
     pub pooling: Pooling,
     pub num_labels: usize,
+    /// Tensor prefix of the pooler ([`Pooling::Pooler`] and [`Pooling::MeanPooler`]).
+    pub pooler: &'static str,
+    /// What follows the pooler.
+    pub pooler_act: PoolerAct,
 }
 
 impl HeadSpec {
@@ -48,48 +57,85 @@ impl HeadSpec {
     }
 }
 
+/// A possible head: its name, final layer, pooling and pooler, and whether the
+/// checkpoint's other tensors allow it.
+type Candidate = (&'static str, &'static str, Pooling, &'static str, bool);
+
 /// Lists the heads of a checkpoint (root-level view, `module.` already stripped).
 pub fn find_heads(w: &Weights, c: &DebertaConfig) -> Vec<HeadSpec> {
-    let has_pooler = w.contains("pooler.dense.weight");
     let token_arch = c
         .architectures
         .iter()
         .any(|a| a.ends_with("ForTokenClassification"));
-    let candidates: [(&'static str, &'static str, Pooling, bool); 5] = [
-        ("hop1", "hop_classifier_layer", Pooling::Cls, true),
-        ("hop_n", "hop_n_classifier_layer", Pooling::Cls, true),
-        (
-            "sequence",
-            "sequence_classifier",
-            Pooling::Pooler,
-            has_pooler,
-        ),
-        ("token", "token_classifier", Pooling::Tokens, true),
-        (
-            if has_pooler && !token_arch {
-                "sequence"
-            } else {
-                "token"
-            },
-            "classifier",
-            if has_pooler && !token_arch {
-                Pooling::Pooler
-            } else {
-                Pooling::Tokens
-            },
-            true,
-        ),
-    ];
+    let sequence_or_token = |pooler: &'static str| -> (&'static str, Pooling, bool) {
+        if w.contains(&format!("{pooler}.weight")) && !token_arch {
+            ("sequence", Pooling::Pooler, true)
+        } else {
+            ("token", Pooling::Tokens, true)
+        }
+    };
+    let (candidates, act): (Vec<Candidate>, PoolerAct) = match c.family {
+        EncoderFamily::Deberta => {
+            const POOLER: &str = "pooler.dense";
+            let has_pooler = w.contains("pooler.dense.weight");
+            let (name, pooling, _) = sequence_or_token(POOLER);
+            let candidates = vec![
+                ("hop1", "hop_classifier_layer", Pooling::Cls, POOLER, true),
+                (
+                    "hop_n",
+                    "hop_n_classifier_layer",
+                    Pooling::Cls,
+                    POOLER,
+                    true,
+                ),
+                (
+                    "sequence",
+                    "sequence_classifier",
+                    Pooling::Pooler,
+                    POOLER,
+                    has_pooler,
+                ),
+                ("token", "token_classifier", Pooling::Tokens, POOLER, true),
+                (name, "classifier", pooling, POOLER, true),
+            ];
+            (candidates, PoolerAct::Gelu)
+        }
+        EncoderFamily::Bert => {
+            const POOLER: &str = "bert.pooler.dense";
+            let (name, pooling, ok) = sequence_or_token(POOLER);
+            (
+                vec![(name, "classifier", pooling, POOLER, ok)],
+                PoolerAct::Tanh,
+            )
+        }
+        EncoderFamily::Roberta => {
+            const POOLER: &str = "classifier.dense";
+            let sequence = !token_arch && w.contains("classifier.dense.weight");
+            let candidates = vec![
+                (
+                    "sequence",
+                    "classifier.out_proj",
+                    Pooling::Pooler,
+                    POOLER,
+                    sequence,
+                ),
+                ("token", "classifier", Pooling::Tokens, POOLER, !sequence),
+            ];
+            (candidates, PoolerAct::Tanh)
+        }
+    };
     candidates
         .into_iter()
-        .filter(|&(_, tensor, _, ok)| ok && w.contains(&format!("{tensor}.weight")))
-        .filter_map(|(name, tensor, pooling, _)| {
+        .filter(|&(_, tensor, _, _, ok)| ok && w.contains(&format!("{tensor}.weight")))
+        .filter_map(|(name, tensor, pooling, pooler, _)| {
             let labels = w.shape(&format!("{tensor}.weight"))?.first().copied()?;
             Some(HeadSpec {
                 name,
                 tensor,
                 pooling,
                 num_labels: labels,
+                pooler,
+                pooler_act: act,
             })
         })
         .collect()
@@ -107,10 +153,7 @@ impl<B: Backend> Head<B> {
         let h = c.hidden_size;
         let (pooler, input) = if matches!(spec.pooling, Pooling::Pooler | Pooling::MeanPooler) {
             let p = c.pooler_hidden_size;
-            (
-                Some(Linear::load(be, &w.pp("pooler.dense"), h, p, true)?),
-                p,
-            )
+            (Some(Linear::load(be, &w.pp(spec.pooler), h, p, true)?), p)
         } else {
             (None, h)
         };
@@ -145,6 +188,7 @@ impl<B: Backend> Head<B> {
         let head = ClsHead {
             pooling,
             pooler: self.pooler.as_ref().map(Linear::dense),
+            pooler_act: self.spec.pooler_act,
             classifier,
         };
         Ok(HeadLogits {

@@ -13,5 +13,6 @@ pub mod hub;
 pub mod language_model;
 pub mod layers;
 pub mod prefix;
+pub mod roberta;
 pub mod t5;
 pub mod weights;

@@ -100,6 +100,8 @@ pub struct Golden {
     pub shape: Vec<usize>,
     pub f32: Vec<f32>,
     pub i64: Vec<i64>,
+    /// F64 tensors (the float64 references of tools/goldens/make_reranker_goldens.py).
+    pub f64: Vec<f64>,
 }
 
 pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
@@ -117,6 +119,16 @@ pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
                         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
                         .collect(),
                     i64: Vec::new(),
+                    f64: Vec::new(),
+                },
+                Dtype::F64 => Golden {
+                    shape: view.shape().to_vec(),
+                    f32: Vec::new(),
+                    i64: Vec::new(),
+                    f64: data
+                        .chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
                 },
                 Dtype::I64 => Golden {
                     shape: view.shape().to_vec(),
@@ -125,6 +137,7 @@ pub fn read_golden(path: &Path) -> std::collections::HashMap<String, Golden> {
                         .chunks_exact(8)
                         .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
                         .collect(),
+                    f64: Vec::new(),
                 },
                 other => panic!("unexpected golden dtype {other:?}"),
             };

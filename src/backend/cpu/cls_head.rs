@@ -1,9 +1,9 @@
 //! A sequence classification head: each sequence's first row (or masked mean), the
-//! pooler with its exact GELU when there is one, the classifier.
+//! pooler with its activation (exact GELU or tanh) when there is one, the classifier.
 //! CPU twin of `kernels/cls_head.cu`.
 
 use super::{gelu, matmul, mean_pool};
-use crate::backend::{SeqLayout, SeqPooling};
+use crate::backend::{PoolerAct, SeqLayout, SeqPooling};
 
 /// A dense layer's host data: `weight: [out, in]` row-major, `bias: [out]`.
 pub struct DenseRef<'a> {
@@ -25,7 +25,7 @@ pub fn cls_head(
     cols: usize,
     layout: &SeqLayout,
     pooling: SeqPooling,
-    pooler: Option<&DenseRef<'_>>,
+    pooler: Option<(&DenseRef<'_>, PoolerAct)>,
     classifier: &DenseRef<'_>,
 ) -> Vec<f32> {
     let seqs = layout.num_seqs();
@@ -38,9 +38,12 @@ pub fn cls_head(
         SeqPooling::Mean => mean_pool::mean_pool(x, cols, layout),
     };
     let (features, width) = match pooler {
-        Some(p) => {
+        Some((p, act)) => {
             let mut y = p.apply(&pooled, seqs, cols);
-            gelu::gelu_inplace(&mut y);
+            match act {
+                PoolerAct::Gelu => gelu::gelu_inplace(&mut y),
+                PoolerAct::Tanh => y.iter_mut().for_each(|v| *v = v.tanh()),
+            }
             (y, p.out)
         }
         None => (pooled, cols),

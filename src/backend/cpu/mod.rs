@@ -285,7 +285,10 @@ impl Backend for CpuBackend {
             hidden.cols,
             layout,
             head.pooling,
-            head.pooler.map(dense_ref).as_ref(),
+            head.pooler
+                .map(dense_ref)
+                .as_ref()
+                .map(|p| (p, head.pooler_act)),
             &dense_ref(head.classifier),
         );
         Ok(HostTensor::new(vec![seqs, labels], data))

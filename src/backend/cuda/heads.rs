@@ -65,7 +65,7 @@ fn params(
         inner: hidden.cols as u32,
         labels: classifier.weight.rows as u32,
         chunk: 0,
-        pad: 0,
+        pooler_act: 0,
     }
 }
 
@@ -102,6 +102,7 @@ pub(super) fn cls_head(
         p.pooler_b = pooler.bias.map_or(0, CudaTensor::ptr);
         p.inner = inner as u32;
         p.chunk = chunk as u32;
+        p.pooler_act = head.pooler_act.kernel_code();
     }
     be.launch_params("cls_head", "cls_head", cfg, &p)?;
     let bytes = be

@@ -1,0 +1,415 @@
+//! The rerank job: each question's passage pool (a question file from `import` or
+//! `retrieve`) scored by a cross-encoder — BERT (`cross-encoder/ms-marco-*`),
+//! XLM-RoBERTa (`BAAI/bge-reranker-v2-m3`) or DeBERTa (`mixedbread-ai/mxbai-rerank-*`)
+//! — and written back as the same question file, each pool in score order (best
+//! first) with the scores in `rerank_scores`, so that `beam`, `lepus`, `label` and
+//! `eval` read it as they read `retrieve`'s output.
+//!
+//! A pair is `(question, document)` with document = `title + separator + text`,
+//! stripped (sentence-transformers' convention for titled corpora), tokenised as the
+//! model's tokenizer pairs texts and truncated longest-first. The score of a pair is
+//! what `CrossEncoder.predict` gives: the head's logit through the model's activation
+//! ([`ScoreActivation`]: sigmoid by default), or with `--label K` the softmax
+//! probability of label K of a several-label head. Ties keep the input order. Gold
+//! labels follow their passages; a gold passage `--top-k` drops is noted in `issues`
+//! as `retrieve` notes one it misses, which `eval` counts as not found.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow_array::builder::{Float32Builder, ListBuilder};
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use rayon::prelude::*;
+
+use super::questions::{Prepare, QuestionJob, QuestionScorer};
+use crate::backend::Backend;
+use crate::io::fingerprint::file_sha256;
+use crate::io::metadata::run_metadata;
+use crate::io::paths::Named;
+use crate::io::questions::{self, gold_not_retrieved, Question};
+use crate::model::batch::{PackedBatch, Sequence};
+use crate::model::cross_encoder::{CrossEncoder, ModelFiles, ScoreActivation};
+use crate::model::heads::select;
+use crate::model::hub::Need;
+use crate::options::{self, Options};
+use crate::pipeline::files::ToBatch;
+use crate::pipeline::{SchedulerConfig, Strategy};
+use crate::text::TextTokenizer;
+
+/// The output column of the scores, one per kept passage, in the new order.
+pub const SCORES_COLUMN: &str = "rerank_scores";
+
+/// What to load and how to rank: the flags of `hopscore rerank` and the options of
+/// Python's `hopscore.Reranker`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct RerankConfig {
+    /// Cross-encoder directory (or hub id): config.json (`model_type` bert,
+    /// xlm-roberta, roberta or deberta-v2), safetensors with a sequence
+    /// classification head, and tokenizer.json unless --tokenizer is given.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_MODEL",
+        value_parser = crate::options::values::model_path))]
+    pub model: PathBuf,
+    /// tokenizer.json (or a directory holding it), when the model directory has none.
+    #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_TOKENIZER",
+        value_parser = crate::options::values::model_path))]
+    pub tokenizer: Option<PathBuf>,
+    /// Head to score with, when the checkpoint has several sequence-level heads.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub head: Option<String>,
+    /// A head with several labels: score by the softmax probability of this label
+    /// (the relevant class). A one-label head needs none.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub label: Option<usize>,
+    /// Keep the best K passages of each pool (default: all, reordered).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_usize))]
+    pub top_k: Option<usize>,
+    /// What joins a passage's title and text into the document (an empty title
+    /// leaves the text alone).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = " ", allow_hyphen_values = true)
+    )]
+    pub title_separator: String,
+    /// Truncation length of a pair, special tokens included (longest-first).
+    /// Default: the model's max_position_embeddings.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_usize))]
+    pub max_length: Option<usize>,
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub scheduler: SchedulerConfig,
+}
+
+impl RerankConfig {
+    /// The defaults (the command line's) for `model`.
+    pub fn new(model: PathBuf) -> Self {
+        Self {
+            model,
+            ..Self::defaults()
+        }
+    }
+}
+
+impl Options for RerankConfig {
+    /// Every option at the command line's default; the paths empty.
+    fn defaults() -> Self {
+        Self {
+            model: PathBuf::new(),
+            tokenizer: None,
+            head: None,
+            label: None,
+            top_k: None,
+            title_separator: " ".into(),
+            max_length: None,
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        options::none_or_at_least_one("top_k", self.top_k)?;
+        options::none_or_at_least_one("max_length", self.max_length)?;
+        self.scheduler.check()
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut PathBuf, Need)> {
+        options::model_and_tokenizer([&mut self.model], self.tokenizer.as_mut())
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        options::named(&[
+            ("--model", Some(&self.model)),
+            ("--tokenizer", self.tokenizer.as_deref()),
+        ])
+    }
+}
+
+/// How a head's logits become one score.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PairScore {
+    /// A one-label head: its logit through the activation.
+    Logit(ScoreActivation),
+    /// A several-label head: the softmax probability of this label.
+    Softmax(usize),
+}
+
+impl PairScore {
+    /// The score of a pair's logits.
+    pub fn of(self, logits: &[f32]) -> f32 {
+        match self {
+            PairScore::Logit(act) => act.apply(logits[0]),
+            PairScore::Softmax(k) => {
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+                (logits[k] - max).exp() / sum
+            }
+        }
+    }
+
+    /// Its name in the run metadata.
+    fn describe(self) -> String {
+        match self {
+            PairScore::Logit(act) => super::value_name(act),
+            PairScore::Softmax(k) => format!("softmax[{k}]"),
+        }
+    }
+}
+
+/// One question's pairs, scored in one step.
+pub struct RerankTask {
+    question: Option<Question>,
+    pairs: Vec<Sequence>,
+    score: PairScore,
+    top_k: Option<usize>,
+    scores: Option<Vec<f32>>,
+}
+
+impl Strategy for RerankTask {
+    type Output = Reranked;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        match self.scores {
+            Some(_) => Vec::new(),
+            None => self.pairs.iter().map(|s| (s.clone(), 0)).collect(),
+        }
+    }
+    fn feed(&mut self, logits: Vec<Vec<f32>>) {
+        // A non-finite logit gives a NaN score, which `finish` quarantines (a sigmoid
+        // would hide an infinite one).
+        let score = |l: &[f32]| match l.iter().all(|v| v.is_finite()) {
+            true => self.score.of(l),
+            false => f32::NAN,
+        };
+        self.scores = Some(logits.iter().map(|l| score(l)).collect());
+        self.pairs = Vec::new();
+    }
+    fn take_output(&mut self) -> Option<Reranked> {
+        let scores = self.scores.take()?;
+        Some(rerank(self.question.take()?, scores, self.top_k))
+    }
+}
+
+/// A reranked question: its pool in the new order and the scores.
+pub struct Reranked {
+    question: Question,
+    scores: Vec<f32>,
+}
+
+/// `q` with its passages in the order of `scores` (best first; ties keep the input
+/// order), the best `top_k` kept; the gold indices follow their passages, and a gold
+/// passage dropped is noted as not retrieved.
+pub fn rerank(mut q: Question, scores: Vec<f32>, top_k: Option<usize>) -> Reranked {
+    // A problem of the input's gold labels is recorded before the indices move.
+    q.note_gold_problems(Vec::new());
+    let mut order: Vec<usize> = (0..q.passages.len()).collect();
+    order.sort_by(|&i, &j| scores[j].total_cmp(&scores[i]).then(i.cmp(&j)));
+    order.truncate(top_k.unwrap_or(usize::MAX));
+    let mut new_index = vec![None; q.passages.len()];
+    for (to, &from) in order.iter().enumerate() {
+        new_index[from] = Some(to);
+    }
+    let mut supporting = Vec::new();
+    for &s in &q.supporting {
+        match new_index.get(s) {
+            Some(Some(to)) => supporting.push(*to as usize),
+            Some(None) => q.issues.push(gold_not_retrieved(&q.passages[s].title)),
+            None => {}
+        }
+    }
+    supporting.sort_unstable();
+    let mut passages: Vec<Option<_>> = std::mem::take(&mut q.passages)
+        .into_iter()
+        .map(Some)
+        .collect();
+    q.passages = order.iter().filter_map(|&i| passages[i].take()).collect();
+    q.supporting = supporting;
+    Reranked {
+        scores: order.iter().map(|&i| scores[i]).collect(),
+        question: q,
+    }
+}
+
+/// A loaded cross-encoder with its tokenizer and ranking settings.
+pub struct RerankScorer<B: Backend> {
+    be: B,
+    model: CrossEncoder<B>,
+    tok: Arc<TextTokenizer>,
+    score: PairScore,
+    top_k: Option<usize>,
+    separator: Arc<str>,
+    metadata: Vec<(String, String)>,
+}
+
+/// The rerank job on backend `B`.
+pub type RerankJob<B> = QuestionJob<RerankScorer<B>>;
+
+/// Loads the cross-encoder and tokenizer of `config` on `be`.
+pub fn job<B: Backend>(config: RerankConfig, be: B) -> Result<RerankJob<B>> {
+    config.check()?;
+    let files = ModelFiles::open(&config.model)?;
+    let model_config = files.config.clone();
+    let head = select(&files.heads(), config.head.as_deref())?.clone();
+    if !head.per_sequence() {
+        bail!(
+            "head `{}` scores tokens, not pairs: rerank needs a sequence classification head",
+            head.name
+        );
+    }
+    let score = match (head.num_labels, config.label) {
+        (_, Some(k)) if k >= head.num_labels => bail!(
+            "--label {k}: head `{}` has {} labels (0 to {})",
+            head.name,
+            head.num_labels,
+            head.num_labels - 1
+        ),
+        (1, None) => PairScore::Logit(ScoreActivation::of_model(
+            &config.model.join("config.json"),
+            1,
+        )?),
+        (1, Some(_)) => bail!("--label: head `{}` has one label; leave it out", head.name),
+        (n, None) => bail!(
+            "head `{}` has {n} labels: pass --label K, the label whose probability ranks \
+             (the relevant class)",
+            head.name
+        ),
+        (_, Some(k)) => PairScore::Softmax(k),
+    };
+    let weights_paths = files.weights_paths();
+    let model = CrossEncoder::load(&be, files, Some(&[head.name]))?;
+    let max_len = config
+        .max_length
+        .unwrap_or(model_config.max_position_embeddings);
+    let tok_path = TextTokenizer::locate(&config.model, config.tokenizer.as_deref())?;
+    let tok = Arc::new(TextTokenizer::from_file(&tok_path, Some(max_len))?);
+    let metadata = run_metadata(
+        &be,
+        &config.model,
+        &weights_paths,
+        &[
+            ("strategy", "rerank".into()),
+            ("tokenizer_sha256", file_sha256(&tok_path)?),
+            ("head", head.name.to_string()),
+            ("score", score.describe()),
+            (
+                "top_k",
+                config.top_k.map_or("all".into(), |k| k.to_string()),
+            ),
+            ("title_separator", config.title_separator.clone()),
+            ("max_length", max_len.to_string()),
+            ("device", be.name()),
+        ],
+    )?;
+    Ok(QuestionJob::new(
+        RerankScorer {
+            be,
+            model,
+            tok,
+            score,
+            top_k: config.top_k,
+            separator: config.title_separator.into(),
+            metadata,
+        },
+        config.scheduler,
+    ))
+}
+
+/// The document of a passage: `title + separator + text`, stripped; the text alone
+/// when the title is empty.
+pub fn document(title: &str, text: &str, separator: &str) -> String {
+    if title.is_empty() {
+        text.trim().to_string()
+    } else {
+        format!("{title}{separator}{text}").trim().to_string()
+    }
+}
+
+/// The output schema: a question file with [`SCORES_COLUMN`].
+pub fn rerank_schema() -> SchemaRef {
+    let mut fields: Vec<Field> = questions::schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(
+        SCORES_COLUMN,
+        DataType::List(Arc::new(Field::new("item", DataType::Float32, true))),
+        false,
+    ));
+    Arc::new(Schema::new(fields))
+}
+
+impl<B: Backend> QuestionScorer for RerankScorer<B> {
+    type Task = RerankTask;
+    type Row = Reranked;
+
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+
+    fn schema(&self) -> SchemaRef {
+        rerank_schema()
+    }
+
+    fn prepare(&self) -> Prepare<RerankTask> {
+        let (tok, separator) = (self.tok.clone(), self.separator.clone());
+        let (score, top_k) = (self.score, self.top_k);
+        Arc::new(move |q: &Question| {
+            let pairs = q
+                .passages
+                .par_iter()
+                .map(|p| {
+                    let doc = document(&p.title, &p.text, &separator);
+                    tok.encode_pair(&q.question, Some(&doc))
+                })
+                .collect::<Result<Vec<_>>>()
+                .map_err(|e| format!("{e:#}"))?;
+            Ok(RerankTask {
+                question: Some(q.clone()),
+                pairs,
+                score,
+                top_k,
+                scores: None,
+            })
+        })
+    }
+
+    fn finish(row: Reranked) -> Result<Reranked, (String, String)> {
+        match crate::strategy::non_finite(&row.scores) {
+            Some(why) => Err((row.question.id, why)),
+            None => Ok(row),
+        }
+    }
+
+    fn to_batch(&self) -> ToBatch<Reranked> {
+        Arc::new(|rows: &[Reranked]| rerank_batch(rows))
+    }
+
+    fn score(&mut self, seqs: &[Sequence], _heads: &[usize]) -> Result<Vec<Vec<f32>>> {
+        let out = self
+            .model
+            .forward(&self.be, &PackedBatch::pack(seqs), false)?;
+        let logits = &out.logits[0];
+        let labels = logits.shape[1];
+        Ok(logits
+            .data
+            .chunks_exact(labels)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+}
+
+/// One record batch of reranked questions.
+fn rerank_batch(rows: &[Reranked]) -> Result<RecordBatch> {
+    let qs: Vec<Question> = rows.iter().map(|r| r.question.clone()).collect();
+    let base = questions::to_batch(&qs)?;
+    let mut scores = ListBuilder::new(Float32Builder::new());
+    for r in rows {
+        scores.values().append_slice(&r.scores);
+        scores.append(true);
+    }
+    let mut columns = base.columns().to_vec();
+    columns.push(Arc::new(scores.finish()));
+    RecordBatch::try_new(rerank_schema(), columns).context("building the output batch")
+}
+
+super::job_kind!(RerankConfig, "rerank", ["model"], "question", 256);

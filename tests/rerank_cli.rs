@@ -1,0 +1,259 @@
+//! `hopscore import` → `hopscore rerank` end to end on the HotpotQA slice: each pool
+//! reordered by the scores sentence-transformers' `CrossEncoder.predict` gives (the
+//! goldens of tools/goldens/make_reranker_goldens.py, random BERT and XLM-R
+//! checkpoints), gold labels following their passages, `--top-k` noting the gold it
+//! drops, the output read by `eval`, `lepus` and `beam` as a question file, and a run
+//! SIGKILLed and resumed writing the bytes of an uninterrupted one.
+
+use crate::common;
+use crate::reranker_parity::golden_pairs;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use arrow_array::{Array, Float32Array, ListArray};
+use hopscore::io::questions::{Question, QuestionReader, QuestionWriter};
+
+fn import_hotpot(dir: &Path) -> PathBuf {
+    let out = dir.join("hotpot.parquet");
+    let st = common::hopscore()
+        .args(["import", "hotpotqa"])
+        .arg(common::data_file("hotpotqa"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success(), "import failed");
+    out
+}
+
+/// `hopscore rerank` with the fixture checkpoint `model` and its tokenizer.
+fn rerank(model: &str, tokenizer: &str, input: &Path, output: &Path, extra: &[&str]) -> Command {
+    let mut c = common::hopscore();
+    c.arg("rerank")
+        .arg("--model")
+        .arg(common::fixture(&format!("rerank/{model}")))
+        .arg("--tokenizer")
+        .arg(common::fixture(&format!("rerank/{tokenizer}")))
+        .args(["--max-length", "128", "--input"])
+        .arg(input)
+        .arg("--output")
+        .arg(output)
+        .args(extra);
+    c
+}
+
+fn questions(path: &Path) -> Vec<Question> {
+    QuestionReader::open(path, 64)
+        .unwrap()
+        .map(|r| r.unwrap().unwrap())
+        .collect()
+}
+
+/// Each row's `rerank_scores`.
+fn scores(path: &Path) -> Vec<Vec<f32>> {
+    let batch = common::read_parquet(path);
+    let list = batch
+        .column_by_name("rerank_scores")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<ListArray>()
+        .unwrap()
+        .clone();
+    (0..list.len())
+        .map(|r| {
+            let v = list.value(r);
+            v.as_any()
+                .downcast_ref::<Float32Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
+/// The golden `st_scores` of `model` per (question id, passage title).
+fn golden_scores(model: &str, input: &[Question]) -> HashMap<(String, String), f32> {
+    let g = common::read_golden(&common::fixture(&format!(
+        "rerank/{model}/golden.safetensors"
+    )));
+    let st = &g["st_scores"].f32;
+    let pairs = golden_pairs();
+    let mut out = HashMap::new();
+    let mut k = 0;
+    for q in input.iter().take(6) {
+        for p in &q.passages {
+            assert_eq!(pairs[k].0, q.question);
+            out.insert((q.id.clone(), p.title.clone()), st[k]);
+            k += 1;
+        }
+    }
+    assert_eq!(k, st.len());
+    out
+}
+
+/// The first six questions of `output` hold the pools of `input` in the order of the
+/// golden scores, which `rerank_scores` equal; their gold passages are the input's.
+fn assert_reranked_as_golden(model: &str, input: &[Question], output: &Path) {
+    let golden = golden_scores(model, input);
+    let (got, got_scores) = (questions(output), scores(output));
+    for (k, (q, before)) in got.iter().zip(input).take(6).enumerate() {
+        assert_eq!(q.id, before.id);
+        assert_eq!(q.passages.len(), before.passages.len());
+        let s = &got_scores[k];
+        assert!(s.windows(2).all(|w| w[0] >= w[1]), "{}: best first", q.id);
+        for (p, score) in q.passages.iter().zip(s) {
+            let want = golden[&(q.id.clone(), p.title.clone())];
+            assert!(
+                (score - want).abs() <= 1e-5,
+                "{} {:?}: {score} vs {want}",
+                q.id,
+                p.title
+            );
+            assert!(
+                before.passages.contains(p),
+                "passages are moved, not changed"
+            );
+        }
+        let gold = |q: &Question| {
+            let mut t: Vec<String> = q
+                .supporting
+                .iter()
+                .map(|&i| q.passages[i].title.clone())
+                .collect();
+            t.sort();
+            t
+        };
+        assert_eq!(gold(q), gold(before), "{}: gold follows its passages", q.id);
+    }
+}
+
+#[test]
+fn rerank_orders_pools_by_the_cross_encoder_scores_and_feeds_the_next_stages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = import_hotpot(tmp.path());
+    let before = questions(&input);
+
+    let bert = tmp.path().join("bert.parquet");
+    common::assert_success(
+        &rerank("bert_seqcls", "wordpiece", &input, &bert, &[])
+            .output()
+            .unwrap(),
+    );
+    assert_reranked_as_golden("bert_seqcls", &before, &bert);
+    let meta = common::key_values(&bert);
+    assert_eq!(meta["hopscore.score"], "sigmoid");
+    assert_eq!(meta["hopscore.head"], "sequence");
+
+    let xlmr = tmp.path().join("xlmr.parquet");
+    common::assert_success(
+        &rerank("xlmr_seqcls", "unigram", &input, &xlmr, &[])
+            .output()
+            .unwrap(),
+    );
+    assert_reranked_as_golden("xlmr_seqcls", &before, &xlmr);
+
+    // --top-k 3: three passages each; a gold passage dropped is noted as not retrieved.
+    let top = tmp.path().join("top3.parquet");
+    common::assert_success(
+        &rerank("bert_seqcls", "wordpiece", &input, &top, &["--top-k", "3"])
+            .output()
+            .unwrap(),
+    );
+    let (all, cut) = (questions(&bert), questions(&top));
+    let mut dropped = 0;
+    for (a, c) in all.iter().zip(&cut) {
+        assert_eq!(c.passages, a.passages[..3.min(a.passages.len())]);
+        let missed: Vec<&str> = c.gold_not_retrieved().collect();
+        for &s in &a.supporting {
+            let title = a.passages[s].title.as_str();
+            assert_eq!(s >= 3, missed.contains(&title), "{}: {title}", a.id);
+            dropped += usize::from(s >= 3);
+        }
+    }
+    assert!(dropped > 0, "the random model drops some gold");
+
+    // The output is a question file: eval scores it as a ranked pool, lepus and beam
+    // read it.
+    let eval = common::hopscore()
+        .args(["eval", "--json", "--k", "2,3", "--pred"])
+        .arg(&top)
+        .arg("--gold")
+        .arg(&input)
+        .output()
+        .unwrap();
+    common::assert_success(&eval);
+    let report: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    println!("eval of the top-3 rerank: {report}");
+    let lepus = common::hopscore()
+        .args(["lepus", "--scorer", "bm25", "--input"])
+        .arg(&top)
+        .arg("--output")
+        .arg(tmp.path().join("lepus.parquet"))
+        .output()
+        .unwrap();
+    common::assert_success(&lepus);
+    if common::DEBERTA_V3_TOKENIZER.require().is_some() {
+        let beam = common::question_command(
+            "beam",
+            &[("--model", "beam/model")],
+            &bert,
+            &tmp.path().join("beam.parquet"),
+            &["--hops", "2"],
+        )
+        .output()
+        .unwrap();
+        common::assert_success(&beam);
+    }
+}
+
+#[test]
+fn a_killed_and_resumed_rerank_writes_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let slice = import_hotpot(tmp.path());
+    // The 20 questions COPIES times over, so that the kills land between parts.
+    const COPIES: usize = 16;
+    let qs = questions(&slice);
+    let input = tmp.path().join("copies.parquet");
+    let mut w = QuestionWriter::create(&input, &[]).unwrap();
+    for k in 0..COPIES {
+        let mut copy = qs.clone();
+        for q in &mut copy {
+            q.id = format!("{}~{k}", q.id);
+        }
+        w.write(&copy).unwrap();
+    }
+    w.finish().unwrap();
+    let args = ["--part-rows", "16", "--threads", "1"];
+    let run = |out: &Path| rerank("bert_seqcls", "wordpiece", &input, out, &args);
+    let whole = tmp.path().join("whole.parquet");
+    common::assert_success(&run(&whole).output().unwrap());
+
+    let resumed = tmp.path().join("resumed.parquet");
+    let parts = tmp.path().join("resumed.parquet.parts");
+    let (mut kills, mut delay_ms) = (0, 120u64);
+    while kills < 4 {
+        let mut cmd = run(&resumed);
+        if parts.exists() {
+            cmd.arg("--resume");
+        }
+        let mut child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills += 1;
+        delay_ms += 150;
+    }
+    let mut cmd = run(&resumed);
+    if parts.exists() {
+        cmd.arg("--resume");
+    }
+    common::assert_success(&cmd.output().unwrap());
+    println!("{kills} kills landed");
+    common::assert_resumed_equals_whole(tmp.path());
+}
