@@ -1632,6 +1632,7 @@ fn deberta_checkpoint_err(gpu: &CudaBackend, what: &str, dir: &Path, batch: &Pac
     };
     let (gh, wh) = (got.hidden.unwrap(), want.hidden.unwrap());
     let mut err = rel_err(&keep(&gh), &keep(&wh));
+    eprintln!("  {what} hidden: rel err {err:.2e}");
     for (g, w) in got.logits.iter().zip(&want.logits) {
         let e = if g.shape[0] == real.len() {
             rel_err(&keep(g), &keep(w))
@@ -1720,6 +1721,54 @@ fn deberta_models_bf16() {
             return;
         };
         check_model(m, DType::Bf16, err, BF16_MODEL_TOLERANCE);
+    }
+}
+
+/// The random cross-encoders of tests/fixtures/rerank (BERT sequence and token heads,
+/// XLM-R and RoBERTa with their offset positions and `classifier.dense` → tanh →
+/// `out_proj` heads) on both backends over their 60 golden pairs: hidden states and
+/// logits; returns the largest relative error.
+fn reranker_err(fixture: &str, dtype: DType) -> Option<f32> {
+    let gpu = common::gpu(dtype)?;
+    let fixture_dir = common::fixture(&format!("rerank/{fixture}"));
+    let seqs = common::concatenated_sequences(&common::read_golden(
+        &fixture_dir.join("golden.safetensors"),
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
+    Some(deberta_checkpoint_err(
+        &gpu,
+        fixture,
+        &dir,
+        &PackedBatch::pack(&seqs),
+    ))
+}
+
+const RERANKER_MODELS: [&str; 4] = ["bert_seqcls", "bert_token", "xlmr_seqcls", "roberta_seqcls"];
+
+#[test]
+fn reranker_models_f32() {
+    for m in RERANKER_MODELS {
+        let Some(err) = reranker_err(m, DType::F32) else {
+            return;
+        };
+        check_model(m, DType::F32, err, tolerance(DType::F32));
+    }
+}
+
+/// The rerankers in bf16: hidden states within 8.4e-3 – 8.9e-3 of the CPU's f32 (as
+/// the DeBERTa models), the one-label logits of XLM-R's random `dense → tanh →
+/// out_proj` head up to 2.4e-2 of their largest (measured on the emulator): the bound
+/// is [`BF16_MODEL_TOLERANCE`] with that head's margin.
+const BF16_RERANKER_TOLERANCE: f32 = 3e-2;
+
+#[test]
+fn reranker_models_bf16() {
+    for m in RERANKER_MODELS {
+        let Some(err) = reranker_err(m, DType::Bf16) else {
+            return;
+        };
+        check_model(m, DType::Bf16, err, BF16_RERANKER_TOLERANCE);
     }
 }
 

@@ -12,7 +12,7 @@ use crate::common;
 use std::path::PathBuf;
 
 use hopscore::backend::cpu::CpuBackend;
-use hopscore::model::batch::{PackedBatch, Sequence};
+use hopscore::model::batch::PackedBatch;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles, ScoreActivation};
 use hopscore::model::heads::select;
 use hopscore::text::TextTokenizer;
@@ -41,30 +41,11 @@ fn rerank_fixture(rel: &str) -> PathBuf {
     common::fixture(&format!("rerank/{rel}"))
 }
 
-/// The golden's pairs as sequences (its ids; its segment ids when `types`).
-fn golden_sequences(g: &std::collections::HashMap<String, common::Golden>) -> Vec<Sequence> {
-    let (ids, types) = (&g["input_ids"].i64, &g["token_type_ids"].i64);
-    let mut start = 0;
-    g["lengths"]
-        .i64
-        .iter()
-        .map(|&n| {
-            let r = start..start + n as usize;
-            start = r.end;
-            Sequence {
-                ids: ids[r.clone()].iter().map(|&i| i as u32).collect(),
-                type_ids: types[r].iter().map(|&t| t as u32).collect(),
-                mask: Vec::new(),
-            }
-        })
-        .collect()
-}
-
 /// `tokenizer`'s pairs of [`golden_pairs`] at 128 tokens equal the golden's ids (and
 /// segment ids when `types`).
 fn assert_pair_ids(tokenizer: &std::path::Path, golden: &std::path::Path, types: bool) {
     let tok = TextTokenizer::from_file(tokenizer, Some(128)).unwrap();
-    let want = golden_sequences(&common::read_golden(golden));
+    let want = common::concatenated_sequences(&common::read_golden(golden));
     let pairs = golden_pairs();
     assert_eq!(pairs.len(), want.len());
     for (k, ((q, d), want)) in pairs.iter().zip(&want).enumerate() {
@@ -117,7 +98,7 @@ fn relative_error(name: &str) -> (f64, Vec<f32>) {
         .clone();
     let be = CpuBackend::F32;
     let model = CrossEncoder::load(&be, files, Some(&[head.name])).unwrap();
-    let seqs = golden_sequences(&g);
+    let seqs = common::concatenated_sequences(&g);
     let out = model
         .forward(&be, &PackedBatch::pack(&seqs), false)
         .unwrap();

@@ -26,29 +26,21 @@ pub struct DebertaV2Embeddings<B: Backend> {
     vocab_size: usize,
     max_positions: usize,
     type_vocab_size: usize,
+    /// The batch's type ids are the input's (else all 0: [`DebertaV2Model`] stages
+    /// zeros).
+    types_from_input: bool,
 }
 
 impl<B: Backend> DebertaV2Embeddings<B> {
     pub fn load(be: &B, w: &Weights, c: &DebertaConfig) -> Result<Self> {
         let e = c.embedding_size;
-        let mut position = c
+        let position = c
             .position_biased_input
             .then(|| position_table(w, c))
             .transpose()?;
-        let mut token_type = (c.type_vocab_size > 0)
+        let token_type = (c.type_vocab_size > 0)
             .then(|| w.get("token_type_embeddings.weight", &[c.type_vocab_size, e]))
             .transpose()?;
-        if !c.token_types_from_input {
-            // Every token is of type 0 (RoBERTa: `token_type_ids` all zero): its row
-            // joins each position row, `pos + type₀` for HF's `(word + type₀) + pos`
-            // (the one f32 addition in another order).
-            if let (Some(p), Some(t)) = (position.as_mut(), token_type.take()) {
-                let row = &t.data[..e];
-                for r in p.data.chunks_mut(e) {
-                    r.iter_mut().zip(row).for_each(|(v, t)| *v += t);
-                }
-            }
-        }
         let upload = |t: Option<HostTensor>| t.map(|t| be.upload(&t)).transpose();
         Ok(Self {
             word: be.upload(&w.get("word_embeddings.weight", &[c.vocab_size, e])?)?,
@@ -61,6 +53,7 @@ impl<B: Backend> DebertaV2Embeddings<B> {
             vocab_size: c.vocab_size,
             max_positions: c.max_position_embeddings,
             type_vocab_size: c.type_vocab_size,
+            types_from_input: c.token_types_from_input,
         })
     }
 
@@ -83,11 +76,11 @@ impl<B: Backend> DebertaV2Embeddings<B> {
             lookups.push((p, batch.positions_input()));
         }
         if let Some(t) = &self.token_type {
-            if let Some(&bad) = batch
+            let bad = batch
                 .type_ids
                 .iter()
-                .find(|&&t| t as usize >= self.type_vocab_size)
-            {
+                .find(|&&t| t as usize >= self.type_vocab_size);
+            if let Some(&bad) = bad.filter(|_| self.types_from_input) {
                 bail!(
                     "token type {bad} >= type_vocab_size {}",
                     self.type_vocab_size
@@ -300,6 +293,12 @@ impl<B: Backend> DebertaV2Model<B> {
             .map(|rc| relative_index(rc, run.layout.max_len()));
         // Everything the layers and the heads read from the host, in one upload.
         let mut inputs = run.inputs();
+        // RoBERTa: every token is of type 0 (`token_type_ids` default to zeros).
+        let zeros: Vec<u32>;
+        if !self.config.token_types_from_input {
+            zeros = vec![0; run.type_ids.len()];
+            inputs.ids[1] = &zeros;
+        }
         inputs.rel_index = index.as_deref();
         let graph_ids = inputs.ids.len();
         let (x, prepared) = be.run_forward(

@@ -95,6 +95,29 @@ pub fn find_record<'a>(records: &'a [Value], id: &str) -> Option<&'a Value> {
         .find(|r| r.get("_id").or_else(|| r.get("id")).and_then(Value::as_str) == Some(id))
 }
 
+/// The sequences of a golden that stores them concatenated: `input_ids` and
+/// `token_type_ids` of all, and each one's length in `lengths`
+/// (tools/goldens/make_reranker_goldens.py).
+pub fn concatenated_sequences(
+    g: &std::collections::HashMap<String, Golden>,
+) -> Vec<hopscore::model::batch::Sequence> {
+    let (ids, types) = (&g["input_ids"].i64, &g["token_type_ids"].i64);
+    let mut start = 0;
+    g["lengths"]
+        .i64
+        .iter()
+        .map(|&n| {
+            let r = start..start + n as usize;
+            start = r.end;
+            hopscore::model::batch::Sequence {
+                ids: ids[r.clone()].iter().map(|&i| i as u32).collect(),
+                type_ids: types[r].iter().map(|&t| t as u32).collect(),
+                mask: Vec::new(),
+            }
+        })
+        .collect()
+}
+
 /// A tensor read from a golden safetensors file.
 pub struct Golden {
     pub shape: Vec<usize>,
