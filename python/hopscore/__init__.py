@@ -43,6 +43,7 @@ __all__ = [
     "Lepus",
     "Embedder",
     "CrossEncoder",
+    "Reranker",
     "CausalLM",
     "Review",
     "set_threads",
@@ -179,8 +180,8 @@ class Lepus(Job):
 
 
 class CrossEncoder(Job):
-    """A DeBERTa cross-encoder scoring (id, text_a, text_b) rows (``hopscore
-    classify``); :meth:`classify` is :meth:`process`. Default
+    """A cross-encoder (DeBERTa, BERT, XLM-RoBERTa) scoring (id, text_a, text_b) rows
+    (``hopscore classify``); :meth:`classify` is :meth:`process`. Default
     ``max_batch_tokens=16384``; ``max_length`` defaults to the model's."""
 
     command = "classify"
@@ -194,6 +195,28 @@ class CrossEncoder(Job):
         super().__init__(**_options(locals()))
 
     classify = Job.process
+
+
+class Reranker(Job):
+    """Each question's passage pool reranked by a cross-encoder (``hopscore rerank``):
+    BERT (``cross-encoder/ms-marco-*``), XLM-RoBERTa (``BAAI/bge-reranker-v2-m3``) or
+    DeBERTa. The output is the question table with each pool in score order and the
+    scores in ``rerank_scores``, which the other jobs read as they read ``retrieve``'s.
+    Defaults: every passage kept (``top_k``), ``title_separator=" "``, the model's
+    activation (sigmoid for one label), ``max_length`` the model's,
+    ``max_batch_tokens=16384``, ``max_active=64``."""
+
+    command = "rerank"
+
+    def __init__(self, model: Path, *, tokenizer: Optional[Path] = None, head: Optional[str] = None,
+                 label: Optional[int] = None, top_k: Optional[int] = None,
+                 title_separator: Optional[str] = None, max_length: Optional[int] = None,
+                 max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
+                 device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None,
+                 threads: Optional[int] = None) -> None:
+        super().__init__(**_options(locals()))
 
 
 class Embedder(Job):

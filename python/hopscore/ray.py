@@ -105,6 +105,13 @@ class Classify(_Actor):
     job_class = hopscore.CrossEncoder
 
 
+class Rerank(_Actor):
+    """Question pools reranked by a cross-encoder: keyword arguments of
+    :class:`hopscore.Reranker`."""
+
+    job_class = hopscore.Reranker
+
+
 class Embed(_Actor):
     """Bi-encoder vectors of (id, text[, title]) rows: keyword arguments of
     :class:`hopscore.Embedder`."""
