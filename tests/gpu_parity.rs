@@ -1698,14 +1698,24 @@ const DEBERTA_MODELS: [&str; 7] = [
     "efficientrag_labeler",
 ];
 
-#[test]
-fn deberta_models_f32() {
-    for m in DEBERTA_MODELS {
-        let Some(err) = deberta_err(m, DType::F32) else {
+/// Each of `models` through `err` in `dtype` within `tol` (none without a device).
+fn check_models(models: &[&str], dtype: DType, tol: f32, err: impl Fn(&str, DType) -> Option<f32>) {
+    for m in models {
+        let Some(e) = err(m, dtype) else {
             return;
         };
-        check_model(m, DType::F32, err, tolerance(DType::F32));
+        check_model(m, dtype, e, tol);
     }
+}
+
+#[test]
+fn deberta_models_f32() {
+    check_models(
+        &DEBERTA_MODELS,
+        DType::F32,
+        tolerance(DType::F32),
+        deberta_err,
+    );
 }
 
 /// Whole DeBERTa models in bf16 (weights rounded alike on both sides) carry every
@@ -1716,12 +1726,12 @@ const BF16_MODEL_TOLERANCE: f32 = 2e-2;
 
 #[test]
 fn deberta_models_bf16() {
-    for m in DEBERTA_MODELS {
-        let Some(err) = deberta_err(m, DType::Bf16) else {
-            return;
-        };
-        check_model(m, DType::Bf16, err, BF16_MODEL_TOLERANCE);
-    }
+    check_models(
+        &DEBERTA_MODELS,
+        DType::Bf16,
+        BF16_MODEL_TOLERANCE,
+        deberta_err,
+    );
 }
 
 /// The random cross-encoders of tests/fixtures/rerank (BERT sequence and token heads,
@@ -1748,12 +1758,12 @@ const RERANKER_MODELS: [&str; 4] = ["bert_seqcls", "bert_token", "xlmr_seqcls", 
 
 #[test]
 fn reranker_models_f32() {
-    for m in RERANKER_MODELS {
-        let Some(err) = reranker_err(m, DType::F32) else {
-            return;
-        };
-        check_model(m, DType::F32, err, tolerance(DType::F32));
-    }
+    check_models(
+        &RERANKER_MODELS,
+        DType::F32,
+        tolerance(DType::F32),
+        reranker_err,
+    );
 }
 
 /// The rerankers in bf16: hidden states within 8.4e-3 – 8.9e-3 of the CPU's f32 (as
@@ -1764,12 +1774,12 @@ const BF16_RERANKER_TOLERANCE: f32 = 3e-2;
 
 #[test]
 fn reranker_models_bf16() {
-    for m in RERANKER_MODELS {
-        let Some(err) = reranker_err(m, DType::Bf16) else {
-            return;
-        };
-        check_model(m, DType::Bf16, err, BF16_RERANKER_TOLERANCE);
-    }
+    check_models(
+        &RERANKER_MODELS,
+        DType::Bf16,
+        BF16_RERANKER_TOLERANCE,
+        reranker_err,
+    );
 }
 
 /// The random BERT of tests/fixtures/bert (Contriever layout: absolute positions, token

@@ -7,6 +7,7 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::model::cross_encoder::ModelFiles;
+use crate::model::heads::Pooling;
 use crate::text::TextTokenizer;
 
 #[derive(Debug, Clone, Args)]
@@ -36,8 +37,14 @@ pub fn run(args: &InspectArgs) -> Result<String> {
     writeln!(s, "model      {}", args.model.display())?;
     writeln!(
         s,
-        "encoder    DeBERTa-v2/v3: {} layers, hidden {}, {} heads × {}, ffn {}, vocab {}",
-        c.num_layers, c.hidden_size, c.num_heads, c.head_size, c.intermediate_size, c.vocab_size
+        "encoder    {}: {} layers, hidden {}, {} heads × {}, ffn {}, vocab {}",
+        c.family.name(),
+        c.num_layers,
+        c.hidden_size,
+        c.num_heads,
+        c.head_size,
+        c.intermediate_size,
+        c.vocab_size
     )?;
     match &c.relative {
         Some(r) => writeln!(
@@ -56,8 +63,12 @@ pub fn run(args: &InspectArgs) -> Result<String> {
     }
     writeln!(
         s,
-        "inputs     max positions {}, position-biased input {}, token types {}",
-        c.max_position_embeddings, c.position_biased_input, c.type_vocab_size
+        "inputs     max positions {} (from table row {}), position-biased input {}, token types {}{}",
+        c.max_position_embeddings,
+        c.position_offset,
+        c.position_biased_input,
+        c.type_vocab_size,
+        if c.token_types_from_input { "" } else { " (all 0)" }
     )?;
     let dtypes = store.dtype_summary();
     let total: usize = dtypes.values().sum();
@@ -72,8 +83,16 @@ pub fn run(args: &InspectArgs) -> Result<String> {
     for h in heads {
         writeln!(
             s,
-            "head       {:<9} {} labels, {:?} pooling (tensor `{}`)",
-            h.name, h.num_labels, h.pooling, h.tensor
+            "head       {:<9} {} labels, {:?} pooling (tensor `{}`{})",
+            h.name,
+            h.num_labels,
+            h.pooling,
+            h.tensor,
+            match h.pooling {
+                Pooling::Pooler | Pooling::MeanPooler =>
+                    format!(", pooler `{}` + {:?}", h.pooler, h.pooler_act),
+                _ => String::new(),
+            }
         )?;
     }
     match TextTokenizer::locate(&args.model, args.tokenizer.as_deref()) {

@@ -211,7 +211,7 @@ pub fn rerank(mut q: Question, scores: Vec<f32>, top_k: Option<usize>) -> Rerank
     let mut supporting = Vec::new();
     for &s in &q.supporting {
         match new_index.get(s) {
-            Some(Some(to)) => supporting.push(*to as usize),
+            Some(&Some(to)) => supporting.push(to),
             Some(None) => q.issues.push(gold_not_retrieved(&q.passages[s].title)),
             None => {}
         }

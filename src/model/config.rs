@@ -166,6 +166,17 @@ pub enum EncoderFamily {
     Roberta,
 }
 
+impl EncoderFamily {
+    /// Its name for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Deberta => "DeBERTa-v2/v3",
+            Self::Bert => "BERT",
+            Self::Roberta => "RoBERTa / XLM-RoBERTa",
+        }
+    }
+}
+
 /// DeBERTa's attention projection names (`DisentangledSelfAttention.query_proj`, …).
 pub const DEBERTA_PROJECTIONS: [&str; 3] = ["query_proj", "key_proj", "value_proj"];
 
