@@ -186,7 +186,26 @@ fn rerank_orders_pools_by_the_cross_encoder_scores_and_feeds_the_next_stages() {
         .unwrap();
     common::assert_success(&eval);
     let report: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
-    println!("eval of the top-3 rerank: {report}");
+    // R@k: the share of questions whose every gold passage is in the reranked top k
+    // (a dropped one counts as missed), counted from the output itself.
+    let recall = |k: usize| {
+        let hits = cut
+            .iter()
+            .filter(|q| q.gold_not_retrieved().next().is_none())
+            .filter(|q| q.supporting.iter().all(|&s| s < k))
+            .count();
+        hits as f64 / cut.len() as f64
+    };
+    for k in [2, 3] {
+        let got = report["overall"]["recall_at_k"][k.to_string()]
+            .as_f64()
+            .unwrap();
+        assert!(
+            (got - recall(k)).abs() < 1e-12,
+            "R@{k}: eval {got}, counted {}",
+            recall(k)
+        );
+    }
     let lepus = common::hopscore()
         .args(["lepus", "--scorer", "bm25", "--input"])
         .arg(&top)

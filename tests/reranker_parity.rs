@@ -86,8 +86,9 @@ fn pair_ids_match_hf_fast_tokenizers() {
 }
 
 /// max |got − want| / max |want| of a checkpoint's logits over the golden pairs (CPU,
-/// f32, one packed batch), and the logits.
-fn relative_error(name: &str) -> (f64, Vec<f32>) {
+/// f32, one packed batch), and the logits; with `second_segment_types`, each pair's
+/// tokens after its first half are of type 1 (what a RoBERTa model must ignore).
+fn relative_error_of(name: &str, second_segment_types: bool) -> (f64, Vec<f32>) {
     let dir = rerank_fixture(name);
     let g = common::read_golden(&dir.join("golden.safetensors"));
     let files = ModelFiles::open(&dir).unwrap();
@@ -98,7 +99,13 @@ fn relative_error(name: &str) -> (f64, Vec<f32>) {
         .clone();
     let be = CpuBackend::F32;
     let model = CrossEncoder::load(&be, files, Some(&[head.name])).unwrap();
-    let seqs = common::concatenated_sequences(&g);
+    let mut seqs = common::concatenated_sequences(&g);
+    if second_segment_types {
+        for s in &mut seqs {
+            let half = s.ids.len() / 2;
+            s.type_ids[half..].iter_mut().for_each(|t| *t = 1);
+        }
+    }
     let out = model
         .forward(&be, &PackedBatch::pack(&seqs), false)
         .unwrap();
@@ -112,6 +119,21 @@ fn relative_error(name: &str) -> (f64, Vec<f32>) {
         .zip(want)
         .fold(0f64, |m, (a, b)| m.max((f64::from(*a) - b).abs()));
     (err / scale, got.data.clone())
+}
+
+fn relative_error(name: &str) -> (f64, Vec<f32>) {
+    relative_error_of(name, false)
+}
+
+#[test]
+fn roberta_models_read_every_token_as_type_zero() {
+    for name in ["xlmr_seqcls", "roberta_seqcls"] {
+        let (err, _) = relative_error_of(name, true);
+        assert!(
+            err <= 1e-5,
+            "{name}: relative error {err:e} with segment ids of 1"
+        );
+    }
 }
 
 #[test]

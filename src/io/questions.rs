@@ -299,9 +299,9 @@ fn opt_strings<'a>(values: impl Iterator<Item = Option<&'a str>>) -> ArrayRef {
     Arc::new(StringArray::from_iter(values))
 }
 
-/// The record batch holding `questions` in the [`schema`] layout.
-pub fn to_batch(questions: &[Question]) -> Result<RecordBatch> {
-    let qs = questions;
+/// The record batch holding `questions` (owned or borrowed) in the [`schema`] layout.
+pub fn to_batch<Q: std::borrow::Borrow<Question>>(questions: &[Q]) -> Result<RecordBatch> {
+    let qs: Vec<&Question> = questions.iter().map(Q::borrow).collect();
     let passages = || qs.iter().flat_map(|q| q.passages.iter());
     let sentences = || passages().flat_map(|p| p.sentences.iter().flatten());
     let sentence_list = list(

@@ -400,7 +400,7 @@ impl<B: Backend> QuestionScorer for RerankScorer<B> {
 
 /// One record batch of reranked questions.
 fn rerank_batch(rows: &[Reranked]) -> Result<RecordBatch> {
-    let qs: Vec<Question> = rows.iter().map(|r| r.question.clone()).collect();
+    let qs: Vec<&Question> = rows.iter().map(|r| &r.question).collect();
     let base = questions::to_batch(&qs)?;
     let mut scores = ListBuilder::new(Float32Builder::new());
     for r in rows {

@@ -26,9 +26,6 @@ pub struct DebertaV2Embeddings<B: Backend> {
     vocab_size: usize,
     max_positions: usize,
     type_vocab_size: usize,
-    /// The batch's type ids are the input's (else all 0: [`DebertaV2Model`] stages
-    /// zeros).
-    types_from_input: bool,
 }
 
 impl<B: Backend> DebertaV2Embeddings<B> {
@@ -53,7 +50,6 @@ impl<B: Backend> DebertaV2Embeddings<B> {
             vocab_size: c.vocab_size,
             max_positions: c.max_position_embeddings,
             type_vocab_size: c.type_vocab_size,
-            types_from_input: c.token_types_from_input,
         })
     }
 
@@ -76,11 +72,11 @@ impl<B: Backend> DebertaV2Embeddings<B> {
             lookups.push((p, batch.positions_input()));
         }
         if let Some(t) = &self.token_type {
-            let bad = batch
+            if let Some(&bad) = batch
                 .type_ids
                 .iter()
-                .find(|&&t| t as usize >= self.type_vocab_size);
-            if let Some(&bad) = bad.filter(|_| self.types_from_input) {
+                .find(|&&t| t as usize >= self.type_vocab_size)
+            {
                 bail!(
                     "token type {bad} >= type_vocab_size {}",
                     self.type_vocab_size
@@ -282,10 +278,19 @@ impl<B: Backend> DebertaV2Model<B> {
         be: &B,
         batch: &'a PackedBatch,
     ) -> Result<(B::Tensor, StagedBatch<'a>)> {
+        // RoBERTa: every token is of type 0 (HF's `token_type_ids` default to zeros),
+        // whatever types the tokenizer gave.
+        let retyped = (!self.config.token_types_from_input
+            && batch.type_ids.iter().any(|&t| t != 0))
+        .then(|| PackedBatch {
+            type_ids: vec![0; batch.type_ids.len()],
+            ..batch.clone()
+        });
+        let typed = retyped.as_ref().unwrap_or(batch);
         let padded = be
-            .graph_bucket(batch.shape(), self.config.max_position_embeddings)
-            .map(|to| batch.padded(to));
-        let run = padded.as_ref().unwrap_or(batch);
+            .graph_bucket(typed.shape(), self.config.max_position_embeddings)
+            .map(|to| typed.padded(to));
+        let run = padded.as_ref().unwrap_or(typed);
         let index = self
             .config
             .relative
@@ -293,12 +298,6 @@ impl<B: Backend> DebertaV2Model<B> {
             .map(|rc| relative_index(rc, run.layout.max_len()));
         // Everything the layers and the heads read from the host, in one upload.
         let mut inputs = run.inputs();
-        // RoBERTa: every token is of type 0 (`token_type_ids` default to zeros).
-        let zeros: Vec<u32>;
-        if !self.config.token_types_from_input {
-            zeros = vec![0; run.type_ids.len()];
-            inputs.ids[1] = &zeros;
-        }
         inputs.rel_index = index.as_deref();
         let graph_ids = inputs.ids.len();
         let (x, prepared) = be.run_forward(

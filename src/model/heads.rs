@@ -67,18 +67,19 @@ pub fn find_heads(w: &Weights, c: &DebertaConfig) -> Vec<HeadSpec> {
         .architectures
         .iter()
         .any(|a| a.ends_with("ForTokenClassification"));
-    let sequence_or_token = |pooler: &'static str| -> (&'static str, Pooling, bool) {
+    // `classifier` is a sequence head over a pooler, else a token head.
+    let sequence_or_token = |pooler: &'static str| {
         if w.contains(&format!("{pooler}.weight")) && !token_arch {
-            ("sequence", Pooling::Pooler, true)
+            ("sequence", Pooling::Pooler)
         } else {
-            ("token", Pooling::Tokens, true)
+            ("token", Pooling::Tokens)
         }
     };
     let (candidates, act): (Vec<Candidate>, PoolerAct) = match c.family {
         EncoderFamily::Deberta => {
             const POOLER: &str = "pooler.dense";
             let has_pooler = w.contains("pooler.dense.weight");
-            let (name, pooling, _) = sequence_or_token(POOLER);
+            let (name, pooling) = sequence_or_token(POOLER);
             let candidates = vec![
                 ("hop1", "hop_classifier_layer", Pooling::Cls, POOLER, true),
                 (
@@ -102,9 +103,9 @@ pub fn find_heads(w: &Weights, c: &DebertaConfig) -> Vec<HeadSpec> {
         }
         EncoderFamily::Bert => {
             const POOLER: &str = "bert.pooler.dense";
-            let (name, pooling, ok) = sequence_or_token(POOLER);
+            let (name, pooling) = sequence_or_token(POOLER);
             (
-                vec![(name, "classifier", pooling, POOLER, ok)],
+                vec![(name, "classifier", pooling, POOLER, true)],
                 PoolerAct::Tanh,
             )
         }
