@@ -12,8 +12,9 @@ constexpr unsigned kHeadThreads = geometry::HEAD_THREADS;
 
 // The activation a dense_rows output goes through: none (a classifier), the exact GELU
 // (HF ContextPooler: DeBERTa) or tanh (BertPooler, RobertaClassificationHead), in f32.
-// The values of HeadParams::pooler_act (src/backend/cuda/params.rs mirrors them).
-enum class HeadAct : unsigned { kGeluErf = 0, kTanh = 1, kNone = 2 };
+// A compile-time argument of each entry (cls_head_* and cls_head_tanh_*), so an entry's
+// code holds its own activation only.
+enum class HeadAct : unsigned { kGeluErf, kTanh, kNone };
 
 __device__ inline float head_act(HeadAct act, float v) {
   switch (act) {

@@ -117,7 +117,7 @@ template <typename T> struct HeadParams {
   unsigned inner;              // pooler outputs (no pooler: hidden)
   unsigned labels;             // classifier outputs
   unsigned chunk;              // cls_head: pooler outputs per block (grid y = chunks); else 0
-  unsigned pooler_act;         // cls_head: the pooler's activation, a HeadAct (0: gelu_erf); else 0
+  unsigned pad;                // 0
 };
 static_assert(sizeof(HeadParams<float>) == 96, "mirror of src/backend/cuda/params.rs");
 

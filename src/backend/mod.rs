@@ -329,23 +329,14 @@ pub enum SeqPooling {
     Mean,
 }
 
-/// The activation after a head's pooler.
+/// The activation after a head's pooler (on a GPU, the `cls_head` entry's:
+/// `cls_head_*` or `cls_head_tanh_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolerAct {
     /// The exact (erf) GELU: HF `ContextPooler` (DeBERTa).
     Gelu,
     /// tanh: `BertPooler`, `RobertaClassificationHead`.
     Tanh,
-}
-
-impl PoolerAct {
-    /// Its value of `HeadAct` in kernels/heads.cuh.
-    pub fn kernel_code(self) -> u32 {
-        match self {
-            PoolerAct::Gelu => 0,
-            PoolerAct::Tanh => 1,
-        }
-    }
 }
 
 /// A sequence classification head for [`Backend::cls_head`]: the pooled row, then

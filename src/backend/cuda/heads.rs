@@ -10,7 +10,7 @@ use super::params::HeadParams;
 use super::{CudaBackend, CudaTensor, DType};
 use crate::backend::kernels::geometry;
 use crate::backend::{
-    ClsHead, Dense, Input, OpError, OpResult, SeqLayout, SeqPooling, TokenLogits,
+    ClsHead, Dense, Input, OpError, OpResult, PoolerAct, SeqLayout, SeqPooling, TokenLogits,
 };
 use crate::tensor::HostTensor;
 
@@ -65,7 +65,7 @@ fn params(
         inner: hidden.cols as u32,
         labels: classifier.weight.rows as u32,
         chunk: 0,
-        pooler_act: 0,
+        pad: 0,
     }
 }
 
@@ -102,9 +102,13 @@ pub(super) fn cls_head(
         p.pooler_b = pooler.bias.map_or(0, CudaTensor::ptr);
         p.inner = inner as u32;
         p.chunk = chunk as u32;
-        p.pooler_act = head.pooler_act.kernel_code();
     }
-    be.launch_params("cls_head", "cls_head", cfg, &p)?;
+    // The pooler's activation is the entry's (no pooler: either entry, the GELU one).
+    let kernel = match (head.pooler, head.pooler_act) {
+        (Some(_), PoolerAct::Tanh) => "cls_head_tanh",
+        _ => "cls_head",
+    };
+    be.launch_params("cls_head", kernel, cfg, &p)?;
     let bytes = be
         .dev
         .download_bytes("cls_head", out.ptr(), chunks * n * 4)?;

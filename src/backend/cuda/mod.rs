@@ -919,6 +919,7 @@ mod tests {
         const PLAIN: &[&str] = &[
             "add",
             "cls_head",
+            "cls_head_tanh",
             "embedding",
             "gather_rows",
             "gelu",

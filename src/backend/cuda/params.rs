@@ -196,9 +196,8 @@ pub struct HeadParams {
     pub labels: u32,
     /// cls_head: pooler outputs per block (the grid's y extent is the chunks); else 0.
     pub chunk: u32,
-    /// cls_head: the pooler's activation, `hopscore::HeadAct` of kernels/heads.cuh
-    /// ([`PoolerAct::kernel_code`](crate::backend::PoolerAct)); else 0.
-    pub pooler_act: u32,
+    /// 0.
+    pub pad: u32,
 }
 const _: () = assert!(std::mem::size_of::<HeadParams>() == 96);
 
