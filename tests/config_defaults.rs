@@ -218,6 +218,21 @@ fn python_options_build_the_config_the_cli_flags_do() {
         ],
     );
     same_as_cli(
+        "rerank",
+        json!({"model": "m", "template": "qwen3-reranker", "instruction": "Find facts",
+               "label_tokens": ["no", "yes"]}),
+        &[
+            "--model",
+            "m",
+            "--template",
+            "qwen3-reranker",
+            "--instruction",
+            "Find facts",
+            "--label-tokens",
+            "no,yes",
+        ],
+    );
+    same_as_cli(
         "classify",
         json!({"model": "m", "max_length": 128, "device": "cuda", "gpu": 1}),
         &[

@@ -2,7 +2,8 @@
 //! tools/goldens/make_decoder_goldens.py).
 //!
 //! Tiny random checkpoints (GPT-2; Llama with GQA, an untied head and llama3 RoPE
-//! scaling; Qwen2 with q/k/v bias and a tied head): every per-token log-probability
+//! scaling; Qwen2 with q/k/v bias and a tied head; Qwen3 with q_norm/k_norm and a
+//! head_dim apart from hidden / heads): every per-token log-probability
 //! within 1e-4 (f32), at temperature 1 and 1.4. The sequences of a case are scored in
 //! one packed batch (HF ran them right-padded).
 
@@ -84,6 +85,11 @@ fn llama_gqa_untied_llama3_rope_matches_transformers() {
 #[test]
 fn qwen2_bias_tied_matches_transformers() {
     check_case("qwen2_bias_tied");
+}
+
+#[test]
+fn qwen3_qk_norm_matches_transformers() {
+    check_case("qwen3_qk_norm");
 }
 
 /// `hopscore bench-loglik --scores` writes every per-token log-probability (the

@@ -95,7 +95,7 @@ fn a_broken_config_names_the_parse_error_once() {
         &err,
         cause,
         &format!(
-            "{} is not a valid encoder config.json: {cause}",
+            "{} is not a valid model config.json: {cause}",
             dir.join("config.json").display()
         ),
     );

@@ -27,7 +27,7 @@ use hopscore::backend::cuda::tensor_core_check::{TensorCorePath, TmaPath};
 use hopscore::backend::cuda::{CudaBackend, DType, Version};
 use hopscore::backend::{
     AddNorm, AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense,
-    DeviceCounts, Gate, Gated, Input, PoolerAct, RelAttention, SeqLayout, SeqPooling,
+    DeviceCounts, Gate, Gated, HeadNorm, Input, PoolerAct, RelAttention, SeqLayout, SeqPooling,
     T5AttentionShape,
 };
 use hopscore::model::batch::{graph_key, PackedBatch, Sequence};
@@ -40,6 +40,7 @@ use hopscore::model::decoder::{
 use hopscore::model::language_model::load_language_model;
 use hopscore::model::t5::relative_position_bucket;
 use hopscore::tensor::HostTensor;
+use hopscore::text::causal_tokenizer::CausalTokenizer;
 
 /// Per-op bound (and whole decoders'), relative to max |reference|.
 fn tolerance(dtype: DType) -> f32 {
@@ -360,11 +361,13 @@ enum Op {
     },
 
     /// Llama-style fused [q | k | v] with 4 + 2 + 2 heads over sequences of
-    /// `ROPE_LENS`; q and k rotate, positions restart at `offset` in each sequence.
+    /// `ROPE_LENS`; q and k rotate, positions restart at `offset` in each sequence;
+    /// `qk_norm`: each q and k head RMS-normalised first (Qwen3, `rope_qk_norm_*`).
     Rope {
         head_dim: usize,
         offset: u32,
         theta: f32,
+        qk_norm: bool,
     },
     CausalAttention {
         heads: usize,
@@ -735,6 +738,7 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
             head_dim,
             offset,
             theta,
+            qk_norm,
         } => {
             let tokens: usize = ROPE_LENS.iter().sum();
             let cols = 8 * head_dim;
@@ -746,12 +750,26 @@ fn run<B: Backend>(be: &B, op: &Op, seed: u64, dtype: DType) -> Vec<f32> {
                 .flat_map(|&l| (0..l as u32).map(move |p| p + offset))
                 .collect();
             let mut x = up(&inp.matrix(tokens, cols, 2.0));
+            // Weights around 1 (as trained q_norm / k_norm are).
+            let mut norm_weight = || {
+                let mut w = inp.matrix(1, head_dim, 0.5);
+                w.data.iter_mut().for_each(|v| *v += 1.0);
+                up(&w)
+            };
+            let weights = qk_norm.then(|| [norm_weight(), norm_weight()]);
+            let norm = weights.as_ref().map(|[q, k]| HeadNorm {
+                q_heads: 4,
+                q_weight: q,
+                k_weight: k,
+                eps: 1e-6,
+            });
             be.rope(
                 &mut x,
                 6,
                 head_dim,
                 pos.as_slice().into(),
                 inv_freq.as_slice().into(),
+                norm,
             )
             .unwrap();
             down(&x).data
@@ -1033,22 +1051,46 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
             head_dim: 16,
             offset: 0,
             theta: 10_000.0,
+            qk_norm: false,
         },
         Op::Rope {
             head_dim: 64,
             offset: 0,
             theta: 500_000.0,
+            qk_norm: false,
         },
         Op::Rope {
             head_dim: 8,
             offset: 3000,
             theta: 1e6,
+            qk_norm: false,
+        },
+        // Qwen3's per-head norm: its head size (128: two pairs a lane), a head of 16
+        // (lanes 8–31 idle) and one of 96 (a second pair for lanes 0–15).
+        Op::Rope {
+            head_dim: 128,
+            offset: 0,
+            theta: 1e6,
+            qk_norm: true,
+        },
+        Op::Rope {
+            head_dim: 16,
+            offset: 5,
+            theta: 10_000.0,
+            qk_norm: true,
+        },
+        Op::Rope {
+            head_dim: 96,
+            offset: 0,
+            theta: 1e6,
+            qk_norm: true,
         },
         // Half a head past one warp's 32 lanes: lanes 0–15 take a second pair.
         Op::Rope {
             head_dim: 96,
             offset: 7,
             theta: 10_000.0,
+            qk_norm: false,
         },
         // MHA, GQA 2:1, 3:1 and 4:1, tiles crossing the 32-row blocks, one-token
         // sequences.
@@ -1784,6 +1826,72 @@ fn reranker_models_bf16() {
     );
 }
 
+/// The random Qwen3 rerankers of tests/fixtures/rerank on both backends over their
+/// first 6 golden sequences (one question's pairs: the shared template and question run
+/// once; ≈ 3,000 tokens): the label tokens' logits of the causal LM (its gathered
+/// LM-head rows) and the classifier conversion's `score` logits at the last token;
+/// returns the largest relative error.
+fn llm_reranker_err(fixture: &str, dtype: DType) -> Option<f32> {
+    let gpu = common::gpu(dtype)?;
+    gpu.set_cuda_graphs(false);
+    let g = common::read_golden(&common::fixture("rerank/qwen3_reranker/golden.safetensors"));
+    let (ids, lengths) = (&g["input_ids"].i64, &g["lengths"].i64);
+    let mut start = 0;
+    let seqs: Vec<Vec<u32>> = lengths[..6]
+        .iter()
+        .map(|&n| {
+            let s = ids[start..start + n as usize]
+                .iter()
+                .map(|&i| i as u32)
+                .collect();
+            start += n as usize;
+            s
+        })
+        .collect();
+    let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = rounded_checkpoint(
+        &common::fixture(&format!("rerank/{fixture}")),
+        tmp.path(),
+        dtype,
+    );
+    let tok = CausalTokenizer::from_dir(&common::fixture("rerank/bpe"), None).unwrap();
+    let labels = ["no", "yes"].map(|t| tok.tokenizer.token_to_id(t).unwrap());
+    fn last_logits<B: Backend>(be: &B, dir: &Path, labels: &[u32], seqs: &[&[u32]]) -> Vec<f32> {
+        let model = DecoderForCausalLM::load(be, DecoderSource::open(dir).unwrap()).unwrap();
+        let head = match model.score_head() {
+            Some(h) => be.copy(h).unwrap(),
+            None => model.label_head(be, labels).unwrap(),
+        };
+        model.last_token_logits(be, seqs, &head).unwrap().concat()
+    }
+    let want = last_logits(&CpuBackend::F32, &dir, &labels, &refs);
+    let got = last_logits(&gpu, &dir, &labels, &refs);
+    Some(rel_err(&got, &want))
+}
+
+const LLM_RERANKER_MODELS: [&str; 2] = ["qwen3_reranker", "qwen3_seqcls"];
+
+#[test]
+fn llm_reranker_models_f32() {
+    check_models(
+        &LLM_RERANKER_MODELS,
+        DType::F32,
+        tolerance(DType::F32),
+        llm_reranker_err,
+    );
+}
+
+#[test]
+fn llm_reranker_models_bf16() {
+    check_models(
+        &LLM_RERANKER_MODELS,
+        DType::Bf16,
+        BF16_MODEL_TOLERANCE,
+        llm_reranker_err,
+    );
+}
+
 /// The random BERT of tests/fixtures/bert (Contriever layout: absolute positions, token
 /// types, BERT's projection names) through the embedder on both backends: the last
 /// hidden state and the mean-pooled, normalised embedding of each sequence.
@@ -2397,7 +2505,12 @@ fn scored_sequences(vocab: usize) -> Vec<ScoredSequence> {
     seqs
 }
 
-const DECODER_MODELS: [&str; 3] = ["gpt2", "llama_gqa_untied", "qwen2_bias_tied"];
+const DECODER_MODELS: [&str; 4] = [
+    "gpt2",
+    "llama_gqa_untied",
+    "qwen2_bias_tied",
+    "qwen3_qk_norm",
+];
 
 /// Every tiny decoder on both backends: `target_logprobs` of ragged packed sequences
 /// at T = 1 and 1.4, within the per-op bound.

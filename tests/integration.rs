@@ -23,6 +23,7 @@ mod import_eval;
 mod jobs_api;
 mod label_cli;
 mod lepus_parity;
+mod llm_reranker_parity;
 mod loglik_cli;
 mod rerank_cli;
 mod reranker_parity;

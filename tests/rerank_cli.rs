@@ -1,7 +1,8 @@
 //! `hopscore import` → `hopscore rerank` end to end on the HotpotQA slice: each pool
 //! reordered by the scores sentence-transformers' `CrossEncoder.predict` gives (the
 //! goldens of tools/goldens/make_reranker_goldens.py, random BERT and XLM-R
-//! checkpoints), gold labels following their passages, `--top-k` noting the gold it
+//! checkpoints) or HF's P(yes) of a random Qwen3-Reranker-shaped model and its
+//! sequence-classifier conversion (tools/goldens/make_qwen3_goldens.py), gold labels following their passages, `--top-k` noting the gold it
 //! drops, the output read by `eval`, `lepus` and `beam` as a question file, and a run
 //! SIGKILLed and resumed writing the bytes of an uninterrupted one.
 
@@ -29,15 +30,19 @@ fn import_hotpot(dir: &Path) -> PathBuf {
     out
 }
 
-/// `hopscore rerank` with the fixture checkpoint `model` and its tokenizer.
+/// `hopscore rerank` with the fixture checkpoint `model` and its tokenizer (a
+/// cross-encoder's at 128 tokens, as its goldens).
 fn rerank(model: &str, tokenizer: &str, input: &Path, output: &Path, extra: &[&str]) -> Command {
     let mut c = common::hopscore();
     c.arg("rerank")
         .arg("--model")
         .arg(common::fixture(&format!("rerank/{model}")))
         .arg("--tokenizer")
-        .arg(common::fixture(&format!("rerank/{tokenizer}")))
-        .args(["--max-length", "128", "--input"])
+        .arg(common::fixture(&format!("rerank/{tokenizer}")));
+    if !model.starts_with("qwen3") {
+        c.args(["--max-length", "128"]);
+    }
+    c.arg("--input")
         .arg(input)
         .arg("--output")
         .arg(output)
@@ -74,12 +79,22 @@ fn scores(path: &Path) -> Vec<Vec<f32>> {
         .collect()
 }
 
-/// The golden `st_scores` of `model` per (question id, passage title).
+/// The golden scores of `model` per (question id, passage title): a cross-encoder's
+/// `st_scores`; the Qwen3 reranker's `p_yes`, which its classifier conversion gives
+/// too (the sigmoid of its logit).
 fn golden_scores(model: &str, input: &[Question]) -> HashMap<(String, String), f32> {
+    let golden = if model.starts_with("qwen3") {
+        "qwen3_reranker"
+    } else {
+        model
+    };
     let g = common::read_golden(&common::fixture(&format!(
-        "rerank/{model}/golden.safetensors"
+        "rerank/{golden}/golden.safetensors"
     )));
-    let st = &g["st_scores"].f32;
+    let st: Vec<f32> = match g.get("st_scores") {
+        Some(t) => t.f32.clone(),
+        None => g["p_yes"].f64.iter().map(|&p| p as f32).collect(),
+    };
     let pairs = golden_pairs();
     let mut out = HashMap::new();
     let mut k = 0;
@@ -225,6 +240,89 @@ fn rerank_orders_pools_by_the_cross_encoder_scores_and_feeds_the_next_stages() {
         .output()
         .unwrap();
         common::assert_success(&beam);
+    }
+}
+
+#[test]
+fn llm_rerankers_order_pools_by_p_yes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = import_hotpot(tmp.path());
+    let before = questions(&input);
+    for model in ["qwen3_reranker", "qwen3_seqcls"] {
+        let out = tmp.path().join(format!("{model}.parquet"));
+        common::assert_success(&rerank(model, "bpe", &input, &out, &[]).output().unwrap());
+        assert_reranked_as_golden(model, &before, &out);
+        let meta = common::key_values(&out);
+        assert_eq!(meta["hopscore.template"], "qwen3-reranker");
+        assert_eq!(
+            meta["hopscore.instruction"],
+            "Given a web search query, retrieve relevant passages that answer the query"
+        );
+        let (score, head) = match model {
+            "qwen3_reranker" => ("softmax[1]", "hopscore.label_tokens"),
+            _ => ("sigmoid", "hopscore.head"),
+        };
+        assert_eq!(meta["hopscore.score"], score);
+        assert!(meta.contains_key(head), "{model}: {head}");
+    }
+
+    let inspect = common::hopscore()
+        .args(["inspect", "--model"])
+        .arg(common::fixture("rerank/qwen3_seqcls"))
+        .output()
+        .unwrap();
+    common::assert_success(&inspect);
+    let report = String::from_utf8_lossy(&inspect.stdout);
+    for line in [
+        "decoder    qwen3 (Llama family): 2 layers, hidden 32, 4 heads × 16 over 2 kv heads",
+        "attention  RoPE θ = 1000000, no scaling, q/k RMSNorm per head",
+        "head       score: 1 labels on the last token (rerank)",
+    ] {
+        assert!(report.contains(line), "{line:?} not in {report}");
+    }
+
+    // --instruction: the first question's pool as HF scored it under that instruction.
+    let instruction = "Given a multi-hop question, find a passage that holds one of its facts";
+    let out = tmp.path().join("instruction.parquet");
+    let args = ["--instruction", instruction, "--limit", "1"];
+    common::assert_success(
+        &rerank("qwen3_reranker", "bpe", &input, &out, &args)
+            .output()
+            .unwrap(),
+    );
+    let g = common::read_golden(&common::fixture("rerank/qwen3_reranker/golden.safetensors"));
+    let want = &g["p_yes_instruction"].f64;
+    let (q, s) = (&questions(&out)[0], &scores(&out)[0]);
+    assert_eq!(q.id, before[0].id);
+    for (p, score) in q.passages.iter().zip(s) {
+        let k = before[0].passages.iter().position(|b| b == p).unwrap();
+        assert!(
+            (*score as f64 - want[k]).abs() <= 1e-5,
+            "{}: {score} vs {}",
+            p.title,
+            want[k]
+        );
+    }
+
+    // Flags of the other kind of reranker are refused, naming them.
+    for (model, tok, flag) in [
+        ("bert_seqcls", "wordpiece", ["--instruction", "x"]),
+        ("qwen3_seqcls", "bpe", ["--label-tokens", "no,yes"]),
+        (
+            "qwen3_reranker",
+            "bpe",
+            ["--label-tokens", "no,maybe-not-a-token"],
+        ),
+    ] {
+        let o = rerank(model, tok, &input, &tmp.path().join("x.parquet"), &flag)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{model} {flag:?}");
+        assert!(
+            err.contains(flag[0]) || err.contains("label token"),
+            "{model} {flag:?}: {err}"
+        );
     }
 }
 

@@ -200,16 +200,22 @@ class CrossEncoder(Job):
 class Reranker(Job):
     """Each question's passage pool reranked by a cross-encoder (``hopscore rerank``):
     BERT (``cross-encoder/ms-marco-*``), XLM-RoBERTa (``BAAI/bge-reranker-v2-m3``) or
-    DeBERTa. The output is the question table with each pool in score order and the
-    scores in ``rerank_scores``, which the other jobs read as they read ``retrieve``'s.
-    Defaults: every passage kept (``top_k``), ``title_separator=" "``, the model's
-    activation (sigmoid for one label), ``max_length`` the model's,
-    ``max_batch_tokens=16384``, ``max_active=64``."""
+    DeBERTa; or by an LLM reranker (a Qwen3 / Qwen2 / Llama decoder:
+    ``Qwen/Qwen3-Reranker-*`` and its ``*-seq-cls`` conversions) through ``template``
+    (default ``"qwen3-reranker"``), ``instruction`` and ``label_tokens`` (default the
+    template's, ``["no", "yes"]``). The output is the question table with each pool in
+    score order and the scores in ``rerank_scores``, which the other jobs read as they
+    read ``retrieve``'s. Defaults: every passage kept (``top_k``),
+    ``title_separator=" "``, the model's activation (sigmoid for one label),
+    ``max_length`` the model's (8192 for a template), ``max_batch_tokens=16384``,
+    ``max_active=64``."""
 
     command = "rerank"
 
     def __init__(self, model: Path, *, tokenizer: Optional[Path] = None, head: Optional[str] = None,
-                 label: Optional[int] = None, top_k: Optional[int] = None,
+                 label: Optional[int] = None, template: Optional[str] = None,
+                 instruction: Optional[str] = None, label_tokens: Optional[list[str]] = None,
+                 top_k: Optional[int] = None,
                  title_separator: Optional[str] = None, max_length: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_active: Optional[int] = None,
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,

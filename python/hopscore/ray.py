@@ -106,7 +106,7 @@ class Classify(_Actor):
 
 
 class Rerank(_Actor):
-    """Question pools reranked by a cross-encoder: keyword arguments of
+    """Question pools reranked by a cross-encoder or an LLM reranker: keyword arguments of
     :class:`hopscore.Reranker`."""
 
     job_class = hopscore.Reranker

@@ -52,6 +52,8 @@ def flags(options: "dict") -> "list[str]":
         elif key == "demo_ids":
             for ids in value:
                 out.extend([flag, ",".join(map(str, ids))])
+        elif isinstance(value, list):
+            out.extend([flag, ",".join(map(str, value))])
         elif value is True:
             out.append(flag)
         elif value is not None and value is not False:

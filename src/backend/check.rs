@@ -2,8 +2,8 @@
 //! touches data, so the CPU and CUDA backends fail alike with the same message.
 
 use super::{
-    AddNorm, AttentionShape, CausalShape, ClsHead, Dense, Input, OpError, OpResult, SeqLayout,
-    SeqPooling,
+    AddNorm, AttentionShape, CausalShape, ClsHead, Dense, HeadNorm, Input, OpError, OpResult,
+    SeqLayout, SeqPooling,
 };
 
 /// A matrix shape `[rows, cols]`.
@@ -270,14 +270,31 @@ pub fn gated_act(x: &impl Dims, block: usize) -> OpResult<usize> {
     Ok(inter)
 }
 
-pub fn rope(
-    x: &impl Dims,
+pub fn rope<T: Dims>(
+    x: &T,
     heads: usize,
     head_dim: usize,
     positions: &[u32],
     inv_freq: &[f32],
+    norm: Option<HeadNorm<'_, T>>,
 ) -> OpResult<()> {
     let (rows, cols) = x.dims();
+    if let Some(n) = norm {
+        let weights = [n.q_weight.dims(), n.k_weight.dims()];
+        if n.q_heads > heads
+            || head_dim > MAX_NORMED_HEAD_DIM
+            || weights.iter().any(|&(r, c)| r * c != head_dim)
+        {
+            return fail(
+                "rope (q/k norm)",
+                format!(
+                    "{heads} heads of {head_dim} (at most {MAX_NORMED_HEAD_DIM}), {} of them \
+                     q's, weights {weights:?}",
+                    n.q_heads
+                ),
+            );
+        }
+    }
     if heads * head_dim > cols || positions.len() != rows || 2 * inv_freq.len() != head_dim {
         return fail(
             "rope",
@@ -290,6 +307,9 @@ pub fn rope(
     }
     Ok(())
 }
+
+/// The largest head `rope` normalises (kernels/rope.cu's `kMaxPairs` pairs per lane).
+pub const MAX_NORMED_HEAD_DIM: usize = 256;
 
 pub fn causal_attention(
     qkv: &impl Dims,

@@ -306,6 +306,25 @@ pub struct AddNorm<'a, T> {
     pub eps: f32,
 }
 
+/// Qwen3's RMSNorm of each q and k head over its `head_dim` before the rotation
+/// (`q_norm`, `k_norm`): the first `q_heads` rotated heads are scaled by `q_weight`,
+/// the others by `k_weight` (each `[head_dim]`).
+#[derive(Debug)]
+pub struct HeadNorm<'a, T> {
+    pub q_heads: usize,
+    pub q_weight: &'a T,
+    pub k_weight: &'a T,
+    pub eps: f32,
+}
+
+impl<T> Clone for HeadNorm<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for HeadNorm<'_, T> {}
+
 /// A dense layer as the head ops read it: `weight: [out, in]`, `bias: [out]`.
 #[derive(Debug)]
 pub struct Dense<'a, T> {
@@ -613,7 +632,7 @@ pub trait Backend: Send + Sync {
     fn relu(&self, x: &mut Self::Tensor) -> OpResult<()>;
     /// Rotary embedding (HF half-split form) of the first `heads` heads of each row,
     /// in place; row `t` is at position `positions[t]`, `inv_freq` has `head_dim / 2`
-    /// entries.
+    /// entries. With `norm`, each head is RMS-normalised first (Qwen3).
     fn rope(
         &self,
         x: &mut Self::Tensor,
@@ -621,6 +640,7 @@ pub trait Backend: Send + Sync {
         head_dim: usize,
         positions: Input<'_, [u32]>,
         inv_freq: Input<'_, [f32]>,
+        norm: Option<HeadNorm<'_, Self::Tensor>>,
     ) -> OpResult<()>;
     /// Causal self-attention over packed sequences; `qkv: [tokens, (heads + 2·kv_heads)·d]`
     /// → context `[tokens, heads·d]`. Rows with mask 0 produce zeros, and so do the

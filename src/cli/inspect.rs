@@ -7,12 +7,14 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::model::cross_encoder::ModelFiles;
+use crate::model::decoder_config::{decoder_type_of, DecoderConfig};
 use crate::model::heads::Pooling;
+use crate::model::weights::WeightStore;
 use crate::text::TextTokenizer;
 
 #[derive(Debug, Clone, Args)]
 pub struct InspectArgs {
-    /// Model directory (config.json + safetensors weights).
+    /// Model directory (config.json + safetensors weights): an encoder or a decoder.
     #[arg(long, value_parser = crate::options::values::model_path)]
     pub model: PathBuf,
     /// tokenizer.json to report on, when the model directory has none.
@@ -20,21 +22,14 @@ pub struct InspectArgs {
     pub tokenizer: Option<PathBuf>,
 }
 
-/// The report as text.
-pub fn run(args: &InspectArgs) -> Result<String> {
-    let mut args = args.clone();
-    crate::options::resolve_models(crate::options::model_and_tokenizer(
-        [&mut args.model],
-        args.tokenizer.as_mut(),
-    ))?;
+/// An encoder's config, parameters and heads.
+fn describe_encoder(s: &mut String, args: &InspectArgs) -> Result<()> {
     let files = ModelFiles::open(&args.model)?;
     let c = &files.config;
     let store = files
         .weights
         .store()
         .expect("a model directory has a store");
-    let mut s = String::new();
-    writeln!(s, "model      {}", args.model.display())?;
     writeln!(
         s,
         "encoder    {}: {} layers, hidden {}, {} heads × {}, ffn {}, vocab {}",
@@ -70,12 +65,7 @@ pub fn run(args: &InspectArgs) -> Result<String> {
         c.type_vocab_size,
         if c.token_types_from_input { "" } else { " (all 0)" }
     )?;
-    let dtypes = store.dtype_summary();
-    let total: usize = dtypes.values().sum();
-    writeln!(s, "parameters {total} ({:.1} M)", total as f64 / 1e6)?;
-    for (dtype, n) in &dtypes {
-        writeln!(s, "  {dtype:<8} {n}")?;
-    }
+    describe_parameters(s, store)?;
     let heads = files.heads();
     if heads.is_empty() {
         writeln!(s, "heads      none (encoder only)")?;
@@ -95,9 +85,89 @@ pub fn run(args: &InspectArgs) -> Result<String> {
             }
         )?;
     }
+    Ok(())
+}
+
+/// The parameter count per stored dtype.
+fn describe_parameters(s: &mut String, store: &WeightStore) -> Result<()> {
+    let dtypes = store.dtype_summary();
+    let total: usize = dtypes.values().sum();
+    writeln!(s, "parameters {total} ({:.1} M)", total as f64 / 1e6)?;
+    for (dtype, n) in &dtypes {
+        writeln!(s, "  {dtype:<8} {n}")?;
+    }
+    Ok(())
+}
+
+/// A decoder's config, parameters and head.
+fn describe_decoder(
+    s: &mut String,
+    args: &InspectArgs,
+    config_json: &std::path::Path,
+) -> Result<()> {
+    let c = DecoderConfig::from_file(config_json)?;
+    writeln!(
+        s,
+        "decoder    {} ({:?} family): {} layers, hidden {}, {} heads × {} over {} kv heads, ffn {}, vocab {}",
+        c.model_type,
+        c.family,
+        c.num_layers,
+        c.hidden_size,
+        c.num_heads,
+        c.head_dim,
+        c.num_kv_heads,
+        c.intermediate_size,
+        c.vocab_size
+    )?;
+    match c.rope {
+        Some(r) => writeln!(
+            s,
+            "attention  RoPE θ = {}, {}{}",
+            r.theta,
+            match r.scaling {
+                crate::model::decoder_config::RopeScaling::None => "no scaling".to_string(),
+                other => format!("{other:?}"),
+            },
+            if c.qk_norm {
+                ", q/k RMSNorm per head"
+            } else {
+                ""
+            }
+        )?,
+        None => writeln!(
+            s,
+            "attention  learned positions up to {}",
+            c.max_position_embeddings
+        )?,
+    }
+    let store = WeightStore::open(&args.model)?;
+    describe_parameters(s, &store)?;
+    match c.score_labels {
+        Some(n) => writeln!(s, "head       score: {n} labels on the last token (rerank)")?,
+        None if c.tie_word_embeddings => writeln!(s, "head       LM head tied to the embeddings")?,
+        None => writeln!(s, "head       LM head `lm_head.weight`")?,
+    }
+    Ok(())
+}
+
+/// The report as text.
+pub fn run(args: &InspectArgs) -> Result<String> {
+    let mut args = args.clone();
+    crate::options::resolve_models(crate::options::model_and_tokenizer(
+        [&mut args.model],
+        args.tokenizer.as_mut(),
+    ))?;
+    let mut s = String::new();
+    writeln!(s, "model      {}", args.model.display())?;
+    let config_json = args.model.join("config.json");
+    if config_json.is_file() && decoder_type_of(&config_json)?.is_some() {
+        describe_decoder(&mut s, &args, &config_json)?;
+    } else {
+        describe_encoder(&mut s, &args)?;
+    }
     match TextTokenizer::locate(&args.model, args.tokenizer.as_deref()) {
         Ok(p) => writeln!(s, "tokenizer  {}", p.display())?,
-        Err(_) => writeln!(s, "tokenizer  none (pass --tokenizer to classify)")?,
+        Err(_) => writeln!(s, "tokenizer  none (pass --tokenizer to the job)")?,
     }
     let kernels: Vec<&str> = crate::backend::kernels::MODULES
         .iter()

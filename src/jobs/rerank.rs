@@ -1,18 +1,27 @@
 //! The rerank job: each question's passage pool (a question file from `import` or
 //! `retrieve`) scored by a cross-encoder — BERT (`cross-encoder/ms-marco-*`),
 //! XLM-RoBERTa (`BAAI/bge-reranker-v2-m3`) or DeBERTa (`mixedbread-ai/mxbai-rerank-*`)
-//! — and written back as the same question file, each pool in score order (best
+//! — or an LLM reranker (`Qwen/Qwen3-Reranker-*` and its `*-seq-cls` conversions),
+//! and written back as the same question file, each pool in score order (best
 //! first) with the scores in `rerank_scores`, so that `beam`, `lepus`, `label` and
 //! `eval` read it as they read `retrieve`'s output.
 //!
 //! A pair is `(question, document)` with document = `title + separator + text`,
-//! stripped (sentence-transformers' convention for titled corpora), tokenised as the
-//! model's tokenizer pairs texts and truncated longest-first. The score of a pair is
-//! what `CrossEncoder.predict` gives: the head's logit through the model's activation
-//! ([`ScoreActivation`]: sigmoid by default), or with `--label K` the softmax
-//! probability of label K of a several-label head. Ties keep the input order. Gold
-//! labels follow their passages; a gold passage `--top-k` drops is noted in `issues`
-//! as `retrieve` notes one it misses, which `eval` counts as not found.
+//! stripped (sentence-transformers' convention for titled corpora).
+//! - A cross-encoder reads it as the model's tokenizer pairs texts, truncated
+//!   longest-first; the score is what `CrossEncoder.predict` gives: the head's logit
+//!   through the model's activation ([`ScoreActivation`]: sigmoid by default), or with
+//!   `--label K` the softmax probability of label K of a several-label head.
+//! - A decoder reads it through a [`RerankTemplate`] (`--template`, `--instruction`);
+//!   a causal LM scores it by the softmax over the logits of the label tokens at the
+//!   last position (`--label-tokens`, the template's by default: Qwen3-Reranker's
+//!   P(yes) over `no`, `yes`), computed for those LM-head rows only; a
+//!   `*ForSequenceClassification` checkpoint by its `score` head on the last token, as
+//!   a cross-encoder's head.
+//!
+//! Ties keep the input order. Gold labels follow their passages; a gold passage
+//! `--top-k` drops is noted in `issues` as `retrieve` notes one it misses, which
+//! `eval` counts as not found.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,11 +40,15 @@ use crate::io::paths::Named;
 use crate::io::questions::{self, gold_not_retrieved, Question};
 use crate::model::batch::{PackedBatch, Sequence};
 use crate::model::cross_encoder::{CrossEncoder, ModelFiles, ScoreActivation};
+use crate::model::decoder::{DecoderForCausalLM, DecoderSource};
+use crate::model::decoder_config::decoder_type_of;
 use crate::model::heads::select;
 use crate::model::hub::Need;
 use crate::options::{self, Options};
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::{SchedulerConfig, Strategy};
+use crate::text::causal_tokenizer::{self, CausalTokenizer};
+use crate::text::rerank_prompt::{RerankPrompt, RerankTemplate};
 use crate::text::TextTokenizer;
 
 /// The output column of the scores, one per kept passage, in the new order.
@@ -46,9 +59,11 @@ pub const SCORES_COLUMN: &str = "rerank_scores";
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RerankConfig {
-    /// Cross-encoder directory (or hub id): config.json (`model_type` bert,
-    /// xlm-roberta, roberta or deberta-v2), safetensors with a sequence
-    /// classification head, and tokenizer.json unless --tokenizer is given.
+    /// Reranker directory (or hub id): config.json, safetensors and tokenizer.json
+    /// (unless --tokenizer is given). A cross-encoder (`model_type` bert, xlm-roberta,
+    /// roberta or deberta-v2) with a sequence classification head, or an LLM reranker
+    /// (a decoder: qwen3, qwen2, llama, mistral; a causal LM, or one with a
+    /// `*ForSequenceClassification` score head).
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_MODEL",
         value_parser = crate::options::values::model_path))]
     pub model: PathBuf,
@@ -60,9 +75,23 @@ pub struct RerankConfig {
     #[cfg_attr(feature = "cli", arg(long))]
     pub head: Option<String>,
     /// A head with several labels: score by the softmax probability of this label
-    /// (the relevant class). A one-label head needs none.
+    /// (the relevant class). A one-label head needs none; with label tokens, the
+    /// index of the relevant one (default the last).
     #[cfg_attr(feature = "cli", arg(long))]
     pub label: Option<usize>,
+    /// LLM rerankers: the prompt template (default qwen3-reranker).
+    #[cfg_attr(feature = "cli", arg(long, value_enum))]
+    pub template: Option<RerankTemplate>,
+    /// LLM rerankers: the task the template states (default the template's: for
+    /// qwen3-reranker "Given a web search query, retrieve relevant passages that
+    /// answer the query").
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub instruction: Option<String>,
+    /// LLM rerankers scored by a causal LM's head: the tokens whose logits at the last
+    /// position are softmaxed (each one vocabulary token; default the template's:
+    /// no,yes).
+    #[cfg_attr(feature = "cli", arg(long, value_delimiter = ','))]
+    pub label_tokens: Option<Vec<String>>,
     /// Keep the best K passages of each pool (default: all, reordered).
     #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_usize))]
     pub top_k: Option<usize>,
@@ -73,8 +102,9 @@ pub struct RerankConfig {
         arg(long, default_value = " ", allow_hyphen_values = true)
     )]
     pub title_separator: String,
-    /// Truncation length of a pair, special tokens included (longest-first).
-    /// Default: the model's max_position_embeddings.
+    /// Truncation length of a pair, special tokens (and an LLM template) included
+    /// (longest-first). Default: a cross-encoder's max_position_embeddings, an LLM
+    /// template's 8192 (Qwen3-Reranker's card).
     #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_usize))]
     pub max_length: Option<usize>,
     #[serde(flatten)]
@@ -100,6 +130,9 @@ impl Options for RerankConfig {
             tokenizer: None,
             head: None,
             label: None,
+            template: None,
+            instruction: None,
+            label_tokens: None,
             top_k: None,
             title_separator: " ".into(),
             max_length: None,
@@ -110,6 +143,14 @@ impl Options for RerankConfig {
     fn check(&self) -> Result<()> {
         options::none_or_at_least_one("top_k", self.top_k)?;
         options::none_or_at_least_one("max_length", self.max_length)?;
+        if let Some(tokens) = &self.label_tokens {
+            if tokens.len() < 2 {
+                bail!(
+                    "--label-tokens names {} token(s): a softmax needs two or more",
+                    tokens.len()
+                );
+            }
+        }
         self.scheduler.check()
     }
 
@@ -229,11 +270,25 @@ pub fn rerank(mut q: Question, scores: Vec<f32>, top_k: Option<usize>) -> Rerank
     }
 }
 
-/// A loaded cross-encoder with its tokenizer and ranking settings.
+/// The model that scores pairs.
+enum PairModel<B: Backend> {
+    CrossEncoder(Box<CrossEncoder<B>>),
+    /// A decoder and the head (`[k, hidden]`) read at each pair's last token: the
+    /// label tokens' LM-head rows, or a classifier's `score`.
+    Llm {
+        model: Box<DecoderForCausalLM<B>>,
+        head: B::Tensor,
+    },
+}
+
+/// A pair's ids, from (question, document).
+type EncodePair = Arc<dyn Fn(&str, &str) -> Result<Sequence> + Send + Sync>;
+
+/// A loaded reranker with its tokenizer and ranking settings.
 pub struct RerankScorer<B: Backend> {
     be: B,
-    model: CrossEncoder<B>,
-    tok: Arc<TextTokenizer>,
+    model: PairModel<B>,
+    encode: EncodePair,
     score: PairScore,
     top_k: Option<usize>,
     separator: Arc<str>,
@@ -243,9 +298,88 @@ pub struct RerankScorer<B: Backend> {
 /// The rerank job on backend `B`.
 pub type RerankJob<B> = QuestionJob<RerankScorer<B>>;
 
-/// Loads the cross-encoder and tokenizer of `config` on `be`.
+/// What a loaded model contributes to the scorer.
+struct Loaded<B: Backend> {
+    model: PairModel<B>,
+    encode: EncodePair,
+    score: PairScore,
+    /// Run metadata of the model side (tokenizer, head, template, …).
+    metadata: Vec<(&'static str, String)>,
+    weights_paths: Vec<PathBuf>,
+}
+
+/// Loads the reranker and tokenizer of `config` on `be`.
 pub fn job<B: Backend>(config: RerankConfig, be: B) -> Result<RerankJob<B>> {
     config.check()?;
+    let config_json = config.model.join("config.json");
+    let decoder = config.model.extension().is_some_and(|e| e == "gguf")
+        || (config_json.is_file() && decoder_type_of(&config_json)?.is_some());
+    let loaded = match decoder {
+        true => load_llm(&config, &be)?,
+        false => load_cross_encoder(&config, &be)?,
+    };
+    let mut fields: Vec<(&str, String)> = vec![("strategy", "rerank".into())];
+    fields.extend(loaded.metadata);
+    fields.extend([
+        ("score", loaded.score.describe()),
+        (
+            "top_k",
+            config.top_k.map_or("all".into(), |k| k.to_string()),
+        ),
+        ("title_separator", config.title_separator.clone()),
+        ("device", be.name()),
+    ]);
+    let metadata = run_metadata(&be, &config.model, &loaded.weights_paths, &fields)?;
+    Ok(QuestionJob::new(
+        RerankScorer {
+            be,
+            model: loaded.model,
+            encode: loaded.encode,
+            score: loaded.score,
+            top_k: config.top_k,
+            separator: config.title_separator.into(),
+            metadata,
+        },
+        config.scheduler,
+    ))
+}
+
+/// The score of a head with `labels` labels under `--label`.
+fn head_score(
+    config: &RerankConfig,
+    head: &str,
+    labels: usize,
+    config_json: &std::path::Path,
+) -> Result<PairScore> {
+    Ok(match (labels, config.label) {
+        (_, Some(k)) if k >= labels => bail!(
+            "--label {k}: head `{head}` has {labels} labels (0 to {})",
+            labels - 1
+        ),
+        (1, None) => PairScore::Logit(ScoreActivation::of_model(config_json, 1)?),
+        (1, Some(_)) => bail!("--label: head `{head}` has one label; leave it out"),
+        (n, None) => bail!(
+            "head `{head}` has {n} labels: pass --label K, the label whose probability ranks \
+             (the relevant class)"
+        ),
+        (_, Some(k)) => PairScore::Softmax(k),
+    })
+}
+
+/// A cross-encoder and its pair tokenizer.
+fn load_cross_encoder<B: Backend>(config: &RerankConfig, be: &B) -> Result<Loaded<B>> {
+    for (flag, set) in [
+        ("--template", config.template.is_some()),
+        ("--instruction", config.instruction.is_some()),
+        ("--label-tokens", config.label_tokens.is_some()),
+    ] {
+        if set {
+            bail!(
+                "{flag} is for LLM rerankers (decoders); {} is a cross-encoder",
+                config.model.display()
+            );
+        }
+    }
     let files = ModelFiles::open(&config.model)?;
     let model_config = files.config.clone();
     let head = select(&files.heads(), config.head.as_deref())?.clone();
@@ -255,62 +389,121 @@ pub fn job<B: Backend>(config: RerankConfig, be: B) -> Result<RerankJob<B>> {
             head.name
         );
     }
-    let score = match (head.num_labels, config.label) {
-        (_, Some(k)) if k >= head.num_labels => bail!(
-            "--label {k}: head `{}` has {} labels (0 to {})",
-            head.name,
-            head.num_labels,
-            head.num_labels - 1
-        ),
-        (1, None) => PairScore::Logit(ScoreActivation::of_model(
-            &config.model.join("config.json"),
-            1,
-        )?),
-        (1, Some(_)) => bail!("--label: head `{}` has one label; leave it out", head.name),
-        (n, None) => bail!(
-            "head `{}` has {n} labels: pass --label K, the label whose probability ranks \
-             (the relevant class)",
-            head.name
-        ),
-        (_, Some(k)) => PairScore::Softmax(k),
-    };
+    let score = head_score(
+        config,
+        head.name,
+        head.num_labels,
+        &config.model.join("config.json"),
+    )?;
     let weights_paths = files.weights_paths();
-    let model = CrossEncoder::load(&be, files, Some(&[head.name]))?;
+    let model = CrossEncoder::load(be, files, Some(&[head.name]))?;
     let max_len = config
         .max_length
         .unwrap_or(model_config.max_position_embeddings);
     let tok_path = TextTokenizer::locate(&config.model, config.tokenizer.as_deref())?;
-    let tok = Arc::new(TextTokenizer::from_file(&tok_path, Some(max_len))?);
-    let metadata = run_metadata(
-        &be,
-        &config.model,
-        &weights_paths,
-        &[
-            ("strategy", "rerank".into()),
+    let tok = TextTokenizer::from_file(&tok_path, Some(max_len))?;
+    Ok(Loaded {
+        model: PairModel::CrossEncoder(Box::new(model)),
+        encode: Arc::new(move |q, doc| tok.encode_pair(q, Some(doc))),
+        score,
+        metadata: vec![
             ("tokenizer_sha256", file_sha256(&tok_path)?),
             ("head", head.name.to_string()),
-            ("score", score.describe()),
-            (
-                "top_k",
-                config.top_k.map_or("all".into(), |k| k.to_string()),
-            ),
-            ("title_separator", config.title_separator.clone()),
             ("max_length", max_len.to_string()),
-            ("device", be.name()),
         ],
-    )?;
-    Ok(QuestionJob::new(
-        RerankScorer {
-            be,
-            model,
-            tok,
-            score,
-            top_k: config.top_k,
-            separator: config.title_separator.into(),
-            metadata,
+        weights_paths,
+    })
+}
+
+/// The default `--max-length` of an LLM template (Qwen3-Reranker's card).
+const LLM_MAX_LENGTH: usize = 8192;
+
+/// A decoder, its template and the head read at the last token.
+fn load_llm<B: Backend>(config: &RerankConfig, be: &B) -> Result<Loaded<B>> {
+    if config.head.is_some() {
+        bail!("--head is for cross-encoders; an LLM reranker reads its label tokens or its score head");
+    }
+    let source = DecoderSource::open(&config.model)?;
+    let weights_paths = source.weights_paths();
+    let tok = match (&source, config.tokenizer.as_deref()) {
+        (DecoderSource::Gguf(g), None) => causal_tokenizer::from_gguf(g)?,
+        (_, explicit) => CausalTokenizer::from_dir(&config.model, explicit)?,
+    };
+    let model = DecoderForCausalLM::load(be, source)?;
+    let template = config.template.unwrap_or(RerankTemplate::Qwen3Reranker);
+    let max_len = config.max_length.unwrap_or(LLM_MAX_LENGTH);
+    let prompt = RerankPrompt::new(&tok, template, config.instruction.as_deref(), max_len)?;
+    let mut metadata = vec![
+        ("template", template.name().to_string()),
+        ("instruction", prompt.instruction().to_string()),
+        ("max_length", max_len.to_string()),
+    ];
+    // A GGUF file's tokenizer is in the weights, whose checksum the metadata holds.
+    if tok.source.extension().is_some_and(|e| e == "json") {
+        metadata.push(("tokenizer_sha256", file_sha256(&tok.source)?));
+    }
+    let (head, score) = match model.score_head() {
+        Some(_) if config.label_tokens.is_some() => bail!(
+            "--label-tokens: {} is a sequence classifier (a `score` head, no LM head); leave \
+             them out",
+            config.model.display()
+        ),
+        Some(score_head) => {
+            let labels = model.config.score_labels.unwrap_or(1);
+            let score = head_score(config, "score", labels, &config.model.join("config.json"))?;
+            metadata.push(("head", "score".into()));
+            (be.copy(score_head)?, score)
+        }
+        None => {
+            let names: Vec<String> = match &config.label_tokens {
+                Some(t) => t.clone(),
+                None => template
+                    .label_tokens()
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect(),
+            };
+            let ids = names
+                .iter()
+                .map(|t| {
+                    tok.tokenizer.token_to_id(t).with_context(|| {
+                        format!(
+                            "label token {t:?} is not one token of the vocabulary of {}",
+                            tok.source.display()
+                        )
+                    })
+                })
+                .collect::<Result<Vec<u32>>>()?;
+            let k = match config.label {
+                Some(k) if k >= ids.len() => bail!(
+                    "--label {k}: there are {} label tokens (0 to {})",
+                    ids.len(),
+                    ids.len() - 1
+                ),
+                Some(k) => k,
+                None => ids.len() - 1,
+            };
+            metadata.push(("label_tokens", names.join(",")));
+            (model.label_head(be, &ids)?, PairScore::Softmax(k))
+        }
+    };
+    let tok = Arc::new(tok);
+    let prompt = Arc::new(prompt);
+    Ok(Loaded {
+        model: PairModel::Llm {
+            model: Box::new(model),
+            head,
         },
-        config.scheduler,
-    ))
+        encode: Arc::new(move |q, doc| {
+            Ok(Sequence {
+                ids: prompt.encode(&tok, q, doc)?,
+                ..Default::default()
+            })
+        }),
+        score,
+        metadata,
+        weights_paths,
+    })
 }
 
 /// The document of a passage: `title + separator + text`, stripped; the text alone
@@ -351,7 +544,7 @@ impl<B: Backend> QuestionScorer for RerankScorer<B> {
     }
 
     fn prepare(&self) -> Prepare<RerankTask> {
-        let (tok, separator) = (self.tok.clone(), self.separator.clone());
+        let (encode, separator) = (self.encode.clone(), self.separator.clone());
         let (score, top_k) = (self.score, self.top_k);
         Arc::new(move |q: &Question| {
             let pairs = q
@@ -359,7 +552,7 @@ impl<B: Backend> QuestionScorer for RerankScorer<B> {
                 .par_iter()
                 .map(|p| {
                     let doc = document(&p.title, &p.text, &separator);
-                    tok.encode_pair(&q.question, Some(&doc))
+                    encode(&q.question, &doc)
                 })
                 .collect::<Result<Vec<_>>>()
                 .map_err(|e| format!("{e:#}"))?;
@@ -385,16 +578,22 @@ impl<B: Backend> QuestionScorer for RerankScorer<B> {
     }
 
     fn score(&mut self, seqs: &[Sequence], _heads: &[usize]) -> Result<Vec<Vec<f32>>> {
-        let out = self
-            .model
-            .forward(&self.be, &PackedBatch::pack(seqs), false)?;
-        let logits = &out.logits[0];
-        let labels = logits.shape[1];
-        Ok(logits
-            .data
-            .chunks_exact(labels)
-            .map(<[f32]>::to_vec)
-            .collect())
+        match &self.model {
+            PairModel::CrossEncoder(model) => {
+                let out = model.forward(&self.be, &PackedBatch::pack(seqs), false)?;
+                let logits = &out.logits[0];
+                let labels = logits.shape[1];
+                Ok(logits
+                    .data
+                    .chunks_exact(labels)
+                    .map(<[f32]>::to_vec)
+                    .collect())
+            }
+            PairModel::Llm { model, head } => {
+                let ids: Vec<&[u32]> = seqs.iter().map(|s| s.ids.as_slice()).collect();
+                model.last_token_logits(&self.be, &ids, head)
+            }
+        }
     }
 }
 

@@ -1,9 +1,13 @@
-//! Causal LMs for LEPUS scoring (docs/spec.md §3): GPT-2 and the Llama family (Llama,
-//! Mistral, Qwen2), one definition driven by [`DecoderConfig`]. Ports of HF
-//! transformers' `models/gpt2/modeling_gpt2.py` (`GPT2Attention`, `GPT2MLP`,
-//! `GPT2Block`, `GPT2LMHeadModel`) and `models/llama/modeling_llama.py`
-//! (`LlamaRMSNorm`, `LlamaRotaryEmbedding`, `LlamaAttention`, `LlamaMLP`,
-//! `LlamaDecoderLayer`, `LlamaForCausalLM`), inference only.
+//! Causal LMs for LEPUS scoring (docs/spec.md §3) and LLM reranking: GPT-2 and the
+//! Llama family (Llama, Mistral, Qwen2, Qwen3), one definition driven by
+//! [`DecoderConfig`]. Ports of HF transformers' `models/gpt2/modeling_gpt2.py`
+//! (`GPT2Attention`, `GPT2MLP`, `GPT2Block`, `GPT2LMHeadModel`) and
+//! `models/llama/modeling_llama.py` (`LlamaRMSNorm`, `LlamaRotaryEmbedding`,
+//! `LlamaAttention`, `LlamaMLP`, `LlamaDecoderLayer`, `LlamaForCausalLM`), with Qwen3's
+//! `q_norm`/`k_norm` (`models/qwen3/modeling_qwen3.py`, `Qwen3Attention`: an RMSNorm of
+//! each head before RoPE, lines 229–245 in transformers 5.23) and the
+//! `*ForSequenceClassification` score head on the last token (`modeling_layers.py`,
+//! `GenericForSequenceClassification`), inference only.
 //!
 //! Differences in form, not in numbers: sequences are packed without padding; q/k/v
 //! are one fused projection (`[q | k | v]`, as GPT-2's `c_attn`), gate/up are one
@@ -22,7 +26,7 @@ use super::gguf::GgufFile;
 use super::layers::{GateUp, Linear};
 use super::prefix::PrefixPlan;
 use super::weights::{GgufSource, WeightStore, Weights};
-use crate::backend::{Backend, CausalShape, Gate, Input, Prepared};
+use crate::backend::{Backend, CausalShape, Gate, HeadNorm, Input, Prepared};
 
 /// LayerNorm (GPT-2) or RMSNorm (Llama).
 enum Norm<B: Backend> {
@@ -71,6 +75,8 @@ impl<B: Backend> Norm<B> {
 pub struct DecoderAttention<B: Backend> {
     qkv: Linear<B>,
     out: Linear<B>,
+    /// Qwen3's `q_norm` and `k_norm` weights (`[head_dim]` each).
+    qk_norm: Option<[B::Tensor; 2]>,
 }
 
 /// The MLP: GPT-2 `c_fc → gelu_new → c_proj`, or Llama `down(silu(gate)·up)`.
@@ -105,6 +111,7 @@ impl<B: Backend> DecoderLayer<B> {
                 attention: DecoderAttention {
                     qkv: Linear::load_conv1d(be, &w.pp("attn.c_attn"), h, 3 * h)?,
                     out: Linear::load_conv1d(be, &w.pp("attn.c_proj"), h, h)?,
+                    qk_norm: None,
                 },
                 norm2: Norm::load(be, &w.pp("ln_2"), c)?,
                 mlp: DecoderMlp {
@@ -123,6 +130,15 @@ impl<B: Backend> DecoderLayer<B> {
                         c.qkv_bias,
                     )?,
                     out: Linear::load_fused(be, &w.pp("self_attn"), &[("o_proj", h)], q, c.o_bias)?,
+                    qk_norm: if c.qk_norm {
+                        let norm = |name: &str| -> Result<B::Tensor> {
+                            let w = w.pp("self_attn").pp(name);
+                            Ok(be.upload(&w.get("weight", &[c.head_dim])?)?)
+                        };
+                        Some([norm("q_norm")?, norm("k_norm")?])
+                    } else {
+                        None
+                    },
                 },
                 norm2: Norm::load(be, &w.pp("post_attention_layernorm"), c)?,
                 mlp: DecoderMlp {
@@ -146,12 +162,19 @@ impl<B: Backend> DecoderLayer<B> {
         let mut qkv = self.attention.qkv.forward(be, &h)?;
         drop(h);
         if let Some(inv_freq) = ctx.inv_freq {
+            let norm = self.attention.qk_norm.as_ref().map(|[q, k]| HeadNorm {
+                q_heads: ctx.shape.heads,
+                q_weight: q,
+                k_weight: k,
+                eps: ctx.norm_eps,
+            });
             be.rope(
                 &mut qkv,
                 ctx.shape.heads + ctx.shape.kv_heads,
                 ctx.shape.head_dim,
                 ctx.batch.positions_input(),
                 inv_freq,
+                norm,
             )?;
         }
         let attn = match ctx.prefix {
@@ -189,6 +212,7 @@ struct ForwardContext<'a> {
     prefix: Option<&'a PrefixPlan>,
     shape: CausalShape,
     inv_freq: Option<Input<'a, [f32]>>,
+    norm_eps: f32,
 }
 
 /// The id lists of a forward with shared prefixes: each member's rows of its whole
@@ -259,6 +283,9 @@ pub struct DecoderForCausalLM<B: Backend> {
     final_norm: Norm<B>,
     /// `None` when tied to `embed_tokens`.
     lm_head: Option<B::Tensor>,
+    /// A `*ForSequenceClassification` checkpoint's `score` `[labels, hidden]`, in
+    /// place of the LM head.
+    score: Option<B::Tensor>,
     /// RoPE's frequencies, kept on the device (`Backend::keep_constant`).
     inv_freq: Option<(Vec<f32>, Option<crate::backend::Slot>)>,
     /// Sequences of a batch sharing at least this many leading tokens run them once
@@ -324,10 +351,10 @@ impl<B: Backend> DecoderForCausalLM<B> {
         // A config with fewer layers than the checkpoint is refused, naming the rest.
         let (layers_part, norm_part) = (format!("{layers_name}."), format!("{norm_name}."));
         body.refuse_unread(&[embed_name, &layers_part, &norm_part])?;
-        let lm_head = if c.tie_word_embeddings {
-            None
-        } else {
-            Some(be.upload(&w.get("lm_head.weight", &[v, h])?)?)
+        let (lm_head, score) = match c.score_labels {
+            Some(n) => (None, Some(be.upload(&w.get("score.weight", &[n, h])?)?)),
+            None if c.tie_word_embeddings => (None, None),
+            None => (Some(be.upload(&w.get("lm_head.weight", &[v, h])?)?), None),
         };
         let inv_freq = match c.rope {
             Some(r) => {
@@ -343,6 +370,7 @@ impl<B: Backend> DecoderForCausalLM<B> {
             layers,
             final_norm,
             lm_head,
+            score,
             inv_freq,
             min_shared_prefix: MIN_SHARED_PREFIX,
             token_counts: Default::default(),
@@ -442,6 +470,7 @@ impl<B: Backend> DecoderForCausalLM<B> {
                 host: &f[..],
                 slot: *slot,
             }),
+            norm_eps: c.norm_eps,
         };
         for layer in &self.layers {
             layer.forward(be, &mut x, &ctx)?;
@@ -466,6 +495,12 @@ impl<B: Backend> DecoderForCausalLM<B> {
         seqs: &[ScoredSequence],
         temperature: f32,
     ) -> Result<Vec<Vec<f32>>> {
+        ensure!(
+            self.score.is_none(),
+            "this checkpoint is a {} sequence classifier (a `score` head, no LM head): it \
+             ranks with `hopscore rerank`, it cannot score tokens",
+            self.config.model_type
+        );
         for s in seqs {
             ensure!(
                 (1..=s.ids.len()).contains(&s.target_start),
@@ -475,62 +510,23 @@ impl<B: Backend> DecoderForCausalLM<B> {
             );
         }
         let ids: Vec<&[u32]> = seqs.iter().map(|s| s.ids.as_slice()).collect();
-        let plan = match self.min_shared_prefix {
-            0 => None,
-            n => PrefixPlan::new(&ids, n),
-        };
-        // The packed row of token `t` of sequence `k`.
-        let mut offsets = Vec::with_capacity(seqs.len());
-        let mut offset = 0;
-        for s in seqs {
-            offsets.push(offset);
-            offset += s.ids.len();
-        }
-        let [all, packed] = &self.token_counts;
-        all.fetch_add(offset, Ordering::Relaxed);
-        packed.fetch_add(
-            plan.as_ref().map_or(offset, PrefixPlan::packed_tokens),
-            Ordering::Relaxed,
-        );
-        let row_of = |k: usize, t: usize| match &plan {
-            Some(p) => p.token_rows[k][t],
-            None => offsets[k] + t,
-        };
-        let mut rows = Vec::new();
+        let mut picks = Vec::new();
         let mut targets = Vec::new();
         for (k, s) in seqs.iter().enumerate() {
             for t in s.target_start..s.ids.len() {
-                rows.push(row_of(k, t - 1));
+                picks.push((k, t - 1));
                 targets.push(s.ids[t]);
             }
         }
-        let rows32: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let all32: Vec<u32> = (0..rows.len() as u32).collect();
-        let extra = [rows32.as_slice(), &all32, &targets];
-        let (hidden, prepared, extra_at) = match &plan {
-            Some(p) => self.body(be, &p.batch, Some(p), &extra)?,
-            None => {
-                let packed: Vec<Sequence> = seqs
-                    .iter()
-                    .map(|s| Sequence {
-                        ids: s.ids.clone(),
-                        ..Default::default()
-                    })
-                    .collect();
-                self.body(be, &PackedBatch::pack(&packed), None, &extra)?
-            }
-        };
-        // The final norm is row-wise, so it runs on the gathered rows only.
-        let picked = be.gather_rows(&hidden, prepared.ids(extra_at, &rows[..]))?;
-        drop(hidden);
-        let normed = self.final_norm.forward(be, &picked)?;
-        let all: Vec<usize> = (0..rows.len()).collect();
+        let all32: Vec<u32> = (0..picks.len() as u32).collect();
+        let (normed, prepared, at) = self.final_rows(be, &ids, &picks, &[&all32, &targets])?;
+        let all: Vec<usize> = (0..picks.len()).collect();
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         let logp = be.question_loglik(
             &normed,
-            prepared.ids(extra_at + 1, &all[..]),
+            prepared.ids(at, &all[..]),
             head,
-            prepared.ids(extra_at + 2, &targets[..]),
+            prepared.ids(at + 1, &targets[..]),
             temperature,
         )?;
         let mut out = Vec::with_capacity(seqs.len());
@@ -541,6 +537,112 @@ impl<B: Backend> DecoderForCausalLM<B> {
             k += n;
         }
         Ok(out)
+    }
+
+    /// The rows of the LM head for `tokens` (`[tokens, hidden]`): the head of a
+    /// label-token score ([`DecoderForCausalLM::last_token_logits`]), so that only
+    /// those logits are computed.
+    pub fn label_head(&self, be: &B, tokens: &[u32]) -> Result<B::Tensor> {
+        ensure!(
+            self.score.is_none(),
+            "this checkpoint is a sequence classifier: it has no LM head to read token \
+             logits from (leave the label tokens out)"
+        );
+        let v = self.config.vocab_size;
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= v) {
+            bail!("label token id {t} is past the model's vocab_size {v}");
+        }
+        let rows: Vec<usize> = tokens.iter().map(|&t| t as usize).collect();
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        Ok(be.gather_rows(head, rows[..].into())?)
+    }
+
+    /// A `*ForSequenceClassification` checkpoint's score head `[labels, hidden]`.
+    pub fn score_head(&self) -> Option<&B::Tensor> {
+        self.score.as_ref()
+    }
+
+    /// The logits `head` (`[k, hidden]`: [`Self::label_head`] or [`Self::score_head`])
+    /// gives at the last token of each sequence, `k` per sequence.
+    pub fn last_token_logits(
+        &self,
+        be: &B,
+        seqs: &[&[u32]],
+        head: &B::Tensor,
+    ) -> Result<Vec<Vec<f32>>> {
+        if let Some(k) = seqs.iter().position(|s| s.is_empty()) {
+            bail!("sequence {k} is empty: a last-token score needs a token");
+        }
+        let picks: Vec<(usize, usize)> = seqs
+            .iter()
+            .enumerate()
+            .map(|(k, s)| (k, s.len() - 1))
+            .collect();
+        let (normed, _, _) = self.final_rows(be, seqs, &picks, &[])?;
+        let logits = be.download(&be.linear(&normed, head, None)?)?;
+        let k = logits.shape[1];
+        Ok(logits
+            .data
+            .chunks_exact(k.max(1))
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+
+    /// The final-normed hidden states of `picks` (`(sequence, token)`, in order) of a
+    /// forward over `seqs` (their shared prefixes run once), with the prepared batch and
+    /// the index from which `extra`, staged with it, are its id lists.
+    fn final_rows(
+        &self,
+        be: &B,
+        seqs: &[&[u32]],
+        picks: &[(usize, usize)],
+        extra: &[&[u32]],
+    ) -> Result<(B::Tensor, Prepared, usize)> {
+        let plan = match self.min_shared_prefix {
+            0 => None,
+            n => PrefixPlan::new(seqs, n),
+        };
+        // The packed row of token `t` of sequence `k`.
+        let mut offsets = Vec::with_capacity(seqs.len());
+        let mut offset = 0;
+        for s in seqs {
+            offsets.push(offset);
+            offset += s.len();
+        }
+        let [all, packed] = &self.token_counts;
+        all.fetch_add(offset, Ordering::Relaxed);
+        packed.fetch_add(
+            plan.as_ref().map_or(offset, PrefixPlan::packed_tokens),
+            Ordering::Relaxed,
+        );
+        let rows: Vec<usize> = picks
+            .iter()
+            .map(|&(k, t)| match &plan {
+                Some(p) => p.token_rows[k][t],
+                None => offsets[k] + t,
+            })
+            .collect();
+        let rows32: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let mut lists = vec![rows32.as_slice()];
+        lists.extend(extra);
+        let (hidden, prepared, extra_at) = match &plan {
+            Some(p) => self.body(be, &p.batch, Some(p), &lists)?,
+            None => {
+                let packed: Vec<Sequence> = seqs
+                    .iter()
+                    .map(|s| Sequence {
+                        ids: s.to_vec(),
+                        ..Default::default()
+                    })
+                    .collect();
+                self.body(be, &PackedBatch::pack(&packed), None, &lists)?
+            }
+        };
+        // The final norm is row-wise, so it runs on the gathered rows only.
+        let picked = be.gather_rows(&hidden, prepared.ids(extra_at, &rows[..]))?;
+        drop(hidden);
+        let normed = self.final_norm.forward(be, &picked)?;
+        Ok((normed, prepared, extra_at + 1))
     }
 }
 

@@ -1,9 +1,9 @@
 //! Causal-LM configuration: HF `config.json` (the `model_type`s of [`MODEL_TYPES`]:
-//! `gpt2`, `llama`, `mistral`, `qwen2`) or GGUF metadata, resolved into one validated
-//! [`DecoderConfig`].
+//! `gpt2`, `llama`, `mistral`, `qwen2`, `qwen3`) or GGUF metadata, resolved into one
+//! validated [`DecoderConfig`].
 //!
-//! Defaults follow transformers' `GPT2Config`, `LlamaConfig`, `MistralConfig` and
-//! `Qwen2Config`; RoPE follows `modeling_rope_utils.py` (`default`, `linear`,
+//! Defaults follow transformers' `GPT2Config`, `LlamaConfig`, `MistralConfig`,
+//! `Qwen2Config` and `Qwen3Config`; RoPE follows `modeling_rope_utils.py` (`default`, `linear`,
 //! `llama3`). Anything the engine does not implement is rejected naming the field.
 
 use std::path::Path;
@@ -18,7 +18,8 @@ use super::gguf::GgufFile;
 pub enum Family {
     /// LayerNorm, learned positions, fused Conv1D `c_attn`, `gelu_new` MLP, tied head.
     Gpt2,
-    /// RMSNorm, RoPE, grouped-query attention, SwiGLU MLP (Llama, Mistral, Qwen2).
+    /// RMSNorm, RoPE, grouped-query attention, SwiGLU MLP (Llama, Mistral, Qwen2,
+    /// Qwen3).
     Llama,
 }
 
@@ -32,6 +33,11 @@ pub struct ModelType {
     /// Biases on q, k and v only, whatever `attention_bias` says (Qwen2); the GGUF
     /// head size is then never `rope.dimension_count`.
     pub qkv_bias_only: bool,
+    /// RMSNorm of each q and k head before RoPE (Qwen3's `q_norm`, `k_norm`).
+    pub qk_norm: bool,
+    /// `head_dim` when config.json leaves it out (Qwen3Config: 128), else
+    /// `hidden_size / num_attention_heads`.
+    pub default_head_dim: Option<usize>,
     /// Read from GGUF files too (llama.cpp's GPT-2 layout is not: use safetensors).
     pub gguf: bool,
     /// llama.cpp stores its Q and K rows permuted for its RoPE layout (undone on load).
@@ -43,6 +49,8 @@ pub struct ModelType {
 pub const MODEL_TYPES: &[ModelType] = &[
     ModelType {
         name: "gpt2",
+        qk_norm: false,
+        default_head_dim: None,
         family: Family::Gpt2,
         qkv_bias_only: false,
         gguf: false,
@@ -50,6 +58,8 @@ pub const MODEL_TYPES: &[ModelType] = &[
     },
     ModelType {
         name: "llama",
+        qk_norm: false,
+        default_head_dim: None,
         family: Family::Llama,
         qkv_bias_only: false,
         gguf: true,
@@ -57,6 +67,8 @@ pub const MODEL_TYPES: &[ModelType] = &[
     },
     ModelType {
         name: "mistral",
+        qk_norm: false,
+        default_head_dim: None,
         family: Family::Llama,
         qkv_bias_only: false,
         gguf: true,
@@ -64,9 +76,20 @@ pub const MODEL_TYPES: &[ModelType] = &[
     },
     ModelType {
         name: "qwen2",
+        qk_norm: false,
+        default_head_dim: None,
         family: Family::Llama,
         qkv_bias_only: true,
         gguf: true,
+        gguf_permuted_qk: false,
+    },
+    ModelType {
+        name: "qwen3",
+        qk_norm: true,
+        default_head_dim: Some(128),
+        family: Family::Llama,
+        qkv_bias_only: false,
+        gguf: false,
         gguf_permuted_qk: false,
     },
 ];
@@ -86,6 +109,17 @@ impl ModelType {
             .collect();
         names.join(", ")
     }
+}
+
+/// The decoder model type the `config.json` at `path` names, `None` when it names
+/// another kind of model (an encoder).
+pub fn decoder_type_of(path: &Path) -> Result<Option<&'static ModelType>, ConfigError> {
+    #[derive(Deserialize)]
+    struct Named {
+        model_type: Option<String>,
+    }
+    let named: Named = read_config(path, "model")?;
+    Ok(named.model_type.as_deref().and_then(ModelType::named))
 }
 
 /// How RoPE inverse frequencies are rescaled (`rope_type`).
@@ -172,6 +206,11 @@ pub struct DecoderConfig {
     pub tie_word_embeddings: bool,
     /// RoPE for the Llama family, `None` for GPT-2.
     pub rope: Option<RopeConfig>,
+    /// Qwen3's per-head RMSNorm of q and k (`q_norm`, `k_norm`).
+    pub qk_norm: bool,
+    /// `*ForSequenceClassification` (config.json's `architectures`): the number of
+    /// labels of its `score` head on the last token, which replaces the LM head.
+    pub score_labels: Option<usize>,
 }
 
 /// `config.json` fields of the supported decoders (GPT-2 names and Llama names).
@@ -209,6 +248,11 @@ pub struct RawDecoderConfig {
     pub mlp_bias: Option<bool>,
     pub tie_word_embeddings: Option<bool>,
     pub use_sliding_window: Option<bool>,
+    /// Qwen3 (transformers ≥ 4.53): `full_attention` or `sliding_attention` per layer.
+    pub layer_types: Option<Vec<String>>,
+    pub architectures: Option<Vec<String>>,
+    pub num_labels: Option<usize>,
+    pub id2label: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 fn unsupported(field: &'static str, value: impl std::fmt::Display, why: &str) -> ConfigError {
@@ -226,7 +270,10 @@ fn need<T: Copy>(v: Option<T>, field: &'static str) -> Result<T, ConfigError> {
 impl DecoderConfig {
     /// Reads and resolves `<dir>/config.json`.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        Self::resolve(read_config(path, "decoder (GPT-2, Llama, Mistral, Qwen2)")?)
+        Self::resolve(read_config(
+            path,
+            "decoder (GPT-2, Llama, Mistral, Qwen2, Qwen3)",
+        )?)
     }
 
     /// Validates a raw config and fills in the defaults of its `model_type`.
@@ -270,6 +317,7 @@ impl DecoderConfig {
                 "not implemented",
             ));
         }
+        let score_labels = score_labels(&r)?;
         Ok(Self {
             family: Family::Gpt2,
             model_type: r.model_type,
@@ -287,6 +335,8 @@ impl DecoderConfig {
             mlp_bias: true,
             tie_word_embeddings: r.tie_word_embeddings.unwrap_or(true),
             rope: None,
+            qk_norm: false,
+            score_labels,
         })
     }
 
@@ -301,7 +351,11 @@ impl DecoderConfig {
                 "must divide num_attention_heads",
             ));
         }
-        let head_dim = r.head_dim.unwrap_or(hidden / heads.max(1));
+        let model_type = ModelType::named(&r.model_type).expect("resolve dispatched on it");
+        let head_dim = r
+            .head_dim
+            .or(model_type.default_head_dim)
+            .unwrap_or(hidden / heads.max(1));
         if !head_dim.is_multiple_of(2) {
             return Err(unsupported(
                 "head_dim",
@@ -324,6 +378,18 @@ impl DecoderConfig {
                 "sliding-window attention is not implemented",
             ));
         }
+        if let Some(t) = r
+            .layer_types
+            .iter()
+            .flatten()
+            .find(|t| *t != "full_attention")
+        {
+            return Err(unsupported(
+                "layer_types",
+                t,
+                "only full_attention layers are implemented",
+            ));
+        }
         let params = r.rope_parameters.as_ref().or(r.rope_scaling.as_ref());
         if let Some(f) = r
             .partial_rotary_factor
@@ -342,7 +408,7 @@ impl DecoderConfig {
             .or_else(|| params.and_then(|p| p.get("rope_theta")?.as_f64()))
             .unwrap_or(10_000.0);
         let scaling = rope_scaling(params, r.max_position_embeddings)?;
-        let qwen = ModelType::named(&r.model_type).is_some_and(|t| t.qkv_bias_only);
+        let qwen = model_type.qkv_bias_only;
         let attention_bias = r.attention_bias.unwrap_or(false);
         Ok(Self {
             family: Family::Llama,
@@ -363,6 +429,8 @@ impl DecoderConfig {
                 theta: theta as f32,
                 scaling,
             }),
+            qk_norm: model_type.qk_norm,
+            score_labels: score_labels(&r)?,
             model_type: r.model_type,
         })
     }
@@ -459,6 +527,10 @@ impl DecoderConfig {
             mlp_bias: Some(false),
             tie_word_embeddings: Some(!g.tensors.contains_key("output.weight")),
             use_sliding_window: None,
+            layer_types: None,
+            architectures: None,
+            num_labels: None,
+            id2label: None,
         };
         let mut c = Self::resolve(raw)?;
         // llama.cpp's qwen2 always has q/k/v biases and none on o_proj.
@@ -472,6 +544,34 @@ impl DecoderConfig {
     pub fn qkv_width(&self) -> usize {
         (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
     }
+}
+
+/// The labels of a `*ForSequenceClassification` checkpoint (`id2label`, else
+/// `num_labels`, else transformers' default 2); `None` for a causal LM.
+fn score_labels(r: &RawDecoderConfig) -> Result<Option<usize>, ConfigError> {
+    let Some(arch) = r.architectures.as_ref().and_then(|a| a.first()) else {
+        return Ok(None);
+    };
+    if arch.ends_with("ForCausalLM") || arch.ends_with("LMHeadModel") {
+        return Ok(None);
+    }
+    if !arch.ends_with("ForSequenceClassification") {
+        return Err(unsupported(
+            "architectures",
+            arch,
+            "decoders run as *ForCausalLM or *ForSequenceClassification",
+        ));
+    }
+    let n = r
+        .id2label
+        .as_ref()
+        .map(|m| m.len())
+        .or(r.num_labels)
+        .unwrap_or(2);
+    if n == 0 {
+        return Err(unsupported("id2label", "{}", "a classifier needs a label"));
+    }
+    Ok(Some(n))
 }
 
 /// Reads `rope_type` / `type` and its parameters.
@@ -526,7 +626,9 @@ mod tests {
         std::fs::write(&path, b"{\"model_type\": ").unwrap();
         let err = DecoderConfig::from_file(&path).unwrap_err().to_string();
         assert!(
-            err.ends_with("is not a valid decoder (GPT-2, Llama, Mistral, Qwen2) config.json"),
+            err.ends_with(
+                "is not a valid decoder (GPT-2, Llama, Mistral, Qwen2, Qwen3) config.json"
+            ),
             "{err}"
         );
         assert!(!err.contains("DeBERTa"), "{err}");
@@ -555,6 +657,38 @@ mod tests {
         .unwrap();
         assert!(c.qkv_bias && !c.o_bias && !c.mlp_bias);
         assert_eq!(c.rope.unwrap().theta, 1e6);
+    }
+
+    #[test]
+    fn qwen3_normalises_q_and_k_and_reads_its_classifier_labels() {
+        let c = raw(
+            r#"{"model_type":"qwen3","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+            "num_hidden_layers":1,"num_attention_heads":2,"layer_types":["full_attention"]}"#,
+        )
+        .unwrap();
+        assert!(c.qk_norm && !c.qkv_bias && c.score_labels.is_none());
+        assert_eq!(c.head_dim, 128, "Qwen3Config's default head_dim");
+        let c = raw(
+            r#"{"model_type":"qwen3","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+            "num_hidden_layers":1,"num_attention_heads":2,"head_dim":4,
+            "architectures":["Qwen3ForSequenceClassification"],"id2label":{"0":"LABEL_0"}}"#,
+        )
+        .unwrap();
+        assert_eq!((c.head_dim, c.score_labels), (4, Some(1)));
+        let e = raw(
+            r#"{"model_type":"qwen3","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+            "num_hidden_layers":1,"num_attention_heads":2,
+            "layer_types":["full_attention","sliding_attention"]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("layer_types"), "{e}");
+        let e = raw(
+            r#"{"model_type":"qwen3","vocab_size":10,"hidden_size":8,"intermediate_size":8,
+            "num_hidden_layers":1,"num_attention_heads":2,
+            "architectures":["Qwen3ForQuestionAnswering"]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("architectures"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod causal_tokenizer;
 pub mod prompt;
 pub mod render;
+pub mod rerank_prompt;
 pub mod tokenizer;
 pub mod words;
 

@@ -7,8 +7,9 @@ Run by hand, never in CI (needs torch, transformers, safetensors, numpy, gguf):
 
 Writes:
 - tests/fixtures/decoder/<case>/{config.json, model.safetensors, golden.safetensors}
-  for tiny random GPT-2, Llama (GQA, untied head, llama3 RoPE scaling) and Qwen2
-  (q/k/v bias, tied head) checkpoints: `input_ids`, `attention_mask` (right padding)
+  for tiny random GPT-2, Llama (GQA, untied head, llama3 RoPE scaling), Qwen2
+  (q/k/v bias, tied head) and Qwen3 (q_norm/k_norm, head_dim 16 on a hidden size of
+  48, untied head; `python3 tools/goldens/make_decoder_goldens.py qwen3` alone) checkpoints: `input_ids`, `attention_mask` (right padding)
   and per-token log-probabilities `logprobs` (T = 1) and `logprobs_t1.4` (T = 1.4);
   `logprobs[b, t]` is log P(input_ids[b, t+1] | input_ids[b, :t+1]).
 - tests/fixtures/decoder/smollm2_lepus/{refs.json, golden.safetensors}: HF
@@ -139,6 +140,32 @@ def tiny_cases():
     )
 
 
+def qwen3_case():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    tiny_case(
+        "qwen3_qk_norm",
+        Qwen3ForCausalLM(
+            Qwen3Config(
+                vocab_size=163,
+                hidden_size=48,
+                intermediate_size=80,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                max_position_embeddings=64,
+                tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            ),
+        ),
+        163,
+        [19, 7, 28],
+        4,
+    )
+
+
 def smollm2_case(n_pairs=24):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -232,6 +259,8 @@ if __name__ == "__main__":
     which = sys.argv[1:] or ["tiny", "smollm2", "dequant"]
     if "tiny" in which:
         tiny_cases()
+    if "tiny" in which or "qwen3" in which:
+        qwen3_case()
     if "dequant" in which:
         dequant_case()
     if "smollm2" in which:

@@ -39,6 +39,11 @@
 #                  (Contriever layout) bi-encoders: tools/bench_embed_reference.py, the
 #                  HotpotQA sample's 5,912 passages ×10 (bf16; MiniLM also f32), hopscore
 #                  vs sentence-transformers on the GPU; then `retrieve` cuda f32 vs cpu (240 s)
+#   rerank         random cross-encoders of ms-marco-MiniLM-L-6's and bge-reranker-base's
+#                  shapes: tools/bench_rerank_reference.py, the HotpotQA slice's pairs
+#                  ×RERANK_REPEAT, `hopscore rerank --device cuda` against
+#                  sentence-transformers' CrossEncoder (HF sdpa) on the GPU, bf16 then f32,
+#                  pairs/s (medians of the rounds) and max |Δ score|           (200 s)
 #   lepus-prefix   `hopscore lepus` end to end on the first 50 HotpotQA questions with a random
 #                  SmolLM2-shaped model (bf16): shared-prefix reuse on (the default) and off
 #                  (--min-shared-prefix 0): the summary line (tokens/s), the share of prompt
@@ -77,7 +82,7 @@ R=$work/results # logs, JSON rows and reports, tarred into $OUT after every step
 mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
-  [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [gelu]=120
+  [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [rerank]=200 [gelu]=120
   [invariance]=150 [lepus-prefix]=200 [gate]=120 [addnorm]=100)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
@@ -153,12 +158,12 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
 # Shapes and sizes: the real ones on a GPU, seconds-long ones in an emulator dry run.
 if [[ -n $emu ]]; then
   LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
-  EMBED_REPEAT=1 T5=small T5_Q=1 T5_PROMPT=48 ROUNDS=1
+  EMBED_REPEAT=1 RERANK_REPEAT=1 RERANK_SHAPES=minilm-l6 T5=small T5_Q=1 T5_PROMPT=48 ROUNDS=1
 else
   LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=${HOPSCORE_KIT_LENS:-512,256,128}
   LENS_BASE=${HOPSCORE_KIT_LENS:-512,128}
   DEC_PAIRS=50 NQ=600 NQ_CPU=${HOPSCORE_KIT_NQ_CPU:-20} CK=base ITERS=10 SMALL=()
-  EMBED_REPEAT=10 T5=large T5_Q=50 T5_PROMPT=600 ROUNDS=${HOPSCORE_KIT_ROUNDS:-3}
+  EMBED_REPEAT=10 RERANK_REPEAT=25 RERANK_SHAPES=minilm-l6,xlmr-base T5=large T5_Q=50 T5_PROMPT=600 ROUNDS=${HOPSCORE_KIT_ROUNDS:-3}
 fi
 
 questions() { # questions N FILE: the first N questions of the HotpotQA sample
@@ -423,6 +428,17 @@ step_embed() {
   return $rc
 }
 
+step_rerank() {
+  local rc=0 dt
+  for dt in bf16 f32; do
+    python3 tools/bench_rerank_reference.py --hopscore "$H" --device cuda --dtype $dt --engines hopscore,st \
+      --shapes "$RERANK_SHAPES" \
+      --tokenizer-dir "$kit/weights/minilm-files" --threads 16 --repeat $RERANK_REPEAT --batch-size 128 \
+      --rounds "$ROUNDS" --keep "$work/rerank" --json | tee -a "$R/rerank.jsonl" || rc=1
+  done
+  return $rc
+}
+
 # variant_rounds NAME VARIANT... -- BENCH_ARGS...: 3 interleaved rounds of `bench` with
 # each VARIANT (`label`, `label:VAR=value` for an environment variable, `label:--flag`),
 # rows in NAME.jsonl, medians per variant in NAME.txt (the first variant against the second).
@@ -529,7 +545,7 @@ t_setup=$(date +%s)
 setup || { pack_results; exit 1; }
 ATTENTION=${HOPSCORE_KIT_ATTENTION:-v3}
 HOPSCORE_KIT_GRAPHS=${HOPSCORE_KIT_GRAPHS:-on}
-export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT T5 T5_Q T5_PROMPT ROUNDS
+export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT RERANK_REPEAT RERANK_SHAPES T5 T5_Q T5_PROMPT ROUNDS
 export HOPSCORE_KIT_GRAPHS
 echo "setup ok in $(($(date +%s) - t_setup)) s; attention kernels: $ATTENTION" | tee -a "$OUT/summary.txt"
 status=0

@@ -27,8 +27,8 @@ use rayon::prelude::*;
 
 use super::check::{self, Dims};
 use super::{
-    AttentionShape, Backend, BucketBias, CausalShape, ClsHead, Dense, Gated, Input, OpResult,
-    RelAttention, SeqLayout, T5AttentionShape, TokenLogits,
+    AttentionShape, Backend, BucketBias, CausalShape, ClsHead, Dense, Gated, HeadNorm, Input,
+    OpResult, RelAttention, SeqLayout, T5AttentionShape, TokenLogits,
 };
 use crate::tensor::HostTensor;
 pub use precision::CpuGemm;
@@ -385,10 +385,25 @@ impl Backend for CpuBackend {
         head_dim: usize,
         positions: Input<'_, [u32]>,
         inv_freq: Input<'_, [f32]>,
+        norm: Option<HeadNorm<'_, CpuTensor>>,
     ) -> OpResult<()> {
         let (positions, inv_freq) = (positions.host, inv_freq.host);
-        check::rope(x, heads, head_dim, positions, inv_freq)?;
-        rope::rope(&mut x.data, x.cols, heads, head_dim, positions, inv_freq);
+        check::rope(x, heads, head_dim, positions, inv_freq, norm)?;
+        let norm = norm.map(|n| rope::HeadNorm {
+            q_heads: n.q_heads,
+            q_weight: &n.q_weight.data,
+            k_weight: &n.k_weight.data,
+            eps: n.eps,
+        });
+        rope::rope(
+            &mut x.data,
+            x.cols,
+            heads,
+            head_dim,
+            positions,
+            inv_freq,
+            norm.as_ref(),
+        );
         Ok(())
     }
 

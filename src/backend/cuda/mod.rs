@@ -34,8 +34,8 @@ use self::profile::Profiler;
 use super::check::{self, Dims};
 use super::{
     AddNorm, AttentionShape, Backend, BatchInputs, BatchShape, BucketBias, CausalShape, ClsHead,
-    Dense, DeviceCounts, Forward, Gate, Gated, Input, KernelTime, OpError, OpResult, Prepared,
-    RelAttention, SeqLayout, Slot, T5AttentionShape, TokenLogits,
+    Dense, DeviceCounts, Forward, Gate, Gated, HeadNorm, Input, KernelTime, OpError, OpResult,
+    Prepared, RelAttention, SeqLayout, Slot, T5AttentionShape, TokenLogits,
 };
 pub use crate::backend::dtype::DType;
 use crate::backend::kernels::geometry;
@@ -848,8 +848,9 @@ impl Backend for CudaBackend {
         head_dim: usize,
         positions: Input<'_, [u32]>,
         inv_freq: Input<'_, [f32]>,
+        norm: Option<HeadNorm<'_, CudaTensor>>,
     ) -> OpResult<()> {
-        check::rope(x, heads, head_dim, &positions, &inv_freq)?;
+        check::rope(x, heads, head_dim, &positions, &inv_freq, norm)?;
         if x.rows == 0 || heads == 0 || head_dim < 2 {
             return Ok(());
         }
@@ -862,16 +863,27 @@ impl Backend for CudaBackend {
             block_dim: (geometry::ROPE_ROWS * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let args = [
-            Arg::Ptr(x.ptr()),
-            Arg::Ptr(pos.ptr()),
-            Arg::Ptr(freq.ptr()),
+        let mut args = vec![Arg::Ptr(x.ptr()), Arg::Ptr(pos.ptr()), Arg::Ptr(freq.ptr())];
+        if let Some(n) = norm {
+            args.extend([Arg::Ptr(n.q_weight.ptr()), Arg::Ptr(n.k_weight.ptr())]);
+        }
+        args.extend([
             Arg::U32(x.rows as u32),
             Arg::U32(x.cols as u32),
             Arg::U32(heads as u32),
-            Arg::U32(head_dim as u32),
-        ];
-        self.launch("rope", cfg, &args)
+        ]);
+        let kernel = match norm {
+            None => "rope",
+            Some(n) => {
+                args.push(Arg::U32(n.q_heads as u32));
+                "rope_qk_norm"
+            }
+        };
+        args.push(Arg::U32(head_dim as u32));
+        if let Some(n) = norm {
+            args.push(Arg::F32(n.eps));
+        }
+        self.launch(kernel, cfg, &args)
     }
 
     fn causal_attention(
@@ -928,6 +940,7 @@ mod tests {
             "question_loglik",
             "rms_norm",
             "rope",
+            "rope_qk_norm",
             "gated_gelu_new",
             "gated_silu",
             "relu",
