@@ -10,6 +10,15 @@ struct Silu {
   __host__ __device__ float operator()(float g) const { return g / (1.0f + expf(-g)); }
 };
 
+// The erf GELU (ModernBERT's GeGLU, `hidden_activation` "gelu"): the expression of
+// common.cuh's gelu_erf (gelu.cu), which this header does not include (the CUTLASS
+// epilogue and the emulator read it alone).
+struct Gelu {
+  __host__ __device__ float operator()(float g) const {
+    return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
+  }
+};
+
 // GPT-2's tanh GELU (T5 v1.1's gated-gelu), as gelu_new.cu.
 struct GeluNew {
   __host__ __device__ float operator()(float g) const {

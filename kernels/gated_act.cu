@@ -2,7 +2,8 @@
 // the fused gate/up projection (2·inter columns) into [rows, inter]. The columns come in
 // blocks (src/backend/mod.rs, `Gated`): `block` gate columns, then the `block` up columns
 // they pair with, and so on; block = inter is the plain [gate | up]. gated_silu (Llama's
-// SwiGLU) and gated_gelu_new (T5 v1.1's gated-gelu), activations.cuh, f32 math.
+// SwiGLU), gated_gelu_new (T5 v1.1's gated-gelu) and gated_gelu (ModernBERT's GeGLU, the
+// erf GELU; no CUTLASS epilogue: the only path), activations.cuh, f32 math.
 // Grid-stride over 16-byte vectors of the output when block is a multiple of
 // 16 / sizeof(T) (else elements), 32-bit indexing (rows · 2·inter < 2^31, checked by the
 // launcher). The unfused path of the CUTLASS gated GEMM (cutlass/gemm_gated.cuh).
@@ -48,7 +49,8 @@ __device__ void gated_act(T* out, const T* x, unsigned rows, unsigned inter, uns
 
 #define GATED_ENTRIES(SUFFIX, T)                                                             \
   GATED_ENTRY(gated_silu, hopscore::Silu, SUFFIX, T)                                         \
-  GATED_ENTRY(gated_gelu_new, hopscore::GeluNew, SUFFIX, T)
+  GATED_ENTRY(gated_gelu_new, hopscore::GeluNew, SUFFIX, T)                                 \
+  GATED_ENTRY(gated_gelu, hopscore::Gelu, SUFFIX, T)
 
 GATED_ENTRIES(f32, float)
 GATED_ENTRIES(bf16, __nv_bfloat16)

@@ -93,6 +93,7 @@ impl ModelShape {
             family: EncoderFamily::Deberta,
             position_offset: 0,
             token_types_from_input: true,
+            modernbert: None,
         })
     }
 }

@@ -31,6 +31,7 @@ use hopscore::backend::{
     T5AttentionShape,
 };
 use hopscore::model::batch::{graph_key, PackedBatch, Sequence};
+use hopscore::model::config::EncoderFamily;
 use hopscore::model::config::{DebertaConfig, RelativeConfig};
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles};
 use hopscore::model::deberta::relative_index;
@@ -1034,6 +1035,22 @@ fn decoder_ops(dtype: DType) -> Vec<Op> {
                 block: 90,
             },
         },
+        Op::GatedAct {
+            rows: 29,
+            inter: 90,
+            gated: Gated {
+                gate: Gate::Gelu,
+                block: 90,
+            },
+        },
+        Op::GatedAct {
+            rows: 9,
+            inter: 128,
+            gated: Gated {
+                gate: Gate::Gelu,
+                block: 64,
+            },
+        },
         Op::Relu { rows: 31, cols: 70 },
         // T5: the encoder (bidirectional buckets), the decoder (causal) past the
         // largest distance and across the key tiles (v1: 32 keys; v3: 64, and 64-row
@@ -1689,7 +1706,9 @@ fn deberta_checkpoint_err(gpu: &CudaBackend, what: &str, dir: &Path, batch: &Pac
 
 /// The host path of one encoder forward: its inputs in one upload, at most 8 launches
 /// per layer (fused QKV GEMM, attention, 3 GEMMs with bias epilogues, GELU, 2
-/// LayerNorms) plus the embedding, its LayerNorm, the mask and an `embed_proj`.
+/// LayerNorms) plus the embedding, its LayerNorm, the mask and an `embed_proj`. A
+/// ModernBERT layer (pre-LN) is at most 10 (2 copies and LayerNorms, the QKV GEMM, 2
+/// RoPE, attention, the output GEMM, `Wi`, the gate, `Wo`; layer 0 has no first norm).
 fn check_encoder_counts(
     fixture: &str,
     gpu: &CudaBackend,
@@ -1697,18 +1716,32 @@ fn check_encoder_counts(
     batch: &PackedBatch,
 ) {
     let before = gpu.counts().unwrap();
-    model.encoder.forward(gpu, batch).unwrap();
+    model.encoder.forward_staged(gpu, batch).unwrap();
     let c = gpu.counts().unwrap().since(&before);
-    let layers = model.encoder.config.num_layers as u64;
+    let layers = model.config.num_layers as u64;
     eprintln!("  {fixture}: {c:?} over {layers} layers");
     assert_eq!(c.uploads, 1, "{fixture}: {c:?}");
-    assert!(c.launches + c.gemms <= 8 * layers + 4, "{fixture}: {c:?}");
-    assert_eq!((c.downloads, c.device_copies), (0, 0), "{fixture}: {c:?}");
+    let (per_layer, copies) = match model.config.family {
+        EncoderFamily::ModernBert => (10, 2 * layers - 1),
+        _ => (8, 0),
+    };
+    assert!(
+        c.launches + c.gemms <= per_layer * layers + 4,
+        "{fixture}: {c:?}"
+    );
+    assert_eq!(
+        (c.downloads, c.device_copies),
+        (0, copies),
+        "{fixture}: {c:?}"
+    );
 }
 
 /// Each head is one kernel (`cls_head` or `token_head`: the [CLS] gather or mean,
 /// pooler, GELU and classifier, or the token logits and labels) and one download of
-/// its f32 logits, with no upload (the sequence starts are the staged layout's).
+/// its f32 logits, with no upload (the sequence starts are the staged layout's). A
+/// ModernBERT sequence head pools by `cls_head`, back up, then its prediction head and
+/// classifier: 3 launches, 2 GEMMs, 1 upload, 2 downloads; its token head 2 launches
+/// (GELU, LayerNorm) and `token_head`, 1 GEMM.
 fn check_head_counts(
     fixture: &str,
     gpu: &CudaBackend,
@@ -1721,9 +1754,14 @@ fn check_head_counts(
         head.forward(gpu, &hidden, &staged).unwrap();
         let c = gpu.counts().unwrap().since(&before);
         eprintln!("  {fixture} head {}: {c:?}", head.spec.name);
+        let want = match (model.config.family, head.spec.per_sequence()) {
+            (EncoderFamily::ModernBert, true) => (3, 2, 1, 2),
+            (EncoderFamily::ModernBert, false) => (3, 1, 0, 1),
+            _ => (1, 0, 0, 1),
+        };
         assert_eq!(
             (c.launches, c.gemms, c.uploads, c.downloads),
-            (1, 0, 0, 1),
+            want,
             "{fixture} head {}: {c:?}",
             head.spec.name
         );
@@ -1778,8 +1816,9 @@ fn deberta_models_bf16() {
 
 /// The random cross-encoders of tests/fixtures/rerank (BERT sequence and token heads,
 /// XLM-R and RoBERTa with their offset positions and `classifier.dense` → tanh →
-/// `out_proj` heads) on both backends over the first 16 of their golden pairs (2,000
-/// tokens: the emulator runs the kernels on the CPU): hidden states and logits;
+/// `out_proj` heads, ModernBERTs with a sliding-window layer, GeGLU and their
+/// prediction heads) on both backends over the first 16 of their golden pairs (2,000
+/// tokens: the emulator runs the kernels on the CPU; 4 for ModernBERT): hidden states and logits;
 /// returns the largest relative error.
 fn reranker_err(fixture: &str, dtype: DType) -> Option<f32> {
     let gpu = common::gpu(dtype)?;
@@ -1787,7 +1826,13 @@ fn reranker_err(fixture: &str, dtype: DType) -> Option<f32> {
     let mut seqs = common::concatenated_sequences(&common::read_golden(
         &fixture_dir.join("golden.safetensors"),
     ));
-    seqs.truncate(16);
+    // ModernBERT's attention is the T5 op, slow on the emulator: 4 pairs (≈ 480
+    // tokens, still past its ±8-token window).
+    seqs.truncate(if fixture.starts_with("modernbert") {
+        4
+    } else {
+        16
+    });
     let tmp = tempfile::tempdir().unwrap();
     let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
     Some(deberta_checkpoint_err(
@@ -1798,7 +1843,15 @@ fn reranker_err(fixture: &str, dtype: DType) -> Option<f32> {
     ))
 }
 
-const RERANKER_MODELS: [&str; 4] = ["bert_seqcls", "bert_token", "xlmr_seqcls", "roberta_seqcls"];
+const RERANKER_MODELS: [&str; 7] = [
+    "bert_seqcls",
+    "bert_token",
+    "xlmr_seqcls",
+    "roberta_seqcls",
+    "modernbert_seqcls",
+    "modernbert_cls",
+    "modernbert_token",
+];
 
 #[test]
 fn reranker_models_f32() {
@@ -1827,27 +1880,16 @@ fn reranker_models_bf16() {
 }
 
 /// The random Qwen3 rerankers of tests/fixtures/rerank on both backends over their
-/// first 6 golden sequences (one question's pairs: the shared template and question run
-/// once; ≈ 3,000 tokens): the label tokens' logits of the causal LM (its gathered
+/// first 3 golden sequences (one question's pairs: the shared template and question run
+/// once; ≈ 1,500 tokens): the label tokens' logits of the causal LM (its gathered
 /// LM-head rows) and the classifier conversion's `score` logits at the last token;
 /// returns the largest relative error.
 fn llm_reranker_err(fixture: &str, dtype: DType) -> Option<f32> {
     let gpu = common::gpu(dtype)?;
     gpu.set_cuda_graphs(false);
     let g = common::read_golden(&common::fixture("rerank/qwen3_reranker/golden.safetensors"));
-    let (ids, lengths) = (&g["input_ids"].i64, &g["lengths"].i64);
-    let mut start = 0;
-    let seqs: Vec<Vec<u32>> = lengths[..6]
-        .iter()
-        .map(|&n| {
-            let s = ids[start..start + n as usize]
-                .iter()
-                .map(|&i| i as u32)
-                .collect();
-            start += n as usize;
-            s
-        })
-        .collect();
+    let mut seqs = common::id_sequences(&g, "");
+    seqs.truncate(3);
     let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
     let tmp = tempfile::tempdir().unwrap();
     let dir = rounded_checkpoint(
@@ -2460,13 +2502,13 @@ fn deberta_add_norm_bf16() {
         let err = deberta_checkpoint_err(&gpu, &what, &dir, &batch);
         check_model(&what, dtype, err, BF16_MODEL_TOLERANCE);
         let before = gpu.counts().unwrap();
-        model.encoder.forward(&gpu, &batch).unwrap();
+        model.encoder.forward_staged(&gpu, &batch).unwrap();
         gemms.push(gpu.counts().unwrap().since(&before).gemms);
     }
     gpu.set_fused_norm(true);
     let hopper = gpu.device().ctx.compute_capability().unwrap() == (9, 0);
     let fused_runs = cfg!(hopscore_cutlass) && hopper;
-    let layers = model.encoder.config.num_layers as u64;
+    let layers = model.config.num_layers as u64;
     let fewer = if fused_runs { 2 * layers } else { 0 };
     assert_eq!(
         gemms[1] - gemms[0],
@@ -2769,7 +2811,7 @@ fn deberta_graphs(dtype: DType) {
         let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
         let model_on = CrossEncoder::load(&on, ModelFiles::open(&dir).unwrap(), None).unwrap();
         let model_off = CrossEncoder::load(&off, ModelFiles::open(&dir).unwrap(), None).unwrap();
-        let c = &model_on.encoder.config;
+        let c = &model_on.config;
         let (layers, vocab) = (c.num_layers as u64, c.vocab_size);
         let batches = two_batches(&case, vocab);
         let limit = c.max_position_embeddings;
@@ -2780,7 +2822,7 @@ fn deberta_graphs(dtype: DType) {
         let start = on.counts().unwrap();
         for (i, batch) in batches.iter().enumerate() {
             let before = on.counts().unwrap();
-            model_on.encoder.forward(&on, batch).unwrap();
+            model_on.encoder.forward_staged(&on, batch).unwrap();
             let counts = on.counts().unwrap().since(&before);
             let what = format!("{fixture} {dtype:?} batch {i}");
             check_graph_counts(&what, &counts, u64::from(i == 0), 8 * layers + 4);
@@ -3221,7 +3263,7 @@ fn deberta_batch_invariance(dtype: DType) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = rounded_checkpoint(&fixture_dir, tmp.path(), dtype);
     let load = |be| CrossEncoder::load(be, ModelFiles::open(&dir).unwrap(), None).unwrap();
-    let vocab = load(&off).encoder.config.vocab_size;
+    let vocab = load(&off).config.vocab_size;
     let batches = arrangements(&case.seqs, |rng, n| neighbours(rng, vocab, n));
     let want = deberta_bits(&off, &load(&off), &case.seqs);
     // Pinned: graphs on and off; not pinned: graphs off.

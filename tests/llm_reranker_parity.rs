@@ -27,24 +27,6 @@ fn tokenizer() -> CausalTokenizer {
     CausalTokenizer::from_dir(&fixture("bpe"), None).unwrap()
 }
 
-/// The golden's sequences under `ids` / `lengths`.
-fn sequences(g: &std::collections::HashMap<String, common::Golden>, suffix: &str) -> Vec<Vec<u32>> {
-    let ids = &g[&format!("input_ids{suffix}")].i64;
-    let mut start = 0;
-    g[&format!("lengths{suffix}")]
-        .i64
-        .iter()
-        .map(|&n| {
-            let s = ids[start..start + n as usize]
-                .iter()
-                .map(|&i| i as u32)
-                .collect();
-            start += n as usize;
-            s
-        })
-        .collect()
-}
-
 fn load(dir: &Path) -> DecoderForCausalLM<CpuBackend> {
     DecoderForCausalLM::load(&CpuBackend::F32, DecoderSource::open(dir).unwrap()).unwrap()
 }
@@ -66,7 +48,7 @@ fn template_ids_match_the_model_card_tokenisation() {
     for (instruction, suffix, n) in [(None, "", 60), (Some(INSTRUCTION), "_instruction", 10)] {
         let prompt =
             RerankPrompt::new(&tok, RerankTemplate::Qwen3Reranker, instruction, 8192).unwrap();
-        let want = sequences(&g, suffix);
+        let want = common::id_sequences(&g, suffix);
         assert_eq!(want.len(), n);
         for (k, ((q, d), want)) in pairs.iter().zip(&want).enumerate() {
             assert_eq!(
@@ -80,7 +62,7 @@ fn template_ids_match_the_model_card_tokenisation() {
     let prompt = RerankPrompt::new(&tok, RerankTemplate::Qwen3Reranker, None, 120).unwrap();
     let (q, d) = &pairs[0];
     let short = prompt.encode(&tok, q, d).unwrap();
-    let full = &sequences(&g, "")[0];
+    let full = &common::id_sequences(&g, "")[0];
     assert!(full.len() > 120);
     assert_eq!(short.len(), 120);
     // The two end alike (the suffix), and before that `short` is `full`'s start.
@@ -116,7 +98,7 @@ fn p_yes_matches_hf_float64() {
         .collect();
     let head = model.label_head(&be, &ids).unwrap();
     for suffix in ["", "_instruction"] {
-        let seqs = sequences(&g, suffix);
+        let seqs = common::id_sequences(&g, suffix);
         let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
         let logits = model.last_token_logits(&be, &refs, &head).unwrap();
         let p_yes: Vec<f32> = logits
@@ -135,7 +117,7 @@ fn sequence_classifier_logits_match_hf_float64() {
     let dir = fixture("qwen3_seqcls");
     let model = load(&dir);
     assert_eq!(model.config.score_labels, Some(1));
-    let seqs = sequences(
+    let seqs = common::id_sequences(
         &common::read_golden(&fixture("qwen3_reranker/golden.safetensors")),
         "",
     );
@@ -167,7 +149,7 @@ fn shared_prefixes_do_not_change_the_scores() {
     let be = CpuBackend::F32;
     let tok = tokenizer();
     let mut model = load(&fixture("qwen3_reranker"));
-    let seqs = sequences(
+    let seqs = common::id_sequences(
         &common::read_golden(&fixture("qwen3_reranker/golden.safetensors")),
         "",
     );

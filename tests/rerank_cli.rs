@@ -1,7 +1,7 @@
 //! `hopscore import` → `hopscore rerank` end to end on the HotpotQA slice: each pool
 //! reordered by the scores sentence-transformers' `CrossEncoder.predict` gives (the
-//! goldens of tools/goldens/make_reranker_goldens.py, random BERT and XLM-R
-//! checkpoints) or HF's P(yes) of a random Qwen3-Reranker-shaped model and its
+//! goldens of tools/goldens/make_reranker_goldens.py, random BERT, XLM-R and
+//! ModernBERT checkpoints) or HF's P(yes) of a random Qwen3-Reranker-shaped model and its
 //! sequence-classifier conversion (tools/goldens/make_qwen3_goldens.py), gold labels following their passages, `--top-k` noting the gold it
 //! drops, the output read by `eval`, `lepus` and `beam` as a question file, and a run
 //! SIGKILLed and resumed writing the bytes of an uninterrupted one.
@@ -169,6 +169,14 @@ fn rerank_orders_pools_by_the_cross_encoder_scores_and_feeds_the_next_stages() {
             .unwrap(),
     );
     assert_reranked_as_golden("xlmr_seqcls", &before, &xlmr);
+
+    let modernbert = tmp.path().join("modernbert.parquet");
+    common::assert_success(
+        &rerank("modernbert_seqcls", "wordpiece", &input, &modernbert, &[])
+            .output()
+            .unwrap(),
+    );
+    assert_reranked_as_golden("modernbert_seqcls", &before, &modernbert);
 
     // --top-k 3: three passages each; a gold passage dropped is noted as not retrieved.
     let top = tmp.path().join("top3.parquet");

@@ -2,8 +2,10 @@
 //! src/model/heads.rs) against HF transformers in float64 and sentence-transformers'
 //! `CrossEncoder.predict` (goldens of tools/goldens/make_reranker_goldens.py): random
 //! `BertForSequenceClassification`, `BertForTokenClassification`,
-//! `XLMRobertaForSequenceClassification` and `RobertaForSequenceClassification`
-//! checkpoints over 60 real HotpotQA (question, passage) pairs, and the pair ids of
+//! `XLMRobertaForSequenceClassification`, `RobertaForSequenceClassification`,
+//! `ModernBertForSequenceClassification` (mean and cls pooling, a sliding-window
+//! layer) and `ModernBertForTokenClassification` checkpoints over 60 real HotpotQA
+//! (question, passage) pairs, and the pair ids of
 //! HF's fast tokenizers (the repository's WordPiece and XLM-R Unigram, and
 //! all-MiniLM-L6-v2's real one) on the same texts.
 
@@ -14,7 +16,7 @@ use std::path::PathBuf;
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::model::batch::PackedBatch;
 use hopscore::model::cross_encoder::{CrossEncoder, ModelFiles, ScoreActivation};
-use hopscore::model::heads::select;
+use hopscore::model::heads::{select, Pooling};
 use hopscore::text::TextTokenizer;
 
 /// The pairs of the goldens: (question, title + " " + text) of every passage of the
@@ -138,7 +140,15 @@ fn roberta_models_read_every_token_as_type_zero() {
 
 #[test]
 fn cross_encoders_match_hf_float64() {
-    for name in ["bert_seqcls", "bert_token", "xlmr_seqcls", "roberta_seqcls"] {
+    for name in [
+        "bert_seqcls",
+        "bert_token",
+        "xlmr_seqcls",
+        "roberta_seqcls",
+        "modernbert_seqcls",
+        "modernbert_cls",
+        "modernbert_token",
+    ] {
         let (err, _) = relative_error(name);
         println!("{name}: max relative error {err:.2e}");
         assert!(err <= 1e-5, "{name}: relative error {err:e}");
@@ -147,7 +157,7 @@ fn cross_encoders_match_hf_float64() {
 
 #[test]
 fn one_label_scores_match_sentence_transformers_predict() {
-    for name in ["bert_seqcls", "xlmr_seqcls"] {
+    for name in ["bert_seqcls", "xlmr_seqcls", "modernbert_seqcls"] {
         let dir = rerank_fixture(name);
         let act = ScoreActivation::of_model(&dir.join("config.json"), 1).unwrap();
         assert_eq!(act, ScoreActivation::Sigmoid, "{name}: the default");
@@ -181,6 +191,14 @@ fn heads_are_found_by_family() {
         [("sequence", "classifier.out_proj", "classifier.dense", 1)]
     );
     assert_eq!(heads("roberta_seqcls")[0].3, 2);
+    assert_eq!(
+        heads("modernbert_seqcls"),
+        [("sequence", "classifier", "head.dense", 1)]
+    );
+    assert_eq!(heads("modernbert_token")[0].0, "token");
+    let pooling = |name: &str| ModelFiles::open(&rerank_fixture(name)).unwrap().heads()[0].pooling;
+    assert_eq!(pooling("modernbert_seqcls"), Pooling::MeanPooler);
+    assert_eq!(pooling("modernbert_cls"), Pooling::Pooler);
 }
 
 #[test]
@@ -191,7 +209,7 @@ fn an_unknown_model_type_or_activation_is_named() {
         &std::fs::read_to_string(rerank_fixture("bert_seqcls/config.json")).unwrap(),
     )
     .unwrap();
-    config["model_type"] = "modernbert".into();
+    config["model_type"] = "funnel".into();
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let err = ModelFiles::open(dir).err().unwrap();
     assert!(format!("{err:#}").contains("model_type"), "{err:#}");

@@ -16,7 +16,7 @@ the values, accuracy is tested on the goldens of tests/reranker_parity.rs) of
     xlmr-base  BAAI/bge-reranker-base's shape: XLMRobertaForSequenceClassification,
                12 layers, hidden 768, 12 heads, ffn 3,072, 1 label (its 250,002-entry
                embedding table cut to the tokenizer's 30,522: the lookup does not change
-               the per-pair work)
+               the per-pair work; the tokenizer gives it no segment ids, as XLM-R's)
 
 with all-MiniLM-L6-v2's real WordPiece tokenizer (weights/all-minilm-l6-v2,
 tools/fetch_minilm.sh, or `--tokenizer-dir`) for both. Pairs: the HotpotQA slice's questions with each of
@@ -84,6 +84,12 @@ def make_model(shape: str, folder: Path, seed: int, tokenizer_dir: Path) -> Path
     for name in TOKENIZER_FILES:
         if (tokenizer_dir / name).is_file():
             shutil.copy(tokenizer_dir / name, out / name)
+    if config.model_type != "bert":
+        # XLM-R has one token type: its tokenizer gives the model no segment ids.
+        path = out / "tokenizer_config.json"
+        tok_config = json.loads(path.read_text()) if path.is_file() else {}
+        tok_config["model_input_names"] = ["input_ids", "attention_mask"]
+        path.write_text(json.dumps(tok_config, indent=1))
     return out
 
 
@@ -165,7 +171,7 @@ def main() -> int:
         if "ort" in engines and not onnx_path.is_file():
             hf = ce.model.eval()
             enc = tok([pairs[0][0]], [pairs[0][1]], return_tensors="pt")
-            names = ["input_ids", "attention_mask", "token_type_ids"]
+            names = list(tok.model_input_names)
             torch.onnx.export(hf, tuple(enc[n] for n in names), str(onnx_path), input_names=names,
                               output_names=["logits"], opset_version=17, dynamo=False,
                               dynamic_axes={n: {0: "batch", 1: "length"} for n in names})
@@ -188,7 +194,7 @@ def main() -> int:
             for b in batches(pairs, args.batch_size):
                 enc = tok([q for q, _ in b], [d for _, d in b], truncation=True, max_length=args.max_length,
                           padding=True, return_tensors="np")
-                feed = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+                feed = {k: enc[k].astype(np.int64) for k in tok.model_input_names}
                 out.append(session.run(None, feed)[0][:, 0])
             return 1 / (1 + np.exp(-np.concatenate(out)))
 

@@ -199,8 +199,9 @@ class CrossEncoder(Job):
 
 class Reranker(Job):
     """Each question's passage pool reranked by a cross-encoder (``hopscore rerank``):
-    BERT (``cross-encoder/ms-marco-*``), XLM-RoBERTa (``BAAI/bge-reranker-v2-m3``) or
-    DeBERTa; or by an LLM reranker (a Qwen3 / Qwen2 / Llama decoder:
+    BERT (``cross-encoder/ms-marco-*``), XLM-RoBERTa (``BAAI/bge-reranker-v2-m3``),
+    ModernBERT (``Alibaba-NLP/gte-reranker-modernbert-base``) or DeBERTa; or by an LLM
+    reranker (a Qwen3 / Qwen2 / Llama decoder:
     ``Qwen/Qwen3-Reranker-*`` and its ``*-seq-cls`` conversions) through ``template``
     (default ``"qwen3-reranker"``), ``instruction`` and ``label_tokens`` (default the
     template's, ``["no", "yes"]``). The output is the question table with each pool in

@@ -235,6 +235,8 @@ pub enum Gate {
     Silu,
     /// GPT-2's tanh GELU (T5 v1.1's `gated-gelu`, which HF maps to `gelu_new`).
     GeluNew,
+    /// The erf GELU (ModernBERT's GeGLU).
+    Gelu,
 }
 
 /// A gated MLP's fused gate/up projection ([`Backend::gated_act`]): its gate, and how

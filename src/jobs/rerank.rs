@@ -1,7 +1,8 @@
 //! The rerank job: each question's passage pool (a question file from `import` or
 //! `retrieve`) scored by a cross-encoder — BERT (`cross-encoder/ms-marco-*`),
-//! XLM-RoBERTa (`BAAI/bge-reranker-v2-m3`) or DeBERTa (`mixedbread-ai/mxbai-rerank-*`)
-//! — or an LLM reranker (`Qwen/Qwen3-Reranker-*` and its `*-seq-cls` conversions),
+//! XLM-RoBERTa (`BAAI/bge-reranker-v2-m3`), ModernBERT
+//! (`Alibaba-NLP/gte-reranker-modernbert-base`) or DeBERTa
+//! (`mixedbread-ai/mxbai-rerank-*`) — or an LLM reranker (`Qwen/Qwen3-Reranker-*` and its `*-seq-cls` conversions),
 //! and written back as the same question file, each pool in score order (best
 //! first) with the scores in `rerank_scores`, so that `beam`, `lepus`, `label` and
 //! `eval` read it as they read `retrieve`'s output.
@@ -61,7 +62,7 @@ pub const SCORES_COLUMN: &str = "rerank_scores";
 pub struct RerankConfig {
     /// Reranker directory (or hub id): config.json, safetensors and tokenizer.json
     /// (unless --tokenizer is given). A cross-encoder (`model_type` bert, xlm-roberta,
-    /// roberta or deberta-v2) with a sequence classification head, or an LLM reranker
+    /// roberta, modernbert or deberta-v2) with a sequence classification head, or an LLM reranker
     /// (a decoder: qwen3, qwen2, llama, mistral; a causal LM, or one with a
     /// `*ForSequenceClassification` score head).
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_MODEL",

@@ -6,7 +6,7 @@
 //! absolute position + token type → LayerNorm, lines 68–108), `BertSelfAttention`
 //! (scores · d^-1/2, line 152), `BertSelfOutput` / `BertOutput` (post-LN residuals,
 //! lines 289–292 and 347–350) and an erf GELU (`BertIntermediate`, line 334). So the
-//! encoder is [`DebertaV2Model`] built from a [`DebertaConfig`] with BERT's projection
+//! encoder is [`crate::model::deberta::DebertaV2Model`] built from a [`DebertaConfig`] with BERT's projection
 //! names and no relative positions; this file reads BERT's `config.json` into it and
 //! pools its last hidden state into one vector per text.
 
@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use super::batch::PackedBatch;
 use super::config::{self, unsupported, ConfigError, DebertaConfig, EncoderFamily};
-use super::deberta::DebertaV2Model;
+use super::cross_encoder::EncoderBody;
 use super::weights::{WeightStore, Weights};
 use crate::backend::{Backend, ClsHead, Dense, PoolerAct, SeqPooling};
 use crate::tensor::HostTensor;
@@ -149,6 +149,7 @@ pub(super) fn resolve_layers(
         family,
         position_offset,
         token_types_from_input: family == EncoderFamily::Bert,
+        modernbert: None,
     })
 }
 
@@ -315,7 +316,7 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
 pub struct BertEmbedder<B: Backend> {
     pub config: DebertaConfig,
     pub head: EmbeddingHead,
-    encoder: DebertaV2Model<B>,
+    encoder: EncoderBody<B>,
     /// `I [H, H]`: the fused sequence-head op with this classifier and no pooler is
     /// the pooling alone (`x·Iᵀ = x` exactly in f32), so a device pools in one launch
     /// and sends back `[sequences, H]` instead of every token's state.
@@ -330,9 +331,14 @@ impl<B: Backend> BertEmbedder<B> {
     pub fn load(be: &B, dir: &Path, head: Option<EmbeddingHead>) -> Result<Self> {
         let config = DebertaConfig::from_any_file(&dir.join("config.json"))?;
         anyhow::ensure!(
-            config.family != EncoderFamily::Deberta,
-            "{}: the embedder runs BERT and XLM-RoBERTa encoders, not DeBERTa",
-            dir.display()
+            !matches!(
+                config.family,
+                EncoderFamily::Deberta | EncoderFamily::ModernBert
+            ),
+            "{}: the embedder runs BERT and XLM-RoBERTa encoders, not {} (its cross-encoders \
+             run in classify and rerank)",
+            dir.display(),
+            config.family.name()
         );
         let head = match head {
             Some(h) => h,
@@ -354,12 +360,12 @@ impl<B: Backend> BertEmbedder<B> {
         config: DebertaConfig,
         head: EmbeddingHead,
     ) -> Result<Self> {
-        let w = root.encoder()?;
-        let encoder = DebertaV2Model::load(be, &w, &config)?;
-        w.pp("embeddings")
-            .unused_by_design(&["position_ids", "token_type_ids"]);
-        w.pp("pooler.dense").unused_by_design(&["weight", "bias"]);
-        w.refuse_unread(&["embeddings.", "encoder.", "pooler."])?;
+        let encoder = EncoderBody::load(be, root, &config)?;
+        if let EncoderBody::Deberta(_) = encoder {
+            let w = root.encoder()?;
+            w.pp("pooler.dense").unused_by_design(&["weight", "bias"]);
+            w.refuse_unread(&["pooler."])?;
+        }
         let h = config.hidden_size;
         let mut eye = vec![0f32; h * h];
         eye.iter_mut().step_by(h + 1).for_each(|v| *v = 1.0);
@@ -374,7 +380,7 @@ impl<B: Backend> BertEmbedder<B> {
 
     /// The last hidden state `[tokens, H]` of a packed batch, in f32.
     pub fn last_hidden_state(&self, be: &B, batch: &PackedBatch) -> Result<HostTensor> {
-        Ok(be.download(&self.encoder.forward(be, batch)?)?)
+        Ok(be.download(&self.encoder.forward_staged(be, batch)?.0)?)
     }
 
     /// The embeddings `[sequences, H]` of a packed batch, in f32.

@@ -153,6 +153,9 @@ pub struct DebertaConfig {
     /// type 0 (RoBERTa and XLM-R, whose tokenizers give the model no
     /// `token_type_ids`).
     pub token_types_from_input: bool,
+    /// ModernBERT's own settings (pre-LN, RoPE, sliding windows, GeGLU), `None` for the
+    /// BERT-layout families.
+    pub modernbert: Option<super::modernbert::ModernBertSettings>,
 }
 
 /// The HF model family of an encoder checkpoint (its `model_type`).
@@ -164,6 +167,9 @@ pub enum EncoderFamily {
     Bert,
     /// `roberta` and `xlm-roberta` (bge-reranker-v2-m3, XLM-R cross-encoders).
     Roberta,
+    /// `modernbert` (gte-reranker-modernbert-base): its own layers
+    /// (`crate::model::modernbert`).
+    ModernBert,
 }
 
 impl EncoderFamily {
@@ -173,6 +179,7 @@ impl EncoderFamily {
             Self::Deberta => "DeBERTa-v2/v3",
             Self::Bert => "BERT",
             Self::Roberta => "RoBERTa / XLM-RoBERTa",
+            Self::ModernBert => "ModernBERT",
         }
     }
 }
@@ -203,7 +210,7 @@ impl DebertaConfig {
     }
 
     /// Reads the `config.json` of any encoder family by its `model_type`: DeBERTa
-    /// (`deberta-v2`, or no `model_type`), BERT, RoBERTa / XLM-R.
+    /// (`deberta-v2`, or no `model_type`), BERT, RoBERTa / XLM-R, ModernBERT.
     pub fn from_any_file(path: &Path) -> Result<Self, ConfigError> {
         #[derive(Deserialize)]
         struct ModelType {
@@ -216,10 +223,12 @@ impl DebertaConfig {
             Some(mt) if super::roberta::MODEL_TYPES.contains(&mt) => {
                 super::roberta::read_config(path)
             }
+            Some(super::modernbert::MODEL_TYPE) => super::modernbert::read_config(path),
             Some(mt) => Err(unsupported(
                 "model_type",
                 mt,
-                "the encoders implemented are \"deberta-v2\", \"bert\", \"xlm-roberta\" and \"roberta\"",
+                "the encoders implemented are \"deberta-v2\", \"bert\", \"xlm-roberta\", \"roberta\" \
+                 and \"modernbert\"",
             )),
         }
     }
@@ -322,6 +331,7 @@ impl RawConfig {
             family: EncoderFamily::Deberta,
             position_offset: 0,
             token_types_from_input: true,
+            modernbert: None,
         })
     }
 

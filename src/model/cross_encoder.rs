@@ -1,14 +1,15 @@
 //! An encoder checkpoint directory loaded for scoring (DeBERTa, BERT, RoBERTa /
-//! XLM-R): config, encoder and every head the weights contain.
+//! XLM-R, ModernBERT): config, encoder and every head the weights contain.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::batch::PackedBatch;
-use super::config::DebertaConfig;
+use super::batch::{PackedBatch, StagedBatch};
+use super::config::{DebertaConfig, EncoderFamily};
 use super::deberta::DebertaV2Model;
 use super::heads::{find_heads, Head, HeadSpec};
+use super::modernbert::ModernBertModel;
 use super::weights::{WeightStore, Weights};
 use crate::backend::Backend;
 use crate::tensor::HostTensor;
@@ -16,8 +17,48 @@ use crate::tensor::HostTensor;
 /// Encoder + heads, ready to run on backend `B`.
 pub struct CrossEncoder<B: Backend> {
     pub config: DebertaConfig,
-    pub encoder: DebertaV2Model<B>,
+    pub encoder: EncoderBody<B>,
     pub heads: Vec<Head<B>>,
+}
+
+/// The layers of an encoder family.
+pub enum EncoderBody<B: Backend> {
+    /// DeBERTa and the BERT-layout families (BERT, RoBERTa / XLM-R).
+    Deberta(Box<DebertaV2Model<B>>),
+    ModernBert(Box<ModernBertModel<B>>),
+}
+
+impl<B: Backend> EncoderBody<B> {
+    /// The encoder of `config`'s family from a checkpoint's root view; a tensor of the
+    /// body that the config leaves out is refused by name.
+    pub fn load(be: &B, root: &Weights, config: &DebertaConfig) -> Result<Self> {
+        Ok(match config.family {
+            EncoderFamily::ModernBert => {
+                Self::ModernBert(Box::new(ModernBertModel::load(be, root, config)?))
+            }
+            _ => {
+                let w = root.encoder()?;
+                let encoder = DebertaV2Model::load(be, &w, config)?;
+                // Buffers older transformers saved with BERT-layout checkpoints.
+                w.pp("embeddings")
+                    .unused_by_design(&["position_ids", "token_type_ids"]);
+                w.refuse_unread(&["embeddings.", "encoder."])?;
+                Self::Deberta(Box::new(encoder))
+            }
+        })
+    }
+
+    /// The last hidden state `[tokens, H]` and the batch as staged.
+    pub fn forward_staged<'a>(
+        &self,
+        be: &B,
+        batch: &'a PackedBatch,
+    ) -> Result<(B::Tensor, StagedBatch<'a>)> {
+        match self {
+            Self::Deberta(m) => m.forward_staged(be, batch),
+            Self::ModernBert(m) => m.forward_staged(be, batch),
+        }
+    }
 }
 
 /// What a forward pass returns.
@@ -88,13 +129,7 @@ impl<B: Backend> CrossEncoder<B> {
         config: DebertaConfig,
         heads: Vec<HeadSpec>,
     ) -> Result<Self> {
-        let encoder_weights = root.encoder()?;
-        let encoder = DebertaV2Model::load(be, &encoder_weights, &config)?;
-        // Buffers older transformers saved with BERT-layout checkpoints.
-        encoder_weights
-            .pp("embeddings")
-            .unused_by_design(&["position_ids", "token_type_ids"]);
-        encoder_weights.refuse_unread(&["embeddings.", "encoder."])?;
+        let encoder = EncoderBody::load(be, root, &config)?;
         let heads = heads
             .into_iter()
             .map(|s| Head::load(be, root, &config, s))

@@ -10,14 +10,17 @@
 //! | BERT    | `token`  | `classifier` without a pooler (`BertForTokenClassification`) | every token |
 //! | RoBERTa | `sequence` | `classifier.dense` + `classifier.out_proj` (`XLMRobertaClassificationHead`) | `tanh(dense(h_<s>))` |
 //! | RoBERTa | `token`  | `classifier` (`XLMRobertaForTokenClassification`) | every token |
+//! | ModernBERT | `sequence` | `head.dense` + `head.norm` + `classifier` (`ModernBertPredictionHead`) | `norm(gelu(dense(h_CLS or mean h)))` |
+//! | ModernBERT | `token`  | the same, per token (`ModernBertForTokenClassification`) | every token |
 
 use anyhow::{bail, Result};
 
 use super::batch::StagedBatch;
 use super::config::{DebertaConfig, EncoderFamily};
-use super::layers::Linear;
+use super::layers::{LayerNorm, Linear};
+use super::modernbert;
 use super::weights::Weights;
-use crate::backend::{Backend, ClsHead, PoolerAct, SeqPooling};
+use crate::backend::{Backend, ClsHead, Dense, PoolerAct, SeqPooling};
 use crate::tensor::HostTensor;
 
 /// What a head reads from the encoder output.
@@ -124,6 +127,20 @@ pub fn find_heads(w: &Weights, c: &DebertaConfig) -> Vec<HeadSpec> {
             ];
             (candidates, PoolerAct::Tanh)
         }
+        EncoderFamily::ModernBert => {
+            const POOLER: &str = "head.dense";
+            let mean = c.modernbert.as_ref().is_some_and(|s| s.mean_pooling);
+            let pooling = if mean {
+                Pooling::MeanPooler
+            } else {
+                Pooling::Pooler
+            };
+            let candidates = vec![
+                ("sequence", "classifier", pooling, POOLER, !token_arch),
+                ("token", "classifier", Pooling::Tokens, POOLER, token_arch),
+            ];
+            (candidates, PoolerAct::Gelu)
+        }
     };
     candidates
         .into_iter()
@@ -146,12 +163,58 @@ pub fn find_heads(w: &Weights, c: &DebertaConfig) -> Vec<HeadSpec> {
 pub struct Head<B: Backend> {
     pub spec: HeadSpec,
     pooler: Option<Linear<B>>,
+    /// ModernBERT's `ModernBertPredictionHead` (in place of `pooler`).
+    prediction: Option<Prediction<B>>,
     classifier: Linear<B>,
+}
+
+/// `norm(gelu(dense(x)))` before the classifier (ModernBERT).
+struct Prediction<B: Backend> {
+    dense: Linear<B>,
+    norm: LayerNorm<B>,
+    /// `I [H, H]`: the sequence-head op with this classifier and no pooler pools alone
+    /// (as `crate::model::bert`'s embedder); `None` for a token head.
+    identity: Option<B::Tensor>,
+}
+
+impl<B: Backend> Prediction<B> {
+    fn load(be: &B, w: &Weights, c: &DebertaConfig, per_sequence: bool) -> Result<Self> {
+        let s = modernbert::settings(c)?;
+        let h = c.hidden_size;
+        let identity = per_sequence
+            .then(|| {
+                let mut eye = vec![0f32; h * h];
+                eye.iter_mut().step_by(h + 1).for_each(|v| *v = 1.0);
+                be.upload(&HostTensor::new(vec![h, h], eye))
+            })
+            .transpose()?;
+        Ok(Self {
+            dense: Linear::load(be, &w.pp("head.dense"), h, h, s.classifier_bias)?,
+            norm: modernbert::layer_norm(be, &w.pp("head.norm"), h, c, s)?,
+            identity,
+        })
+    }
+
+    /// `norm(gelu(dense(x)))`.
+    fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        let mut y = self.dense.forward(be, x)?;
+        be.gelu(&mut y)?;
+        self.norm.forward(be, &mut y, None)?;
+        Ok(y)
+    }
 }
 
 impl<B: Backend> Head<B> {
     pub fn load(be: &B, w: &Weights, c: &DebertaConfig, spec: HeadSpec) -> Result<Self> {
         let h = c.hidden_size;
+        if c.family == EncoderFamily::ModernBert {
+            return Ok(Self {
+                prediction: Some(Prediction::load(be, w, c, spec.per_sequence())?),
+                pooler: None,
+                classifier: Linear::load(be, &w.pp(spec.tensor), h, spec.num_labels, true)?,
+                spec,
+            });
+        }
         let (pooler, input) = if matches!(spec.pooling, Pooling::Pooler | Pooling::MeanPooler) {
             let p = c.pooler_hidden_size;
             (Some(Linear::load(be, &w.pp(spec.pooler), h, p, true)?), p)
@@ -162,6 +225,7 @@ impl<B: Backend> Head<B> {
         Ok(Self {
             spec,
             pooler,
+            prediction: None,
             classifier,
         })
     }
@@ -175,6 +239,9 @@ impl<B: Backend> Head<B> {
         batch: &StagedBatch<'_>,
     ) -> Result<HeadLogits> {
         let classifier = self.classifier.dense();
+        if let Some(p) = &self.prediction {
+            return self.forward_prediction(be, p, hidden, batch);
+        }
         let pooling = match self.spec.pooling {
             Pooling::Tokens => {
                 let t = be.token_head(hidden, classifier)?;
@@ -194,6 +261,45 @@ impl<B: Backend> Head<B> {
         };
         Ok(HeadLogits {
             logits: be.cls_head(hidden, batch.layout_input(), &head)?,
+            labels: None,
+        })
+    }
+}
+
+impl<B: Backend> Head<B> {
+    /// ModernBERT's heads: the pooled rows (one sequence-head op with the identity as
+    /// its classifier, f32) or every token through the prediction head, then the
+    /// classifier.
+    fn forward_prediction(
+        &self,
+        be: &B,
+        p: &Prediction<B>,
+        hidden: &B::Tensor,
+        batch: &StagedBatch<'_>,
+    ) -> Result<HeadLogits> {
+        let Some(identity) = &p.identity else {
+            let t = be.token_head(&p.forward(be, hidden)?, self.classifier.dense())?;
+            return Ok(HeadLogits {
+                logits: t.logits,
+                labels: Some(t.labels),
+            });
+        };
+        let pool = ClsHead {
+            pooling: match self.spec.pooling {
+                Pooling::MeanPooler => SeqPooling::Mean,
+                _ => SeqPooling::First,
+            },
+            pooler: None,
+            pooler_act: PoolerAct::Gelu,
+            classifier: Dense {
+                weight: identity,
+                bias: None,
+            },
+        };
+        let pooled = be.upload(&be.cls_head(hidden, batch.layout_input(), &pool)?)?;
+        let logits = self.classifier.forward(be, &p.forward(be, &pooled)?)?;
+        Ok(HeadLogits {
+            logits: be.download(&logits)?,
             labels: None,
         })
     }

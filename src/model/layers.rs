@@ -101,9 +101,21 @@ impl<B: Backend> GateUp<B> {
         input: usize,
         bias: bool,
     ) -> Result<Self> {
+        let (weight, bias) = fused_host(w, &[(gate_name, inter), (up_name, inter)], input, bias)?;
+        Self::from_host(be, &weight, bias.as_ref(), gate, inter)
+    }
+
+    /// From a host weight `[2·inter, input]` (gate rows, then up rows) and its bias, as
+    /// one checkpoint tensor holds them (ModernBERT's `Wi`).
+    pub fn from_host(
+        be: &B,
+        weight: &HostTensor,
+        bias: Option<&HostTensor>,
+        gate: Gate,
+        inter: usize,
+    ) -> Result<Self> {
         let gated = Gated::new(gate, inter);
         let rows = gated.source_rows(inter);
-        let (weight, bias) = fused_host(w, &[(gate_name, inter), (up_name, inter)], input, bias)?;
         Ok(Self {
             linear: Linear::from_host(
                 be,

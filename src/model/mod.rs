@@ -12,6 +12,7 @@ pub mod heads;
 pub mod hub;
 pub mod language_model;
 pub mod layers;
+pub mod modernbert;
 pub mod prefix;
 pub mod roberta;
 pub mod t5;

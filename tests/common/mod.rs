@@ -118,6 +118,25 @@ pub fn concatenated_sequences(
         .collect()
 }
 
+/// The token ids of the sequences a golden stores concatenated under
+/// `input_ids{suffix}`, with their lengths under `lengths{suffix}`.
+pub fn id_sequences(g: &std::collections::HashMap<String, Golden>, suffix: &str) -> Vec<Vec<u32>> {
+    let ids = &g[&format!("input_ids{suffix}")].i64;
+    let mut start = 0;
+    g[&format!("lengths{suffix}")]
+        .i64
+        .iter()
+        .map(|&n| {
+            let s = ids[start..start + n as usize]
+                .iter()
+                .map(|&i| i as u32)
+                .collect();
+            start += n as usize;
+            s
+        })
+        .collect()
+}
+
 /// A tensor read from a golden safetensors file.
 pub struct Golden {
     pub shape: Vec<usize>,

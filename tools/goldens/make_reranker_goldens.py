@@ -25,6 +25,15 @@ Writes ``tests/fixtures/rerank/``:
   | bert_token      | BertForTokenClassification             | 3      | wordpiece |
   | xlmr_seqcls     | XLMRobertaForSequenceClassification    | 1      | unigram   |
   | roberta_seqcls  | RobertaForSequenceClassification       | 2      | unigram   |
+  | modernbert_seqcls | ModernBertForSequenceClassification (mean pooling) | 1 | wordpiece |
+  | modernbert_cls  | ModernBertForSequenceClassification (cls pooling, tanh GeGLU) | 2 | wordpiece |
+  | modernbert_token | ModernBertForTokenClassification      | 3      | wordpiece |
+
+  The ModernBERTs (``python3 tools/goldens/make_reranker_goldens.py modernbert``
+  writes them alone): 2 layers, global attention in layer 0
+  (``global_attn_every_n_layers=2``), a sliding window of ±8 tokens
+  (``local_attention=16``) in layer 1, RoPE θ 160,000 / 10,000, no biases;
+  ``norm_bias`` on in modernbert_cls.
 
   ``golden.safetensors``: ``input_ids``, ``token_type_ids`` int64 (the pairs
   concatenated), ``lengths`` int64, the float64 forward's ``logits`` (float64;
@@ -130,7 +139,7 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.1)
-            if "LayerNorm.weight" in name:
+            if "LayerNorm.weight" in name or name.endswith("norm.weight"):
                 p.add_(1.0)
 
 
@@ -166,8 +175,8 @@ def build(name: str, cls_name: str, config_cls_name: str, tok_folder: Path, labe
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    for name in TOKENIZER_FILES:
-        shutil.copy(tok_folder / name, folder / name)
+    for f in TOKENIZER_FILES:
+        shutil.copy(tok_folder / f, folder / f)
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     config = getattr(transformers, config_cls_name)(
         vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -192,8 +201,8 @@ def build(name: str, cls_name: str, config_cls_name: str, tok_folder: Path, labe
         golden["st_scores"] = scores.contiguous()
     save_file(golden, str(folder / "golden.safetensors"))
     # The tokenizer is read from its own folder (tests pass it as --tokenizer).
-    for name in TOKENIZER_FILES:
-        (folder / name).unlink()
+    for f in TOKENIZER_FILES:
+        (folder / f).unlink()
     print(f"{name}: {len(ids)} pairs, {sum(len(i) for i in ids)} tokens, logits {tuple(logits.shape)}")
 
 
@@ -212,7 +221,26 @@ def minilm_pairs() -> None:
     print(f"minilm_pairs: {len(ids)} pairs")
 
 
+def modernbert() -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(OUT / "wordpiece"))
+    common = dict(max_position_embeddings=MAX_LENGTH, global_attn_every_n_layers=2,
+                  local_attention=16, pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id,
+                  sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id,
+                  attn_implementation="eager")
+    build("modernbert_seqcls", "ModernBertForSequenceClassification", "ModernBertConfig", OUT / "wordpiece", 1, 5,
+          dict(common, classifier_pooling="mean"))
+    build("modernbert_cls", "ModernBertForSequenceClassification", "ModernBertConfig", OUT / "wordpiece", 2, 6,
+          dict(common, classifier_pooling="cls", norm_bias=True, hidden_activation="gelu_pytorch_tanh"))
+    build("modernbert_token", "ModernBertForTokenClassification", "ModernBertConfig", OUT / "wordpiece", 3, 7,
+          dict(common))
+
+
 def main() -> None:
+    if sys.argv[1:] == ["modernbert"]:
+        modernbert()
+        return
     wordpiece(OUT / "wordpiece")
     unigram(OUT / "unigram")
     build("bert_seqcls", "BertForSequenceClassification", "BertConfig", OUT / "wordpiece", 1, 1,
@@ -226,6 +254,7 @@ def main() -> None:
           dict(max_position_embeddings=MAX_LENGTH + 2, type_vocab_size=1, pad_token_id=1,
                bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5))
     minilm_pairs()
+    modernbert()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 //! The gate of a gated MLP: `act(gate) · up`, with gate and up side by side in one
 //! row of the fused gate/up projection, in blocks as [`Gated`] lays them out: SiLU for
 //! Llama (`LlamaMLP`), GPT-2's tanh GELU for T5 v1.1 (`T5DenseGatedActDense` with
-//! `gated-gelu`). CPU twin of `kernels/gated_act.cu`.
+//! `gated-gelu`), the erf GELU for ModernBERT (`ModernBertMLP`). CPU twin of
+//! `kernels/gated_act.cu`.
 
 use rayon::prelude::*;
 
 use super::exp::exp;
+use super::gelu::gelu_erf;
 use super::gelu_new::gelu_new;
 use crate::backend::{Gate, Gated};
 
@@ -30,6 +32,11 @@ pub fn gated_act(x: &[f32], out: &mut [f32], inter: usize, gated: Gated) {
                         .zip(gate)
                         .zip(up)
                         .for_each(|((o, g), u)| *o = gelu_new(*g) * u),
+                    Gate::Gelu => o
+                        .iter_mut()
+                        .zip(gate)
+                        .zip(up)
+                        .for_each(|((o, g), u)| *o = gelu_erf(*g) * u),
                 }
             }
         });

@@ -138,6 +138,8 @@ pub(super) fn gemm_gated(
     let kind = match gated.gate {
         Gate::Silu => Kind::GatedSilu,
         Gate::GeluNew => Kind::GatedGeluNew,
+        // No epilogue of its own: the GEMM, then `gated_gelu`.
+        Gate::Gelu => return Ok(None),
     };
     imp::launch(be, kind, x, w, None, None, w.dims().0 / 2)
 }

@@ -808,6 +808,7 @@ impl Backend for CudaBackend {
         let op = match gated.gate {
             Gate::Silu => "gated_silu",
             Gate::GeluNew => "gated_gelu_new",
+            Gate::Gelu => "gated_gelu",
         };
         index_u32(op, x.numel())?;
         let args = [
@@ -942,6 +943,7 @@ mod tests {
             "rope",
             "rope_qk_norm",
             "gated_gelu_new",
+            "gated_gelu",
             "gated_silu",
             "relu",
             "scale_rows",
