@@ -275,10 +275,10 @@ pub fn rerank(mut q: Question, scores: Vec<f32>, top_k: Option<usize>) -> Rerank
 enum PairModel<B: Backend> {
     CrossEncoder(Box<CrossEncoder<B>>),
     /// A decoder and the head (`[k, hidden]`) read at each pair's last token: the
-    /// label tokens' LM-head rows, or a classifier's `score`.
+    /// label tokens' LM-head rows, or `None` for a classifier's own `score`.
     Llm {
         model: Box<DecoderForCausalLM<B>>,
-        head: B::Tensor,
+        label_head: Option<B::Tensor>,
     },
 }
 
@@ -443,17 +443,17 @@ fn load_llm<B: Backend>(config: &RerankConfig, be: &B) -> Result<Loaded<B>> {
     if tok.source.extension().is_some_and(|e| e == "json") {
         metadata.push(("tokenizer_sha256", file_sha256(&tok.source)?));
     }
-    let (head, score) = match model.score_head() {
+    let (label_head, score) = match model.score_head() {
         Some(_) if config.label_tokens.is_some() => bail!(
             "--label-tokens: {} is a sequence classifier (a `score` head, no LM head); leave \
              them out",
             config.model.display()
         ),
-        Some(score_head) => {
+        Some(_) => {
             let labels = model.config.score_labels.unwrap_or(1);
             let score = head_score(config, "score", labels, &config.model.join("config.json"))?;
             metadata.push(("head", "score".into()));
-            (be.copy(score_head)?, score)
+            (None, score)
         }
         None => {
             let names: Vec<String> = match &config.label_tokens {
@@ -485,7 +485,7 @@ fn load_llm<B: Backend>(config: &RerankConfig, be: &B) -> Result<Loaded<B>> {
                 None => ids.len() - 1,
             };
             metadata.push(("label_tokens", names.join(",")));
-            (model.label_head(be, &ids)?, PairScore::Softmax(k))
+            (Some(model.label_head(be, &ids)?), PairScore::Softmax(k))
         }
     };
     let tok = Arc::new(tok);
@@ -493,7 +493,7 @@ fn load_llm<B: Backend>(config: &RerankConfig, be: &B) -> Result<Loaded<B>> {
     Ok(Loaded {
         model: PairModel::Llm {
             model: Box::new(model),
-            head,
+            label_head,
         },
         encode: Arc::new(move |q, doc| {
             Ok(Sequence {
@@ -590,8 +590,12 @@ impl<B: Backend> QuestionScorer for RerankScorer<B> {
                     .map(<[f32]>::to_vec)
                     .collect())
             }
-            PairModel::Llm { model, head } => {
+            PairModel::Llm { model, label_head } => {
                 let ids: Vec<&[u32]> = seqs.iter().map(|s| s.ids.as_slice()).collect();
+                let head = label_head
+                    .as_ref()
+                    .or(model.score_head())
+                    .context("an LLM reranker has label tokens or a score head")?;
                 model.last_token_logits(&self.be, &ids, head)
             }
         }
