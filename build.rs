@@ -4,7 +4,8 @@
 //! `$OUT_DIR/kernels.rs`: the nvcc release, a table of `(op name, fatbin bytes)`
 //! embedded in the binary, the list of kernel entry points (`(entry, op name)`, read
 //! from each fatbin's PTX `.entry` directives, which `HOPSCORE_ENTRY` names after macro
-//! expansion), and module `geometry`: the constants and shared-memory formulas of
+//! expansion), the SHA-256 of each entry's machine code per SASS image (`KERNEL_SASS`,
+//! what kernels/proven.tsv's hardware records are matched against), and module `geometry`: the constants and shared-memory formulas of
 //! `kernels/geometry.cuh` as Rust `const` items and `const fn`s (with or without nvcc).
 //!
 //! nvcc is looked up as `$NVCC`, `$CUDA_HOME/bin/nvcc`, then on `PATH`. Without
@@ -38,6 +39,8 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 // Shared with the CUDA backend, which uses all of it; here only the parsing is needed.
+#[path = "src/backend/cubin.rs"]
+mod cubin;
 #[allow(dead_code)]
 #[path = "src/backend/fatbin.rs"]
 mod fatbin;
@@ -60,6 +63,7 @@ fn main() {
     // A folder: cargo checks every file under it, kernels/cutlass/ included.
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=src/backend/fatbin.rs");
+    println!("cargo:rerun-if-changed=src/backend/cubin.rs");
 
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let mut sources = kernel_sources(Path::new("kernels"));
@@ -212,6 +216,14 @@ fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| is_kernel_file(p))
         .collect()
+}
+
+/// Whether `path` is a header a kernel file can include (`.cuh`, `.h`): what the
+/// kernel cache's key hashes besides the file compiled (not the notes, not
+/// kernels/proven.tsv).
+fn is_header(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|x| x == "cuh" || x == "h" || x == "hpp")
 }
 
 /// Whether `path` is a `.cu` file.
@@ -407,8 +419,7 @@ const CACHE_ENTRIES: usize = 528;
 
 /// nvcc's outputs by a key of everything they are made from: nvcc's path and `--version`,
 /// CUTLASS's version header, the contents of every header in `kernels/` and
-/// [`CUTLASS_DIR`] (every file but the `.cu` files and the notes: a header change
-/// recompiles every kernel), the
+/// [`CUTLASS_DIR`] ([`is_header`]: a header change recompiles every kernel), the
 /// command's arguments and the contents of the `.cu` files among them (kernel files
 /// include headers only). An entry is written to a temporary name and renamed, so a build
 /// that stops halfway leaves no half-written entry.
@@ -436,7 +447,7 @@ impl KernelCache {
         }
         let folders = [Path::new("kernels"), Path::new(CUTLASS_DIR)];
         for file in folders.into_iter().flat_map(files_in) {
-            if !is_kernel_file(&file) && file.extension().is_some_and(|x| x != "md") {
+            if is_header(&file) {
                 file.hash(&mut inputs);
                 read(&file).hash(&mut inputs);
             }
@@ -571,11 +582,49 @@ fn table(release: &str, modules: &[Module]) -> String {
         "];\n\n/// (kernel entry, op name) of every `.entry` in the fatbins' PTX.\n\
          pub const KERNEL_ENTRIES: &[(&str, &str)] = &[\n",
     );
+    let mut sass = String::new();
     for m in modules {
-        for entry in entries(&m.src, &m.fatbin) {
+        let entries = entries(&m.src, &m.fatbin);
+        for entry in &entries {
             writeln!(s, "    ({entry:?}, {:?}),", m.name).unwrap();
         }
+        for (entry, arch, hash) in sass_hashes(&m.fatbin, &entries) {
+            writeln!(sass, "    ({entry:?}, {arch:?}, {hash:?}),").unwrap();
+        }
     }
+    s.push_str(
+        "];\n\n/// (kernel entry, SASS architecture such as \"sm_90a\", SHA-256 of the entry's \
+         machine code) of every entry in every SASS image.\n\
+         pub const KERNEL_SASS: &[(&str, &str, &str)] = &[\n",
+    );
+    s.push_str(&sass);
     s.push_str("];\n");
     s
+}
+
+/// `(entry, "sm_XY[a]", hex SHA-256 of its `.text` section)` for each of `entries` in
+/// each SASS image of fatbin `path` ([`cubin::entry_texts`]); every entry must be in every
+/// image.
+fn sass_hashes(path: &Path, entries: &[String]) -> Vec<(String, String, String)> {
+    use sha2::Digest as _;
+    let bytes = read(path);
+    let images = fatbin::images(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    for image in images.iter().filter(|i| i.kind == fatbin::Kind::Sass) {
+        let arch = image.to_string().replace(" SASS", "");
+        let texts = cubin::entry_texts(image.payload)
+            .unwrap_or_else(|e| panic!("{} ({arch}): {e}", path.display()));
+        for entry in entries {
+            let (_, text) = texts
+                .iter()
+                .find(|(name, _)| name == entry)
+                .unwrap_or_else(|| panic!("{} ({arch}): no .text.{entry}", path.display()));
+            let hash: String = sha2::Sha256::digest(text)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            out.push((entry.clone(), arch.clone(), hash));
+        }
+    }
+    out
 }

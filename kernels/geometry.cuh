@@ -19,6 +19,7 @@ constexpr unsigned ROW_THREADS = 256;        // row-wise and elementwise kernels
 constexpr unsigned NORM_ROWS = 8;            // layer_norm_rows / rms_norm_rows: a warp per row
 constexpr unsigned NORM_MAX_VECS = 8;        // ... and at most 8 16-byte vectors per lane
 constexpr unsigned ROPE_ROWS = 8;            // rope: a warp per row
+constexpr unsigned ROPE_V1_THREADS = 128;    // rope_v1: one block per row
 constexpr unsigned ATTENTION_THREADS = 128;  // both attentions, v1 and v3: 4 warps
 constexpr unsigned LOGLIK_THREADS = 256;     // question_loglik partial kernels
 constexpr unsigned LOGLIK_MERGE_THREADS = 128;

@@ -11,6 +11,10 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 fn main() {
     keep_freed_pages();
+    // The GPU self-test runs each kernel case in a child: this binary.
+    if let Ok(exe) = std::env::current_exe() {
+        hopscore::jobs::selftest::set_runner(vec![exe.into_os_string()]);
+    }
     std::process::exit(hopscore::cli::main_with_args(std::env::args_os()));
 }
 

@@ -769,3 +769,227 @@ fn an_all_null_column_of_type_null_reads_as_nulls() {
     assert_eq!(a.num_rows(), 5);
     assert_eq!(a.columns(), b.columns());
 }
+
+/// `hopscore classify --device cuda --dtype bf16` on the fixture model through the binary
+/// (whose self-test children are itself), with `cache` as `HOPSCORE_CACHE`, `fault` as
+/// the emulator's `HOPSCORE_CUDA_EMU_FAULT` and `flags` after the others; the exit
+/// status, stderr, and the output's logits bits and metadata.
+#[cfg(feature = "cuda")]
+fn cuda_classify_cli(
+    dir: &Path,
+    name: &str,
+    cache: &Path,
+    fault: &str,
+    flags: &[&str],
+) -> (
+    bool,
+    String,
+    Vec<Vec<u32>>,
+    std::collections::HashMap<String, String>,
+) {
+    let (pairs, _) = golden_pairs();
+    let rows: Vec<_> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (a, b))| {
+            (
+                Some(["p", "q", "r", "s", "t"][i % 5]),
+                Some(a.clone()),
+                Some(b.clone()),
+            )
+        })
+        .collect();
+    let input = dir.join("pairs.parquet");
+    if !input.exists() {
+        write_input(&input, &rows);
+    }
+    let output = dir.join(format!("{name}.parquet"));
+    let run = common::hopscore()
+        .args(["classify", "--device", "cuda", "--dtype", "bf16", "--model"])
+        .arg(common::fixture("deberta/v3_seqcls"))
+        .arg("--tokenizer")
+        .arg(common::word_tokenizer(dir))
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .args(flags)
+        .env("HOPSCORE_CACHE", cache)
+        .env("HOPSCORE_CUDA_EMU_FAULT", fault)
+        .env("HOPSCORE_GPU_SELFTEST_TIMEOUT", "5")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    if !run.status.success() {
+        return (false, stderr, Vec::new(), Default::default());
+    }
+    let out = common::read_parquet(&output);
+    let logits = out.column(1).as_any().downcast_ref::<ListArray>().unwrap();
+    let bits = (0..out.num_rows())
+        .map(|r| {
+            let v = logits.value(r);
+            let v = v.as_any().downcast_ref::<Float32Array>().unwrap();
+            v.values().iter().map(|x| x.to_bits()).collect()
+        })
+        .collect();
+    (true, stderr, bits, key_values(&output))
+}
+
+/// Issue 55: `hopscore doctor --device cuda` passes every kernel implementation on the
+/// emulator, one line each, and says what a job runs; its verdicts are the cache a job
+/// then reads (no child process: a fault injected now is not seen).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_doctor_passes_every_kernel_and_its_verdicts_are_reused() {
+    use hopscore::backend::dtype::DType;
+    if common::gpu(DType::Bf16).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let doctor = common::hopscore()
+        .args([
+            "doctor",
+            "--device",
+            "cuda",
+            "--dtype",
+            "bf16",
+            "--timeout",
+            "20",
+        ])
+        .env("HOPSCORE_CACHE", &cache)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        doctor.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&doctor.stderr)
+    );
+    let verdicts: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            ["pass", "fail", "hang", "error"]
+                .iter()
+                .any(|w| l.starts_with(w))
+        })
+        .collect();
+    // On compute capability 9.0 in bf16: two implementations of each of six ops.
+    assert_eq!(verdicts.len(), 12, "{text}");
+    assert!(verdicts.iter().all(|l| l.starts_with("pass ")), "{text}");
+    assert!(text.contains("gemm_add_norm   fused    rel err"), "{text}");
+    assert!(
+        text.contains("rope            v1       hardware (H100"),
+        "{text}"
+    );
+    // The job finds the verdicts cached: the fault below would fail the fused GEMM's
+    // case if a child ran it; none does, and the job runs what the doctor said.
+    let (ok, err, _, meta) = cuda_classify_cli(
+        tmp.path(),
+        "cached",
+        &cache,
+        "gemm_bias_gelu:wrong",
+        &["--gpu-kernels", "proven"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        !err.contains("each in a child process"),
+        "no self-test ran: {err}"
+    );
+    let plan: serde_json::Value = serde_json::from_str(&meta["hopscore.gpu_kernels"]).unwrap();
+    assert_eq!(
+        plan["gemm_bias_gelu"],
+        "unfused: hardware (H100 80GB HBM3, H200)"
+    );
+    assert_eq!(plan["rope"], "v1: hardware (H100 80GB HBM3, H200)");
+}
+
+/// Issue 55: a fused GEMM that hangs, answers wrong or fails its launch on this card is
+/// found by the self-test in a child process; `--gpu-kernels latest` then finishes on
+/// the unfused path with one warning naming the op, records the fallback, and writes
+/// the bits of a run that asked for that path, and the logits of a `proven` run within
+/// the bf16 bound; the verdicts are cached, so a second run starts no child.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_a_failing_fused_kernel_is_replaced_after_the_self_test() {
+    use hopscore::backend::dtype::DType;
+    if common::gpu(DType::Bf16).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, err, proven, _) = cuda_classify_cli(
+        tmp.path(),
+        "proven",
+        &tmp.path().join("proven-cache"),
+        "",
+        &["--gpu-kernels", "proven"],
+    );
+    assert!(ok, "{err}");
+    for (kernel, op, switch) in [
+        ("gemm_bias_gelu", "gemm_bias_gelu", "--fused-gelu"),
+        ("gemm_add_norm_1024", "gemm_add_norm", "--fused-norm"),
+    ] {
+        // What the fallback should write: `latest` with that one GEMM switched off.
+        let (ok, err, unfused, _) = cuda_classify_cli(
+            tmp.path(),
+            &format!("{op}-off"),
+            &tmp.path().join(format!("{op}-off-cache")),
+            "",
+            &["--gpu-kernels", "latest", switch, "off"],
+        );
+        assert!(ok, "{err}");
+        for kind in ["hang", "wrong", "error"] {
+            let cache = tmp.path().join(format!("cache-{kernel}-{kind}"));
+            let fault = format!("{kernel}:{kind}");
+            let name = format!("{kernel}-{kind}");
+            let (ok, err, bits, meta) = cuda_classify_cli(
+                tmp.path(),
+                &name,
+                &cache,
+                &fault,
+                &["--gpu-kernels", "latest"],
+            );
+            assert!(ok, "{fault}: {err}");
+            let warnings: Vec<&str> = err
+                .lines()
+                .filter(|l| l.starts_with("warning:") && l.contains(op))
+                .collect();
+            assert_eq!(warnings.len(), 1, "{fault}: {err}");
+            assert!(warnings[0].contains("--fused-"), "{fault}: {}", warnings[0]);
+            let plan: serde_json::Value =
+                serde_json::from_str(&meta["hopscore.gpu_kernels"]).unwrap();
+            // A wrong answer is the case's `fail`.
+            let outcome = if kind == "wrong" { "fail" } else { kind };
+            let want = format!("unfused: fallback: fused {outcome}");
+            assert!(
+                plan[op].as_str().unwrap().starts_with(&want),
+                "{fault}: {plan}"
+            );
+            // The rows are those of `latest` with the GEMM switched off, bit for bit
+            // (this model, hidden 32, has no gemm_add_norm row width: that fault changes
+            // only the plan), and near the proven path's.
+            assert_eq!(bits, unfused, "{fault}");
+            let scale = proven
+                .iter()
+                .flatten()
+                .fold(0f32, |m, &b| m.max(f32::from_bits(b).abs()));
+            for (got, want) in bits.iter().flatten().zip(proven.iter().flatten()) {
+                let (a, b) = (f32::from_bits(*got), f32::from_bits(*want));
+                assert!((a - b).abs() <= 5e-2 * scale, "{fault}: {a} vs proven {b}");
+            }
+            // Again, verdicts cached: no child (the hang would cost its timeout).
+            let (ok, err, again, _) = cuda_classify_cli(
+                tmp.path(),
+                &format!("{name}-again"),
+                &cache,
+                &fault,
+                &["--gpu-kernels", "latest"],
+            );
+            assert!(
+                ok && !err.contains("each in a child process"),
+                "{fault}: {err}"
+            );
+            assert_eq!(again, bits, "{fault}");
+        }
+    }
+}

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::backend::cuda::tensor_core_check::{TensorCorePath, TmaPath};
 use hopscore::backend::cuda::{CudaBackend, DType, Version};
+use hopscore::backend::gpu_kernels::Op as KernelOp;
 use hopscore::backend::{
     AddNorm, AttentionShape, Backend, BatchInputs, BucketBias, CausalShape, ClsHead, Dense,
     DeviceCounts, Gate, Gated, HeadNorm, Input, PoolerAct, RelAttention, SeqLayout, SeqPooling,
@@ -1520,6 +1521,43 @@ fn ops_bf16() {
 #[test]
 fn ops_f16() {
     check_table(&table(DType::F16), DType::F16);
+}
+
+/// The table's RoPE and norm rows again through the implementations `--gpu-kernels
+/// proven` keeps beside the newest: RoPE v1 (kernels/rope_v1.cu) and the block-per-row
+/// norms everywhere.
+fn check_older_kernels(dtype: DType) {
+    let Some(gpu) = common::gpu(dtype) else {
+        return;
+    };
+    gpu.force(KernelOp::Rope, "v1");
+    gpu.force(KernelOp::LayerNorm, "block");
+    gpu.force(KernelOp::RmsNorm, "block");
+    let older: Vec<Op> = table(dtype)
+        .into_iter()
+        .filter(|op| match op {
+            Op::Rope { qk_norm, .. } => !qk_norm,
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } => true,
+            _ => false,
+        })
+        .collect();
+    assert!(older.len() >= 8, "{} rows", older.len());
+    check_ops(&gpu, &older, dtype);
+}
+
+#[test]
+fn older_kernels_f32() {
+    check_older_kernels(DType::F32);
+}
+
+#[test]
+fn older_kernels_bf16() {
+    check_older_kernels(DType::Bf16);
+}
+
+#[test]
+fn older_kernels_f16() {
+    check_older_kernels(DType::F16);
 }
 
 #[test]

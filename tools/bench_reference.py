@@ -527,7 +527,7 @@ def bench_hopscore(args, seq_len: int, attention: str) -> dict:
         attempts = [base + ["--threads", str(args.threads), "--json"], base + ["--json"]]
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
     if attention != "default":
-        env["HOPSCORE_DISENTANGLED"] = attention
+        env["HOPSCORE_ATTENTION"] = attention
     last = None
     for n, cmd in enumerate(attempts):
         print("running: " + " ".join(cmd), file=sys.stderr)
@@ -678,7 +678,7 @@ def main(argv=None) -> int:
                     help="skip the comparison of each engine's output with the f32 reference")
     ap.add_argument("--hopscore-attention", default="default",
                     help="comma list of hopscore disentangled-attention kernels to time, a row each "
-                    "(HOPSCORE_DISENTANGLED=v3|v4|v5; 'default' leaves the binary's choice)")
+                    "(HOPSCORE_ATTENTION=v3|v4|v5, the --attention flag; 'default' leaves the binary's choice)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON line per (engine, seq_len) as each is measured (hopscore "
                     "first), then the table on stderr")

@@ -19,7 +19,12 @@ it. ``device`` is ``"cpu"`` or ``"cuda"``,
 the dense layers on the CPU (``--cpu-gemm``; docs/cli.md gives the accuracy of each),
 ``cuda_graphs`` (default ``True``: each forward replayed as a CUDA graph) and
 ``batch_invariant`` (default ``True``: a row scores the same bits in any batch,
-docs/data-safety.md) as ``--cuda-graphs`` and ``--batch-invariant`` on the GPU.
+docs/data-safety.md) as ``--cuda-graphs`` and ``--batch-invariant`` on the GPU;
+``gpu_kernels`` ``"proven"`` (default: per op, only kernels whose exact machine code has
+passed parity on real hardware for the card, where a proven one exists) or ``"latest"``,
+``attention`` (``"auto"``, ``"v3"``, ``"v4"``, ``"v5"``) and ``fused_gelu``,
+``fused_gate``, ``fused_norm`` (``"auto"``, ``"on"``, ``"off"``) as the CLI's GPU kernel
+flags (docs/cuda.md).
 """
 
 import json
@@ -123,6 +128,9 @@ class BeamRetriever(Job):
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -145,6 +153,9 @@ class EfficientRAG(Job):
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -175,6 +186,9 @@ class Lepus(Job):
                  max_active: Optional[int] = None, device: str = "cpu", gpu: Optional[int] = None,
                  dtype: Optional[str] = None, cpu_gemm: Optional[str] = None,
                  cuda_graphs: Optional[bool] = None, batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -191,6 +205,9 @@ class CrossEncoder(Job):
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -222,6 +239,9 @@ class Reranker(Job):
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -240,6 +260,9 @@ class Embedder(Job):
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 
@@ -260,6 +283,9 @@ class CausalLM(Job):
                  device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
                  cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
                  threads: Optional[int] = None) -> None:
         super().__init__(**_options(locals()))
 

@@ -78,6 +78,9 @@ fn set_threads(threads: usize) -> PyResult<()> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     hopscore::cli::init_logging();
+    // The GPU self-test's children: this Python running the console script's module.
+    let python: String = m.py().import("sys")?.getattr("executable")?.extract()?;
+    hopscore::jobs::selftest::set_runner(vec![python.into(), "-m".into(), "hopscore._cli".into()]);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;

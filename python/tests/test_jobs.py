@@ -146,7 +146,8 @@ def test_an_unknown_option_or_a_value_of_the_wrong_type_raises_naming_it():
 
 
 #: The device options of every job that runs a model (DeviceConfig's fields).
-DEVICE_OPTIONS = ["device", "gpu", "dtype", "cpu_gemm", "cuda_graphs", "batch_invariant", "threads"]
+DEVICE_OPTIONS = ["device", "gpu", "dtype", "cpu_gemm", "cuda_graphs", "batch_invariant", "gpu_kernels",
+                  "attention", "fused_gelu", "fused_gate", "fused_norm", "threads"]
 
 
 @pytest.mark.parametrize("job_class", [c for c in hopscore.Job.__subclasses__() if c is not hopscore.Review])
@@ -159,10 +160,14 @@ def test_the_gpu_switches_are_options_of_the_device(questions, request):
     # On the CPU they are accepted and change nothing; a wrong type names the option.
     table = pq.read_table(questions)
     default = hopscore.BeamRetriever(**options("beam", request)).process(table)
-    switched = hopscore.BeamRetriever(**options("beam", request), cuda_graphs=False, batch_invariant=False)
+    switched = hopscore.BeamRetriever(**options("beam", request), cuda_graphs=False, batch_invariant=False,
+                                      gpu_kernels="latest", attention="v3", fused_gelu="off", fused_gate="on",
+                                      fused_norm="auto")
     assert switched.process(table).rows.equals(default.rows)
     with pytest.raises(ValueError, match="option `cuda_graphs` of the device"):
         hopscore.BeamRetriever(fixture("beam/model"), cuda_graphs="maybe")
+    with pytest.raises(ValueError, match="option `gpu_kernels` of the device"):
+        hopscore.BeamRetriever(fixture("beam/model"), gpu_kernels="newest")
 
 
 def test_a_pandas_round_trip_of_a_question_file_is_accepted(questions, request):

@@ -7,11 +7,17 @@
 
 pub mod check;
 pub mod cpu;
+// build.rs hashes each kernel entry's machine code with it; here for its tests.
+#[cfg(test)]
+mod cubin;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
 pub mod fatbin;
+pub mod gpu_kernels;
 pub mod kernels;
+pub mod provenance;
+pub mod selftest;
 
 use crate::tensor::HostTensor;
 
@@ -438,6 +444,11 @@ pub trait Backend: Send + Sync {
 
     /// Short name for logs and output metadata (`cpu`, `cuda:0`).
     fn name(&self) -> String;
+    /// The GPU implementations this backend chose ([`gpu_kernels::Plan::describe`]),
+    /// for the run metadata's `hopscore.gpu_kernels`; `None` on the CPU.
+    fn kernel_plan(&self) -> Option<String> {
+        None
+    }
     /// The element type activations and weights are held in (the CPU computes in f32).
     fn dtype(&self) -> dtype::DType {
         dtype::DType::F32

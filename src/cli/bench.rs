@@ -11,15 +11,12 @@ use crate::jobs::DeviceKind;
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Environment: HOPSCORE_DISENTANGLED=v3|v4|v5 picks the bf16/f16 DeBERTa \
-    attention kernel on the GPU (v4: wgmma; v5: wgmma with TMA loads and warp \
-    specialisation, head size 64; both compute capability 9.0 only; default v3). \
-    HOPSCORE_FUSED_GELU=off runs the erf-GELU up-projection as cuBLASLt's GEMM and a \
-    GELU pass instead of the CUTLASS kernel with the GELU in its epilogue (compute \
-    capability 9.0, bf16/f16); HOPSCORE_FUSED_GATE=off does the same for the gated MLPs \
-    (SmolLM2's SwiGLU: cuBLASLt's GEMM and the gated_act pass), HOPSCORE_FUSED_NORM=off \
-    for the output projections and the LayerNorm after them (DeBERTa and BERT at hidden \
-    1,024 and 768: cuBLASLt's GEMM and the layer_norm pass)."
+    after_help = "The GPU kernels are the device flags: --gpu-kernels proven|latest (the \
+    newest implementations of every op, or only those that have run on hardware), \
+    --attention v3|v4|v5 (the bf16/f16 DeBERTa attention), --fused-gelu, --fused-gate, \
+    --fused-norm on|off (the CUTLASS GEMMs with the erf GELU, the gate, the residual and \
+    LayerNorm in their epilogues, or cuBLASLt's GEMM and a separate pass); see \
+    docs/cuda.md."
 )]
 pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = ModelShape::DebertaV3Base)]

@@ -74,6 +74,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
         }
         Command::Inspect(args) => print!("{}", cli::inspect::run(&args)?),
+        Command::Doctor(args) => return cli::doctor::run(&args),
         Command::Bench(args) => {
             let r = cli::bench::run(&args)?;
             if args.json {

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod bench_loglik;
+pub mod doctor;
 pub mod entry;
 pub mod eval;
 pub mod import;
@@ -49,6 +50,9 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Encoder throughput on random weights of a standard shape.
     Bench(bench::BenchArgs),
+    /// The GPU self-test: every kernel implementation a job may run, each in a child
+    /// process with a timeout, against the CPU twin; then what a job would run.
+    Doctor(doctor::DoctorArgs),
     /// Convert native HotpotQA / MuSiQue / 2Wiki files into a question file.
     Import(import::ImportArgs),
     /// Score predicted passage chains (and answers) against a question file.

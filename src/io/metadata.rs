@@ -10,7 +10,8 @@ use crate::backend::Backend;
 
 /// The model, its content hash ([`super::fingerprint::model_sha256`]), the dtype the
 /// backend computes in, the hub repository and commit of a model taken from the hub
-/// cache ([`hub_snapshot`]), then `options`, after `hopscore.version`.
+/// cache ([`hub_snapshot`]), then `options`, after `hopscore.version`, and on a GPU the
+/// kernels chosen for each op (`hopscore.gpu_kernels`, [`Backend::kernel_plan`]).
 pub fn run_metadata<B: Backend>(
     be: &B,
     model_dir: &Path,
@@ -33,6 +34,9 @@ pub fn run_metadata<B: Backend>(
         );
     }
     m.extend(tool_metadata(options).into_iter().skip(1));
+    if let Some(plan) = be.kernel_plan() {
+        m.push(("hopscore.gpu_kernels".into(), plan));
+    }
     Ok(m)
 }
 

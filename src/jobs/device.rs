@@ -3,6 +3,7 @@
 
 use crate::backend::cpu::CpuGemm;
 use crate::backend::dtype::DType;
+use crate::backend::gpu_kernels::{Attention, GpuSettings, KernelSet, Switch};
 
 /// The backend a job runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -16,7 +17,9 @@ pub enum DeviceKind {
 }
 
 /// Device, element type and threads of a job: the flags `--device`, `--gpu`, `--dtype`,
-/// `--cpu-gemm`, `--cuda-graphs` and `--batch-invariant` of every job that runs a model
+/// `--cpu-gemm`, `--cuda-graphs`, `--batch-invariant` and the GPU kernel choices
+/// (`--gpu-kernels`, `--attention`, `--fused-gelu`, `--fused-gate`, `--fused-norm`,
+/// [`crate::backend::gpu_kernels`]) of every job that runs a model
 /// (`--threads` is the command line's global flag), and the options of the same names
 /// of [`JobConfig::from_options`](super::JobConfig::from_options) (Python's job classes
 /// take all of them as keyword arguments).
@@ -61,6 +64,42 @@ pub struct DeviceConfig {
         default_value = "on", value_parser = crate::options::values::on_off,
         action = clap::ArgAction::Set))]
     pub batch_invariant: bool,
+    /// Which GPU kernels run: `proven`, per op, the newest implementation whose exact
+    /// machine code has passed parity on real hardware for this card (kernels/proven.tsv;
+    /// where none has, the most conservative one, with a warning); `latest`, the newest
+    /// of every op. The choice per op is written into the output's metadata
+    /// (`hopscore.gpu_kernels`; docs/cuda.md).
+    #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long, value_enum, env = "HOPSCORE_GPU_KERNELS",
+        default_value_t = DeviceConfig::CPU.gpu_kernels))]
+    pub gpu_kernels: KernelSet,
+    /// The bf16/f16 DeBERTa attention kernel: `auto` (v3), `v3` (mma.sync, any GPU),
+    /// `v4` (wgmma, H100/H200), `v5` (wgmma with TMA and warp specialisation,
+    /// H100/H200, head size 64). Not yet run on hardware: v5.
+    #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long, value_enum, env = "HOPSCORE_ATTENTION",
+        default_value_t = DeviceConfig::CPU.attention))]
+    pub attention: Attention,
+    /// The erf-GELU up-projection as one CUTLASS kernel (bias and GELU in its epilogue;
+    /// H100/H200, bf16/f16): `auto` (as `--gpu-kernels` chooses), `on`, or `off`
+    /// (cuBLASLt's GEMM and a GELU pass).
+    #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long, value_enum, env = "HOPSCORE_FUSED_GELU",
+        default_value_t = DeviceConfig::CPU.fused_gelu))]
+    pub fused_gelu: Switch,
+    /// A gated MLP's gate/up projection with the gate in the CUTLASS kernel's epilogue:
+    /// `auto`, `on`, or `off` (cuBLASLt's GEMM and the `gated_act` pass).
+    #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long, value_enum, env = "HOPSCORE_FUSED_GATE",
+        default_value_t = DeviceConfig::CPU.fused_gate))]
+    pub fused_gate: Switch,
+    /// A post-LN output projection with the residual and LayerNorm in the CUTLASS
+    /// kernel's epilogue (rows of 1,024 and 768, clusters of 8 CTAs): `auto`, `on`, or
+    /// `off` (cuBLASLt's GEMM and the `layer_norm` pass).
+    #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(long, value_enum, env = "HOPSCORE_FUSED_NORM",
+        default_value_t = DeviceConfig::CPU.fused_norm))]
+    pub fused_norm: Switch,
 }
 
 /// The device options of a job that runs no model (`review`): none; it runs on the
@@ -85,7 +124,23 @@ impl DeviceConfig {
         threads: None,
         cuda_graphs: true,
         batch_invariant: true,
+        gpu_kernels: GpuSettings::DEFAULT.kernels,
+        attention: GpuSettings::DEFAULT.attention,
+        fused_gelu: GpuSettings::DEFAULT.fused_gelu,
+        fused_gate: GpuSettings::DEFAULT.fused_gate,
+        fused_norm: GpuSettings::DEFAULT.fused_norm,
     };
+
+    /// The GPU flags, as the CUDA backend takes them.
+    pub fn gpu_settings(&self) -> GpuSettings {
+        GpuSettings {
+            kernels: self.gpu_kernels,
+            attention: self.attention,
+            fused_gelu: self.fused_gelu,
+            fused_gate: self.fused_gate,
+            fused_norm: self.fused_norm,
+        }
+    }
 
     /// A worker pool of `threads` threads for one job (`None` without `threads`:
     /// the process's global pool); 0 threads is refused.
@@ -161,7 +216,13 @@ macro_rules! with_backend {
             }
             #[cfg(feature = "cuda")]
             $crate::jobs::DeviceKind::Cuda => {
-                let $be = $crate::backend::cuda::CudaBackend::new(device.gpu, device.dtype)?;
+                let verdicts = $crate::jobs::selftest::verdicts(device.gpu, device.dtype)?;
+                let $be = $crate::backend::cuda::CudaBackend::with_settings(
+                    device.gpu,
+                    device.dtype,
+                    &device.gpu_settings(),
+                    &verdicts,
+                )?;
                 $be.set_cuda_graphs(device.cuda_graphs);
                 $be.set_batch_invariant(device.batch_invariant);
                 $body

@@ -16,6 +16,7 @@ pub mod retrieve;
 pub mod review;
 pub mod review_io;
 pub mod rows;
+pub mod selftest;
 
 use anyhow::Result;
 use arrow_array::RecordBatch;

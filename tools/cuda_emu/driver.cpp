@@ -873,10 +873,50 @@ CUresult load_module(CUmodule* out, const char* image) {
   return CUDA_SUCCESS;
 }
 
+// HOPSCORE_CUDA_EMU_FAULT=<kernel>:hang|wrong|error[,...]: the named kernel (an entry,
+// or an entry less its `_<dtype>` and other suffixes: `gemm_bias_gelu` names
+// gemm_bias_gelu_bf16) spins forever, writes nothing and reports success (its output
+// keeps whatever the buffer held: a wrong answer), or fails its launch
+// (CUDA_ERROR_LAUNCH_FAILED). CUTLASS's stand-ins included: the engine's self-test and
+// fallbacks are tested with it.
+enum class Fault { None, Hang, Wrong, Error };
+
+Fault fault_of(const std::string& kernel) {
+  const char* spec = getenv("HOPSCORE_CUDA_EMU_FAULT");
+  if (!spec) return Fault::None;
+  std::string all(spec);
+  size_t at = 0;
+  while (at <= all.size()) {
+    size_t end = all.find(',', at);
+    if (end == std::string::npos) end = all.size();
+    const std::string item = all.substr(at, end - at);
+    at = end + 1;
+    const size_t colon = item.rfind(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = item.substr(0, colon), kind = item.substr(colon + 1);
+    if (kernel != name && kernel.rfind(name + "_", 0) != 0) continue;
+    if (kind == "hang") return Fault::Hang;
+    if (kind == "wrong") return Fault::Wrong;
+    if (kind == "error") return Fault::Error;
+    fprintf(stderr, "cuda_emu: HOPSCORE_CUDA_EMU_FAULT item `%s`: expected hang, wrong or error\n", item.c_str());
+  }
+  return Fault::None;
+}
+
 CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 unsigned smem, void** params, void** extra) {
   auto* f = static_cast<Function*>(fh);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  switch (fault_of(f->name)) {
+    case Fault::None: break;
+    case Fault::Hang:
+      fprintf(stderr, "cuda_emu: `%s` hangs (HOPSCORE_CUDA_EMU_FAULT)\n", f->name.c_str());
+      for (;;) sleep(1);
+    case Fault::Wrong: return CUDA_SUCCESS;
+    case Fault::Error:
+      fprintf(stderr, "cuda_emu: `%s` fails its launch (HOPSCORE_CUDA_EMU_FAULT)\n", f->name.c_str());
+      return CUDA_ERROR_LAUNCH_FAILED;
+  }
   const unsigned long long threads = (unsigned long long)bx * by * bz;
   if (threads == 0 || gx == 0 || gy == 0 || gz == 0) {
     fprintf(stderr, "cuda_emu: launch of `%s` with an empty grid or block\n", f->name.c_str());

@@ -53,15 +53,15 @@
 #                  HF eager vs hopscore in bf16, then f32 (HOPSCORE_KIT_T5_DTYPES); |Δ log p|
 #                  against HF f32                                                  (240 s)
 #   gelu           `bench` deberta-v3-large L = 512 bf16, 3 interleaved rounds of: the erf
-#                  GELU in the CUTLASS GEMM's epilogue (the default), the cuBLASLt GEMM +
+#                  GELU in the CUTLASS GEMM's epilogue (HOPSCORE_FUSED_GELU=on), the cuBLASLt GEMM +
 #                  GELU pass (HOPSCORE_FUSED_GELU=off), the tanh form in cuBLASLt's epilogue
 #                  (--tanh-gelu); medians in gelu.txt                             (120 s)
 #   gate           `bench` SmolLM2-135M L = 512 × 64 bf16, 3 interleaved rounds of: the SiLU
-#                  gate in the CUTLASS gate/up GEMM's epilogue (the default), the cuBLASLt
+#                  gate in the CUTLASS gate/up GEMM's epilogue (HOPSCORE_FUSED_GATE=on), the cuBLASLt
 #                  GEMM + gated_act pass (HOPSCORE_FUSED_GATE=off); medians in gate.txt (120 s)
 #   addnorm        `bench` deberta-v3-large L = 512 bf16, 3 interleaved rounds of: the
 #                  output projections with the residual and LayerNorm in the CUTLASS GEMM's
-#                  epilogue (the default), the cuBLASLt GEMM + layer_norm pass
+#                  epilogue (HOPSCORE_FUSED_NORM=on), the cuBLASLt GEMM + layer_norm pass
 #                  (HOPSCORE_FUSED_NORM=off); medians in addnorm.txt              (100 s)
 #   sanitize       compute-sanitizer memcheck on the bf16 op table, racecheck on the
 #                  attention and loglik rows only; both on disentangled v5 and tma_check (150 s)
@@ -214,7 +214,7 @@ deberta() { # deberta SHAPE LENS
   for attn in ${ATTENTION//,/ }; do
     for graphs in ${HOPSCORE_KIT_GRAPHS//,/ }; do
       echo "== hopscore bench --profile $shape L=${lens%%,*} attention $attn graphs $graphs"
-      HOPSCORE_DISENTANGLED=$attn "$H" bench --device cuda --dtype bf16 --shape "$shape" --seq-len "${lens%%,*}" \
+      HOPSCORE_ATTENTION=$attn "$H" bench --device cuda --dtype bf16 --shape "$shape" --seq-len "${lens%%,*}" \
         --iters $ITERS "${SMALL[@]}" --cuda-graphs $graphs --profile || rc=1
     done
   done
@@ -230,7 +230,7 @@ step_ncu() {
   local which=,${HOPSCORE_KIT_NCU:-disentangled,causal,norm,loglik},
   if [[ $which == *,disentangled,* ]]; then
     for attn in ${ATTENTION//,/ }; do
-      HOPSCORE_DISENTANGLED=$attn "${NCU[@]}" -k regex:disentangled_attention -o "$R/ncu-disentangled-$attn" \
+      HOPSCORE_ATTENTION=$attn "${NCU[@]}" -k regex:disentangled_attention -o "$R/ncu-disentangled-$attn" \
         "$H" bench --device cuda --shape deberta-v3-large --seq-len 512 --batch 16 --warmup 0 --iters 1 \
         --peak-gemm 0 --cuda-graphs off || rc=1
     done
@@ -472,18 +472,18 @@ PY
 }
 
 step_gelu() {
-  variant_rounds gelu fused unfused:HOPSCORE_FUSED_GELU=off tanh:--tanh-gelu -- \
+  variant_rounds gelu fused:HOPSCORE_FUSED_GELU=on unfused:HOPSCORE_FUSED_GELU=off tanh:--tanh-gelu -- \
     --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} --iters $ITERS "${SMALL[@]}"
 }
 
 step_gate() {
   [[ -n $emu ]] && { echo "gate: skipped in an emulator dry run (a 135M model)"; return 0; }
-  variant_rounds gate fused unfused:HOPSCORE_FUSED_GATE=off -- \
+  variant_rounds gate fused:HOPSCORE_FUSED_GATE=on unfused:HOPSCORE_FUSED_GATE=off -- \
     --dtype bf16 --shape smollm2 --seq-len 512 --batch 64 --iters $ITERS
 }
 
 step_addnorm() {
-  variant_rounds addnorm fused unfused:HOPSCORE_FUSED_NORM=off -- \
+  variant_rounds addnorm fused:HOPSCORE_FUSED_NORM=on unfused:HOPSCORE_FUSED_NORM=off -- \
     --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} --iters $ITERS "${SMALL[@]}"
 }
 

@@ -25,29 +25,14 @@ use crate::backend::check::Dims;
 use crate::backend::cuda::CudaTensor;
 use crate::backend::{AddNorm, Gate, Gated, OpResult};
 
-/// `HOPSCORE_FUSED_GELU=off` runs the cuBLASLt GEMM and the GELU pass instead of
-/// `gemm_bias_gelu` (to compare; on by default).
-pub const FUSED_GELU_ENV: &str = "HOPSCORE_FUSED_GELU";
-/// `HOPSCORE_FUSED_GATE=off` runs the cuBLASLt GEMM and the `gated_act` pass instead of
-/// `gemm_gated_*` (to compare; on by default).
-pub const FUSED_GATE_ENV: &str = "HOPSCORE_FUSED_GATE";
-/// `HOPSCORE_FUSED_NORM=off` runs the cuBLASLt GEMM and the `layer_norm` pass instead
-/// of `gemm_add_norm_*` (to compare; on by default).
-pub const FUSED_NORM_ENV: &str = "HOPSCORE_FUSED_NORM";
-
-/// Whether one of the fused GEMMs may run: on unless its variable says `off`.
+/// Whether one of the fused GEMMs may run (its `--fused-*` flag through the plan,
+/// [`crate::backend::gpu_kernels`]).
 #[derive(Debug)]
 pub struct FusedSwitch(AtomicBool);
 
 impl FusedSwitch {
-    /// From the variable `env` (`on`, `off`; unset: on).
-    pub fn from_env(env: &str) -> anyhow::Result<Self> {
-        let on = match std::env::var(env).as_deref() {
-            Err(_) | Ok("on") => true,
-            Ok("off") => false,
-            Ok(other) => anyhow::bail!("{env}={other}: expected on or off"),
-        };
-        Ok(Self(AtomicBool::new(on)))
+    pub fn new(on: bool) -> Self {
+        Self(AtomicBool::new(on))
     }
 
     pub fn set(&self, on: bool) {

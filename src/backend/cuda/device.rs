@@ -14,6 +14,8 @@ use super::module_load;
 use super::profile::Counters;
 use super::staging::{DeviceInput, Staging};
 use crate::backend::dtype::DType;
+use crate::backend::gpu_kernels::KernelSet;
+use crate::backend::provenance;
 use crate::backend::{kernels, Input, OpError, OpResult, SeqLayout, Slot};
 
 /// An opened device with its stream, allocator and loaded kernels.
@@ -38,6 +40,9 @@ pub struct Device {
     /// How many clusters of each clustered kernel (its op name; the entry is that op's
     /// of this device's dtype) run at once.
     active_clusters: Mutex<HashMap<&'static str, i32>>,
+    /// The kernel set the job asked for: how loudly a kernel without a hardware record
+    /// is announced when first loaded ([`Device::function`]).
+    kernel_set: KernelSet,
 }
 
 /// Dynamic shared memory a kernel gets without opting in (bytes).
@@ -79,6 +84,21 @@ fn launch_config(
 }
 
 /// Number of CUDA devices, or a clear error when no driver or device can be used.
+/// What identifies device `ordinal` to the self-test's cache: its name, compute
+/// capability and the driver version (`cuDriverGetVersion`), asked of a context
+/// opened for the purpose.
+pub fn identity(ordinal: usize) -> Result<(String, (i32, i32), Option<i32>)> {
+    let count = device_count()?;
+    if ordinal >= count {
+        bail!("CUDA device {ordinal} requested but only {count} present");
+    }
+    let ctx = CudaContext::new(ordinal)
+        .with_context(|| format!("cannot create a CUDA context on device {ordinal}"))?;
+    let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+    let cc = ctx.compute_capability()?;
+    Ok((name, cc, module_load::driver_version()))
+}
+
 pub fn device_count() -> Result<usize> {
     // SAFETY: `is_culib_present` only tries to dlopen libcuda; it calls nothing in it.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
@@ -93,8 +113,9 @@ pub fn device_count() -> Result<usize> {
 }
 
 impl Device {
-    /// Opens device `ordinal`; `poison` fills fresh buffers with NaN bytes (tests).
-    pub fn open(ordinal: usize, dtype: DType, poison: bool) -> Result<Self> {
+    /// Opens device `ordinal`; `poison` fills fresh buffers with NaN bytes (tests);
+    /// `kernel_set`: the job's `--gpu-kernels`.
+    pub fn open(ordinal: usize, dtype: DType, poison: bool, kernel_set: KernelSet) -> Result<Self> {
         let count = device_count()?;
         if ordinal >= count {
             bail!("CUDA device {ordinal} requested but only {count} present");
@@ -138,6 +159,7 @@ impl Device {
             multiprocessors: OnceLock::new(),
             compute_capability: OnceLock::new(),
             active_clusters: Mutex::new(HashMap::new()),
+            kernel_set,
         })
     }
 
@@ -266,11 +288,36 @@ impl Device {
         let f = module
             .load_function(entry)
             .map_err(|e| device_err(op, format!("kernel `{entry}`: {e}")))?;
+        self.announce_unproven(op, entry)?;
         self.functions
             .lock()
             .unwrap()
             .insert(entry.to_string(), f.clone());
         Ok(f)
+    }
+
+    /// Says once, when kernel `entry` is first loaded, that its machine code has no
+    /// hardware record for this device ([`provenance`]): a warning under `--gpu-kernels
+    /// proven` (which runs such a kernel only where no version of its op has run on
+    /// hardware), a note under `latest`.
+    fn announce_unproven(&self, op: &'static str, entry: &str) -> OpResult<()> {
+        let cc = self.compute_capability(op)?;
+        if provenance::all_proven([entry], cc) {
+            return Ok(());
+        }
+        let image = provenance::loaded_arch(entry, cc)
+            .map_or("its PTX, compiled by the driver".to_string(), |a| {
+                format!("its {a} SASS")
+            });
+        let text = format!(
+            "kernel `{entry}` runs {image}, which has not passed parity on real hardware \
+             (only on the CPU emulator); --device cpu is the reference"
+        );
+        match self.kernel_set {
+            KernelSet::Proven => log::warn!("{text}"),
+            KernelSet::Latest => log::info!("{text}"),
+        }
+        Ok(())
     }
 
     /// The kernel `<op>_<dtype>` (`layer_norm_bf16`).

@@ -33,8 +33,8 @@ const V3_BAND: usize = g::DA_V3_BAND_ROWS as usize;
 /// The bf16/f16 kernel: v3 (mma.sync, any GPU from sm_80), v4 (wgmma, sm_90a: compute
 /// capability 9.0 only) or v5 (wgmma with TMA and warp specialisation, sm_90a; head size
 /// 64 with consecutive band rows, else v3 runs the call). f32 always runs v1. Chosen when
-/// the backend opens, from `HOPSCORE_DISENTANGLED` (`v3`, `v4`, `v5`; unset:
-/// [`Version::DEFAULT`]).
+/// the backend opens, from `--attention` ([`crate::backend::gpu_kernels::Attention`];
+/// `auto`: [`Version::DEFAULT`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
     V3,
@@ -44,19 +44,7 @@ pub enum Version {
 
 impl Version {
     pub const DEFAULT: Version = Version::V3;
-    pub const ENV: &'static str = "HOPSCORE_DISENTANGLED";
     pub const ALL: [Version; 3] = [Version::V3, Version::V4, Version::V5];
-
-    /// The version `HOPSCORE_DISENTANGLED` names, [`Version::DEFAULT`] when unset.
-    pub fn from_env() -> anyhow::Result<Version> {
-        match std::env::var(Self::ENV).as_deref() {
-            Err(_) | Ok("") => Ok(Self::DEFAULT),
-            Ok("v3") => Ok(Version::V3),
-            Ok("v4") => Ok(Version::V4),
-            Ok("v5") => Ok(Version::V5),
-            Ok(other) => anyhow::bail!("{}={other:?}: use v3, v4 or v5", Self::ENV),
-        }
-    }
 
     /// Whether a device of compute capability `cc` runs this version.
     pub fn runs_on(self, cc: (i32, i32)) -> bool {
@@ -80,9 +68,8 @@ impl Version {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
             log::warn!(
-                "{}=v5 runs head size 64 with consecutive relative buckets only; v3 runs \
-                 head size {d} or this relative index",
-                Self::ENV
+                "--attention v5 runs head size 64 with consecutive relative buckets only; v3 \
+                 runs head size {d} or this relative index"
             )
         });
         Version::V3
@@ -269,7 +256,7 @@ pub fn disentangled_attention(
         .map(|t| t.dims().0);
     if version == Version::V4 && table_rows.chain([V3_BAND]).any(|r| (r * width) >> 32 != 0) {
         return Err(shape_err(format!(
-            "width {width} × the relative table's rows overflow 32-bit offsets: use HOPSCORE_DISENTANGLED=v3"
+            "width {width} × the relative table's rows overflow 32-bit offsets: use --attention v3"
         )));
     }
 

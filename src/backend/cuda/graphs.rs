@@ -10,7 +10,7 @@
 //!
 //! Every buffer allocated while capturing comes from the graph's own [`Arena`], so no
 //! other tensor ever aliases memory a replay writes. Profiling (per-kernel events)
-//! and `HOPSCORE_CUDA_GRAPHS=off` run forwards without graphs.
+//! and `--cuda-graphs off` run forwards without graphs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,12 +100,10 @@ pub struct Graphs {
 }
 
 impl Graphs {
-    /// On unless `HOPSCORE_CUDA_GRAPHS` is `off` (or `0`, `false`).
+    /// On until [`Graphs::set_enabled`] says otherwise (`--cuda-graphs`).
     pub fn new(stream: Arc<CudaStream>) -> Self {
-        let off = std::env::var("HOPSCORE_CUDA_GRAPHS")
-            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false"));
         Self {
-            enabled: AtomicBool::new(!off),
+            enabled: AtomicBool::new(true),
             stream,
             cache: Mutex::new(HashMap::new()),
         }
@@ -171,7 +169,7 @@ pub fn run(
             Err(Capture::Graph(e)) => {
                 log::warn!(
                     "capturing a CUDA graph failed ({e:#}); batches of this shape \
-                     run without one (HOPSCORE_CUDA_GRAPHS=off turns graphs off)"
+                     run without one (--cuda-graphs off turns graphs off)"
                 );
                 Entry::Failed
             }

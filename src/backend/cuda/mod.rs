@@ -22,7 +22,7 @@ mod t5_attention;
 pub mod tensor_core_check;
 pub mod tensor_map;
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 
@@ -38,6 +38,7 @@ use super::{
     Prepared, RelAttention, SeqLayout, Slot, T5AttentionShape, TokenLogits,
 };
 pub use crate::backend::dtype::DType;
+use crate::backend::gpu_kernels::{Attention, GpuSettings, KernelSet, Op, Plan, Verdict};
 use crate::backend::kernels::geometry;
 use crate::tensor::HostTensor;
 
@@ -65,37 +66,113 @@ pub struct CudaBackend {
     fused_gate: cutlass::FusedSwitch,
     /// Whether the CUTLASS GEMM + residual + LayerNorm may run ([`cutlass`]).
     fused_norm: cutlass::FusedSwitch,
+    /// Whether the warp-per-row `layer_norm` and `rms_norm` run where a row fits (else
+    /// the block kernels).
+    layer_norm_rows: AtomicBool,
+    rms_norm_rows: AtomicBool,
+    /// Whether RoPE runs v2 (else v1).
+    rope_v2: AtomicBool,
+    /// The implementations chosen when it opened.
+    plan: Plan,
 }
 
 impl CudaBackend {
-    /// Opens device `ordinal` with activations and weights in `dtype`.
+    /// Opens device `ordinal` with activations and weights in `dtype`, running the
+    /// newest implementation of every op ([`GpuSettings::LATEST`]: what the parity tests
+    /// hold to the CPU twins).
     pub fn new(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
-        Self::open(ordinal, dtype, false)
+        Self::open(ordinal, dtype, &GpuSettings::LATEST, &[], false)
+    }
+
+    /// Opens device `ordinal` with the implementations `settings` choose for it (a job's
+    /// `--gpu-kernels` and switches) given the self-test's `verdicts` for this card
+    /// (empty: it did not run) ([`Plan`]).
+    pub fn with_settings(
+        ordinal: usize,
+        dtype: DType,
+        settings: &GpuSettings,
+        verdicts: &[Verdict],
+    ) -> anyhow::Result<Self> {
+        Self::open(ordinal, dtype, settings, verdicts, false)
     }
 
     /// As [`CudaBackend::new`], but every fresh buffer is filled with NaN bytes so
     /// that an output element a kernel leaves unwritten fails a parity test.
     pub fn poisoned(ordinal: usize, dtype: DType) -> anyhow::Result<Self> {
-        Self::open(ordinal, dtype, true)
+        Self::open(ordinal, dtype, &GpuSettings::LATEST, &[], true)
     }
 
-    fn open(ordinal: usize, dtype: DType, poison: bool) -> anyhow::Result<Self> {
-        let version = Version::from_env()?;
-        let fused_gelu = cutlass::FusedSwitch::from_env(cutlass::FUSED_GELU_ENV)?;
-        let fused_gate = cutlass::FusedSwitch::from_env(cutlass::FUSED_GATE_ENV)?;
-        let fused_norm = cutlass::FusedSwitch::from_env(cutlass::FUSED_NORM_ENV)?;
-        let dev = Device::open(ordinal, dtype, poison)?;
+    fn open(
+        ordinal: usize,
+        dtype: DType,
+        settings: &GpuSettings,
+        verdicts: &[Verdict],
+        poison: bool,
+    ) -> anyhow::Result<Self> {
+        let dev = Device::open(ordinal, dtype, poison, settings.kernels)?;
+        let cc = dev.ctx.compute_capability()?;
+        let plan = Plan::new(settings, cc, dtype, verdicts).map_err(anyhow::Error::msg)?;
         let be = Self {
             graphs: graphs::Graphs::new(dev.stream.clone()),
             dev,
             profiler: Profiler::default(),
             disentangled: AtomicU8::new(0),
-            fused_gelu,
-            fused_gate,
-            fused_norm,
+            fused_gelu: cutlass::FusedSwitch::new(false),
+            fused_gate: cutlass::FusedSwitch::new(false),
+            fused_norm: cutlass::FusedSwitch::new(false),
+            layer_norm_rows: AtomicBool::new(false),
+            rms_norm_rows: AtomicBool::new(false),
+            rope_v2: AtomicBool::new(false),
+            plan,
         };
-        be.set_disentangled_version(version)?;
+        for c in &be.plan.choices {
+            be.force(c.op, c.implementation);
+        }
+        be.set_disentangled_version(match be.plan.attention {
+            Attention::V4 => Version::V4,
+            Attention::V5 => Version::V5,
+            Attention::Auto | Attention::V3 => Version::V3,
+        })?;
+        let unproven = be.plan.unproven();
+        if settings.kernels == KernelSet::Proven && !unproven.is_empty() {
+            log::warn!(
+                "no implementation of {} has run on real hardware for this GPU \
+                 (compute capability {}.{}): the most conservative one runs, checked on the \
+                 CPU emulator only (`hopscore doctor --device cuda` tests them here); \
+                 --device cpu is the reference",
+                unproven.join(", "),
+                cc.0,
+                cc.1
+            );
+        }
+        for line in be.plan.fallbacks() {
+            log::warn!(
+                "{line}: the GPU self-test found it does not work on this card; \
+                 `hopscore doctor --device cuda` shows every verdict, --gpu-kernels proven \
+                 and --fused-gelu/--fused-gate/--fused-norm off choose up front"
+            );
+        }
         Ok(be)
+    }
+
+    /// Runs `implementation` of `op` from now on (the self-test's child runs one case
+    /// this way; [`Plan::cases`] names them); an unknown name changes nothing.
+    pub fn force(&self, op: Op, implementation: &str) {
+        let on = |name| implementation == name;
+        match op {
+            Op::LayerNorm => self.layer_norm_rows.store(on("rows"), Ordering::Relaxed),
+            Op::RmsNorm => self.rms_norm_rows.store(on("rows"), Ordering::Relaxed),
+            Op::Rope => self.rope_v2.store(on("v2"), Ordering::Relaxed),
+            Op::GemmBiasGelu => self.fused_gelu.set(on("fused")),
+            Op::GemmGated => self.fused_gate.set(on("fused")),
+            Op::GemmAddNorm => self.fused_norm.set(on("fused")),
+        }
+    }
+
+    /// What runs for each op with more than one implementation, and why (the
+    /// `hopscore.gpu_kernels` metadata).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     /// Picks the bf16/f16 disentangled-attention kernel; v4 and v5 need compute
@@ -104,9 +181,9 @@ impl CudaBackend {
         let cc = self.dev.ctx.compute_capability()?;
         anyhow::ensure!(
             version.runs_on(cc),
-            "{}={version:?}: the Hopper kernels run on compute capability 9.0 (H100, H200) \
+            "--attention {}: the Hopper kernels run on compute capability 9.0 (H100, H200) \
              only; this GPU is {}.{}: use v3",
-            Version::ENV,
+            format!("{version:?}").to_lowercase(),
             cc.0,
             cc.1
         );
@@ -119,22 +196,20 @@ impl CudaBackend {
         Version::ALL[usize::from(self.disentangled.load(Ordering::Relaxed))]
     }
 
-    /// Lets the CUTLASS bias + erf-GELU GEMM run where it can (on by default unless
-    /// `HOPSCORE_FUSED_GELU=off`), or runs the cuBLASLt GEMM and the GELU pass (`false`).
+    /// Lets the CUTLASS bias + erf-GELU GEMM run where it can (`--fused-gelu`), or runs
+    /// the cuBLASLt GEMM and the GELU pass (`false`).
     pub fn set_fused_gelu(&self, on: bool) {
         self.fused_gelu.set(on);
     }
 
-    /// Lets the CUTLASS gated GEMMs run where they can (on by default unless
-    /// `HOPSCORE_FUSED_GATE=off`), or runs the cuBLASLt GEMM and the `gated_act` pass
-    /// (`false`).
+    /// Lets the CUTLASS gated GEMMs run where they can (`--fused-gate`), or runs the
+    /// cuBLASLt GEMM and the `gated_act` pass (`false`).
     pub fn set_fused_gate(&self, on: bool) {
         self.fused_gate.set(on);
     }
 
-    /// Lets the CUTLASS GEMM + residual + LayerNorm run where it can (on by default
-    /// unless `HOPSCORE_FUSED_NORM=off`), or runs the cuBLASLt GEMM and the
-    /// `layer_norm` pass (`false`).
+    /// Lets the CUTLASS GEMM + residual + LayerNorm run where it can (`--fused-norm`),
+    /// or runs the cuBLASLt GEMM and the `layer_norm` pass (`false`).
     pub fn set_fused_norm(&self, on: bool) {
         self.fused_norm.set(on);
     }
@@ -145,8 +220,8 @@ impl CudaBackend {
         Ok(self.dev.dtype != DType::F32 && Version::V4.runs_on(cc))
     }
 
-    /// Turns CUDA graphs of whole forwards on or off (on by default, unless
-    /// `HOPSCORE_CUDA_GRAPHS=off`; see [`graphs`]).
+    /// Turns CUDA graphs of whole forwards on or off (on by default; `--cuda-graphs`;
+    /// see [`graphs`]).
     pub fn set_cuda_graphs(&self, on: bool) {
         self.graphs.set_enabled(on);
     }
@@ -317,6 +392,40 @@ impl CudaBackend {
         16 / self.dev.dtype.size()
     }
 
+    /// RoPE v1 (kernels/rope_v1.cu, the 2026-11-26 kernel): a block per row, the
+    /// row's cos/sin table in shared memory (`head_dim` floats).
+    fn rope_v1(
+        &self,
+        x: &mut CudaTensor,
+        heads: usize,
+        head_dim: usize,
+        pos: &staging::DeviceInput,
+        freq: &staging::DeviceInput,
+    ) -> OpResult<()> {
+        let cfg = LaunchConfig {
+            shared_mem_bytes: (head_dim * std::mem::size_of::<f32>()) as u32,
+            ..per_row(x.rows, geometry::ROPE_V1_THREADS)
+        };
+        if cfg.shared_mem_bytes > device::DEFAULT_SMEM {
+            return Err(OpError::Shape {
+                op: "rope",
+                msg: format!(
+                    "head_dim {head_dim} exceeds rope v1's 12,288 (--gpu-kernels latest runs v2)"
+                ),
+            });
+        }
+        let args = [
+            Arg::Ptr(x.ptr()),
+            Arg::Ptr(pos.ptr()),
+            Arg::Ptr(freq.ptr()),
+            Arg::U32(x.rows as u32),
+            Arg::U32(x.cols as u32),
+            Arg::U32(heads as u32),
+            Arg::U32(head_dim as u32),
+        ];
+        self.launch("rope_v1", cfg, &args)
+    }
+
     /// The warp-per-row kernel of `op` (`layer_norm`, `rms_norm`: `<op>_rows<NV>` of
     /// kernels/layer_norm.cu and rms_norm.cu) for rows of `cols`, and its launch, when
     /// the row fits a warp's registers as 16-byte vectors: cols a multiple of the
@@ -330,9 +439,14 @@ impl CudaBackend {
         cols: usize,
         args: &[Arg],
     ) -> OpResult<Option<(CudaFunction, LaunchConfig)>> {
+        let chosen = match op {
+            "layer_norm" => &self.layer_norm_rows,
+            _ => &self.rms_norm_rows,
+        };
         let v = self.vec_width();
         let unaligned = |a: &Arg| matches!(a, Arg::Ptr(p) if !p.is_multiple_of(16));
-        if !cols.is_multiple_of(v) || args.iter().any(unaligned) {
+        if !chosen.load(Ordering::Relaxed) || !cols.is_multiple_of(v) || args.iter().any(unaligned)
+        {
             return Ok(None);
         }
         let per_lane = (cols / v).div_ceil(32) as u32;
@@ -425,6 +539,10 @@ impl Backend for CudaBackend {
             self.dev.name(),
             self.dev.dtype.suffix()
         )
+    }
+
+    fn kernel_plan(&self) -> Option<String> {
+        Some(self.plan.describe())
     }
 
     fn synchronize(&self) -> OpResult<()> {
@@ -857,6 +975,9 @@ impl Backend for CudaBackend {
         }
         let pos = self.dev.input_u32("rope", positions)?;
         let freq = self.dev.input_f32("rope", inv_freq)?;
+        if norm.is_none() && !self.rope_v2.load(Ordering::Relaxed) {
+            return self.rope_v1(x, heads, head_dim, &pos, &freq);
+        }
         // A warp per row, ROPE_ROWS rows a block.
         let rows_per_block = geometry::ROPE_ROWS as usize;
         let cfg = LaunchConfig {
@@ -942,6 +1063,7 @@ mod tests {
             "rms_norm",
             "rope",
             "rope_qk_norm",
+            "rope_v1",
             "gated_gelu_new",
             "gated_gelu",
             "gated_silu",
