@@ -993,3 +993,41 @@ fn cuda_a_failing_fused_kernel_is_replaced_after_the_self_test() {
         }
     }
 }
+
+/// Issue 55: a fused GEMM whose setup fails on the card (here no cluster of 8 fits) is
+/// not a failed run: the launcher warns and takes the unfused path, and the self-test
+/// reports the kernel as an error, so that a job's plan leaves it out from the start.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_a_fused_gemm_whose_setup_fails_is_left_out() {
+    use hopscore::backend::dtype::DType;
+    if common::gpu(DType::Bf16).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let doctor = common::hopscore()
+        .args(["doctor", "--device", "cuda", "--gpu-kernels", "latest"])
+        .env("HOPSCORE_CACHE", tmp.path())
+        .env("HOPSCORE_CUDA_EMU_FAULT", "gemm_add_norm_1024:nocluster")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(doctor.status.success(), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("gemm_add_norm   fused"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.starts_with("error") && line.contains("cannot run on this device (no cluster fits)"),
+        "{line}"
+    );
+    assert!(
+        text.contains("gemm_add_norm   unfused  fallback: fused error"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("pass")).count(),
+        11,
+        "{text}"
+    );
+}

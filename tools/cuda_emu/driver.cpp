@@ -877,9 +877,10 @@ CUresult load_module(CUmodule* out, const char* image) {
 // or an entry less its `_<dtype>` and other suffixes: `gemm_bias_gelu` names
 // gemm_bias_gelu_bf16) spins forever, writes nothing and reports success (its output
 // keeps whatever the buffer held: a wrong answer), or fails its launch
-// (CUDA_ERROR_LAUNCH_FAILED). CUTLASS's stand-ins included: the engine's self-test and
-// fallbacks are tested with it.
-enum class Fault { None, Hang, Wrong, Error };
+// (CUDA_ERROR_LAUNCH_FAILED); `nocluster` makes cuOccupancyMaxActiveClusters answer 0
+// for it (no cluster fits: a setup failure). CUTLASS's stand-ins included: the engine's
+// self-test and fallbacks are tested with it.
+enum class Fault { None, Hang, Wrong, Error, NoCluster };
 
 Fault fault_of(const std::string& kernel) {
   const char* spec = getenv("HOPSCORE_CUDA_EMU_FAULT");
@@ -898,7 +899,9 @@ Fault fault_of(const std::string& kernel) {
     if (kind == "hang") return Fault::Hang;
     if (kind == "wrong") return Fault::Wrong;
     if (kind == "error") return Fault::Error;
-    fprintf(stderr, "cuda_emu: HOPSCORE_CUDA_EMU_FAULT item `%s`: expected hang, wrong or error\n", item.c_str());
+    if (kind == "nocluster") return Fault::NoCluster;
+    fprintf(stderr, "cuda_emu: HOPSCORE_CUDA_EMU_FAULT item `%s`: expected hang, wrong, error or nocluster\n",
+            item.c_str());
   }
   return Fault::None;
 }
@@ -908,7 +911,8 @@ CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned b
   auto* f = static_cast<Function*>(fh);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   switch (fault_of(f->name)) {
-    case Fault::None: break;
+    case Fault::None:
+    case Fault::NoCluster: break;
     case Fault::Hang:
       fprintf(stderr, "cuda_emu: `%s` hangs (HOPSCORE_CUDA_EMU_FAULT)\n", f->name.c_str());
       for (;;) sleep(1);
@@ -1521,7 +1525,7 @@ API CUresult cuOccupancyMaxActiveClusters(int* n, CUfunction f, const CUlaunchCo
   const auto& d = c->attrs[0].value.clusterDim;
   const unsigned size = d.x * d.y * d.z;
   if (!size || size > 8) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
-  *n = std::max(1, kMultiprocessors / int(size));
+  *n = fault_of(static_cast<Function*>(f)->name) == Fault::NoCluster ? 0 : std::max(1, kMultiprocessors / int(size));
   return CUDA_SUCCESS;
 }
 API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,

@@ -298,9 +298,36 @@ mod imp {
         }
     }
 
+    /// What a launch of `kind` needs, made before anything is queued: the output, the
+    /// kernel (opted in to its shared memory), the operands and CUTLASS's Params with
+    /// the launch shape (the persistent grid bounded by the clusters that fit).
+    struct Setup {
+        y: CudaTensor,
+        f: cudarc::driver::CudaFunction,
+        operands: Operands,
+        params: Params,
+        shape: Launch,
+    }
+
+    impl Setup {
+        fn config(&self) -> LaunchConfig {
+            LaunchConfig {
+                grid_dim: (self.shape.grid[0], self.shape.grid[1], self.shape.grid[2]),
+                block_dim: (
+                    self.shape.block[0],
+                    self.shape.block[1],
+                    self.shape.block[2],
+                ),
+                shared_mem_bytes: self.shape.smem,
+            }
+        }
+    }
+
     /// Runs `kind` on `x · wᵀ` (`bias`: the GEMM's; `norm`: the norm kernels'
     /// residual and LayerNorm) into a new `[rows, width]` tensor, or `None` where
-    /// CUTLASS refuses the shape.
+    /// CUTLASS refuses the shape, or where the setup fails (a tensor map or the shared
+    /// memory refused, no cluster that fits): then one warning, and the unfused path
+    /// for the rest of the run ([`CudaBackend::fused_setup_failed`]).
     pub(super) fn launch(
         be: &CudaBackend,
         kind: Kind,
@@ -310,6 +337,46 @@ mod imp {
         norm: Option<&AddNorm<'_, CudaTensor>>,
         width: usize,
     ) -> OpResult<Option<CudaTensor>> {
+        let op = kind.name();
+        let mut s = match setup(be, kind, x, w, bias, norm, width) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                be.fused_setup_failed(op, &e);
+                return Ok(None);
+            }
+        };
+        let cfg = s.config();
+        let cluster = kind.cluster();
+        if cluster == (1, 1, 1) {
+            let mut b = be.dev.stream.launch_builder(&s.f);
+            b.arg(&s.operands);
+            b.arg(&s.params);
+            // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built
+            // above for live buffers of the checked shapes.
+            unsafe { be.timed_launch(op, b, cfg) }?;
+            return Ok(Some(s.y));
+        }
+        let mut args = [
+            (&mut s.operands as *mut Operands).cast(),
+            (&mut s.params as *mut Params).cast(),
+        ];
+        // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built above
+        // for live buffers of the checked shapes; both outlive the call.
+        unsafe { be.timed_cluster_launch(op, &s.f, cfg, cluster, &mut args) }?;
+        Ok(Some(s.y))
+    }
+
+    /// [`Setup`] of `kind` for the call, `None` where CUTLASS refuses the shape.
+    fn setup(
+        be: &CudaBackend,
+        kind: Kind,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: Option<&CudaTensor>,
+        norm: Option<&AddNorm<'_, CudaTensor>>,
+        width: usize,
+    ) -> OpResult<Option<Setup>> {
         let op = kind.name();
         let (rows, k) = x.dims();
         let dims = |v: usize| {
@@ -341,7 +408,7 @@ mod imp {
         if let Some(n) = be.dev.known_active_clusters(op).filter(|_| clustered) {
             operands.bound_grid(n, cluster);
         }
-        let Some((mut params, mut shape)) = build(be, kind, &operands)? else {
+        let Some((params, shape)) = build(be, kind, &operands)? else {
             return Ok(None);
         };
         if shape.cluster != [cluster.0, cluster.1, cluster.2] {
@@ -353,35 +420,21 @@ mod imp {
                 ),
             ));
         }
-        let cfg = |shape: &Launch| LaunchConfig {
-            grid_dim: (shape.grid[0], shape.grid[1], shape.grid[2]),
-            block_dim: (shape.block[0], shape.block[1], shape.block[2]),
-            shared_mem_bytes: shape.smem,
-        };
         let f = be.dev.typed_smem(op, op, be.dev.dtype, shape.smem)?;
-        if !clustered {
-            let mut b = be.dev.stream.launch_builder(&f);
-            b.arg(&operands);
-            b.arg(&params);
-            // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built
-            // above for live buffers of the checked shapes.
-            unsafe { be.timed_launch(op, b, cfg(&shape)) }?;
-            return Ok(Some(y));
-        }
-        if operands.max_active_clusters == 0 {
-            let n = be.dev.max_active_clusters(op, &f, cfg(&shape), cluster)?;
-            operands.bound_grid(n, cluster);
-            (params, shape) = build(be, kind, &operands)?
+        let mut s = Setup {
+            y,
+            f,
+            operands,
+            params,
+            shape,
+        };
+        if clustered && s.operands.max_active_clusters == 0 {
+            let n = be.dev.max_active_clusters(op, &s.f, s.config(), cluster)?;
+            s.operands.bound_grid(n, cluster);
+            (s.params, s.shape) = build(be, kind, &s.operands)?
                 .ok_or_else(|| device_err(op, "CUTLASS refused a shape it had taken"))?;
         }
-        let mut args = [
-            (&mut operands as *mut Operands).cast(),
-            (&mut params as *mut Params).cast(),
-        ];
-        // SAFETY: the kernel's parameters are (operands, CUTLASS Params), as built above
-        // for live buffers of the checked shapes; both outlive the call.
-        unsafe { be.timed_cluster_launch(op, &f, cfg(&shape), cluster, &mut args) }?;
-        Ok(Some(y))
+        Ok(Some(s))
     }
 
     /// CUTLASS's Params and launch shape for `kind` on `operands`, or `None` where

@@ -74,6 +74,8 @@ pub struct CudaBackend {
     rope_v2: AtomicBool,
     /// The implementations chosen when it opened.
     plan: Plan,
+    /// Why a fused GEMM's setup failed, if one did ([`CudaBackend::fused_setup_failed`]).
+    setup_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl CudaBackend {
@@ -124,6 +126,7 @@ impl CudaBackend {
             rms_norm_rows: AtomicBool::new(false),
             rope_v2: AtomicBool::new(false),
             plan,
+            setup_failure: std::sync::Mutex::new(None),
         };
         for c in &be.plan.choices {
             be.force(c.op, c.implementation);
@@ -153,6 +156,46 @@ impl CudaBackend {
             );
         }
         Ok(be)
+    }
+
+    /// A fused GEMM whose setup failed on this device (`error`: a refused tensor map
+    /// or shared-memory size, no cluster that fits): one warning, and its unfused path
+    /// for the rest of the run. The self-test's child reports it as an error
+    /// ([`CudaBackend::runs`]), so that the next job's plan leaves the kernel out.
+    pub(super) fn fused_setup_failed(&self, op: &'static str, error: &OpError) {
+        let (switch, flag) = match op {
+            "gemm_bias_gelu" => (&self.fused_gelu, "--fused-gelu"),
+            "gemm_add_norm_1024" | "gemm_add_norm_768" => (&self.fused_norm, "--fused-norm"),
+            _ => (&self.fused_gate, "--fused-gate"),
+        };
+        if switch.get() {
+            switch.set(false);
+            *self.setup_failure.lock().unwrap() = Some(format!("{op}: {error}"));
+            log::warn!(
+                "{op} cannot run on this GPU ({error}): its unfused path runs instead for the \
+                 rest of this run ({flag} off chooses it up front)"
+            );
+        }
+    }
+
+    /// Why a fused GEMM's setup failed in this backend, if one did.
+    pub fn setup_failure(&self) -> Option<String> {
+        self.setup_failure.lock().unwrap().clone()
+    }
+
+    /// Whether `op` still runs `implementation` (a fused GEMM whose setup failed has
+    /// gone back to its unfused path).
+    pub fn runs(&self, op: Op, implementation: &str) -> bool {
+        let current = match op {
+            Op::LayerNorm => self.layer_norm_rows.load(Ordering::Relaxed),
+            Op::RmsNorm => self.rms_norm_rows.load(Ordering::Relaxed),
+            Op::Rope => self.rope_v2.load(Ordering::Relaxed),
+            Op::GemmBiasGelu => self.fused_gelu.get(),
+            Op::GemmGated => self.fused_gate.get(),
+            Op::GemmAddNorm => self.fused_norm.get(),
+        };
+        let newest = matches!(implementation, "rows" | "v2" | "fused");
+        current == newest
     }
 
     /// Runs `implementation` of `op` from now on (the self-test's child runs one case

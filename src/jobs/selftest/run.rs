@@ -284,6 +284,11 @@ pub fn run_case_here(ordinal: usize, dtype: DType, op: Op, implementation: &str)
                 be.force(op, implementation);
                 let (err, ok) = crate::backend::selftest::check(&be, op, dtype)?;
                 be.synchronize()?;
+                anyhow::ensure!(
+                    be.runs(op, implementation),
+                    "its setup failed ({}), so the case ran another path",
+                    be.setup_failure().unwrap_or_default()
+                );
                 Ok((err, ok))
             });
     match result {
