@@ -162,6 +162,7 @@ impl CudaBackend {
     /// or shared-memory size, no cluster that fits): one warning, and its unfused path
     /// for the rest of the run. The self-test's child reports it as an error
     /// ([`CudaBackend::runs`]), so that the next job's plan leaves the kernel out.
+    #[cfg(hopscore_cutlass)]
     pub(super) fn fused_setup_failed(&self, op: &'static str, error: &OpError) {
         let (switch, flag) = match op {
             "gemm_bias_gelu" => (&self.fused_gelu, "--fused-gelu"),
