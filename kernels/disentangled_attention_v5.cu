@@ -1,11 +1,11 @@
-// disentangled_attention v5: v4's DeBERTa attention (same semantics, band table and
-// gathers) as a warp-specialised Hopper kernel: TMA loads with the 128-byte swizzle
+// disentangled_attention v5: v3's DeBERTa attention (same semantics, band table and
+// gathers) on wgmma, as a warp-specialised Hopper kernel: TMA loads with the 128-byte swizzle
 // through an mbarrier ring, a producer warpgroup and two consumer warpgroups.
 // Head size 64 (every DeBERTa), bf16/f16. CPU twin: src/backend/cpu/disentangled_attention.rs.
 //
 // hopscore-sass: sm_90a
 //
-// Why (kernels/NOTES.md, "v5"): v4 put every product on wgmma but lost to v3 (0.85× for
+// Why (kernels/NOTES.md, "v5"): v4 (deleted since) put every product on wgmma but lost to v3 (0.85× for
 // the whole model) because 128 threads staged every tile by 16-byte cp.async into
 // core-matrix order, splitting each 128-byte row into 8 scattered requests, and then
 // waited for it. Here one thread asks the TMA unit for whole tiles: a 64-element row is
@@ -19,7 +19,7 @@
 // (setmaxnreg) and one of its threads loads: the consumers' Q tiles once, then per key
 // tile K and V (rings of 2 stages each, shared by both consumers), each consumer's PK
 // band box of its own diagonal (2 stages) and its PQ box (1 stage), every buffer with a
-// `full` and an `empty` mbarrier. A consumer per key tile, as v4: S = Q·Kᵀ and C =
+// `full` and an `empty` mbarrier. A consumer per key tile: S = Q·Kᵀ and C =
 // Q·PKᵀ (wgmma, A and B from shared memory; the band products as two 64-wide halves,
 // the second skipped on a diagonal of at most 64 distinct rows), C gathered into S
 // through its f32 scratch, P2 = K·PQᵀ stored there and gathered after a barrier of its
@@ -41,7 +41,7 @@ using namespace hopscore::flash;
 namespace geo = hopscore::geometry;
 constexpr int D = 64;
 constexpr int kBandRows = int(geo::DA_V3_BAND_ROWS);
-constexpr int kLdc = int(geo::DA_V4_SCRATCH_LD);
+constexpr int kLdc = int(geo::DA_WG_SCRATCH_LD);
 constexpr int kConsumers = int(geo::DA_V5_CONSUMERS);
 constexpr unsigned kTile = geo::DA_V5_TILE_BYTES, kBand = geo::DA_V5_BAND_BYTES;
 constexpr unsigned kC2p = 1, kP2c = 2;  // flags

@@ -109,7 +109,7 @@ __device__ __forceinline__ void mask_after_diagonal(float (&s)[NB][4], int warp,
 }
 
 // A warp's [16][8·NB] f32 accumulator tile (mma_16816 / wgmma fragments) → rows 0..15
-// of `scratch` (row stride Ldc floats); disentangled v3 and v4 gather band scores from it.
+// of `scratch` (row stride Ldc floats); disentangled v3 and v5 gather band scores from it.
 template <int NB, int Ldc>
 __device__ __forceinline__ void store_scratch(float* scratch, const float (&acc)[NB][4], int lane) {
   const int g = lane / 4, t = lane % 4;
@@ -135,7 +135,7 @@ template <typename T> struct HeadInputs {
   }
 };
 
-// DeBERTa's position band (disentangled_attention v3 and v4): element (row 16w + g + 8h,
+// DeBERTa's position band (disentangled_attention v3 and v5): element (row 16w + g + 8h,
 // column 8nb + 2t + e) of a warp's S tile meets offset o = 16w + g − 2t + 63 − 8(nb − h)
 // − e of the tile diagonal, whose band slot is slot[o]; a lane's elements meet 18
 // distinct offsets, read once per tile into sl[nb − h + 1][e].
@@ -211,7 +211,7 @@ template <typename T, int D> struct Rows16 {
 
   // The online softmax of one key tile (its first NB column blocks): updates m and l,
   // rescales O, and returns P rounded to T as A fragments (pp[nb][h]: rows g + 8h,
-  // columns 8nb + 2t, + 1), for O += P · V by the caller (mma.sync above, wgmma in v4).
+  // columns 8nb + 2t, + 1), for O += P · V by the caller (mma.sync above, wgmma in v5).
   template <int NB>
   __device__ __forceinline__ void probabilities(float (&s)[NB][4], float sl2, unsigned (&pp)[NB][2]) {
     const float neg_inf = -__builtin_huge_valf();

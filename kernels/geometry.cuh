@@ -69,12 +69,9 @@ constexpr unsigned DA_V3_SCRATCH_LD = DA_V3_WIN + 8;
 // Scratch f32 [64][88] | K, V [2 stages][2][64][ld] | PK, PQ [2][128][ld] | slots u32 [2][128].
 constexpr unsigned disentangled_v3_smem(unsigned d, unsigned band) { return 4 * V3_ROWS * DA_V3_SCRATCH_LD + 2 * 4 * V3_KEYS * v3_ld(d) + band * (2 * 2 * DA_V3_BAND_ROWS * v3_ld(d) + 4 * 2 * DA_V3_BAND_ROWS); }
 
-// disentangled_attention v4 (sm_90a, wgmma): v3's tiles in core-matrix order without
-// padding; the warpgroup's band products (all 128 band rows) go through an f32 scratch of
-// rows 128 + 8 floats (136 ≡ 8 mod 32 banks: conflict-free float2 stores).
-constexpr unsigned DA_V4_SCRATCH_LD = DA_V3_BAND_ROWS + 8;
-// Scratch f32 [64][136] | Q [64][d] | K, V [2 stages][2][64][d] | PK, PQ [2][128][d] | slots u32 [2][128].
-constexpr unsigned disentangled_v4_smem(unsigned d, unsigned band) { return 2 * (V3_ROWS + 4 * V3_KEYS) * d + band * (4 * V3_ROWS * DA_V4_SCRATCH_LD + 2 * 2 * DA_V3_BAND_ROWS * d + 4 * 2 * DA_V3_BAND_ROWS); }
+// The wgmma attention's band products (all 128 band rows of a warpgroup) go through an
+// f32 scratch of rows 128 + 8 floats (136 ≡ 8 mod 32 banks: conflict-free float2 stores).
+constexpr unsigned DA_WG_SCRATCH_LD = DA_V3_BAND_ROWS + 8;
 
 // disentangled_attention v5 (sm_90a, d = 64): a producer warpgroup and two consumer
 // warpgroups of 64 query rows each. 128-byte-swizzled tiles of 64-element rows:
@@ -86,7 +83,7 @@ constexpr unsigned DA_V5_THREADS = 384;
 constexpr unsigned DA_V5_CONSUMERS = 2;
 constexpr unsigned DA_V5_TILE_BYTES = V3_ROWS * 64 * 2;
 constexpr unsigned DA_V5_BAND_BYTES = DA_V3_BAND_ROWS * 64 * 2;
-constexpr unsigned DA_V5_SCRATCH_BYTES = 4 * V3_ROWS * DA_V4_SCRATCH_LD;
+constexpr unsigned DA_V5_SCRATCH_BYTES = 4 * V3_ROWS * DA_WG_SCRATCH_LD;
 constexpr unsigned DA_V5_BARRIER_COUNT = 21;
 constexpr unsigned DA_V5_BARRIERS = (DA_V5_CONSUMERS + 4) * DA_V5_TILE_BYTES + 3 * DA_V5_CONSUMERS * DA_V5_BAND_BYTES + DA_V5_CONSUMERS * DA_V5_SCRATCH_BYTES;
 constexpr unsigned DA_V5_SMEM = DA_V5_BARRIERS + DA_V5_BARRIER_COUNT * 8 + 1024;

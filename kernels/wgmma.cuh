@@ -1,4 +1,4 @@
-// Hopper warpgroup MMA (wgmma, sm_90a): the wrappers behind disentangled_attention_v4.
+// Hopper warpgroup MMA (wgmma, sm_90a): the wrappers behind disentangled_attention_v5.
 // Part of common.cuh (included at its end), with the same rule: inline PTX on a GPU,
 // the emulator's model of the instruction under HOPSCORE_CUDA_EMU (tools/cuda_emu/emu.h).
 // The PTX exists only when compiling for sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`): a kernel

@@ -1,6 +1,6 @@
 // wgmma_check: C[64][n] = A·B of small 16-bit matrices through the wgmma wrappers of
 // common.cuh (wgmma.cuh: wgmma_desc, wgmma_ss, wgmma_rs, fence / commit / wait), in
-// the two forms disentangled_attention_v4 uses, for the parity table of
+// the two forms disentangled_attention_v5 uses, for the parity table of
 // tests/gpu_parity.rs: a wrong descriptor, core-matrix layout or fragment layout, in
 // the kernel's reading of the PTX ISA or in the emulator's model, fails there against
 // a plain product, on the emulator and on a Hopper GPU alike. Launcher:

@@ -6,6 +6,8 @@
 //!   passages (one truncated at 256 tokens), cosine ≥ 0.99999 and max |Δ| ≤ 1e-5;
 //! - a random BertModel in the Contriever layout (bare keys, a pooler, no
 //!   sentence-transformers files): last hidden state, mean and [CLS] pooling.
+//! - a random ModernBERT bi-encoder in the sentence-transformers layout: the same 60
+//!   texts (truncated at 128 tokens), to the same bounds.
 
 use crate::common;
 
@@ -43,24 +45,16 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-#[test]
-fn minilm_embeddings_match_sentence_transformers() {
-    let Some(weights) = common::MINILM.require() else {
-        return;
-    };
-    let dir = weights.parent().unwrap();
+/// The embeddings of the 60 golden texts by the sentence-transformers model in `dir`
+/// against `SentenceTransformer.encode`'s (`golden`): the token ids first, then the
+/// vectors (max |Δ| ≤ 1e-5, cosine ≥ 0.99999). `head` is what the model's files say.
+fn check_sentence_transformers(name: &str, dir: &Path, golden: &str, head: EmbeddingHead) {
     let be = CpuBackend::F32;
     let model = BertEmbedder::load(&be, dir, None).unwrap();
-    assert_eq!(
-        model.head,
-        EmbeddingHead {
-            pooling: Pooling::Mean,
-            normalize: true,
-            max_seq_length: Some(256)
-        }
-    );
-    let tok = TextTokenizer::from_file(&dir.join("tokenizer.json"), Some(256)).unwrap();
-    let g = common::read_golden(&common::fixture("bert/minilm/golden.safetensors"));
+    assert_eq!(model.head, head);
+    let max_len = head.max_seq_length.unwrap();
+    let tok = TextTokenizer::from_file(&dir.join("tokenizer.json"), Some(max_len)).unwrap();
+    let g = common::read_golden(&common::fixture(golden));
     let texts = minilm_texts();
     assert_eq!(texts.len(), 60);
     let seqs: Vec<_> = texts
@@ -74,27 +68,60 @@ fn minilm_embeddings_match_sentence_transformers() {
     let lens: Vec<i64> = seqs.iter().map(|s| s.ids.len() as i64).collect();
     assert_eq!(
         lens, g["lengths"].i64,
-        "token counts differ from HF's tokenizer"
+        "{name}: token counts differ from HF's tokenizer"
     );
     assert_eq!(
         ids, g["input_ids"].i64,
-        "token ids differ from HF's tokenizer"
+        "{name}: token ids differ from HF's tokenizer"
     );
-    assert_eq!(lens.iter().max(), Some(&256), "one text is truncated");
+    assert_eq!(
+        lens.iter().max(),
+        Some(&(max_len as i64)),
+        "{name}: one text is truncated"
+    );
 
     let emb = model.embed(&be, &PackedBatch::pack(&seqs)).unwrap();
     let want = &g["embeddings"];
     assert_eq!(emb.shape, want.shape);
+    let h = emb.shape[1];
     let d = max_abs_diff(&emb.data, &want.f32);
     let worst = emb
         .data
-        .chunks(384)
-        .zip(want.f32.chunks(384))
+        .chunks(h)
+        .zip(want.f32.chunks(h))
         .map(|(a, b)| cosine(a, b))
         .fold(1.0, f64::min);
-    eprintln!("MiniLM: max |Δ| {d:.2e}, min cosine {worst:.8}");
-    assert!(d <= 1e-5, "max |Δ| {d}");
-    assert!(worst >= 0.99999, "min cosine {worst}");
+    eprintln!("{name}: max |Δ| {d:.2e}, min cosine {worst:.8}");
+    assert!(d <= 1e-5, "{name}: max |Δ| {d}");
+    assert!(worst >= 0.99999, "{name}: min cosine {worst}");
+}
+
+#[test]
+fn minilm_embeddings_match_sentence_transformers() {
+    let Some(weights) = common::MINILM.require() else {
+        return;
+    };
+    let head = EmbeddingHead {
+        pooling: Pooling::Mean,
+        normalize: true,
+        max_seq_length: Some(256),
+    };
+    let dir = weights.parent().unwrap();
+    check_sentence_transformers("MiniLM", dir, "bert/minilm/golden.safetensors", head);
+}
+
+/// A ModernBERT bi-encoder (`ModernBertModel`, its final norm, mean pooling, Normalize;
+/// one global and one sliding-window layer) against sentence-transformers.
+#[test]
+fn modernbert_embeddings_match_sentence_transformers() {
+    let head = EmbeddingHead {
+        pooling: Pooling::Mean,
+        normalize: true,
+        max_seq_length: Some(128),
+    };
+    let dir = common::fixture("bert/modernbert_st");
+    let golden = "bert/modernbert_st/golden.safetensors";
+    check_sentence_transformers("ModernBERT", &dir, golden, head);
 }
 
 fn random_plain() -> PathBuf {
@@ -183,6 +210,22 @@ fn bad_configs_and_modules_name_the_field() {
     .unwrap();
     let e = load_error(dir);
     assert!(e.contains("pooling_mode_max_tokens"), "{e}");
+    // sentence-transformers ≥ 6 names the mode.
+    for (file, named) in [
+        (r#"{"pooling_mode": "max"}"#, "`pooling_mode` \"max\""),
+        (
+            r#"{"pooling_mode": ["mean", "max"]}"#,
+            "`pooling_mode` [\"mean\",\"max\"]",
+        ),
+        (
+            r#"{"pooling_mode": "mean", "include_prompt": false}"#,
+            "include_prompt: false",
+        ),
+    ] {
+        std::fs::write(dir.join("1_Pooling/config.json"), file).unwrap();
+        let e = load_error(dir);
+        assert!(e.contains(named), "{e}");
+    }
     std::fs::write(
         dir.join("1_Pooling/config.json"),
         r#"{"pooling_mode_cls_token": true}"#,

@@ -835,6 +835,58 @@ fn cuda_classify_cli(
     (true, stderr, bits, key_values(&output))
 }
 
+/// `hopscore doctor --kernels` (what the kit turns into kernels/proven.tsv rows) lists
+/// every shipped entry per SASS architecture with the SHA-256 of its machine code, and
+/// names the cards of each record kernels/proven.tsv holds for that very hash.
+#[cfg(feature = "cuda")]
+#[test]
+fn doctor_lists_each_kernels_hash_and_the_cards_it_passed_on() {
+    let out = common::hopscore()
+        .args(["doctor", "--kernels"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: std::collections::HashMap<(&str, &str), (&str, &str)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            assert_eq!(f.len(), 4, "{l}");
+            assert!(
+                f[2].len() == 64 && f[2].bytes().all(|b| b.is_ascii_hexdigit()),
+                "{l}"
+            );
+            ((f[0], f[1]), (f[2], f[3]))
+        })
+        .collect();
+    assert!(rows.len() > 100, "{} entries", rows.len());
+    let records =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/proven.tsv"))
+            .unwrap();
+    let mut checked = 0;
+    for line in records
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (sha, cards) = rows[&(f[0], f[1])];
+        assert_eq!(sha, f[2], "{line}");
+        assert!(cards.split(", ").any(|c| c == f[3]), "{line}: {cards}");
+        checked += 1;
+    }
+    assert!(checked > 100);
+    // The 2026-11-26 RoPE on sm_90 ran on both cards; v2 (rewritten since) on none.
+    assert_eq!(
+        rows[&("rope_v1_bf16", "sm_90")].1,
+        "NVIDIA H100 80GB HBM3, NVIDIA H200"
+    );
+    assert_eq!(rows[&("rope_bf16", "sm_90")].1, "-");
+    assert!(!rows
+        .keys()
+        .any(|(e, _)| e.starts_with("disentangled_attention_v4")));
+}
+
 /// Issue 55: `hopscore doctor --device cuda` passes every kernel implementation on the
 /// emulator, one line each, and says what a job runs; its verdicts are the cache a job
 /// then reads (no child process: a fault injected now is not seen).

@@ -2026,7 +2026,7 @@ fn bert_models_f16() {
     check_bert(DType::F16, tolerance(DType::F16));
 }
 
-/// A device running a Hopper (v4 or v5) disentangled attention: compute capability 9.0
+/// A device running the Hopper (v5) disentangled attention: compute capability 9.0
 /// (the emulator poses as one); `None` elsewhere, said on stderr.
 fn hopper_gpu(dtype: DType, version: Version) -> Option<CudaBackend> {
     let gpu = common::gpu(dtype)?;
@@ -2039,33 +2039,11 @@ fn hopper_gpu(dtype: DType, version: Version) -> Option<CudaBackend> {
     }
 }
 
-fn v4_gpu(dtype: DType) -> Option<CudaBackend> {
-    hopper_gpu(dtype, Version::V4)
-}
-
-/// v4 against the CPU twin on every disentangled-attention row of the table (the same
-/// cases as v3: head sizes 32–128, both bucket tables, ±c2p/p2c, 1,030 tokens).
-fn disentangled_v4(dtype: DType) {
-    if let Some(gpu) = v4_gpu(dtype) {
-        check_ops(&gpu, &attention_ops(), dtype);
-    }
-}
-
-#[test]
-fn disentangled_attention_v4_bf16() {
-    disentangled_v4(DType::Bf16);
-}
-
-#[test]
-fn disentangled_attention_v4_f16() {
-    disentangled_v4(DType::F16);
-}
-
 /// The wgmma wrappers (descriptors, core-matrix layouts, fragments) against a plain
-/// product, exact products summed in f32 as the mma.sync cases: both forms v4 uses
+/// product, exact products summed in f32 as the mma.sync cases: both forms v5 uses
 /// (A and B K-major from shared memory; A from registers with B MN-major), N = 64, 128.
 fn wgmma_cases(dtype: DType) {
-    let Some(gpu) = v4_gpu(dtype) else {
+    let Some(gpu) = hopper_gpu(dtype, Version::V5) else {
         return;
     };
     let cases = [
@@ -2113,7 +2091,7 @@ fn wgmma_check_f16() {
 /// 2-stage ring (so a stage is reused and the phase parity flips), rows of A past its
 /// end read as zero.
 fn tma_cases(dtype: DType) {
-    let Some(gpu) = v4_gpu(dtype) else {
+    let Some(gpu) = hopper_gpu(dtype, Version::V5) else {
         return;
     };
     let cases = [
@@ -2367,18 +2345,6 @@ fn disentangled_attention_v5_bf16() {
 #[test]
 fn disentangled_attention_v5_f16() {
     disentangled_v5(DType::F16);
-}
-
-/// Every DeBERTa fixture with the v4 attention, to the bound of v3's.
-#[test]
-fn deberta_models_v4_bf16() {
-    let Some(gpu) = v4_gpu(DType::Bf16) else {
-        return;
-    };
-    for m in DEBERTA_MODELS {
-        let err = deberta_err_on(&gpu, m, DType::Bf16).unwrap();
-        check_model(&format!("{m} (v4)"), DType::Bf16, err, BF16_MODEL_TOLERANCE);
-    }
 }
 
 /// A DeBERTa-v3 checkpoint of head size 64, v5's (the fixtures' heads are 8 to 16 wide):

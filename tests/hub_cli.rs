@@ -902,6 +902,28 @@ fn a_file_enters_the_snapshot_only_once_its_hash_is_checked() {
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
     std::fs::write(&blob, &bytes).unwrap();
+    // Offline, the damaged blob is found out by its name (the hash it was listed with)
+    // and refused, never loaded.
+    let offline_out = tmp.path().join("offline.parquet");
+    let offline = [("HF_HUB_OFFLINE", "1")];
+    let refused = |what: &str| {
+        let err = failed(&embed(
+            &hub,
+            &home,
+            "org/tiny-bert",
+            &input,
+            &offline_out,
+            &offline,
+        ));
+        assert!(
+            err.contains(&format!("the cached {what} of org/tiny-bert"))
+                && err.contains("does not hash to its blob's name")
+                && err.contains("run once with the network"),
+            "{err}"
+        );
+        assert!(!offline_out.exists());
+    };
+    refused("model.safetensors");
     let again = tmp.path().join("again.parquet");
     let err = ok(&embed(&hub, &home, "org/tiny-bert", &input, &again, &[]));
     assert!(
@@ -910,6 +932,13 @@ fn a_file_enters_the_snapshot_only_once_its_hash_is_checked() {
     );
     assert_eq!(std::fs::read(&blob).unwrap(), weights);
     assert_eq!(vectors(&again), vectors(&out));
+    // A small file's blob is named by its git blob id, and checked by it offline too.
+    let config = repo.join("snapshots").join(SHA1).join("config.json");
+    let config_blob = config.canonicalize().unwrap();
+    let mut text = std::fs::read(&config_blob).unwrap();
+    text.push(b' ');
+    std::fs::write(&config_blob, &text).unwrap();
+    refused("config.json");
 }
 
 /// The names a server sends are checked before they touch the disk: an `ETag` is never

@@ -730,8 +730,8 @@ fn eval_compares_runs_in_one_table_and_plots_them() {
         .count();
     assert_eq!(
         run_lines,
-        3 * 2 * (1 + hops),
-        "a line and a legend mark per run and panel"
+        3 * 3 * (1 + hops),
+        "a line and a legend mark (two strokes) per run and panel"
     );
     assert!(svg.contains("gold-last") && svg.contains("all questions"));
 }

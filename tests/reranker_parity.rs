@@ -129,7 +129,7 @@ fn relative_error(name: &str) -> (f64, Vec<f32>) {
 
 #[test]
 fn roberta_models_read_every_token_as_type_zero() {
-    for name in ["xlmr_seqcls", "roberta_seqcls"] {
+    for name in ["xlmr_seqcls", "xlmr_token", "roberta_seqcls"] {
         let (err, _) = relative_error_of(name, true);
         assert!(
             err <= 1e-5,
@@ -144,6 +144,7 @@ fn cross_encoders_match_hf_float64() {
         "bert_seqcls",
         "bert_token",
         "xlmr_seqcls",
+        "xlmr_token",
         "roberta_seqcls",
         "modernbert_seqcls",
         "modernbert_cls",
@@ -191,6 +192,10 @@ fn heads_are_found_by_family() {
         [("sequence", "classifier.out_proj", "classifier.dense", 1)]
     );
     assert_eq!(heads("roberta_seqcls")[0].3, 2);
+    assert_eq!(
+        heads("xlmr_token"),
+        [("token", "classifier", "classifier.dense", 3)]
+    );
     assert_eq!(
         heads("modernbert_seqcls"),
         [("sequence", "classifier", "head.dense", 1)]

@@ -83,6 +83,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "goldens"))
 from common import DATA_DIR, hotpot_rows, lepus_prompt, offline, require_smollm2  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_device import cpu_label, torch_label  # noqa: E402
+
 # Random-weight shapes of --device cuda (transformers config classes and fields).
 SHAPES = {
     "smollm2": ("LlamaConfig", dict(
@@ -93,6 +96,13 @@ SHAPES = {
     )),
     "gpt2": ("GPT2Config", dict(
         vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024,
+    )),
+    # SmolLM2's vocabulary (its tokenizer) on a body of seconds in an emulator dry run.
+    "small": ("LlamaConfig", dict(
+        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+        rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2,
     )),
 }
 
@@ -185,6 +195,7 @@ def bench_pytorch(args, model, pairs, mode, engine=None):
     tokens = sum(len(p["ids"]) for p in pairs)
     return {
         "engine": engine or f"pytorch-{mode}",
+        "device": torch_label(torch, device),
         "threads": torch.get_num_threads(),
         "seconds_per_pass": per_pass,
         "tokens_per_s": tokens / per_pass,
@@ -256,6 +267,7 @@ def bench_llama_cpp(args, gguf_path, pairs):
     tokens = sum(len(p["ids"]) for p in pairs)
     return {
         "engine": "llama-cpp",
+        "device": cpu_label(),
         "threads": args.threads,
         "seconds_per_pass": per_pass,
         "tokens_per_s": tokens / per_pass,

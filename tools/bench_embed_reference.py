@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_device import hopscore_label, torch_label  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -92,7 +95,8 @@ def main() -> int:
     cos = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
     result = {
         "model": os.path.basename(os.path.normpath(args.model)),
-        "passages": len(texts), "tokens": tokens, "threads": args.threads, "device": args.device,
+        "passages": len(texts), "tokens": tokens, "threads": args.threads, "device": torch_label(torch, model.device),
+        "hopscore_device": hopscore_label(args.device),
         "dtype": args.dtype, "torch": torch.__version__,
         "hopscore_s": round(ours_secs, 3), "hopscore_load_s": round(load, 3),
         "sentence_transformers_s": round(st_secs, 3),

@@ -156,6 +156,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "goldens"))
 from common import DEBERTA_V3_ATTENTION  # noqa: E402  (tools/goldens/common.py, standard library only)
+from bench_device import hopscore_label, torch_label  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -414,7 +415,7 @@ def bench_engines(args, emit) -> list:
     ref_cache = {}
     results = []
     common = {
-        "device": args.device, "device_name": device_name, "dtype": args.dtype, "shape": args.shape,
+        "device": torch_label(torch, device), "device_name": device_name, "dtype": args.dtype, "shape": args.shape,
         "iters": args.iters, "warmup": args.warmup, "rounds": args.rounds, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "transformers": transformers.__version__,
     }
@@ -509,7 +510,7 @@ def bench_hopscore(args, seq_len: int, attention: str) -> dict:
     binary = args.hopscore
     batch = args.batches[seq_len]
     row = {"engine": hopscore_engine(attention, args), "seq_len": seq_len, "batch": batch,
-           "device": args.device, "attention": attention}
+           "device": hopscore_label(args.device, args.gpu), "attention": attention}
     if args.device == "cuda":
         base = [
             binary, "bench", "--device", "cuda", "--gpu", str(args.gpu), "--dtype", args.dtype,
@@ -678,7 +679,7 @@ def main(argv=None) -> int:
                     help="skip the comparison of each engine's output with the f32 reference")
     ap.add_argument("--hopscore-attention", default="default",
                     help="comma list of hopscore disentangled-attention kernels to time, a row each "
-                    "(HOPSCORE_ATTENTION=v3|v4|v5, the --attention flag; 'default' leaves the binary's choice)")
+                    "(HOPSCORE_ATTENTION=v3|v5, the --attention flag; 'default' leaves the binary's choice)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON line per (engine, seq_len) as each is measured (hopscore "
                     "first), then the table on stderr")

@@ -52,6 +52,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_device import hopscore_label, torch_label  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 MINILM = REPO / "weights" / "all-minilm-l6-v2"
 SLICE = REPO / "tests" / "fixtures" / "data" / "hotpot_dev_distractor_slice.json.gz"
@@ -236,7 +239,8 @@ def main() -> int:
             rate = len(pairs) / statistics.median(ts)
             rows.append({
                 "shape": shape, "engine": engine, "pairs": len(pairs), "threads": args.threads,
-                "device": args.device, "dtype": args.dtype,
+                "device": hopscore_label(args.device) if engine == "hopscore" else
+                torch_label(torch, "cpu" if engine == "ort" else st_device), "dtype": args.dtype,
                 "max_length": args.max_length, "rounds": args.rounds, "pairs_per_s": round(rate, 1),
                 "vs_st": round(rate / st_rate, 2),
                 "max_abs_diff_vs_st": float(np.max(np.abs(scores[engine] - scores["st"]))),

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "goldens"))
 from bench_decoder_reference import bench_hopscore, groups, mean_of_means, token_diff  # noqa: E402
 from common import DATA_DIR, FIXTURES, hotpot_rows, offline  # noqa: E402
+from bench_device import hopscore_label, torch_label  # noqa: E402
 
 offline()
 
@@ -141,7 +142,8 @@ def bench_pytorch(args, model, pairs, engine="pytorch"):
     sync()
     per_pass = (time.perf_counter() - t) / args.iters
     tokens = sum(len(p["ids"]) for p in pairs)
-    return {"engine": engine, "threads": torch.get_num_threads(), "seconds_per_pass": per_pass,
+    return {"engine": engine, "device": torch_label(torch, device), "threads": torch.get_num_threads(),
+            "seconds_per_pass": per_pass,
             "tokens_per_s": tokens / per_pass, "mean_loglik": mean_of_means(logprobs)}, logprobs
 
 
@@ -202,7 +204,7 @@ def main():
     labels = sum(len(p["ids"]) - p["target_start"] for p in pairs)
     meta = {"shape": args.shape, "pairs": len(pairs), "tokens": tokens, "label_tokens": labels,
             "threads": args.threads, "cpu": platform.processor() or platform.machine(),
-            "device": args.device, "dtype": args.dtype, "torch": torch.__version__}
+            "device": hopscore_label(args.device, args.gpu), "dtype": args.dtype, "torch": torch.__version__}
     if cuda:
         meta["gpu"] = torch.cuda.get_device_name(args.gpu) if torch.cuda.is_available() else "emulator"
         meta["pytorch_vs_f32"] = token_diff(ref_lp, torch_lp)

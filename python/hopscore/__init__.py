@@ -22,7 +22,7 @@ the dense layers on the CPU (``--cpu-gemm``; docs/cli.md gives the accuracy of e
 docs/data-safety.md) as ``--cuda-graphs`` and ``--batch-invariant`` on the GPU;
 ``gpu_kernels`` ``"proven"`` (default: per op, only kernels whose exact machine code has
 passed parity on real hardware for the card, where a proven one exists) or ``"latest"``,
-``attention`` (``"auto"``, ``"v3"``, ``"v4"``, ``"v5"``) and ``fused_gelu``,
+``attention`` (``"auto"``, ``"v3"``, ``"v5"``) and ``fused_gelu``,
 ``fused_gate``, ``fused_norm`` (``"auto"``, ``"on"``, ``"off"``) as the CLI's GPU kernel
 flags (docs/cuda.md).
 """

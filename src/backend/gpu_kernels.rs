@@ -49,8 +49,6 @@ pub enum Attention {
     Auto,
     /// mma.sync, any GPU from sm_80 (the default).
     V3,
-    /// wgmma, compute capability 9.0 only.
-    V4,
     /// wgmma with TMA loads and warp specialisation, compute capability 9.0, head size 64.
     V5,
 }

@@ -13,7 +13,7 @@ use crate::jobs::DeviceKind;
 #[command(
     after_help = "The GPU kernels are the device flags: --gpu-kernels proven|latest (the \
     newest implementations of every op, or only those that have run on hardware), \
-    --attention v3|v4|v5 (the bf16/f16 DeBERTa attention), --fused-gelu, --fused-gate, \
+    --attention v3|v5 (the bf16/f16 DeBERTa attention), --fused-gelu, --fused-gate, \
     --fused-norm on|off (the CUTLASS GEMMs with the erf GELU, the gate, the residual and \
     LayerNorm in their epilogues, or cuBLASLt's GEMM and a separate pass); see \
     docs/cuda.md."

@@ -16,6 +16,11 @@ pub struct DoctorArgs {
     /// Seconds a case may run in its child before it counts as a hang.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
+    /// Prints every kernel entry this build ships, per SASS architecture, with the
+    /// SHA-256 of its machine code and the cards it has passed parity on (the lines
+    /// tools/gpu/run.sh turns into kernels/proven.tsv records); no GPU needed.
+    #[arg(long)]
+    pub kernels: bool,
     /// Runs one case (`op:implementation`) in this process and prints its verdict as a
     /// JSON line: what each child of the self-test does.
     #[arg(long, hide = true)]
@@ -25,6 +30,10 @@ pub struct DoctorArgs {
 /// Runs the doctor; the exit code is 1 when some op has no implementation that passed.
 pub fn run(args: &DoctorArgs) -> Result<i32> {
     let device = &args.device;
+    if args.kernels {
+        print!("{}", kernel_list());
+        return Ok(0);
+    }
     if device.kind == DeviceKind::Cpu {
         println!(
             "the CPU backend is the reference the GPU kernels are tested against: nothing to \
@@ -34,6 +43,27 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         return Ok(0);
     }
     cuda(args)
+}
+
+/// `entry<TAB>arch<TAB>sass_sha256<TAB>cards` for every shipped entry (cards: `-` when
+/// none).
+fn kernel_list() -> String {
+    use crate::backend::provenance;
+    let mut out = String::from("# entry\tarch\tsass_sha256\tproven on\n");
+    for &(entry, arch, sass) in crate::backend::kernels::KERNEL_SASS {
+        let mut cards: Vec<&str> = provenance::proofs(entry, arch)
+            .iter()
+            .map(|r| r.card)
+            .collect();
+        cards.dedup();
+        let cards = if cards.is_empty() {
+            "-".to_string()
+        } else {
+            cards.join(", ")
+        };
+        out.push_str(&format!("{entry}\t{arch}\t{sass}\t{cards}\n"));
+    }
+    out
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -116,6 +116,7 @@ pub fn run(args: &EvalArgs) -> Result<Vec<EvalRun>> {
     }
     if let Some(plot) = &args.plot {
         crate::metrics::plot::check_plot_path(plot)?;
+        crate::metrics::plot::check_run_count(args.pred.len())?;
         let mut inputs = vec![Named::new("--gold", &args.gold)];
         inputs.extend(args.pred.iter().map(|p| Named::new("--pred", p)));
         check_outputs(&inputs, &[(Named::new("--plot", plot), Kind::File)])?;

@@ -65,6 +65,12 @@ pub fn read_sha256(path: &Path) -> Result<String> {
 /// (a directory holding `pytorch_model.bin` next to the safetensors it loads).
 const UNREAD: [&str; 8] = ["bin", "pt", "pth", "h5", "msgpack", "onnx", "ckpt", "ot"];
 
+/// Whether `path` is in one of the checkpoint formats of [`UNREAD`].
+pub fn is_unread(path: &Path) -> bool {
+    let ext = path.extension().unwrap_or_default().to_string_lossy();
+    UNREAD.contains(&ext.as_ref())
+}
+
 /// SHA-256 of what `path` holds: a file's bytes, or for a directory (a model with its
 /// tokenizer and config) the hash of the `hash  name` lines of its regular files, by
 /// name (subdirectories and the checkpoint formats of [`UNREAD`] left out).
@@ -77,11 +83,7 @@ pub fn path_sha256(path: &Path) -> Result<String> {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
         .map(|e| e.path())
-        .filter(|p| p.is_file())
-        .filter(|p| {
-            let ext = p.extension().unwrap_or_default().to_string_lossy();
-            !UNREAD.contains(&ext.as_ref())
-        })
+        .filter(|p| p.is_file() && !is_unread(p))
         .collect::<Vec<_>>();
     names.sort();
     let lines = names

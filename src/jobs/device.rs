@@ -74,8 +74,8 @@ pub struct DeviceConfig {
         default_value_t = DeviceConfig::CPU.gpu_kernels))]
     pub gpu_kernels: KernelSet,
     /// The bf16/f16 DeBERTa attention kernel: `auto` (v3), `v3` (mma.sync, any GPU),
-    /// `v4` (wgmma, H100/H200), `v5` (wgmma with TMA and warp specialisation,
-    /// H100/H200, head size 64). Not yet run on hardware: v5.
+    /// `v5` (wgmma with TMA and warp specialisation, H100/H200, head size 64). Not yet
+    /// run on hardware: v5.
     #[serde(default)]
     #[cfg_attr(feature = "cli", arg(long, value_enum, env = "HOPSCORE_ATTENTION",
         default_value_t = DeviceConfig::CPU.attention))]

@@ -1,5 +1,6 @@
 //! The embed job: one vector per `(id, text[, title])` row of a passage file (the
-//! corpus format of `--corpus`) from a BERT-family bi-encoder ([`crate::model::bert`]).
+//! corpus format of `--corpus`) from a BERT, XLM-R or ModernBERT bi-encoder
+//! ([`crate::model::bert`]).
 //!
 //! A row's text is `prefix + title + " " + text` (`prefix + text` without a title):
 //! the passage form of Contriever's and BEIR's evaluation code. Rows are tokenised in
@@ -29,7 +30,8 @@ use crate::text::TextTokenizer;
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct EmbedConfig {
-    /// BERT-family model directory (sentence-transformers or plain HF): config.json,
+    /// Bi-encoder model directory (BERT, XLM-R or ModernBERT; sentence-transformers or
+    /// plain HF): config.json,
     /// model.safetensors, tokenizer.json, and modules.json + 1_Pooling/ where present.
     #[cfg_attr(feature = "cli", arg(long, env = "HOPSCORE_ENCODER",
         value_parser = crate::options::values::model_path))]
@@ -126,9 +128,11 @@ pub fn embedder<B: Backend>(config: EmbedConfig, be: B) -> Result<Embedder<B>> {
     let model = BertEmbedder::load(&be, &config.model, Some(head))?;
     let head = &model.head;
     let positions = model.config.max_position_embeddings;
+    // As sentence-transformers, a length the model's files give is capped at its
+    // positions; one given by flag is refused past them.
     let max_len = config
         .max_length
-        .or(head.max_seq_length)
+        .or(head.max_seq_length.map(|m| m.min(positions)))
         .unwrap_or(positions);
     anyhow::ensure!(
         max_len <= positions,

@@ -334,6 +334,14 @@ macro_rules! job_configs {
                     JobConfig::$variant(c)
                 })*
             };
+            let inputs = match &config {
+                $(JobConfig::$variant(c) => c.inputs(),)*
+            };
+            let job = build_resolved(config, device)?;
+            Ok(Box::new(WithInputs::new(job, &inputs)?))
+        }
+
+        fn build_resolved(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
             let load = move || device::with_backend!(owned device, be => match config {
                 $(JobConfig::$variant(c) => c.load(be),)*
             });
@@ -348,6 +356,50 @@ macro_rules! job_configs {
     };
 }
 for_each_job!(job_configs);
+
+/// A built job whose metadata also holds the SHA-256 of its other input files
+/// (`hopscore.sha256.<flag>`: model, tokenizer, corpus, …), as the CLI's file runner
+/// records them, so that rows from the API name the bytes that made them.
+struct WithInputs {
+    job: Box<dyn Job>,
+    metadata: Vec<(String, String)>,
+}
+
+impl WithInputs {
+    fn new(job: Box<dyn Job>, inputs: &[crate::io::paths::Named]) -> Result<Self> {
+        let mut metadata = job.metadata().to_vec();
+        metadata.extend(crate::io::fingerprint::contents(inputs)?);
+        Ok(Self { job, metadata })
+    }
+}
+
+impl Job for WithInputs {
+    fn check_input(&self, input: &Schema) -> Result<()> {
+        self.job.check_input(input)
+    }
+    fn output_schema(&self, input: &Schema) -> Result<SchemaRef> {
+        Ok(with_metadata(
+            &*self.job.output_schema(input)?,
+            &self.metadata,
+        ))
+    }
+    fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
+    }
+    fn batch_rows(&self) -> usize {
+        self.job.batch_rows()
+    }
+    fn process_rows(&mut self, batch: &RecordBatch, rows: &[u64]) -> Result<JobOutput> {
+        let out = self.job.process_rows(batch, rows)?;
+        let rebind =
+            |b: &RecordBatch, schema: SchemaRef| RecordBatch::try_new(schema, b.columns().to_vec());
+        Ok(JobOutput {
+            rows: rebind(&out.rows, self.output_schema(&batch.schema())?)?,
+            quarantine: rebind(&out.quarantine, self.quarantine_schema())?,
+            tokens: out.tokens,
+        })
+    }
+}
 
 /// The name of an option's value as run metadata records it: its serde name
 /// (kebab-case, the command line's spelling; `cli::tests` holds the two together).

@@ -25,6 +25,39 @@ const COLOURS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
+/// Runs the plot tells apart: each colour solid, then dashed, each with circles, then
+/// with triangles. `eval` refuses more before it scores anything.
+pub const MAX_RUNS: usize = 4 * COLOURS.len();
+
+/// How run `i` is drawn: its colour, whether its line is dashed, whether its markers
+/// are triangles (else circles).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Look {
+    colour: RGBAColor,
+    dashed: bool,
+    triangles: bool,
+}
+
+fn look(i: usize) -> Look {
+    let round = i / COLOURS.len();
+    Look {
+        colour: COLOURS[i % COLOURS.len()].to_rgba(),
+        dashed: round % 2 == 1,
+        triangles: round >= 2,
+    }
+}
+
+/// Refuses more runs than the plot tells apart (before any work).
+pub fn check_run_count(runs: usize) -> Result<()> {
+    if runs > MAX_RUNS {
+        bail!(
+            "--plot tells at most {MAX_RUNS} runs apart (10 colours, solid and dashed, two \
+             markers); {runs} were given: plot fewer (the table takes any number)"
+        );
+    }
+    Ok(())
+}
+
 /// Writes the recall plot of `runs` (a name and its report, scored at every k from 1
 /// on) to `path` (`.svg`), atomically.
 pub fn write_recall_plot(path: &Path, runs: &[(String, EvalReport)]) -> Result<()> {
@@ -49,6 +82,7 @@ pub fn recall_svg(runs: &[(String, EvalReport)]) -> Result<String> {
     let Some((_, first)) = runs.first() else {
         bail!("no run to plot");
     };
+    check_run_count(runs.len())?;
     let mut groups: Vec<Option<usize>> = vec![None];
     let mut hops: Vec<usize> = runs
         .iter()
@@ -92,22 +126,35 @@ pub fn recall_svg(runs: &[(String, EvalReport)]) -> Result<String> {
                     Some(h) => report.by_hops.get(h),
                 };
                 let Some(scores) = scores else { continue };
-                let color = COLOURS[i % COLOURS.len()].to_rgba();
+                let look = look(i);
+                let line = look.colour.stroke_width(2);
                 let points: Vec<(f64, f64)> = scores
                     .recall_at_k
                     .iter()
                     .map(|(&k, &r)| (k as f64, r))
                     .collect();
-                chart
-                    .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                let drawn = if look.dashed {
+                    chart.draw_series(DashedLineSeries::new(points.clone(), 6, 4, line))
+                } else {
+                    chart.draw_series(LineSeries::new(points.clone(), line))
+                };
+                // The legend's mark: the line (two dashes when dashed) and the marker.
+                let gap = if look.dashed { 4 } else { 0 };
+                drawn
                     .map_err(|e| err(&e))?
                     .label(name.as_str())
                     .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                        EmptyElement::at((x, y))
+                            + PathElement::new(vec![(0, 0), (7, 0)], line)
+                            + PathElement::new(vec![(7 + gap, 0), (18, 0)], line)
                     });
-                chart
-                    .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                    .map_err(|e| err(&e))?;
+                let fill = look.colour.filled();
+                if look.triangles {
+                    chart.draw_series(points.iter().map(|&p| TriangleMarker::new(p, 4, fill)))
+                } else {
+                    chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, fill)))
+                }
+                .map_err(|e| err(&e))?;
             }
             chart
                 .configure_series_labels()
@@ -152,15 +199,15 @@ mod tests {
             ),
         ];
         let svg = recall_svg(&runs).unwrap();
-        // Two panels × two runs: a line and a legend mark each, in one colour per run
-        // (the axes and the mesh are 1 pixel wide).
+        // Two panels × two runs: a line and a legend mark (two strokes) each, in one
+        // colour per run (the axes and the mesh are 1 pixel wide).
         let strokes: Vec<&str> = svg
             .split("<polyline")
             .skip(1)
             .filter(|p| p.contains("stroke-width=\"2\""))
             .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
             .collect();
-        assert_eq!(strokes.len(), 2 * 2 * 2, "{svg}");
+        assert_eq!(strokes.len(), 2 * 2 * 3, "{svg}");
         let mut colours = strokes.clone();
         colours.sort_unstable();
         colours.dedup();
@@ -178,5 +225,37 @@ mod tests {
         }
         let err = write_recall_plot(Path::new("/tmp/x.png"), &runs).unwrap_err();
         assert!(err.to_string().contains("name a .svg file"), "{err}");
+    }
+
+    #[test]
+    fn forty_runs_look_different_and_a_41st_is_refused() {
+        let looks: Vec<Look> = (0..MAX_RUNS).map(look).collect();
+        for (i, a) in looks.iter().enumerate() {
+            for b in &looks[i + 1..] {
+                assert_ne!(a, b, "run {i}");
+            }
+        }
+        assert!(looks[10].dashed && !looks[10].triangles);
+        assert!(looks[25].triangles && !looks[25].dashed);
+        let runs: Vec<(String, EvalReport)> = (0..12)
+            .map(|i| (format!("run{i}"), report(&[0.1, 0.4], &[0.2, 0.5])))
+            .collect();
+        let svg = recall_svg(&runs).unwrap();
+        // Runs 0 and 10 share a colour; run 10's line is dashed: drawn as many segments
+        // where run 0's is one polyline (each run: its line and 2 legend strokes a panel).
+        let strokes = svg
+            .split('<')
+            .filter(|e| e.contains("stroke-width=\"2\"") && e.contains("#1F77B4"))
+            .count();
+        assert!(
+            strokes > 2 * (3 + 3) + 10,
+            "{strokes} strokes of the first colour"
+        );
+        let many: Vec<(String, EvalReport)> = (0..=MAX_RUNS)
+            .map(|i| (format!("run{i}"), report(&[0.1], &[0.2])))
+            .collect();
+        let err = recall_svg(&many).unwrap_err().to_string();
+        assert!(err.contains("at most 40 runs"), "{err}");
+        check_run_count(MAX_RUNS).unwrap();
     }
 }

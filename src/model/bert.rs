@@ -8,7 +8,10 @@
 //! lines 289–292 and 347–350) and an erf GELU (`BertIntermediate`, line 334). So the
 //! encoder is [`crate::model::deberta::DebertaV2Model`] built from a [`DebertaConfig`] with BERT's projection
 //! names and no relative positions; this file reads BERT's `config.json` into it and
-//! pools its last hidden state into one vector per text.
+//! pools its last hidden state into one vector per text. [`BertEmbedder`] pools the
+//! other bi-encoder bodies the same way: XLM-R (bge-m3) and ModernBERT
+//! (`ModernBertModel`'s last hidden state, after its `final_norm`; gte-modernbert,
+//! modernbert-embed).
 
 use std::path::{Path, PathBuf};
 
@@ -172,8 +175,9 @@ pub struct EmbeddingHead {
     pub pooling: Pooling,
     /// L2-normalise the pooled vector (`sentence_transformers.models.Normalize`).
     pub normalize: bool,
-    /// Truncation length, special tokens included (`sentence_bert_config.json`
-    /// `max_seq_length`), when the directory says.
+    /// Truncation length, special tokens included, when the directory says:
+    /// `sentence_bert_config.json`'s `max_seq_length`, else (sentence-transformers ≥ 6
+    /// keeps it there) the module's `tokenizer_config.json` `model_max_length`.
     pub max_seq_length: Option<usize>,
 }
 
@@ -198,6 +202,10 @@ struct PoolingFile {
     pooling_mode_weightedmean_tokens: bool,
     #[serde(default)]
     pooling_mode_lasttoken: bool,
+    /// sentence-transformers ≥ 6: one mode by name (or a list of modes, concatenated).
+    pooling_mode: Option<serde_json::Value>,
+    /// sentence-transformers ≥ 6: `false` leaves the prompt's tokens out of the pool.
+    include_prompt: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -258,6 +266,10 @@ impl EmbeddingHead {
                         );
                         head.max_seq_length = st.max_seq_length;
                     }
+                    if head.max_seq_length.is_none() {
+                        head.max_seq_length =
+                            tokenizer_max_length(&dir.join(&m.path).join("tokenizer_config.json"))?;
+                    }
                 }
                 "Pooling" => {
                     head.pooling = read_pooling(&dir.join(&m.path).join("config.json"))?;
@@ -281,8 +293,42 @@ impl EmbeddingHead {
     }
 }
 
+/// `model_max_length` of a tokenizer_config.json, unless absent or transformers' "no
+/// limit" (`int(1e30)`, which is no usize).
+fn tokenizer_max_length(path: &Path) -> Result<Option<usize>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let config: serde_json::Value = read_json(path)?;
+    Ok(config
+        .get("model_max_length")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok()))
+}
+
 fn read_pooling(path: &Path) -> Result<Pooling> {
     let p: PoolingFile = read_json(path)?;
+    if p.include_prompt == Some(false) {
+        anyhow::bail!(
+            "{}: `include_prompt: false` (the prompt's tokens left out of the pool) is not \
+             implemented",
+            path.display()
+        );
+    }
+    if let Some(mode) = &p.pooling_mode {
+        let one = match mode {
+            serde_json::Value::Array(modes) if modes.len() == 1 => &modes[0],
+            other => other,
+        };
+        return match one.as_str() {
+            Some("mean") => Ok(Pooling::Mean),
+            Some("cls") => Ok(Pooling::Cls),
+            _ => anyhow::bail!(
+                "{}: `pooling_mode` {mode} is not implemented (\"mean\" and \"cls\" are)",
+                path.display()
+            ),
+        };
+    }
     let unsupported = [
         ("pooling_mode_max_tokens", p.pooling_mode_max_tokens),
         (
@@ -312,7 +358,8 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
     }
 }
 
-/// A BERT encoder with its pooling: texts in, one vector per text out.
+/// A bi-encoder (BERT, XLM-R or ModernBERT body) with its pooling: texts in, one vector
+/// per text out.
 pub struct BertEmbedder<B: Backend> {
     pub config: DebertaConfig,
     pub head: EmbeddingHead,
@@ -331,12 +378,9 @@ impl<B: Backend> BertEmbedder<B> {
     pub fn load(be: &B, dir: &Path, head: Option<EmbeddingHead>) -> Result<Self> {
         let config = DebertaConfig::from_any_file(&dir.join("config.json"))?;
         anyhow::ensure!(
-            !matches!(
-                config.family,
-                EncoderFamily::Deberta | EncoderFamily::ModernBert
-            ),
-            "{}: the embedder runs BERT and XLM-RoBERTa encoders, not {} (its cross-encoders \
-             run in classify and rerank)",
+            config.family != EncoderFamily::Deberta,
+            "{}: the embedder runs BERT, XLM-RoBERTa and ModernBERT encoders, not {} (its \
+             cross-encoders run in classify and rerank)",
             dir.display(),
             config.family.name()
         );
@@ -346,8 +390,9 @@ impl<B: Backend> BertEmbedder<B> {
         };
         let root = Weights::new(WeightStore::open(dir)?);
         let weights_paths = root.store().map(|s| s.paths().to_vec()).unwrap_or_default();
+        let config_family = config.family.name();
         let mut model = Self::from_weights(be, &root, config, head)
-            .with_context(|| format!("loading the BERT model in {}", dir.display()))?;
+            .with_context(|| format!("loading the {} model in {}", config_family, dir.display()))?;
         model.weights_paths = weights_paths;
         Ok(model)
     }

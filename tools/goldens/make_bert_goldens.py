@@ -3,7 +3,7 @@
 
 Run by hand (never in CI), from the repository root:
 
-    python3 tools/goldens/make_bert_goldens.py [minilm] [random]
+    python3 tools/goldens/make_bert_goldens.py [minilm] [random] [modernbert]
 
 * ``minilm``: all-MiniLM-L6-v2 (fetched by tools/fetch_minilm.sh) through
   sentence-transformers, fp32 on CPU, over 60 real HotpotQA texts: the question and
@@ -18,6 +18,13 @@ Run by hand (never in CI), from the repository root:
   model.safetensors and golden.safetensors: ``input_ids``, ``token_type_ids``,
   ``attention_mask`` int64 [3, 300] (right padding), ``last_hidden_state`` float32
   [3, 300, 64], ``mean`` and ``cls`` float32 [3, 64].
+* ``modernbert``: a random ModernBertModel bi-encoder in the sentence-transformers
+  layout (Transformer with ``max_seq_length`` 128, mean Pooling, Normalize), 32 wide,
+  4 heads, 2 layers (layer 0 global, layer 1 a sliding window of ±8 tokens), the
+  WordPiece tokenizer of tests/fixtures/rerank/wordpiece. ``tests/fixtures/bert/
+  modernbert_st/`` holds what ``SentenceTransformer.save`` writes and golden.safetensors:
+  ``embeddings`` float32 [60, 32] (``encode`` of the 60 texts of ``minilm``, truncated
+  at 128 tokens), ``lengths`` and ``input_ids`` int64 of the tokenizer.
 
 Requirements: torch, transformers, sentence-transformers, safetensors.
 """
@@ -120,9 +127,59 @@ def random_plain() -> None:
     print("random_plain: written")
 
 
+def modernbert_st() -> None:
+    import shutil
+    import tempfile
+
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import AutoTokenizer, ModernBertConfig, ModernBertModel
+
+    tok_dir = FIXTURES / "rerank" / "wordpiece"
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    config = ModernBertConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=128, global_attn_every_n_layers=2,
+        local_attention=16, pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id,
+        sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id,
+        attn_implementation="eager",
+    )
+    model = ModernBertModel(config).eval()
+    g = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            if name.endswith("norm.weight"):
+                p.add_(1.0)
+    out = OUT / "modernbert_st"
+    if out.exists():
+        shutil.rmtree(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        body = models.Transformer(tmp, max_seq_length=128)
+        pool = models.Pooling(body.get_embedding_dimension(), pooling_mode="mean")
+        SentenceTransformer(modules=[body, pool, models.Normalize()], device="cpu").save(str(out))
+    st = SentenceTransformer(str(out), device="cpu")
+    texts, _ = minilm_texts()
+    emb = st.encode(texts, batch_size=16, convert_to_tensor=True).float()
+    enc = [st.tokenizer(t, truncation=True, max_length=st.max_seq_length)["input_ids"] for t in texts]
+    save_file(
+        {
+            "embeddings": emb.contiguous(),
+            "lengths": torch.tensor([len(e) for e in enc], dtype=torch.int64),
+            "input_ids": torch.tensor([i for e in enc for i in e], dtype=torch.int64),
+        },
+        str(out / "golden.safetensors"),
+    )
+    print(f"modernbert_st: {len(texts)} texts, {sum(len(e) for e in enc)} tokens, "
+          f"{sum(len(e) == 128 for e in enc)} truncated at 128")
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["minilm", "random"]
+    which = sys.argv[1:] or ["minilm", "random", "modernbert"]
     if "minilm" in which:
         minilm()
     if "random" in which:
         random_plain()
+    if "modernbert" in which:
+        modernbert_st()

@@ -24,6 +24,7 @@ Writes ``tests/fixtures/rerank/``:
   | bert_seqcls     | BertForSequenceClassification          | 1      | wordpiece |
   | bert_token      | BertForTokenClassification             | 3      | wordpiece |
   | xlmr_seqcls     | XLMRobertaForSequenceClassification    | 1      | unigram   |
+  | xlmr_token      | XLMRobertaForTokenClassification       | 3      | unigram   |
   | roberta_seqcls  | RobertaForSequenceClassification       | 2      | unigram   |
   | modernbert_seqcls | ModernBertForSequenceClassification (mean pooling) | 1 | wordpiece |
   | modernbert_cls  | ModernBertForSequenceClassification (cls pooling, tanh GeGLU) | 2 | wordpiece |
@@ -37,7 +38,7 @@ Writes ``tests/fixtures/rerank/``:
 
   ``golden.safetensors``: ``input_ids``, ``token_type_ids`` int64 (the pairs
   concatenated), ``lengths`` int64, the float64 forward's ``logits`` (float64;
-  per token for bert_token) and, for one-label heads, ``st_scores`` float32 (what
+  per token for the ``*_token`` heads) and, for one-label heads, ``st_scores`` float32 (what
   ``CrossEncoder(dir, max_length=128).predict`` returns: the sigmoid of the logit).
   The pairs are (question, title + " " + text) of every passage of the first six
   questions of tests/fixtures/data/hotpot_dev_distractor_slice.json.gz, in passage
@@ -221,6 +222,16 @@ def minilm_pairs() -> None:
     print(f"minilm_pairs: {len(ids)} pairs")
 
 
+# XLM-R's conventions: positions from pad_token_id + 1, one token type, fairseq's ids.
+XLMR_SHAPE = dict(max_position_embeddings=MAX_LENGTH + 2, type_vocab_size=1, pad_token_id=1,
+                  bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
+
+
+def xlmr_token() -> None:
+    build("xlmr_token", "XLMRobertaForTokenClassification", "XLMRobertaConfig", OUT / "unigram", 3, 9,
+          dict(XLMR_SHAPE))
+
+
 def modernbert() -> None:
     from transformers import AutoTokenizer
 
@@ -241,6 +252,9 @@ def main() -> None:
     if sys.argv[1:] == ["modernbert"]:
         modernbert()
         return
+    if sys.argv[1:] == ["xlmr_token"]:
+        xlmr_token()
+        return
     wordpiece(OUT / "wordpiece")
     unigram(OUT / "unigram")
     build("bert_seqcls", "BertForSequenceClassification", "BertConfig", OUT / "wordpiece", 1, 1,
@@ -248,11 +262,10 @@ def main() -> None:
     build("bert_token", "BertForTokenClassification", "BertConfig", OUT / "wordpiece", 3, 2,
           dict(max_position_embeddings=MAX_LENGTH))
     build("xlmr_seqcls", "XLMRobertaForSequenceClassification", "XLMRobertaConfig", OUT / "unigram", 1, 3,
-          dict(max_position_embeddings=MAX_LENGTH + 2, type_vocab_size=1, pad_token_id=1,
-               bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5))
+          dict(XLMR_SHAPE))
     build("roberta_seqcls", "RobertaForSequenceClassification", "RobertaConfig", OUT / "unigram", 2, 4,
-          dict(max_position_embeddings=MAX_LENGTH + 2, type_vocab_size=1, pad_token_id=1,
-               bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5))
+          dict(XLMR_SHAPE))
+    xlmr_token()
     minilm_pairs()
     modernbert()
 

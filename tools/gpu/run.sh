@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# The real-GPU measurements of issues 13 and 27, on the GPU machine, from the kit that
-# tools/gpu/pack.sh built (device-carry/kit.tar.xz). From the repository root:
+# The real-GPU measurements, on the GPU machine, from the kit that tools/gpu/pack.sh
+# built (device-carry/kit.tar.xz). From the repository root, the next GPU hour is:
+#
+#   bash tools/gpu/run.sh next      # issue 55: doctor (the smoke test), parity per test,
+#                                   # records, kernels, deberta-large peers, invariance,
+#                                   # lepus; 560 s in all (NEXT below), rows checked for the card
+#
+# and any other list of steps:
 #
 #   bash tools/gpu/run.sh parity deberta-large ncu lepus beam label   # one call
 #   bash tools/gpu/run.sh lepus:90 beam:60                           # budgets in seconds
@@ -14,7 +20,7 @@
 #                  models), HOPSCORE_REQUIRE_GPU=1 so that nothing skips          (120 s)
 #   deberta-large  tools/bench_reference.py, deberta-v3-large, L = 512/256/128, bf16,
 #                  medians of HOPSCORE_KIT_ROUNDS (3) rounds: hopscore (the default v3
-#                  attention; HOPSCORE_KIT_ATTENTION=v3,v4,v5 adds v4 and v5) first, then HF eager,
+#                  attention; HOPSCORE_KIT_ATTENTION=v3,v5 adds v5) first, then HF eager,
 #                  the Triton kernels that passed the call's one smoke test and HF eager
 #                  under torch.compile; `bench --profile` (graphs on;
 #                  HOPSCORE_KIT_GRAPHS=on,off adds off).
@@ -72,6 +78,18 @@
 #
 # Dry run without a GPU (HOPSCORE_KIT_EMU=DIR, the emulator's libraries from
 # tools/cuda_emu/build.sh): the same script, with torch's CPU build for the references
+#   doctor         `hopscore doctor --gpu-kernels latest` in bf16, f16 and f32: every kernel
+#                  implementation in a child of its own, 20 s each; a kernel that does not
+#                  pass makes every later step run --gpu-kernels proven (the summary says
+#                  which), and the cached verdicts keep it out of every job           (60 s)
+#   parity-each    tests/gpu_parity one test per process (30 s each, the proven path's
+#                  tests first: ops_*, older_kernels_*), then cuda_probe; parity.txt (200 s)
+#   records        kernels/proven.tsv rows for this card (proven-new.tsv) from `hopscore
+#                  doctor --kernels`, written only when doctor and every parity test passed
+#                  (a failure is not attributed to an entry: nothing is recorded)    (10 s)
+#   kernels        `bench` deberta-v3-large L = 512 bf16, 3 interleaved rounds of:
+#                  --gpu-kernels proven, latest, latest with --attention v5; each run
+#                  bounded at 60 s; medians in kernels.txt                           (150 s)
 # and shapes shrunk so each step takes seconds (tools/gpu/README.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,7 +101,13 @@ mkdir -p "$OUT" "$R"
 emu=${HOPSCORE_KIT_EMU:-}
 declare -A BUDGET=([parity]=120 [deberta-large]=300 [deberta-base]=120 [ncu]=150
   [lepus]=240 [t5]=240 [ncu-t5]=150 [beam]=150 [label]=120 [sanitize]=150 [embed]=240 [rerank]=200 [gelu]=120
-  [invariance]=150 [lepus-prefix]=200 [gate]=120 [addnorm]=100)
+  [invariance]=150 [lepus-prefix]=200 [gate]=120 [addnorm]=100 [doctor]=60 [parity-each]=200
+  [records]=10 [kernels]=150)
+# `next`: the owed table of issue 55 in one device call (budgets in seconds; at most 570
+# in all, which leaves a fresh machine's start inside a 600 s call).
+# deberta-large at L = 512 against HF eager and torch.compile (no Triton smoke), lepus
+# on SmolLM2's shape only.
+NEXT=(doctor:40 parity-each:170 records:10 kernels:110 deberta-large:90 invariance:70 lepus:60)
 
 # The directory holding `lib` (a soname), from the loader's cache, the CUDA toolkit or
 # the NVIDIA pip wheels of the machine's Python; empty when none has it.
@@ -126,6 +150,7 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
   [[ -d weights/deberta-v3-tokenizer ]] || cp -r "$kit/weights/deberta-v3-tokenizer" weights/
   if [[ -n $emu ]]; then
     export LD_LIBRARY_PATH=$emu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} HOPSCORE_REFERENCE_TORCH_CPU=1
+    export HOPSCORE_KIT_CARD="hopscore CPU emulator"
   else
     local lt cu
     cu=$(find_lib libcuda.so.1)
@@ -133,6 +158,9 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
     [[ -n $cu ]] || { echo "setup: no libcuda.so.1 (is this the GPU machine?)"; return 1; }
     [[ -n $lt ]] || { echo "setup: no libcublasLt.so.13 in ldconfig, /usr/local/cuda or the nvidia pip wheels"; return 1; }
     export LD_LIBRARY_PATH=$lt:$cu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # The card every row names (tools/bench_device.py, tools/gpu/check_rows.py).
+    HOPSCORE_KIT_CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+    export HOPSCORE_KIT_CARD=${HOPSCORE_KIT_CARD:-card unknown}
   fi
   if [[ ! -d /tmp/site ]]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$kit"/wheels/*.whl \
@@ -151,18 +179,21 @@ setup() { # setup [quick]: quick skips the GPU probe (already done by the parent
   fi
   # The first second tells whether the binary can open the device at all.
   [[ ${1:-} == quick ]] && return 0
-  "$H" bench --device cuda --shape small --seq-len 8 --batch 1 --warmup 0 --iters 1 --peak-gemm 0 \
-    >/dev/null 2>"$work/probe.err" || { echo "setup: hopscore cannot use the GPU:"; cat "$work/probe.err"; return 1; }
+  # Bounded, on the proven kernels, without the self-test (the doctor step runs it):
+  # a hang here returns the call with what it has.
+  HOPSCORE_GPU_SELFTEST=off timeout -k 5 60 "$H" bench --device cuda --gpu-kernels proven --shape small \
+    --seq-len 8 --batch 1 --warmup 0 --iters 1 --peak-gemm 0 >/dev/null 2>"$work/probe.err" ||
+    { echo "setup: hopscore cannot use the GPU (exit $?):"; cat "$work/probe.err"; return 1; }
 }
 
 # Shapes and sizes: the real ones on a GPU, seconds-long ones in an emulator dry run.
 if [[ -n $emu ]]; then
-  LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
+  LARGE=small BASE=small LENS_LARGE=16,32 LENS_BASE=16 DEC_PAIRS=1 DEC_PASSAGES= NQ=3 NQ_CPU=2 CK=small ITERS=1 SMALL=(--batch 2 --peak-gemm 0)
   EMBED_REPEAT=1 RERANK_REPEAT=1 RERANK_SHAPES=minilm-l6 T5=small T5_Q=1 T5_PROMPT=48 ROUNDS=1
 else
   LARGE=deberta-v3-large BASE=deberta-v3-base LENS_LARGE=${HOPSCORE_KIT_LENS:-512,256,128}
   LENS_BASE=${HOPSCORE_KIT_LENS:-512,128}
-  DEC_PAIRS=50 NQ=600 NQ_CPU=${HOPSCORE_KIT_NQ_CPU:-20} CK=base ITERS=10 SMALL=()
+  DEC_PAIRS=50 DEC_PASSAGES=--all-passages NQ=600 NQ_CPU=${HOPSCORE_KIT_NQ_CPU:-20} CK=base ITERS=10 SMALL=()
   EMBED_REPEAT=10 RERANK_REPEAT=25 RERANK_SHAPES=minilm-l6,xlmr-base T5=large T5_Q=50 T5_PROMPT=600 ROUNDS=${HOPSCORE_KIT_ROUNDS:-3}
 fi
 
@@ -201,7 +232,7 @@ print(",".join(r["engine"] for r in map(json.loads, sys.stdin) if r.get("status"
 deberta() { # deberta SHAPE LENS
   local shape=$1 lens=$2 engines rc=0 attn graphs
   engines=hf-eager
-  if [[ -z $emu ]]; then
+  if [[ -z $emu && ${HOPSCORE_KIT_TRITON:-on} == on ]]; then
     local t
     t=$(triton_engines)
     echo "triton smoke: ${t:-none passed} (triton-smoke.jsonl; errors in the log below)"
@@ -324,9 +355,10 @@ PY
 }
 
 step_lepus() {
-  local rc=0 shape
-  for shape in smollm2 gpt2; do
-    python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs $DEC_PAIRS --all-passages \
+  local rc=0 shape shapes=${LEPUS_SHAPES:-smollm2 gpt2}
+  [[ -n $emu ]] && shapes=small # SmolLM2's vocabulary, a two-layer body
+  for shape in $shapes; do
+    python3 tools/bench_decoder_reference.py --device cuda --shape $shape --pairs $DEC_PAIRS $DEC_PASSAGES \
       --data-dir "$kit/data" --gguf "$kit/weights/smollm2-metadata.gguf" --max-batch-tokens 16384 \
       --iters $((ITERS > 5 ? 5 : ITERS)) --warmup 1 --rounds $ROUNDS --hopscore "$H" --json |
       tee "$R/lepus-$shape.jsonl" || rc=1
@@ -440,7 +472,8 @@ step_rerank() {
 }
 
 # variant_rounds NAME VARIANT... -- BENCH_ARGS...: 3 interleaved rounds of `bench` with
-# each VARIANT (`label`, `label:VAR=value` for an environment variable, `label:--flag`),
+# each VARIANT (`label`, `label:VAR=value[,VAR2=value]` for environment variables,
+# `label:--flag`), each run bounded at $VARIANT_TIMEOUT s (600; `next` sets 60),
 # rows in NAME.jsonl, medians per variant in NAME.txt (the first variant against the second).
 variant_rounds() {
   local name=$1 rc=0 round v; shift
@@ -453,8 +486,8 @@ variant_rounds() {
       local label=${v%%:*} extra=${v#*:} env=() flag=()
       [[ $extra == "$v" ]] && extra=
       [[ $extra == --* ]] && flag=("$extra")
-      [[ $extra == *=* && $extra != --* ]] && env=("$extra")
-      env "${env[@]}" "$H" bench --device cuda "$@" "${flag[@]}" --json |
+      [[ $extra == *=* && $extra != --* ]] && IFS=, read -ra env <<<"$extra"
+      env "${env[@]}" timeout -k 5 ${VARIANT_TIMEOUT:-600} "$H" bench --device cuda "$@" "${flag[@]}" --json |
         sed "s/^{/{\"variant\": \"$label\", \"round\": $round, /" | tee -a "$R/$name.jsonl" || rc=1
     done
   done
@@ -494,10 +527,12 @@ step_invariance() {
   rm -f "$R/invariance.jsonl"
   for round in 1 2 3; do
     for bi in on off; do
-      "$H" bench --device cuda "${shape[@]}" --seq-len ${LENS_LARGE%%,*} "${SMALL[@]}" --batch-invariant $bi --json |
+      timeout -k 5 ${VARIANT_TIMEOUT:-600} "$H" bench --device cuda "${shape[@]}" --seq-len ${LENS_LARGE%%,*} \
+        "${SMALL[@]}" --batch-invariant $bi --json |
         sed "s/^{/{\"case\": \"full batch\", \"batch_invariant\": \"$bi\", \"round\": $round, /" |
         tee -a "$R/invariance.jsonl" || rc=1
-      "$H" bench --device cuda "${shape[@]}" "${small[@]}" --batch-invariant $bi --json |
+      timeout -k 5 ${VARIANT_TIMEOUT:-600} "$H" bench --device cuda "${shape[@]}" "${small[@]}" \
+        --batch-invariant $bi --json |
         sed "s/^{/{\"case\": \"small batch\", \"batch_invariant\": \"$bi\", \"round\": $round, /" |
         tee -a "$R/invariance.jsonl" || rc=1
     done
@@ -530,6 +565,64 @@ step_sanitize() {
   return $rc
 }
 
+# The self-test's verdicts live here for every step of the call (HOPSCORE_CACHE).
+export HOPSCORE_CACHE=$work/cache
+
+step_doctor() {
+  local rc=0 dtype
+  for dtype in bf16 f16 f32; do
+    "$H" doctor --device cuda --dtype $dtype --gpu-kernels latest --timeout 20 | tee -a "$R/doctor.txt" || rc=1
+  done
+  if grep -qE '^(fail|hang|error) ' "$R/doctor.txt"; then
+    echo "doctor: not every kernel passed; the later steps run --gpu-kernels proven:" |
+      tee -a "$OUT/summary.txt" "$work/proven-only"
+    grep -E '^(fail|hang|error) ' "$R/doctor.txt" | tee -a "$OUT/summary.txt"
+  fi
+  return $rc
+}
+
+step_parity-each() {
+  local t rc=0 tests
+  # The proven path's tests first: a hang later costs only its own 30 s.
+  tests=$("$kit/bin/gpu_parity" --list 2>/dev/null | sed -n 's/: test$//p' |
+    awk '/^(ops_|older_kernels_)/ {print 0, $0; next} {print 1, $0}' | sort -s -k1,1 | cut -d' ' -f2)
+  [[ -n $emu ]] && tests=$(grep -E '^(ops_f32|older_kernels_bf16|deberta_models_f32)$' <<<"$tests")
+  # Seconds a test may take (a whole-model test takes ≈ 50 s on the emulator).
+  local PARITY_TIMEOUT=30
+  [[ -n $emu ]] && PARITY_TIMEOUT=90
+  HOPSCORE_REQUIRE_GPU=1 timeout -k 5 30 "$kit/bin/cuda_probe" >>"$R/parity.txt" 2>&1 || rc=1
+  for t in $tests; do
+    HOPSCORE_REQUIRE_GPU=1 timeout -k 5 $PARITY_TIMEOUT "$kit/bin/gpu_parity" --exact "$t" --nocapture --test-threads=1 \
+      >"$work/parity-one.txt" 2>&1
+    case $? in 0) echo "PASS $t" ;; 124 | 137) echo "HANG $t"; rc=1 ;; *) echo "FAIL $t"; rc=1 ;; esac |
+      tee -a "$R/parity.txt"
+    grep -E "rel err|panicked|FAIL" "$work/parity-one.txt" >>"$R/parity.txt"
+  done
+  grep -qE '^(FAIL|HANG) ' "$R/parity.txt" && rc=1
+  return $rc
+}
+
+step_records() {
+  local card cc date run
+  [[ -f $work/proven-only ]] && { echo "records: the doctor step found a failing kernel: none written"; return 1; }
+  [[ -f $R/parity.txt ]] && ! grep -qE '^(FAIL|HANG) ' "$R/parity.txt" && grep -q '^PASS ' "$R/parity.txt" ||
+    { echo "records: parity-each did not pass every test: none written"; return 1; }
+  card=$HOPSCORE_KIT_CARD cc=9.0
+  [[ -n $emu ]] || cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)
+  date=$(date -u +%F) run="docs/gpu-runs/$date-$(tr ' ' '-' <<<"${card,,}")"
+  # The SASS this card loads: sm_XY, and sm_XYa for the arch-specific files.
+  "$H" doctor --kernels | awk -F'\t' -v a="sm_${cc/./}" -v card="$card" -v date="$date" -v kit="$commit" -v run="$run" \
+    '$2 == a || $2 == a "a" {print $1 "\t" $2 "\t" $3 "\t" card "\t" date "\t" kit "\t" run}' >"$R/proven-new.tsv"
+  echo "records: $(wc -l <"$R/proven-new.tsv") rows for $card (sm_${cc/./}) in proven-new.tsv: append them to kernels/proven.tsv"
+}
+
+step_kernels() {
+  local latest=HOPSCORE_GPU_KERNELS=latest
+  [[ -f $work/proven-only ]] && latest=HOPSCORE_GPU_KERNELS=proven
+  variant_rounds kernels proven:HOPSCORE_GPU_KERNELS=proven latest:$latest \
+    v5:${latest},HOPSCORE_ATTENTION=v5 -- --dtype bf16 --shape $LARGE --seq-len ${LENS_LARGE%%,*} --iters $ITERS "${SMALL[@]}"
+}
+
 pack_results() {
   cp "$OUT/summary.txt" "$R/" 2>/dev/null
   tar -C "$R" -czf "$OUT/results.tar.gz.tmp" . && mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
@@ -537,15 +630,27 @@ pack_results() {
 
 if [[ ${1:-} == --one ]]; then # one step, in its own process (run under timeout)
   setup quick >/dev/null || exit 1
+  # The doctor step found a kernel that does not pass: every later job keeps to the
+  # proven kernels (the cached verdicts keep the failing one out as well).
+  [[ -f $work/proven-only ]] && export HOPSCORE_GPU_KERNELS=proven
   STEP=$2 "step_$2"
   exit
 fi
 
+if [[ ${1:-} == next ]]; then
+  set -- "${NEXT[@]}"
+  total=0
+  for arg in "$@"; do total=$((total + ${arg#*:})); done
+  ((total <= 570)) || { echo "next: budgets add up to $total s, over 570"; exit 2; }
+  planned=1 # its budgets are the plan: no warning that they are under a step's default
+  export VARIANT_TIMEOUT=60 HOPSCORE_KIT_TRITON=off LEPUS_SHAPES=smollm2
+  export HOPSCORE_KIT_LENS=${HOPSCORE_KIT_LENS:-512} # read again by each step's process
+fi
 t_setup=$(date +%s)
 setup || { pack_results; exit 1; }
 ATTENTION=${HOPSCORE_KIT_ATTENTION:-v3}
 HOPSCORE_KIT_GRAPHS=${HOPSCORE_KIT_GRAPHS:-on}
-export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS NQ NQ_CPU CK ITERS EMBED_REPEAT RERANK_REPEAT RERANK_SHAPES T5 T5_Q T5_PROMPT ROUNDS
+export ATTENTION LARGE BASE LENS_LARGE LENS_BASE DEC_PAIRS DEC_PASSAGES NQ NQ_CPU CK ITERS EMBED_REPEAT RERANK_REPEAT RERANK_SHAPES T5 T5_Q T5_PROMPT ROUNDS
 export HOPSCORE_KIT_GRAPHS
 echo "setup ok in $(($(date +%s) - t_setup)) s; attention kernels: $ATTENTION" | tee -a "$OUT/summary.txt"
 status=0
@@ -554,7 +659,7 @@ for arg in "$@"; do
   budget=${BUDGET[$s]:-}
   if [[ $arg == *:* ]]; then
     budget=${arg#*:}
-    ((budget < ${BUDGET[$s]:-0})) &&
+    [[ -z ${planned:-} ]] && ((budget < ${BUDGET[$s]:-0})) &&
       echo "$s: budget $budget s is under the step's default ${BUDGET[$s]} s: it may not finish" |
       tee -a "$OUT/summary.txt"
   fi
@@ -570,4 +675,8 @@ for arg in "$@"; do
   tail -n 30 "$R/$s.log" | cut -c1-300
   pack_results
 done
+# Every row names the card it ran on (or the CPU for the peers that ran there).
+python3 tools/gpu/check_rows.py "$R" --card "$HOPSCORE_KIT_CARD" | tee -a "$OUT/summary.txt" | tail -5 ||
+  status=1
+pack_results
 exit $status

@@ -1,11 +1,11 @@
-//! Launcher of `kernels/disentangled_attention.cu` and `_v4.cu` (CPU twin:
+//! Launcher of `kernels/disentangled_attention.cu` and `_v5.cu` (CPU twin:
 //! `backend/cpu/disentangled_attention.rs`): flash-style DeBERTa attention with the
 //! c2p/p2c position scores computed on chip. f32 runs v1 (one block per 32-row query
 //! tile, head and sequence); bf16/f16 run v3 (64-row query tiles on mma.sync, the head
 //! size padded to 64 or 128, the position band of every tile diagonal from a
 //! [`band_table`] computed once per forward pass by `prepare_batch`) or, on compute
-//! capability 9.0, v4 (the same tiles and band table on wgmma) or v5 (v4 warp-specialised:
-//! TMA loads, a producer and two consumer warpgroups; head size 64): [`Version`].
+//! capability 9.0, v5 (the same tiles and band table on wgmma, warp-specialised: TMA
+//! loads, a producer and two consumer warpgroups; head size 64): [`Version`].
 
 use cudarc::driver::LaunchConfig;
 
@@ -30,21 +30,21 @@ const V3_TILE: usize = g::V3_ROWS as usize;
 /// (`kBandRows`).
 const V3_BAND: usize = g::DA_V3_BAND_ROWS as usize;
 
-/// The bf16/f16 kernel: v3 (mma.sync, any GPU from sm_80), v4 (wgmma, sm_90a: compute
-/// capability 9.0 only) or v5 (wgmma with TMA and warp specialisation, sm_90a; head size
-/// 64 with consecutive band rows, else v3 runs the call). f32 always runs v1. Chosen when
+/// The bf16/f16 kernel: v3 (mma.sync, any GPU from sm_80) or v5 (wgmma with TMA and warp
+/// specialisation, sm_90a: compute capability 9.0 only; head size 64 with consecutive
+/// band rows, else v3 runs the call). v4 (wgmma without the warp specialisation, 0.66×
+/// v3 on an H200) is gone (kernels/NOTES.md). f32 always runs v1. Chosen when
 /// the backend opens, from `--attention` ([`crate::backend::gpu_kernels::Attention`];
 /// `auto`: [`Version::DEFAULT`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
     V3,
-    V4,
     V5,
 }
 
 impl Version {
     pub const DEFAULT: Version = Version::V3;
-    pub const ALL: [Version; 3] = [Version::V3, Version::V4, Version::V5];
+    pub const ALL: [Version; 2] = [Version::V3, Version::V5];
 
     /// Whether a device of compute capability `cc` runs this version.
     pub fn runs_on(self, cc: (i32, i32)) -> bool {
@@ -82,8 +82,6 @@ fn tensor_core_kernel(version: Version, d: usize) -> (usize, &'static str) {
     match (version, d <= 64) {
         (Version::V3, true) => (64, "disentangled_attention_v3_d64"),
         (Version::V3, false) => (128, "disentangled_attention_v3_d128"),
-        (Version::V4, true) => (64, "disentangled_attention_v4_d64"),
-        (Version::V4, false) => (128, "disentangled_attention_v4_d128"),
         (Version::V5, _) => (64, "disentangled_attention_v5"),
     }
 }
@@ -104,7 +102,6 @@ pub fn smem_bytes(dtype: DType, version: Version, d: usize, band: bool) -> usize
     (match (dtype, version) {
         (DType::F32, _) => g::disentangled_v1_smem(d as u32, band),
         (_, Version::V3) => g::disentangled_v3_smem(padded, band),
-        (_, Version::V4) => g::disentangled_v4_smem(padded, band),
         (_, Version::V5) => g::DA_V5_SMEM,
     }) as usize
 }
@@ -249,17 +246,6 @@ pub fn disentangled_attention(
             ],
         )?;
     }
-    // v4 addresses a table row as (row · width) in 32 bits.
-    let table_rows = [pos_key, pos_query]
-        .into_iter()
-        .flatten()
-        .map(|t| t.dims().0);
-    if version == Version::V4 && table_rows.chain([V3_BAND]).any(|r| (r * width) >> 32 != 0) {
-        return Err(shape_err(format!(
-            "width {width} × the relative table's rows overflow 32-bit offsets: use --attention v3"
-        )));
-    }
-
     let smem = smem_bytes(dev.dtype, version, d, band);
     if version == Version::V5 {
         let tables = [pos_key, pos_query].map(|t| t.filter(|_| band));
@@ -389,12 +375,6 @@ mod tests {
         // v3 at d = 64: two blocks per SM on an H100 (228 KiB, 1 KiB reserved each).
         assert_eq!(smem_bytes(DType::Bf16, v3, 64, true), 97_280);
         assert!(2 * (smem_bytes(DType::Bf16, v3, 64, true) + 1024) <= 228 * 1024);
-        // v4 (Hopper only, 227 KiB per block): two blocks per SM at d = 64, one at 128.
-        let v4 = |d| smem_bytes(DType::Bf16, Version::V4, d, true);
-        assert_eq!(v4(64), 109_568);
-        assert!(2 * (v4(64) + 1024) <= 228 * 1024);
-        assert_eq!(v4(128), 183_296);
-        assert!(v4(128) <= 227 * 1024);
     }
 
     #[test]
@@ -406,7 +386,7 @@ mod tests {
         assert_eq!(Version::V5.for_call(128, None), Version::V3);
         assert_eq!(Version::V5.for_call(64, Some(&[0, 2, 3])), Version::V3);
         assert_eq!(Version::V5.for_call(64, Some(&[3, 2, 1])), Version::V3);
-        assert_eq!(Version::V4.for_call(40, Some(&[0, 2])), Version::V4);
+        assert_eq!(Version::V3.for_call(40, Some(&[0, 2])), Version::V3);
         // One block of 3 warpgroups per SM (227 KiB per block on Hopper).
         assert_eq!(smem_bytes(DType::Bf16, Version::V5, 64, true), 218_280);
         assert!(smem_bytes(DType::Bf16, Version::V5, 64, true) <= 227 * 1024);

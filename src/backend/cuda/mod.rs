@@ -132,7 +132,6 @@ impl CudaBackend {
             be.force(c.op, c.implementation);
         }
         be.set_disentangled_version(match be.plan.attention {
-            Attention::V4 => Version::V4,
             Attention::V5 => Version::V5,
             Attention::Auto | Attention::V3 => Version::V3,
         })?;
@@ -219,7 +218,7 @@ impl CudaBackend {
         &self.plan
     }
 
-    /// Picks the bf16/f16 disentangled-attention kernel; v4 and v5 need compute
+    /// Picks the bf16/f16 disentangled-attention kernel; v5 needs compute
     /// capability 9.0 (H100, H200).
     pub fn set_disentangled_version(&self, version: Version) -> anyhow::Result<()> {
         let cc = self.dev.ctx.compute_capability()?;
@@ -261,7 +260,7 @@ impl CudaBackend {
     /// bf16 or f16 on compute capability 9.0: where the Hopper kernels run.
     fn is_hopper_16_bit(&self) -> OpResult<bool> {
         let cc = self.dev.compute_capability("compute capability")?;
-        Ok(self.dev.dtype != DType::F32 && Version::V4.runs_on(cc))
+        Ok(self.dev.dtype != DType::F32 && Version::V5.runs_on(cc))
     }
 
     /// Turns CUDA graphs of whole forwards on or off (on by default; `--cuda-graphs`;

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
-use sha1::Digest;
 use ureq::http::{Response, Uri};
 
 use super::{is_commit_id, target, Fetch, HubId, HubSettings, Need};
@@ -124,18 +123,7 @@ impl Hash {
     fn compute(&self, path: &Path) -> Result<String> {
         match self {
             Hash::Sha256(_) => Ok(crate::io::fingerprint::read_sha256(path)?),
-            Hash::GitBlob(_) => {
-                let mut file = File::open(path)?;
-                let size = file.metadata()?.len();
-                let mut hasher = sha1::Sha1::new();
-                hasher.update(format!("blob {size}\0").as_bytes());
-                std::io::copy(&mut file, &mut hasher)?;
-                Ok(hasher
-                    .finalize()
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect())
-            }
+            Hash::GitBlob(_) => super::git_blob_id(path),
         }
     }
 }

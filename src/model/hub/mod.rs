@@ -269,14 +269,16 @@ pub fn local_path_with(spec: &Path, need: Need, hub: &HubSettings) -> Result<Pat
         .cache
         .join(format!("models--{}", id.repo.replace('/', "--")));
     if hub.offline {
-        return cached(&id, need, &repo_dir).map_err(|missing| {
+        let found = cached(&id, need, &repo_dir).map_err(|missing| {
             anyhow!(
                 "HF_HUB_OFFLINE is set and {} is not in the hub cache {} ({missing}): \
                  download it once with the network, or give a local directory",
                 display(&id),
                 hub.cache.display()
             )
-        });
+        })?;
+        check_cached_blobs(&found, &id)?;
+        return Ok(found);
     }
     match download::fetch(hub, &id, need, &repo_dir) {
         Ok(path) => Ok(path),
@@ -291,6 +293,7 @@ pub fn local_path_with(spec: &Path, need: Need, hub: &HubSettings) -> Result<Pat
                     hub.cache.display()
                 )
             })?;
+            check_cached_blobs(&found, &id)?;
             log::warn!(
                 "cannot reach the hub at {} ({reason}); using the cached {} ({})",
                 hub.endpoint,
@@ -327,6 +330,72 @@ mod download {
             "hopscore was built without the `hub` feature".to_string(),
         ))
     }
+}
+
+/// Checks the cached files a run would read (`found`: one file, or a snapshot's files
+/// and those of its module folders, the formats hopscore never reads left out) against
+/// their blobs' names, which are the hashes the listing gave when they were downloaded
+/// (the SHA-256 of an LFS file, the git blob id of another): a file damaged since, or
+/// left unchecked by another client or a killed run, is refused rather than loaded.
+/// What is not a link to a blob named by a hash (a cache written by hand) is taken as
+/// it is. Online, the listing checks the same files ([`download`]).
+fn check_cached_blobs(found: &Path, id: &HubId) -> Result<()> {
+    let mut files = Vec::new();
+    if found.is_dir() {
+        for entry in std::fs::read_dir(found)?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path)?.flatten().map(|e| e.path()));
+            } else {
+                files.push(path);
+            }
+        }
+    } else {
+        files.push(found.to_path_buf());
+    }
+    for file in files {
+        let is_link = std::fs::symlink_metadata(&file).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link || !file.is_file() || crate::io::fingerprint::is_unread(&file) {
+            continue;
+        }
+        let blob = file.canonicalize()?;
+        let name = blob.file_name().unwrap_or_default().to_string_lossy();
+        let hex = name.bytes().all(|b| b.is_ascii_hexdigit());
+        let got = match name.len() {
+            64 if hex => crate::io::fingerprint::file_sha256(&blob)?,
+            40 if hex => git_blob_id(&blob)?,
+            _ => continue,
+        };
+        if got != name.to_ascii_lowercase() {
+            bail!(
+                "the cached {} of {} does not hash to its blob's name ({}: {got}): it was \
+                 damaged, or never checked; run once with the network to download it anew, \
+                 or remove {}",
+                file.file_name().unwrap_or_default().to_string_lossy(),
+                display(id),
+                blob.display(),
+                blob.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The git blob id of `path`: the SHA-1 of `blob <size>\0` and the content (what the
+/// hub lists as a non-LFS file's `blobId`).
+fn git_blob_id(path: &Path) -> Result<String> {
+    use sha1::Digest;
+    let mut file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read {} to checksum it", path.display()))?;
+    let size = file.metadata()?.len();
+    let mut hasher = sha1::Sha1::new();
+    hasher.update(format!("blob {size}\0").as_bytes());
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// `snapshot` or the file of it that `id` names.
