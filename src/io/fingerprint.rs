@@ -109,7 +109,8 @@ pub fn contents(inputs: &[Named]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes` (how every digest is written).
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

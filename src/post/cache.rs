@@ -30,10 +30,7 @@ pub struct ResponseCache {
 
 /// Hex SHA-256 of `body`: the cache key of a request.
 pub fn key(body: &str) -> String {
-    Sha256::digest(body.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::io::fingerprint::hex(&Sha256::digest(body.as_bytes()))
 }
 
 impl ResponseCache {

@@ -76,10 +76,7 @@ fn cache_file(name: &str, cc: (i32, i32), driver: Option<i32>, dtype: DType) -> 
     for (entry, arch, sass) in crate::backend::kernels::KERNEL_SASS {
         h.update(format!("{entry} {arch} {sass}\n"));
     }
-    let key: String = h.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let key = crate::io::fingerprint::hex(&h.finalize()[..12]);
     Some(cache_dir()?.join(format!("{key}.json")))
 }
 

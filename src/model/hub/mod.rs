@@ -391,11 +391,7 @@ fn git_blob_id(path: &Path) -> Result<String> {
     let mut hasher = sha1::Sha1::new();
     hasher.update(format!("blob {size}\0").as_bytes());
     std::io::copy(&mut file, &mut hasher)?;
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(crate::io::fingerprint::hex(&hasher.finalize()))
 }
 
 /// `snapshot` or the file of it that `id` names.
