@@ -10,9 +10,10 @@ use std::sync::Arc;
 use arrow_array::{Array, Float32Array, ListArray, RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 use hopscore::backend::cpu::CpuGemm;
-use hopscore::cli::job::{run, FileArgs, JobArgs};
+use hopscore::cli::job::{run, JobArgs};
 use hopscore::jobs::classify::ClassifyConfig;
 use hopscore::jobs::DeviceConfig;
+use hopscore::pipeline::files::FileRun;
 use parquet::arrow::ArrowWriter;
 use sha2::{Digest, Sha256};
 
@@ -522,7 +523,7 @@ impl PartRun {
         };
         JobArgs {
             config,
-            files: FileArgs {
+            files: FileRun {
                 quarantine: fail_merge.then(|| self.blocked.clone()),
                 resume,
                 part_rows: Some(4),
@@ -632,7 +633,7 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
         ..ClassifyConfig::new(common::fixture("deberta/v3_seqcls"))
     };
     // A run into `<name>.parquet` with the files' flags `files` sets.
-    let args = |name: &str, files: &dyn Fn(FileArgs) -> FileArgs| JobArgs {
+    let args = |name: &str, files: &dyn Fn(FileRun) -> FileRun| JobArgs {
         files: files(common::file_args(
             &input,
             &tmp.path().join(format!("{name}.parquet")),
@@ -642,7 +643,7 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
     let whole = args("whole", &|f| f);
     assert_eq!(run(whole).unwrap().stats.bad_rows, 2);
     let sevens = |resume| {
-        move |f| FileArgs {
+        move |f| FileRun {
             resume,
             part_rows: Some(7),
             ..f
@@ -651,7 +652,7 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
     // The final merge fails (the quarantine path is under a file): the parts stay.
     let blocker = tmp.path().join("blocker");
     std::fs::write(&blocker, b"a file").unwrap();
-    let failed = args("parts", &|f| FileArgs {
+    let failed = args("parts", &|f| FileRun {
         quarantine: Some(blocker.join("q.parquet")),
         ..sevens(false)(f)
     });
@@ -660,12 +661,48 @@ fn classify_parts_resume_and_shards_keep_the_rows() {
         .path()
         .join("parts.parquet.parts/manifest.json")
         .is_file());
+    // Issue 57: a resume with another option or device setting is refused naming it;
+    // a pacing option (the batch budget) may change.
+    let other_length = JobArgs {
+        config: ClassifyConfig {
+            max_length: Some(40),
+            ..config.clone()
+        },
+        ..args("parts", &sevens(true))
+    };
+    let err = format!("{:#}", run(other_length).unwrap_err());
+    assert!(
+        err.contains("hopscore.max_length: \"512\" ≠ \"40\""),
+        "{err}"
+    );
+    let other_kernels = JobArgs {
+        device: DeviceConfig {
+            attention: hopscore::backend::gpu_kernels::Attention::V5,
+            ..DeviceConfig::CPU
+        },
+        ..args("parts", &sevens(true))
+    };
+    let err = format!("{:#}", run(other_kernels).unwrap_err());
+    assert!(
+        err.contains("hopscore.attention: \"auto\" ≠ \"v5\""),
+        "{err}"
+    );
     let resumed = run(args("parts", &sevens(true))).unwrap();
     assert_eq!(resumed.stats.rows, 0, "every row was committed");
     common::assert_parts_equal_whole(tmp.path());
+    let smaller_batches = JobArgs {
+        config: ClassifyConfig {
+            max_batch_tokens: 32,
+            ..config.clone()
+        },
+        ..args("parts", &sevens(true))
+    };
+    let done = run(smaller_batches).unwrap();
+    assert_eq!(done.stats.rows, 0, "the finished run is done, not redone");
+    common::assert_parts_equal_whole(tmp.path());
 
     for i in 0..3 {
-        let shard = |f| FileArgs {
+        let shard = |f| FileRun {
             shard: Some(hopscore::io::shard::Shard { index: i, count: 3 }),
             ..sevens(false)(f)
         };

@@ -636,14 +636,8 @@ impl hopscore::jobs::questions::QuestionScorer for ThreeStepsScorer {
 /// A file run of `input` into `output` in parts of `part_rows`, nothing else set.
 fn fresh_run(input: &Path, output: &Path, part_rows: u64) -> hopscore::pipeline::files::FileRun {
     hopscore::pipeline::files::FileRun {
-        input: input.to_path_buf(),
-        output: output.to_path_buf(),
-        quarantine: None,
-        resume: false,
-        shard: None,
-        part_rows,
-        limit: None,
-        inputs: Vec::new(),
+        part_rows: Some(part_rows),
+        ..hopscore::pipeline::files::FileRun::new(input, output)
     }
 }
 

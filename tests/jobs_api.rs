@@ -11,8 +11,9 @@ use std::sync::Arc;
 use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use arrow_select::concat::concat_batches;
-use hopscore::cli::job::{run, FileArgs, JobArgs};
+use hopscore::cli::job::{run, JobArgs};
 use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
+use hopscore::pipeline::files::FileRun;
 use hopscore::pipeline::SchedulerConfig;
 
 fn strings(n: usize, f: impl Fn(usize) -> Option<String>) -> Arc<StringArray> {
@@ -184,8 +185,8 @@ fn question_file(dir: &Path) -> (std::path::PathBuf, RecordBatch) {
 }
 
 /// The question runs' files: parts of 5 questions.
-fn run_args(input: &Path, output: &Path) -> FileArgs {
-    FileArgs {
+fn run_args(input: &Path, output: &Path) -> FileRun {
+    FileRun {
         part_rows: Some(5),
         ..common::file_args(input, output)
     }
@@ -331,4 +332,117 @@ fn jobs_in_one_process_keep_their_own_thread_counts() {
     assert_eq!(one.rows.columns(), two.rows.columns());
     let err = format!("{:#}", embed_job(tmp.path(), &on(Some(0))).err().unwrap());
     assert!(err.contains("threads"), "{err}");
+}
+
+/// The names of a config's options: the fields of its serde form, nested objects
+/// (the scheduler's) flattened, as `options::record` writes them.
+fn option_names(config: &impl serde::Serialize) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        for (name, value) in v.as_object().into_iter().flatten() {
+            match value.is_object() {
+                true => walk(value, out),
+                false => out.push(name.clone()),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&serde_json::to_value(config).unwrap(), &mut out);
+    out
+}
+
+/// Issue 57: the metadata of every job names every option of its config (walked from
+/// its serde fields) and every device setting (a job that runs no model: none), with
+/// values as the flags take them (`hops` reads `3`); the CLI's files hold the same
+/// entries (the tests above compare footers with `job.metadata()`).
+#[test]
+fn the_run_metadata_names_every_option_and_device_setting() {
+    use hopscore::jobs::{beam, classify, embed, label, lepus, loglik, rerank, review};
+    let Some(deberta) = common::DEBERTA_V3_TOKENIZER.require() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let words = common::word_tokenizer(tmp.path());
+    let fixture = common::fixture;
+    let mut bm25 = lepus::LepusConfig::new("unused".into());
+    bm25.model = None;
+    bm25.scorer = lepus::LepusScorer::Bm25;
+    let configs = [
+        JobConfig::Beam(beam::BeamConfig {
+            tokenizer: Some(deberta.clone()),
+            hops: beam::Hops::Fixed(3),
+            ..beam::BeamConfig::new(fixture("beam/model"))
+        }),
+        JobConfig::Label(label::LabelConfig {
+            tokenizer: Some(deberta),
+            ..label::LabelConfig::new(
+                fixture("efficientrag/labeler"),
+                fixture("efficientrag/filter"),
+            )
+        }),
+        JobConfig::Lepus(lepus::LepusConfig::new(fixture("lepus/gpt2_bytes"))),
+        JobConfig::Lepus(bm25),
+        JobConfig::Classify(classify::ClassifyConfig {
+            tokenizer: Some(words.clone()),
+            ..classify::ClassifyConfig::new(fixture("deberta/v3_seqcls"))
+        }),
+        JobConfig::Loglik(loglik::LoglikConfig::new(fixture("lepus/gpt2_bytes"))),
+        JobConfig::Embed(embed::EmbedConfig {
+            tokenizer: Some(words),
+            ..embed::EmbedConfig::new(fixture("bert/random_plain"))
+        }),
+        JobConfig::Rerank(rerank::RerankConfig {
+            tokenizer: Some(fixture("rerank/wordpiece")),
+            ..rerank::RerankConfig::new(fixture("rerank/bert_seqcls"))
+        }),
+        JobConfig::Review(review::ReviewConfig::new(
+            review::ReviewStrategy::Tor,
+            "http://127.0.0.1:9/v1",
+            "m",
+        )),
+    ];
+    let device = DeviceConfig {
+        attention: hopscore::backend::gpu_kernels::Attention::V3,
+        ..DeviceConfig::CPU
+    };
+    for config in configs {
+        let (name, options) = match &config {
+            JobConfig::Beam(c) => ("beam", option_names(c)),
+            JobConfig::Label(c) => ("label", option_names(c)),
+            JobConfig::Lepus(c) => ("lepus", option_names(c)),
+            JobConfig::Classify(c) => ("classify", option_names(c)),
+            JobConfig::Loglik(c) => ("loglik", option_names(c)),
+            JobConfig::Embed(c) => ("embed", option_names(c)),
+            JobConfig::Rerank(c) => ("rerank", option_names(c)),
+            JobConfig::Review(c) => ("review", option_names(c)),
+        };
+        let job = build(config, &device).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let meta: HashMap<String, String> = job.metadata().iter().cloned().collect();
+        for option in &options {
+            assert!(
+                meta.contains_key(&format!("hopscore.{option}")),
+                "{name}: --{option} is not in the run metadata: {meta:?}"
+            );
+        }
+        let settings = option_names(&device);
+        for setting in &settings {
+            let key = format!("hopscore.{setting}");
+            assert_eq!(meta.contains_key(&key), name != "review", "{name}: {key}");
+        }
+        if name != "review" {
+            assert_eq!(meta["hopscore.attention"], "v3", "{name}");
+            assert_eq!(meta["hopscore.batch_invariant"], "true", "{name}");
+            // A model's job records what ran, not what was asked: the CPU computes in
+            // f32 (BM25 runs no model: the setting stays).
+            if meta.get("hopscore.scorer").is_none_or(|s| s != "bm25") {
+                assert_eq!(meta["hopscore.dtype"], "f32", "{name}");
+            }
+        }
+        if name == "beam" {
+            assert_eq!(meta["hopscore.hops"], "3");
+            assert_eq!(meta["hopscore.beam_size"], "2");
+        }
+        if name == "review" {
+            assert_eq!(meta["hopscore.widths"], "5,3,3");
+        }
+    }
 }

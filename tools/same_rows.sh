@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every scoring command on the committed fixtures with two hopscore binaries and
 # compares their outputs: the rows of every output and quarantine file, and their run
-# metadata (with the two work folders' names made equal; `hopscore.version` may differ). For refactors that promise unchanged output:
+# metadata (with the two work folders' names made equal; `hopscore.version` may differ; the
+# after binary may add keys, and change the values of the keys named in $CHANGED, a comma
+# list: each change is printed). For refactors that promise unchanged output:
 #
 #   cp target/release/hopscore /tmp/before     # at the old commit
 #   cargo build --release && bash tools/same_rows.sh /tmp/before target/release/hopscore
@@ -67,7 +69,7 @@ for side in before:"$1" after:"$2"; do
   [ $rc -eq 0 ] || { cat "$work/log"; echo "${side#*:} failed" >&2; exit 1; }
 done
 "$PY" - "$work/before" "$work/after" <<'PY'
-import sys, pathlib, pyarrow.parquet as pq
+import os, sys, pathlib, pyarrow.parquet as pq
 before, after = map(pathlib.Path, sys.argv[1:])
 names = sorted(p.name for p in before.glob("*.parquet"))
 assert names == sorted(p.name for p in after.glob("*.parquet")), "different output files"
@@ -80,13 +82,20 @@ def metadata(table, folder):
     return kv
 
 
+# The run fingerprint is a digest of the other keys: it changes whenever keys are added.
+changed = {k for k in os.environ.get("CHANGED", "").split(",") if k} | {"hopscore.run_fingerprint"}
 for name in names:
     a, b = (pq.read_table(d / name) for d in (before, after))
     rows = a.replace_schema_metadata(None).equals(b.replace_schema_metadata(None))
-    meta = metadata(a, before) == metadata(b, after)
+    ma, mb = metadata(a, before), metadata(b, after)
+    lost = [k for k in ma if k not in mb or (ma[k] != mb[k] and k not in changed)]
+    for k in sorted(k for k in changed - {"hopscore.run_fingerprint"} if k in ma and k in mb and ma[k] != mb[k]):
+        print(f"  {name}: {k}: {ma[k]!r} -> {mb[k]!r}")
+    meta = not lost
     differ += not (rows and meta)
-    what = "same" if rows and meta else ("DIFFERENT METADATA" if rows else "DIFFERENT ROWS")
-    print(f"{what} {name}: {a.num_rows} rows, {a.num_columns} columns")
+    what = "same" if rows and meta else (f"DIFFERENT METADATA {lost}" if rows else "DIFFERENT ROWS")
+    added = len([k for k in mb if k not in ma])
+    print(f"{what} {name}: {a.num_rows} rows, {a.num_columns} columns, {added} keys added")
 print(f"{len(names)} files, {differ} different")
 sys.exit(1 if differ else 0)
 PY

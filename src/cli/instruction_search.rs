@@ -115,9 +115,8 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
     }
     let runs = runs_dir(&lepus.files.output);
     let best_file = lepus.files.output.with_extension("best.txt");
-    let base = lepus.files.file_run(&lepus.config);
-    let mut inputs = vec![Named::new("--input", &base.input)];
-    inputs.extend(base.inputs.iter().cloned());
+    let mut inputs = vec![Named::new("--input", &lepus.files.input)];
+    inputs.extend(lepus.config.inputs());
     check_outputs(
         &inputs,
         &[

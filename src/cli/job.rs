@@ -1,64 +1,15 @@
 //! The subcommands of the jobs: each is its config's flags ([`JobKind`]: the config
-//! type derives them), the flags of the files it reads and writes ([`FileArgs`]) and
+//! type derives them), the flags of the files it reads and writes ([`FileRun`]) and
 //! those of the device, and every one runs through [`run`].
-
-use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use super::entry::{exit_code, EXIT_INTERRUPTED};
-use crate::io::shard::{parse_shard, Shard};
 use crate::jobs::review::ReviewSummary;
 use crate::jobs::{beam, classify, embed, label, lepus, loglik, rerank, review, JobKind};
 use crate::pipeline::control::install_interrupt_handler;
 use crate::pipeline::files::{FileRun, RunSummary};
-
-/// Where a job's run reads and writes, and how it is split and committed.
-#[derive(Debug, Clone, Args)]
-pub struct FileArgs {
-    /// Input Parquet: the question file of `hopscore import` (beam, label, lepus,
-    /// review), or the rows the command's description names (classify, embed, loglik).
-    #[arg(long)]
-    pub input: PathBuf,
-    /// Output Parquet (its columns: docs/cli.md).
-    #[arg(long)]
-    pub output: PathBuf,
-    /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
-    #[arg(long)]
-    pub quarantine: Option<PathBuf>,
-    /// Continue an interrupted run (its `<output>.parts` directory) with the same flags.
-    #[arg(long)]
-    pub resume: bool,
-    /// Process only shard i of N (contiguous row ranges, for Slurm arrays or indexed
-    /// jobs); combine the outputs with `hopscore merge`.
-    #[arg(long, value_parser = parse_shard)]
-    pub shard: Option<Shard>,
-    /// Input rows per committed part (default: 256 for a question file, 4096 for rows).
-    /// A part commits as soon as all its rows are finished; a killed run loses the
-    /// finished rows of the parts still open (docs/data-safety.md).
-    #[arg(long, value_parser = crate::options::values::positive_u64)]
-    pub part_rows: Option<u64>,
-    /// Process only the first N rows of the input (N ≥ 1).
-    #[arg(long, value_parser = crate::options::values::positive_u64)]
-    pub limit: Option<u64>,
-}
-
-impl FileArgs {
-    /// These files as the file runner takes them, for a job of config `config`.
-    pub fn file_run<C: JobKind>(&self, config: &C) -> FileRun {
-        FileRun {
-            input: self.input.clone(),
-            output: self.output.clone(),
-            quarantine: self.quarantine.clone(),
-            resume: self.resume,
-            shard: self.shard,
-            part_rows: self.part_rows.unwrap_or(C::PART_ROWS),
-            limit: self.limit,
-            inputs: config.inputs(),
-        }
-    }
-}
 
 /// The flags of a job's subcommand: its config's, its files', its device's.
 #[derive(Debug, Clone, Args)]
@@ -70,7 +21,7 @@ where
     #[command(flatten)]
     pub config: C,
     #[command(flatten)]
-    pub files: FileArgs,
+    pub files: FileRun,
     #[command(flatten)]
     pub device: C::Device,
 }
@@ -84,11 +35,17 @@ where
     C::Device: Args,
 {
     install_interrupt_handler();
-    let mut args = args;
-    crate::options::resolve_models(args.config.model_paths())?;
-    let files = args.files.file_run(&args.config);
+    let JobArgs {
+        mut config,
+        mut files,
+        device,
+    } = args;
+    crate::options::resolve_models(config.model_paths())?;
+    let device = device.into();
+    files.inputs = config.inputs();
+    files.settings = C::device_settings(&device)?;
     files.check_paths(&[])?;
-    args.config.run_files(&args.device.into(), &files)
+    config.run_files(&device, &files)
 }
 
 /// What a job's run prints when it ends, and its exit code.

@@ -15,14 +15,36 @@ use sha2::{Digest, Sha256};
 
 use super::paths::Named;
 
-/// Metadata keys that record locations, not contents (left out of fingerprints).
-pub const LOCATION_KEYS: [&str; 6] = [
+/// Metadata keys that record locations, not contents (left out of fingerprints). An
+/// option whose file's contents the run records (`hopscore.sha256.<option>`) is a
+/// location too ([`identity`]).
+pub const LOCATION_KEYS: [&str; 7] = [
     "hopscore.model",
     "hopscore.filter",
     "hopscore.corpus",
     "hopscore.tokenizer",
     "hopscore.input",
     "hopscore.chains",
+    "hopscore.cache",
+];
+
+/// Options that pace a run but cannot change a row (batch budgets, questions in
+/// flight, threads, retries and waits of the LLM client, CUDA graphs, the response
+/// cache): recorded, and left out of fingerprints, so that a run killed for memory can
+/// resume with a smaller `--max-batch-tokens` and shards made with other budgets merge
+/// (docs/data-safety.md: the same bits in any batch).
+pub const PACING_KEYS: [&str; 11] = [
+    "hopscore.max_batch_tokens",
+    "hopscore.max_active",
+    "hopscore.threads",
+    "hopscore.cuda_graphs",
+    "hopscore.concurrency",
+    "hopscore.timeout",
+    "hopscore.max_retries",
+    "hopscore.backoff",
+    "hopscore.backoff_max",
+    "hopscore.no_cache",
+    "hopscore.question_rows",
 ];
 
 /// SHA-256 of a file's bytes, in hex. Remembered per file (path, size and
@@ -137,12 +159,22 @@ pub fn model_sha256(model: &Path, weights: &[std::path::PathBuf]) -> Result<Stri
 }
 
 /// The identity-bearing entries of `metadata`, sorted by key: the `hopscore.*` ones
-/// other than locations (Parquet's own keys, such as the Arrow schema, are compared
-/// as schemas, not as text).
+/// other than locations and pacing options (Parquet's own keys, such as the Arrow
+/// schema, are compared as schemas, not as text).
 pub fn identity(metadata: &[(String, String)]) -> BTreeMap<String, String> {
+    let hashed = |key: &str| {
+        let option = key.strip_prefix("hopscore.").unwrap_or(key);
+        let sha = format!("hopscore.sha256.{option}");
+        metadata.iter().any(|(k, _)| *k == sha)
+    };
     metadata
         .iter()
-        .filter(|(k, _)| k.starts_with("hopscore.") && !LOCATION_KEYS.contains(&k.as_str()))
+        .filter(|(k, _)| {
+            k.starts_with("hopscore.")
+                && !LOCATION_KEYS.contains(&k.as_str())
+                && !PACING_KEYS.contains(&k.as_str())
+                && !hashed(k)
+        })
         .cloned()
         .collect()
 }
@@ -227,6 +259,26 @@ mod tests {
             ("hopscore.input_sha256", "i1"),
         ]);
         assert_eq!(of(&a), of(&moved));
+        // An option whose file's contents are recorded is a location; a pacing option
+        // does not count.
+        let with = |templates: &str, budget: &str| {
+            meta(&[
+                ("hopscore.templates", templates),
+                ("hopscore.sha256.templates", "t1"),
+                ("hopscore.max_batch_tokens", budget),
+                ("hopscore.beam_size", "2"),
+            ])
+        };
+        assert_eq!(of(&with("/a/t.txt", "4096")), of(&with("/b/t.txt", "512")));
+        let wider = [
+            with("/a/t.txt", "4096"),
+            meta(&[("hopscore.beam_size", "3")]),
+        ]
+        .concat();
+        assert_eq!(
+            differences(&of(&with("/a/t.txt", "4096")), &of(&wider)),
+            "hopscore.beam_size: \"2\" ≠ \"3\""
+        );
         let other = meta(&[
             ("hopscore.model_sha256", "m1"),
             ("hopscore.input_sha256", "i2"),

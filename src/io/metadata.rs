@@ -12,11 +12,11 @@ use crate::backend::Backend;
 /// backend computes in, the hub repository and commit of a model taken from the hub
 /// cache ([`hub_snapshot`]), then `options`, after `hopscore.version`, and on a GPU the
 /// kernels chosen for each op (`hopscore.gpu_kernels`, [`Backend::kernel_plan`]).
-pub fn run_metadata<B: Backend>(
+pub fn run_metadata<B: Backend, K: AsRef<str>>(
     be: &B,
     model_dir: &Path,
     weights: &[PathBuf],
-    options: &[(&str, String)],
+    options: &[(K, String)],
 ) -> Result<Vec<(String, String)>> {
     let mut m = tool_metadata(&[
         ("model", model_dir.display().to_string()),
@@ -33,7 +33,16 @@ pub fn run_metadata<B: Backend>(
                 .skip(1),
         );
     }
-    m.extend(tool_metadata(options).into_iter().skip(1));
+    let known = |k: &str| {
+        m.iter()
+            .any(|(key, _)| key.strip_prefix("hopscore.") == Some(k))
+    };
+    let options: Vec<(&str, String)> = options
+        .iter()
+        .map(|(k, v)| (k.as_ref(), v.clone()))
+        .filter(|(k, _)| !known(k))
+        .collect();
+    m.extend(tool_metadata(&options).into_iter().skip(1));
     if let Some(plan) = be.kernel_plan() {
         m.push(("hopscore.gpu_kernels".into(), plan));
     }
@@ -54,11 +63,22 @@ pub fn hub_snapshot(path: &Path) -> Option<(String, String)> {
 }
 
 /// `hopscore.version` followed by `options` as `hopscore.<key>` metadata entries.
-pub fn tool_metadata(options: &[(&str, String)]) -> Vec<(String, String)> {
+pub fn tool_metadata<K: AsRef<str>>(options: &[(K, String)]) -> Vec<(String, String)> {
     std::iter::once(("version", env!("CARGO_PKG_VERSION").to_string()))
-        .chain(options.iter().cloned())
+        .chain(options.iter().map(|(k, v)| (k.as_ref(), v.clone())))
         .map(|(k, v)| (format!("hopscore.{k}"), v))
         .collect()
+}
+
+/// `metadata` with each of `settings` (`hopscore.<key>` entries: the device's, which the
+/// run adds to the job's) whose key it does not hold yet: the job records what ran
+/// (`hopscore.device`, `hopscore.dtype`), the settings what was asked for.
+pub fn add_settings(metadata: &mut Vec<(String, String)>, settings: &[(String, String)]) {
+    for (key, value) in settings {
+        if !metadata.iter().any(|(k, _)| k == key) {
+            metadata.push((key.clone(), value.clone()));
+        }
+    }
 }
 
 #[cfg(test)]

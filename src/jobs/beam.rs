@@ -241,15 +241,14 @@ pub fn job<B: Backend>(config: BeamConfig, be: B) -> Result<BeamJob<B>> {
         &be,
         &config.model,
         &weights_paths,
-        &[
-            ("strategy", "beam".into()),
-            ("tokenizer_sha256", file_sha256(&tok_path)?),
-            ("beam_size", config.beam_size.to_string()),
-            ("hops", config.hops.to_string()),
-            ("tau", config.tau.to_string()),
-            ("max_hops", config.max_hops.to_string()),
-            ("device", be.name()),
-        ],
+        &options::record(
+            &config,
+            &[
+                ("strategy", "beam".into()),
+                ("tokenizer_sha256", file_sha256(&tok_path)?),
+                ("device", be.name()),
+            ],
+        )?,
     )?;
     let scheduler = config.scheduler;
     Ok(QuestionJob::new(
@@ -403,7 +402,7 @@ fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
     RecordBatch::try_new(beam_schema(), columns).context("building the output batch")
 }
 
-super::job_kind!(BeamConfig, "beam", ["model"], "question", 256);
+super::job_kind!(BeamConfig, "beam", ["model"], "question");
 
 #[cfg(test)]
 mod tests {

@@ -128,11 +128,14 @@ pub fn job<B: Backend>(config: ClassifyConfig, be: B) -> Result<ClassifyJob<B>> 
         &be,
         &config.model,
         &weights_paths,
-        &[
-            ("head", head.name.to_string()),
-            ("max_length", max_len.to_string()),
-            ("device", be.name()),
-        ],
+        &options::record(
+            &config,
+            &[
+                ("head", head.name.to_string()),
+                ("max_length", max_len.to_string()),
+                ("device", be.name()),
+            ],
+        )?,
     )?;
     Ok(RowJob::new(Classifier {
         be,
@@ -196,4 +199,4 @@ fn score<B: Backend>(
     })
 }
 
-super::job_kind!(ClassifyConfig, "classify", ["model"], "row", 4096);
+super::job_kind!(ClassifyConfig, "classify", ["model"], "row");

@@ -153,15 +153,17 @@ pub fn embedder<B: Backend>(config: EmbedConfig, be: B) -> Result<Embedder<B>> {
         &be,
         &config.model,
         &model.weights_paths,
-        &[
-            ("pooling", value_name(head.pooling)),
-            ("normalize", head.normalize.to_string()),
-            ("max_length", max_len.to_string()),
-            ("prefix", config.prefix.clone()),
-            ("embedding_dim", model.config.hidden_size.to_string()),
-            ("embedding_type", element(config.float16).to_string()),
-            ("device", be.name()),
-        ],
+        &options::record(
+            &config,
+            &[
+                ("pooling", value_name(head.pooling)),
+                ("normalize", head.normalize.to_string()),
+                ("max_length", max_len.to_string()),
+                ("embedding_dim", model.config.hidden_size.to_string()),
+                ("embedding_type", element(config.float16).to_string()),
+                ("device", be.name()),
+            ],
+        )?,
     )?;
     Ok(Embedder {
         be,
@@ -329,4 +331,4 @@ impl<B: Backend> RowScorer for Embedder<B> {
     }
 }
 
-super::job_kind!(EmbedConfig, "embed", ["model"], "row", 4096);
+super::job_kind!(EmbedConfig, "embed", ["model"], "row");

@@ -14,7 +14,6 @@ use arrow_schema::{DataType, Field, SchemaRef};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
 use super::questions::{Prepare, QuestionJob, QuestionScorer};
-use super::value_name;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::io::fingerprint::{file_sha256, model_sha256};
@@ -399,31 +398,26 @@ pub fn job<B: Backend>(config: LabelConfig, be: B) -> Result<LabelJob<B>> {
             Some(Arc::new(CorpusChunks { corpus: c, dense }))
         }
     };
-    let mut options = vec![
+    let mut resolved = vec![
         ("strategy", "efficientrag".to_string()),
         ("tokenizer_sha256", file_sha256(&tok_path)?),
-        ("filter", config.filter.display().to_string()),
         (
             "filter_sha256",
             model_sha256(&config.filter, &models.filter.weights)?,
         ),
-        ("tag_pooling", value_name(config.tag_pooling)),
         ("n_tags", n_tags.to_string()),
-        ("max_iter", config.max_iter.to_string()),
-        ("top_k", config.top_k.to_string()),
         ("device", be.name()),
     ];
     if let Some(path) = &config.corpus {
-        options.push(("corpus", path.display().to_string()));
-        options.push(("corpus_sha256", file_sha256(path)?));
+        resolved.push(("corpus_sha256", file_sha256(path)?));
     }
-    options.push(("retriever", value_name(config.retriever)));
     if let Some(e) = &encoder {
-        options.push((
+        resolved.push((
             "encoder_sha256",
             e.model_sha256().unwrap_or_default().to_string(),
         ));
     }
+    let options = options::record(&config, &resolved)?;
     let metadata = run_metadata(&be, &config.labeler, &models.labeler.weights, &options)?;
     let loop_config = LoopConfig {
         max_iter: config.max_iter,
@@ -611,4 +605,4 @@ fn label_batch(chunk: &[Labeled], ids: Option<&DocIds>) -> Result<RecordBatch> {
     }
 }
 
-super::job_kind!(LabelConfig, "label", ["labeler", "filter"], "question", 256);
+super::job_kind!(LabelConfig, "label", ["labeler", "filter"], "question");

@@ -155,14 +155,16 @@ pub fn job<B: Backend>(config: LoglikConfig, be: B) -> Result<LoglikJob<B>> {
         &be,
         &config.model,
         &weights_paths,
-        &[
-            ("model_type", model.model_type().to_string()),
-            ("temperature", config.temperature.to_string()),
-            ("max_length", max_len.to_string()),
-            ("add_bos", tokenizer.add_bos.to_string()),
-            ("tokenizer", tokenizer.source.display().to_string()),
-            ("device", be.name()),
-        ],
+        &options::record(
+            &config,
+            &[
+                ("model_type", model.model_type().to_string()),
+                ("max_length", max_len.to_string()),
+                ("add_bos", tokenizer.add_bos.to_string()),
+                ("tokenizer", tokenizer.source.display().to_string()),
+                ("device", be.name()),
+            ],
+        )?,
     )?;
     Ok(RowJob::new(LoglikScorer {
         be,
@@ -341,4 +343,4 @@ pub fn token_logprobs<B: Backend>(
     Ok(out)
 }
 
-super::job_kind!(LoglikConfig, "loglik", ["model"], "row", 4096);
+super::job_kind!(LoglikConfig, "loglik", ["model"], "row");

@@ -211,13 +211,16 @@ pub trait JobKind: Options + serde::Serialize + serde::de::DeserializeOwned {
     const REQUIRED: &'static [&'static str];
     /// What an input row is, for summaries: `question` or `row`.
     const ROW: &'static str;
-    /// Input rows per committed part of a run over files, unless the run says.
-    const PART_ROWS: u64;
     /// The device options of the job's command: [`DeviceConfig`], or [`NoDevice`] for
     /// a job that runs no model.
     type Device: Into<DeviceConfig>;
     /// What a run over files returns.
     type Summary;
+    /// What a run records of `device` ([`device_settings`]; a job that runs no model,
+    /// none).
+    fn device_settings(device: &DeviceConfig) -> Result<Vec<(String, String)>> {
+        device_settings(device)
+    }
     /// Loads the job on `be`.
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
     /// Loads the job on `device` and runs it over the files of `run` (Ctrl-C and
@@ -227,15 +230,13 @@ pub trait JobKind: Options + serde::Serialize + serde::de::DeserializeOwned {
 
 /// `impl JobKind` for a config `$config` named `$name` whose job loads with the
 /// `job(config, backend)` of the module it is used in and runs over files with the
-/// file runner; `$required`: the options without a default, `$row` and `$part_rows`:
-/// [`JobKind::ROW`] and [`JobKind::PART_ROWS`].
+/// file runner; `$required`: the options without a default, `$row`: [`JobKind::ROW`].
 macro_rules! job_kind {
-    ($config:ty, $name:literal, [$($required:literal),*], $row:literal, $part_rows:literal) => {
+    ($config:ty, $name:literal, [$($required:literal),*], $row:literal) => {
         impl $crate::jobs::JobKind for $config {
             const NAME: &'static str = $name;
             const REQUIRED: &'static [&'static str] = &[$($required),*];
             const ROW: &'static str = $row;
-            const PART_ROWS: u64 = $part_rows;
             type Device = $crate::jobs::DeviceConfig;
             type Summary = $crate::pipeline::files::RunSummary;
 
@@ -259,6 +260,16 @@ macro_rules! job_kind {
     };
 }
 pub(crate) use job_kind;
+
+/// The settings of `device` as run metadata (`hopscore.<option>`, [`options::record`]):
+/// every GPU and CPU knob, so that two runs with other kernels do not look the same.
+pub fn device_settings(device: &DeviceConfig) -> Result<Vec<(String, String)>> {
+    let entries = options::record(device, &[])?;
+    Ok(crate::io::metadata::tool_metadata(&entries)
+        .into_iter()
+        .skip(1)
+        .collect())
+}
 
 /// `C` with `options` set by name ([`options::with_options`]), the required ones given.
 pub fn config_from_options<C: JobKind>(options: &options::OptionMap) -> Result<C> {
@@ -334,11 +345,13 @@ macro_rules! job_configs {
                     JobConfig::$variant(c)
                 })*
             };
-            let inputs = match &config {
-                $(JobConfig::$variant(c) => c.inputs(),)*
+            let (inputs, settings) = match &config {
+                $(JobConfig::$variant(c) => {
+                    (c.inputs(), <$module::$config as JobKind>::device_settings(device)?)
+                })*
             };
             let job = build_resolved(config, device)?;
-            Ok(Box::new(WithInputs::new(job, &inputs)?))
+            Ok(Box::new(WithInputs::new(job, &inputs, &settings)?))
         }
 
         fn build_resolved(config: JobConfig, device: &DeviceConfig) -> Result<Box<dyn Job>> {
@@ -358,17 +371,23 @@ macro_rules! job_configs {
 for_each_job!(job_configs);
 
 /// A built job whose metadata also holds the SHA-256 of its other input files
-/// (`hopscore.sha256.<flag>`: model, tokenizer, corpus, …), as the CLI's file runner
-/// records them, so that rows from the API name the bytes that made them.
+/// (`hopscore.sha256.<flag>`: model, tokenizer, corpus, …) and the device's settings,
+/// as the CLI's file runner records them, so that rows from the API name the bytes and
+/// the kernels that made them.
 struct WithInputs {
     job: Box<dyn Job>,
     metadata: Vec<(String, String)>,
 }
 
 impl WithInputs {
-    fn new(job: Box<dyn Job>, inputs: &[crate::io::paths::Named]) -> Result<Self> {
+    fn new(
+        job: Box<dyn Job>,
+        inputs: &[crate::io::paths::Named],
+        settings: &[(String, String)],
+    ) -> Result<Self> {
         let mut metadata = job.metadata().to_vec();
         metadata.extend(crate::io::fingerprint::contents(inputs)?);
+        crate::io::metadata::add_settings(&mut metadata, settings);
         Ok(Self { job, metadata })
     }
 }

@@ -319,18 +319,18 @@ pub fn job<B: Backend>(config: RerankConfig, be: B) -> Result<RerankJob<B>> {
         true => load_llm(&config, &be)?,
         false => load_cross_encoder(&config, &be)?,
     };
-    let mut fields: Vec<(&str, String)> = vec![("strategy", "rerank".into())];
-    fields.extend(loaded.metadata);
-    fields.extend([
+    let mut resolved: Vec<(&str, String)> = vec![("strategy", "rerank".into())];
+    resolved.extend(loaded.metadata);
+    resolved.extend([
         ("score", loaded.score.describe()),
         (
             "top_k",
             config.top_k.map_or("all".into(), |k| k.to_string()),
         ),
-        ("title_separator", config.title_separator.clone()),
         ("device", be.name()),
     ]);
-    let metadata = run_metadata(&be, &config.model, &loaded.weights_paths, &fields)?;
+    let options = options::record(&config, &resolved)?;
+    let metadata = run_metadata(&be, &config.model, &loaded.weights_paths, &options)?;
     Ok(QuestionJob::new(
         RerankScorer {
             be,
@@ -616,4 +616,4 @@ fn rerank_batch(rows: &[Reranked]) -> Result<RecordBatch> {
     RecordBatch::try_new(rerank_schema(), columns).context("building the output batch")
 }
 
-super::job_kind!(RerankConfig, "rerank", ["model"], "question", 256);
+super::job_kind!(RerankConfig, "rerank", ["model"], "question");

@@ -25,7 +25,6 @@ use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Schema};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
-use super::value_name;
 use crate::backend::Backend;
 use crate::io::atomic::commit_all;
 use crate::io::metadata::tool_metadata;
@@ -58,7 +57,7 @@ pub enum Retriever {
 const RRF_C: f64 = 60.0;
 
 /// What to read, how to rank, where to write: the flags of `hopscore retrieve`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RetrieveConfig {
     /// Question file (`hopscore import`); its passages are replaced by the hits.
@@ -223,18 +222,16 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
                 .map(|(i, id)| (id.as_str(), i))
         })
         .collect();
-    let mut options = vec![
-        ("retriever", value_name(c.retriever)),
-        ("k", c.k.to_string()),
-        ("corpus", c.corpus.display().to_string()),
-    ];
-    if let Some(d) = &dense {
-        options.push((
-            "index_model_sha256",
-            d.index.model_sha256.clone().unwrap_or_default(),
-        ));
-    }
-    let metadata = tool_metadata(&options);
+    let resolved: Vec<(&str, String)> = dense
+        .iter()
+        .map(|d| {
+            (
+                "index_model_sha256",
+                d.index.model_sha256.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let metadata = tool_metadata(&options::record(c, &resolved)?);
     let mut writer = QuestionWriter::create(&c.output, &metadata)?;
     let mut scores = ScoresWriter::create(&scores_path, &metadata)?;
     let mut bad = QuarantineWriter::create(&quarantine, &metadata)?;

@@ -427,7 +427,7 @@ pub fn job(config: ReviewConfig, run: ReviewRun) -> Result<ReviewJob> {
     let client = ChatClient::new(config.client(run.stop), cache)?;
     let tor = config.tor();
     Ok(ReviewJob {
-        metadata: metadata(&config, &tor, run.input),
+        metadata: metadata(&config, &tor, run.input)?,
         strategy: config.strategy,
         concurrency: config.concurrency,
         allies: config.allies(),
@@ -440,37 +440,27 @@ pub fn job(config: ReviewConfig, run: ReviewRun) -> Result<ReviewJob> {
     })
 }
 
-/// The output's `hopscore.*` metadata: strategy settings, endpoint, model, inputs.
-fn metadata(c: &ReviewConfig, tor: &TorConfig, input: Option<&Path>) -> Vec<(String, String)> {
-    let mut options = match c.strategy {
-        ReviewStrategy::Tor => vec![
-            ("strategy", "tor".to_string()),
-            ("widths", format!("{:?}", tor.widths)),
-            ("expansion", format!("{:?}", tor.expansion).to_lowercase()),
-            ("relevance_pruning", tor.relevance_pruning.to_string()),
-            ("repetitive_pruning", tor.repetitive_pruning.to_string()),
-        ],
-        ReviewStrategy::Allies => vec![
-            ("strategy", "allies".to_string()),
-            ("beam_size", c.beam_size.to_string()),
-            ("beam_depth", c.beam_depth.to_string()),
-            ("sub_questions", c.sub_questions.to_string()),
-            ("top_n", c.top_n.to_string()),
-            ("threshold", c.threshold.to_string()),
-        ],
-    };
+/// The output's `hopscore.*` metadata: every option ([`options::record`]), the
+/// widths per depth that Tree of Reviews runs, the endpoint, the input and where the
+/// retrieval reads.
+fn metadata(
+    c: &ReviewConfig,
+    tor: &TorConfig,
+    input: Option<&Path>,
+) -> Result<Vec<(String, String)>> {
+    let widths: Vec<String> = tor.widths.iter().map(usize::to_string).collect();
+    let mut resolved = vec![
+        ("widths", widths.join(",")),
+        ("relevance_pruning", tor.relevance_pruning.to_string()),
+        ("repetitive_pruning", tor.repetitive_pruning.to_string()),
+        ("llm_endpoint", c.endpoint.clone()),
+    ];
+    resolved.extend(input.map(|p| ("input", p.display().to_string())));
     let path_or = |p: &Option<PathBuf>, none: &str, f: fn(String) -> String| {
         p.as_ref()
             .map_or(none.to_string(), |p| f(p.display().to_string()))
     };
-    options.extend([
-        ("llm_endpoint", c.endpoint.clone()),
-        ("llm_model", c.llm_model.clone()),
-        ("temperature", c.temperature.to_string()),
-        ("max_tokens", c.max_tokens.to_string()),
-    ]);
-    options.extend(input.map(|p| ("input", p.display().to_string())));
-    options.extend([
+    resolved.extend([
         ("chains", path_or(&c.chains, "none", |p| p)),
         (
             "retrieval",
@@ -479,7 +469,7 @@ fn metadata(c: &ReviewConfig, tor: &TorConfig, input: Option<&Path>) -> Vec<(Str
             }),
         ),
     ]);
-    tool_metadata(&options)
+    Ok(tool_metadata(&options::record(c, &resolved)?))
 }
 
 impl ReviewJob {
@@ -704,9 +694,13 @@ impl crate::jobs::JobKind for ReviewConfig {
     const NAME: &'static str = "review";
     const REQUIRED: &'static [&'static str] = &["strategy", "endpoint", "llm_model"];
     const ROW: &'static str = "question";
-    const PART_ROWS: u64 = 256;
     type Device = crate::jobs::NoDevice;
     type Summary = ReviewSummary;
+
+    /// Runs no model: no device settings.
+    fn device_settings(_device: &crate::jobs::DeviceConfig) -> Result<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
 
     /// Runs no model: `be` is not used. No cache unless `cache` names one; calls are
     /// never stopped.

@@ -269,6 +269,10 @@ impl<S: RowScorer> FileJob for RowJob<S> {
         S::BATCH_ROWS
     }
 
+    fn default_part_rows(&self) -> u64 {
+        4096
+    }
+
     fn set_part_rows(&mut self, rows: u64) {
         self.group_rows = S::BATCH_ROWS.min(rows.clamp(1, usize::MAX as u64) as usize);
     }

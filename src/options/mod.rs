@@ -73,6 +73,61 @@ pub fn resolve_models(paths: Vec<(&mut PathBuf, Need)>) -> Result<()> {
     Ok(())
 }
 
+/// Every option of `config` as run metadata entries (`name`, value; the caller adds the
+/// `hopscore.` prefix), from its serde form, so that no option is left out of a run's
+/// record: each value as its flag takes it (a string as it is, a number as written, a
+/// list joined by commas; an option not given is empty), nested objects flattened.
+/// `resolved` holds what the job settled at load (a model's maximum length, the
+/// tokenizer's hash, the strategy): each replaces the option of its name, or follows.
+pub fn record<C: Serialize>(
+    config: &C,
+    resolved: &[(&str, String)],
+) -> Result<Vec<(String, String)>> {
+    let Value::Object(fields) = serde_json::to_value(config)? else {
+        bail!("the options of a job are not a JSON object (a hopscore bug: please report it)");
+    };
+    let mut entries = Vec::new();
+    flatten_options(&fields, &mut entries);
+    for (name, value) in resolved {
+        match entries.iter_mut().find(|(n, _)| n == name) {
+            Some(entry) => entry.1 = value.clone(),
+            None => entries.push((name.to_string(), value.clone())),
+        }
+    }
+    Ok(entries)
+}
+
+fn flatten_options(fields: &Map<String, Value>, entries: &mut Vec<(String, String)>) {
+    for (name, value) in fields {
+        match value {
+            Value::Object(inner) => flatten_options(inner, entries),
+            value => entries.push((name.clone(), flag_value(value))),
+        }
+    }
+}
+
+/// An option's value as its flag takes it. A float that an `f32` holds exactly is
+/// written as that `f32` (`0.1`, not `0.10000000149011612`), whole floats without `.0`.
+fn flag_value(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        // A list of lists (`--demo-ids 0,1 --demo-ids 2,3`) as JSON: `[[0,1],[2,3]]`.
+        Value::Array(items) if items.iter().any(|i| i.is_array() || i.is_object()) => {
+            value.to_string()
+        }
+        Value::Array(items) => items.iter().map(flag_value).collect::<Vec<_>>().join(","),
+        Value::Number(n) if n.is_f64() => {
+            let v = n.as_f64().unwrap_or(f64::NAN);
+            match f64::from(v as f32) == v {
+                true => (v as f32).to_string(),
+                false => v.to_string(),
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Refuses `value` < 1 for `option` (named as the flag and as the field).
 pub fn at_least_one(option: &str, value: usize) -> Result<()> {
     if value < 1 {
@@ -236,6 +291,45 @@ mod tests {
         let auto: BeamConfig =
             with_options(&options(serde_json::json!({"hops": "auto"})), &[], "beam").unwrap();
         assert_eq!(auto.hops, Hops::Auto);
+    }
+
+    #[test]
+    fn a_record_names_every_option_as_its_flag_takes_it() {
+        let mut config = BeamConfig::defaults();
+        config.model = "weights/beam".into();
+        config.tau = 0.1;
+        config.hops = Hops::Fixed(3);
+        let entries = record(&config, &[("strategy", "beam".into())]).unwrap();
+        let get = |name: &str| {
+            entries
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let Value::Object(fields) = serde_json::to_value(&config).unwrap() else {
+            unreachable!()
+        };
+        for name in fields.keys() {
+            assert!(get(name).is_some(), "{name} is not recorded: {entries:?}");
+        }
+        // The scheduler's options are flattened; hops reads as its flag does.
+        assert_eq!(get("max_active"), Some("64"));
+        assert_eq!(get("hops"), Some("3"));
+        assert_eq!(get("tau"), Some("0.1"));
+        assert_eq!(get("model"), Some("weights/beam"));
+        assert_eq!(get("tokenizer"), Some(""));
+        assert_eq!(get("strategy"), Some("beam"));
+        let resolved = record(&config, &[("tau", "0.5".into())]).unwrap();
+        assert_eq!(
+            resolved.len(),
+            entries.len() - 1,
+            "a resolved value replaces its option"
+        );
+        assert_eq!(flag_value(&serde_json::json!([2, 10])), "2,10");
+        assert_eq!(flag_value(&serde_json::json!([[0, 1], [2]])), "[[0,1],[2]]");
+        assert_eq!(flag_value(&serde_json::json!(1.0)), "1");
+        assert_eq!(flag_value(&serde_json::json!(0.1)), "0.1");
+        assert_eq!(flag_value(&serde_json::json!(true)), "true");
     }
 
     #[test]

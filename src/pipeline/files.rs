@@ -57,6 +57,10 @@ pub trait FileJob: Engine {
     fn output_columns(&self, input: &Schema) -> Result<SchemaRef>;
     /// Input rows per batch that suit the job.
     fn batch_rows(&self) -> usize;
+    /// Input rows per committed part unless the run says ([`FileRun::part_rows`]).
+    fn default_part_rows(&self) -> u64 {
+        256
+    }
     /// The run commits parts of `rows` input rows: an engine that scores rows in
     /// groups keeps its groups within that many rows, so that a part commits as soon
     /// as its rows are scored (what a kill can lose is bounded by `--part-rows`).
@@ -126,31 +130,68 @@ pub fn run_batch<J: FileJob>(job: &mut J, batch: &RecordBatch, rows: &[u64]) -> 
 /// Output rows per record batch of a part file.
 const WRITE_ROWS: usize = 256;
 
-/// Where a run reads and writes, and how it is split and committed.
+/// Where a run reads and writes, and how it is split and committed: the file flags of
+/// every job's subcommand.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct FileRun {
-    /// Question file written by `hopscore import`.
+    /// Input Parquet: the question file of `hopscore import` (beam, label, lepus,
+    /// rerank, review), or the rows the command's description names (classify, embed,
+    /// loglik).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub input: PathBuf,
-    /// Output Parquet.
+    /// Output Parquet (its columns: docs/cli.md).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub output: PathBuf,
     /// Where bad rows go. Default: `<output stem>.quarantine.parquet`.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub quarantine: Option<PathBuf>,
-    /// Continue an interrupted run (its `<output>.parts` directory).
+    /// Continue an interrupted run (its `<output>.parts` directory) with the same flags.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub resume: bool,
-    /// Process only this shard of the rows.
+    /// Process only shard i of N (contiguous row ranges, for Slurm arrays or indexed
+    /// jobs); combine the outputs with `hopscore merge`.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::io::shard::parse_shard))]
     pub shard: Option<Shard>,
-    /// Input rows per committed part.
-    pub part_rows: u64,
-    /// Process only the first `limit` rows of the input (before sharding).
+    /// Input rows per committed part (default: 256 for a question file, 4096 for rows:
+    /// [`FileJob::default_part_rows`]). A part commits as soon as all its rows are
+    /// finished; a killed run loses the finished rows of the parts still open
+    /// (docs/data-safety.md).
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_u64))]
+    pub part_rows: Option<u64>,
+    /// Process only the first N rows of the input (N ≥ 1), before sharding.
+    #[cfg_attr(feature = "cli", arg(long, value_parser = crate::options::values::positive_u64))]
     pub limit: Option<u64>,
     /// The job's other input files (`--model`, `--tokenizer`, `--templates`,
-    /// `--corpus`, …): no output may be or hold one, and the resume fingerprint and
-    /// the outputs' metadata hold the SHA-256 of their contents
-    /// ([`fingerprint::contents`]), so a changed file is never mixed into a run.
+    /// `--corpus`, …; [`crate::options::Options::inputs`], which the job's run sets):
+    /// no output may be or hold one, and the resume fingerprint and the outputs'
+    /// metadata hold the SHA-256 of their contents ([`fingerprint::contents`]), so a
+    /// changed file is never mixed into a run.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub inputs: Vec<Named>,
+    /// Settings the run records besides the job's options (`hopscore.<key>` entries:
+    /// the device's, [`crate::options::record`]), each whose key the job has not
+    /// recorded already: in the outputs' metadata and the resume fingerprint.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub settings: Vec<(String, String)>,
 }
 
 impl FileRun {
+    /// A run of `input` into `output`, every other setting at its default.
+    pub fn new(input: &Path, output: &Path) -> Self {
+        Self {
+            input: input.to_path_buf(),
+            output: output.to_path_buf(),
+            quarantine: None,
+            resume: false,
+            shard: None,
+            part_rows: None,
+            limit: None,
+            inputs: Vec::new(),
+            settings: Vec::new(),
+        }
+    }
+
     /// The quarantine file: `quarantine` or `<output stem>.quarantine.parquet`.
     pub fn quarantine_path(&self) -> PathBuf {
         self.quarantine
@@ -195,7 +236,8 @@ pub struct RunSummary {
 /// a Ctrl-C during loading also ends the run cleanly (exit 130, `--resume` possible).
 pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     opts.check_paths(&[])?;
-    job.set_part_rows(opts.part_rows);
+    let part_rows = opts.part_rows.unwrap_or_else(|| job.default_part_rows());
+    job.set_part_rows(part_rows);
     let quarantine_path = opts.quarantine_path();
     let source = job.open(&opts.input)?;
     let schema = source.schema.clone();
@@ -214,6 +256,7 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     // The footer's metadata; the resume fingerprint also covers the input and limit.
     let mut metadata = job.metadata().to_vec();
     metadata.extend(fingerprint::contents(&opts.inputs)?);
+    crate::io::metadata::add_settings(&mut metadata, &opts.settings);
     let mut identity = Vec::new();
     match job.records_input() {
         true => metadata.extend(input_keys),
@@ -263,7 +306,7 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
     if done_rows > 0 {
         log::info!("resuming: {done_rows} rows already committed");
     }
-    let plan = plan_parts(&committed, end - start, opts.part_rows);
+    let plan = plan_parts(&committed, end - start, part_rows);
     let bar = Progress::new(end - start, "rows");
     bar.set_position(done_rows);
     let complete = AtomicBool::new(false);

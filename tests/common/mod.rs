@@ -601,16 +601,8 @@ pub fn key_values(path: &Path) -> std::collections::HashMap<String, String> {
 }
 
 /// The files of a job's run: `input` to `output`, every other flag at its default.
-pub fn file_args(input: &Path, output: &Path) -> hopscore::cli::job::FileArgs {
-    hopscore::cli::job::FileArgs {
-        input: input.to_path_buf(),
-        output: output.to_path_buf(),
-        quarantine: None,
-        resume: false,
-        shard: None,
-        part_rows: None,
-        limit: None,
-    }
+pub fn file_args(input: &Path, output: &Path) -> hopscore::pipeline::files::FileRun {
+    hopscore::pipeline::files::FileRun::new(input, output)
 }
 
 /// A job's subcommand arguments: `config` over `input` to `output` on the CPU.

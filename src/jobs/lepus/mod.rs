@@ -36,6 +36,7 @@ use crate::jobs::DeviceConfig;
 use crate::model::batch::Sequence;
 use crate::model::decoder::ScoredSequence;
 use crate::model::language_model::{LanguageModel, LanguageModelSource};
+use crate::options;
 use crate::pipeline::files::{self, FileRun, RunSummary, ToBatch};
 use crate::pipeline::Strategy;
 use crate::retrieve::Bm25Index;
@@ -201,7 +202,10 @@ pub type Bm25Job = QuestionJob<Bm25Scorer>;
 /// The BM25 baseline job, its settings checked first.
 pub fn bm25_job(config: &LepusConfig) -> Result<Bm25Job> {
     crate::options::Options::check(config)?;
-    let metadata = tool_metadata(&[("strategy", "lepus".to_string()), ("scorer", "bm25".into())]);
+    let metadata = tool_metadata(&options::record(
+        config,
+        &[("strategy", "lepus".to_string())],
+    )?);
     Ok(QuestionJob::new(Bm25Scorer { metadata }, config.scheduler))
 }
 
@@ -273,40 +277,19 @@ pub fn lm_job<B: Backend>(config: &LepusConfig, templates: Templates, be: B) -> 
         ensemble: config.ensemble,
         path_ensemble: config.path_ensemble,
     };
-    let options = [
-        ("strategy", "lepus".to_string()),
-        ("scorer", "lm".to_string()),
-        ("model_type", model.model_type().to_string()),
-        (
-            "templates",
-            serde_json::to_string(&templates.iter().map(|t| &t.0).collect::<Vec<_>>())?,
-        ),
-        ("ensemble", format!("{:?}", config.ensemble).to_lowercase()),
-        (
-            "path_ensemble",
-            format!("{:?}", config.path_ensemble).to_lowercase(),
-        ),
-        ("first_hops", config.first_hops.to_string()),
-        ("second_hops", config.second_hops.to_string()),
-        ("title", config.title.to_string()),
-        ("max_doc_tokens", config.max_doc_tokens.to_string()),
-        ("max_prompt_tokens", config.max_prompt_tokens.to_string()),
-        ("temperature", config.temperature.to_string()),
-        ("add_bos", tokenizer.add_bos.to_string()),
-        ("device", be.name()),
-    ];
-    let mut options = options.to_vec();
-    if config.demos.is_some() {
-        options.extend([
-            ("demo_ids", serde_json::to_string(&config.demo_ids)?),
-            ("truncate_demos", config.truncate_demos.to_string()),
+    let options = options::record(
+        config,
+        &[
+            ("strategy", "lepus".to_string()),
+            ("model_type", model.model_type().to_string()),
             (
-                "demo_max_doc_tokens",
-                config.demo_max_doc_tokens.to_string(),
+                "templates",
+                serde_json::to_string(&templates.iter().map(|t| &t.0).collect::<Vec<_>>())?,
             ),
-            ("demo_max_prompt_tokens", prompt_tokens.to_string()),
-        ]);
-    }
+            ("add_bos", tokenizer.add_bos.to_string()),
+            ("device", be.name()),
+        ],
+    )?;
     let metadata = run_metadata(&be, model_path, &weights_paths, &options)?;
     let tok = Arc::new(tokenizer);
     let setup = LmSetup {
@@ -453,7 +436,6 @@ impl crate::jobs::JobKind for LepusConfig {
     const NAME: &'static str = "lepus";
     const REQUIRED: &'static [&'static str] = &[];
     const ROW: &'static str = "question";
-    const PART_ROWS: u64 = 256;
     type Device = DeviceConfig;
     type Summary = RunSummary;
 
