@@ -1,7 +1,8 @@
 //! One source of defaults: the library's configs (`BeamConfig::new`, …, built on
 //! `Options::defaults`), the CLI's flags (clap's defaults read the same) and Python's
 //! keyword arguments (`JobConfig::from_options`) give the same config, field by field
-//! (their `Debug` forms), for every job, `review` included.
+//! (their `Debug` forms), for every job, `review` included. The models are hub ids that
+//! exist nowhere: parsing checks their syntax only (nothing is fetched or created).
 
 use clap::Parser;
 use hopscore::cli::{Cli, Command, JobCommand};
@@ -12,23 +13,8 @@ use hopscore::jobs::{
 };
 use hopscore::jobs::{DeviceConfig, JobConfig};
 
-/// The CLI resolves its model flags as it parses them (a path that exists, else a hub
-/// id): the tests run in a folder holding the models `m`, `l` and `f` they name.
-fn in_model_folder() {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        for name in ["m", "l", "f"] {
-            std::fs::create_dir(dir.path().join(name)).unwrap();
-        }
-        dir
-    });
-    std::env::set_current_dir(dir.path()).unwrap();
-}
-
 /// The subcommand parsed from `args` plus an input and an output.
 fn parse(args: &[&str]) -> Command {
-    in_model_folder();
     let argv = ["hopscore"].iter().chain(args).chain(&[
         "--input",
         "in.parquet",
@@ -59,32 +45,32 @@ fn cli_config(args: &[&str]) -> (JobConfig, DeviceConfig) {
 fn library_config_constructors_equal_the_cli_defaults() {
     let cases = [
         (
-            vec!["beam", "--model", "m"],
-            JobConfig::Beam(BeamConfig::new("m".into())),
+            vec!["beam", "--model", "org/m"],
+            JobConfig::Beam(BeamConfig::new("org/m".into())),
         ),
         (
-            vec!["label", "--labeler", "l", "--filter", "f"],
-            JobConfig::Label(LabelConfig::new("l".into(), "f".into())),
+            vec!["label", "--labeler", "org/l", "--filter", "org/f"],
+            JobConfig::Label(LabelConfig::new("org/l".into(), "org/f".into())),
         ),
         (
-            vec!["lepus", "--model", "m"],
-            JobConfig::Lepus(LepusConfig::new("m".into())),
+            vec!["lepus", "--model", "org/m"],
+            JobConfig::Lepus(LepusConfig::new("org/m".into())),
         ),
         (
-            vec!["classify", "--model", "m"],
-            JobConfig::Classify(ClassifyConfig::new("m".into())),
+            vec!["classify", "--model", "org/m"],
+            JobConfig::Classify(ClassifyConfig::new("org/m".into())),
         ),
         (
-            vec!["rerank", "--model", "m"],
-            JobConfig::Rerank(RerankConfig::new("m".into())),
+            vec!["rerank", "--model", "org/m"],
+            JobConfig::Rerank(RerankConfig::new("org/m".into())),
         ),
         (
-            vec!["loglik", "--model", "m"],
-            JobConfig::Loglik(LoglikConfig::new("m".into())),
+            vec!["loglik", "--model", "org/m"],
+            JobConfig::Loglik(LoglikConfig::new("org/m".into())),
         ),
         (
-            vec!["embed", "--model", "m"],
-            JobConfig::Embed(EmbedConfig::new("m".into())),
+            vec!["embed", "--model", "org/m"],
+            JobConfig::Embed(EmbedConfig::new("org/m".into())),
         ),
         (
             vec![
@@ -127,13 +113,13 @@ fn same_as_cli(command: &str, options: serde_json::Value, args: &[&str]) {
 #[test]
 fn python_options_build_the_config_the_cli_flags_do() {
     use serde_json::json;
-    same_as_cli("beam", json!({"model": "m"}), &["--model", "m"]);
+    same_as_cli("beam", json!({"model": "org/m"}), &["--model", "org/m"]);
     same_as_cli(
         "beam",
-        json!({"model": "m", "beam_size": 1, "hops": "auto", "tau": -0.5, "max_active": 8, "dtype": "f32"}),
+        json!({"model": "org/m", "beam_size": 1, "hops": "auto", "tau": -0.5, "max_active": 8, "dtype": "f32"}),
         &[
             "--model",
-            "m",
+            "org/m",
             "--beam-size",
             "1",
             "--hops",
@@ -148,22 +134,22 @@ fn python_options_build_the_config_the_cli_flags_do() {
     );
     same_as_cli(
         "beam",
-        json!({"model": "m", "hops": 3}),
-        &["--model", "m", "--hops", "3"],
+        json!({"model": "org/m", "hops": 3}),
+        &["--model", "org/m", "--hops", "3"],
     );
     same_as_cli(
         "lepus",
-        json!({"model": "m", "cpu_gemm": "q8"}),
-        &["--model", "m", "--cpu-gemm", "q8"],
+        json!({"model": "org/m", "cpu_gemm": "q8"}),
+        &["--model", "org/m", "--cpu-gemm", "q8"],
     );
     same_as_cli(
         "label",
-        json!({"labeler": "l", "filter": "f", "tag_pooling": "mean", "top_k": 5}),
+        json!({"labeler": "org/l", "filter": "org/f", "tag_pooling": "mean", "top_k": 5}),
         &[
             "--labeler",
-            "l",
+            "org/l",
             "--filter",
-            "f",
+            "org/f",
             "--tag-pooling",
             "mean",
             "--top-k",
@@ -173,10 +159,10 @@ fn python_options_build_the_config_the_cli_flags_do() {
     same_as_cli("lepus", json!({"scorer": "bm25"}), &["--scorer", "bm25"]);
     same_as_cli(
         "lepus",
-        json!({"model": "m", "demos": "d.json", "demo_ids": [[0, 1], [2]], "truncate_demos": true}),
+        json!({"model": "org/m", "demos": "d.json", "demo_ids": [[0, 1], [2]], "truncate_demos": true}),
         &[
             "--model",
-            "m",
+            "org/m",
             "--demos",
             "d.json",
             "--demo-ids",
@@ -188,10 +174,10 @@ fn python_options_build_the_config_the_cli_flags_do() {
     );
     same_as_cli(
         "lepus",
-        json!({"model": "m", "ensemble": "max", "instruction_position": "before", "title": true, "temperature": 0.5}),
+        json!({"model": "org/m", "ensemble": "max", "instruction_position": "before", "title": true, "temperature": 0.5}),
         &[
             "--model",
-            "m",
+            "org/m",
             "--ensemble",
             "max",
             "--instruction-position",
@@ -203,10 +189,10 @@ fn python_options_build_the_config_the_cli_flags_do() {
     );
     same_as_cli(
         "rerank",
-        json!({"model": "m", "top_k": 5, "label": 1, "title_separator": ": ", "max_active": 8}),
+        json!({"model": "org/m", "top_k": 5, "label": 1, "title_separator": ": ", "max_active": 8}),
         &[
             "--model",
-            "m",
+            "org/m",
             "--top-k",
             "5",
             "--label",
@@ -219,11 +205,11 @@ fn python_options_build_the_config_the_cli_flags_do() {
     );
     same_as_cli(
         "rerank",
-        json!({"model": "m", "template": "qwen3-reranker", "instruction": "Find facts",
+        json!({"model": "org/m", "template": "qwen3-reranker", "instruction": "Find facts",
                "label_tokens": ["no", "yes"]}),
         &[
             "--model",
-            "m",
+            "org/m",
             "--template",
             "qwen3-reranker",
             "--instruction",
@@ -234,10 +220,10 @@ fn python_options_build_the_config_the_cli_flags_do() {
     );
     same_as_cli(
         "classify",
-        json!({"model": "m", "max_length": 128, "device": "cuda", "gpu": 1}),
+        json!({"model": "org/m", "max_length": 128, "device": "cuda", "gpu": 1}),
         &[
             "--model",
-            "m",
+            "org/m",
             "--max-length",
             "128",
             "--device",
@@ -248,10 +234,10 @@ fn python_options_build_the_config_the_cli_flags_do() {
     );
     same_as_cli(
         "embed",
-        json!({"model": "m", "pooling": "cls", "normalize": false, "prefix": "passage: "}),
+        json!({"model": "org/m", "pooling": "cls", "normalize": false, "prefix": "passage: "}),
         &[
             "--model",
-            "m",
+            "org/m",
             "--pooling",
             "cls",
             "--normalize",
@@ -281,7 +267,7 @@ fn python_options_build_the_config_the_cli_flags_do() {
     );
     same_as_cli(
         "loglik",
-        json!({"model": "m", "min_shared_prefix": 0}),
-        &["--model", "m", "--min-shared-prefix", "0"],
+        json!({"model": "org/m", "min_shared_prefix": 0}),
+        &["--model", "org/m", "--min-shared-prefix", "0"],
     );
 }

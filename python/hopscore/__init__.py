@@ -297,7 +297,8 @@ class Review(Job):
     (``strategy="tor"``) or ALLIES (``"allies"``) against the OpenAI-compatible
     ``endpoint`` serving ``llm_model``. A question whose calls fail for good is an
     output row with ``status="failed"``. Responses are cached only in a directory
-    ``cache`` names (the CLI's default cache sits next to its output file). Defaults:
+    ``cache`` names (the CLI's default cache sits next to its output file; ``no_cache=True``
+turns it off). Defaults:
     ``concurrency=4``, ``timeout=120.0``, ``max_retries=8``, ``temperature=0.0``,
     ``max_tokens=512``; ToR ``depth=3``, ``widths=[5, 3, 3]``, ``expansion="mpc"``;
     ALLIES ``beam_size=2``, ``beam_depth=2``, ``sub_questions=2``, ``top_n=2``,
@@ -308,7 +309,7 @@ class Review(Job):
     def __init__(self, strategy: str, endpoint: str, llm_model: str, *,
                  chains: Optional[Path] = None, corpus: Optional[Path] = None,
                  api_key_env: Optional[str] = None, concurrency: Optional[int] = None,
-                 cache: Optional[Path] = None, timeout: Optional[float] = None,
+                 cache: Optional[Path] = None, no_cache: bool = False, timeout: Optional[float] = None,
                  max_retries: Optional[int] = None, backoff: Optional[float] = None,
                  backoff_max: Optional[float] = None, temperature: Optional[float] = None,
                  max_tokens: Optional[int] = None, depth: Optional[int] = None,

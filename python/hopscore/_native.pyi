@@ -14,6 +14,10 @@ def main(argv: List[str]) -> int:
 def set_threads(threads: int) -> None:
     """Sets the CPU worker threads of this process (once, before the first job runs)."""
 
+def options(command: str) -> str:
+    """The options of the job ``command`` as JSON: ``{"defaults": {name: default},
+    "required": [name]}`` (the device's among them where the job runs a model)."""
+
 class Job:
     """A loaded job ``command`` (``beam``, ``label``, ``lepus``, ``classify``, ``embed``,
     ``loglik``) with ``options``: a JSON object of option names and values."""

@@ -67,6 +67,18 @@ pub(crate) fn interruptible<T: Send>(
     })
 }
 
+/// The options of the job `command` as JSON: `{"defaults": {name: default, …},
+/// "required": [name, …]}` (the command line's flags with `_` for `-`, the device's
+/// among them where the job runs a model), so that a test can hold each Python class
+/// to them.
+#[pyfunction]
+fn options(command: &str) -> PyResult<String> {
+    let (defaults, required) = hopscore::jobs::JobConfig::option_defaults(command)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{e:#}")))?;
+    let doc = serde_json::json!({"defaults": defaults, "required": required});
+    Ok(doc.to_string())
+}
+
 /// Sets the number of CPU worker threads of this process (once, before the first job
 /// runs; later calls fail).
 #[pyfunction]
@@ -84,6 +96,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(set_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(options, m)?)?;
     m.add_class::<job::PyJob>()?;
     Ok(())
 }

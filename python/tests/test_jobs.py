@@ -3,6 +3,7 @@ file (same columns, types, values and run metadata) and the rows of its quaranti
 file."""
 
 import inspect
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -151,15 +152,22 @@ def test_an_unknown_option_or_a_value_of_the_wrong_type_raises_naming_it():
 
 
 
-#: The device options of every job that runs a model (DeviceConfig's fields).
-DEVICE_OPTIONS = ["device", "gpu", "dtype", "cpu_gemm", "cuda_graphs", "batch_invariant", "gpu_kernels",
-                  "attention", "fused_gelu", "fused_gate", "fused_norm", "threads"]
-
-
-@pytest.mark.parametrize("job_class", [c for c in hopscore.Job.__subclasses__() if c is not hopscore.Review])
-def test_every_model_job_takes_every_device_option(job_class):
-    params = inspect.signature(job_class.__init__).parameters
-    assert [p for p in DEVICE_OPTIONS if p not in params] == []
+@pytest.mark.parametrize("job_class", hopscore.Job.__subclasses__(), ids=lambda c: c.__name__)
+def test_each_class_takes_every_option_of_its_command_with_its_default(job_class):
+    # The native module lists the command's options (its config's and, for a job that
+    # runs a model, the device's) with the CLI's defaults: a class lacking one, naming
+    # one the command lacks, or defaulting to another value fails here. A class's
+    # default is the CLI's, or None (the CLI's, left to the native side).
+    native = json.loads(hopscore._native.options(job_class.command))
+    params = dict(inspect.signature(job_class.__init__).parameters)
+    params.pop("self")
+    assert sorted(params) == sorted(native["defaults"])
+    required = [n for n, p in params.items() if p.default is inspect.Parameter.empty]
+    assert sorted(required) == sorted(native["required"])
+    for name, p in params.items():
+        if p.default is inspect.Parameter.empty or p.default is None:
+            continue
+        assert p.default == native["defaults"][name], name
 
 
 def test_the_gpu_switches_are_options_of_the_device(questions, request):

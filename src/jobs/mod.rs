@@ -216,10 +216,16 @@ pub trait JobKind: Options + serde::Serialize + serde::de::DeserializeOwned {
     type Device: Into<DeviceConfig>;
     /// What a run over files returns.
     type Summary;
+    /// Whether the job runs a model: a job that runs none ([`NoDevice`]) takes no
+    /// device options and records no device settings.
+    const RUNS_MODEL: bool = true;
     /// What a run records of `device` ([`device_settings`]; a job that runs no model,
     /// none).
     fn device_settings(device: &DeviceConfig) -> Result<Vec<(String, String)>> {
-        device_settings(device)
+        match Self::RUNS_MODEL {
+            true => device_settings(device),
+            false => Ok(Vec::new()),
+        }
     }
     /// Loads the job on `be`.
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
@@ -304,6 +310,32 @@ macro_rules! job_configs {
         impl JobConfig {
             /// The names of the jobs.
             pub const NAMES: &'static [&'static str] = &[$(<$module::$config as JobKind>::NAME),*];
+
+            /// The options of the job `command` by name, each at its default (the
+            /// command line's: [`Options::defaults`], required paths empty), the
+            /// device's among them where the job runs a model, and the names of the
+            /// options without a default: what Python's job classes must take.
+            pub fn option_defaults(
+                command: &str,
+            ) -> Result<(options::OptionMap, &'static [&'static str])> {
+                fn of<C: JobKind>() -> Result<(options::OptionMap, &'static [&'static str])> {
+                    let mut all = options::OptionMap::new();
+                    let device = serde_json::to_value(DeviceConfig::CPU)?;
+                    let config = serde_json::to_value(C::defaults())?;
+                    let device = device.as_object().filter(|_| C::RUNS_MODEL);
+                    for fields in [config.as_object(), device].into_iter().flatten() {
+                        all.extend(fields.clone());
+                    }
+                    Ok((all, C::REQUIRED))
+                }
+                match command {
+                    $(<$module::$config as JobKind>::NAME => of::<$module::$config>(),)*
+                    _ => anyhow::bail!(
+                        "`{command}` is not a job: use one of {}",
+                        Self::NAMES.join(", ")
+                    ),
+                }
+            }
 
             /// The job `command` names with `options` set by name — its config's field
             /// names (the command line's flags with `_` for `-`) — and the device among

@@ -697,10 +697,7 @@ impl crate::jobs::JobKind for ReviewConfig {
     type Device = crate::jobs::NoDevice;
     type Summary = ReviewSummary;
 
-    /// Runs no model: no device settings.
-    fn device_settings(_device: &crate::jobs::DeviceConfig) -> Result<Vec<(String, String)>> {
-        Ok(Vec::new())
-    }
+    const RUNS_MODEL: bool = false;
 
     /// Runs no model: `be` is not used. No cache unless `cache` names one; calls are
     /// never stopped.
