@@ -50,6 +50,12 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
 fn kernel_list() -> String {
     use crate::backend::provenance;
     let mut out = String::from("# entry\tarch\tsass_sha256\tproven on\n");
+    if crate::backend::kernels::KERNEL_SASS.is_empty() {
+        out.push_str(
+            "# this hopscore ships no CUDA kernels: it was built without nvcc (set NVCC to \
+             nvcc 13.0, e.g. NVCC=$(bash tools/nvcc.sh), and rebuild; docs/cuda.md)\n",
+        );
+    }
     for &(entry, arch, sass) in crate::backend::kernels::KERNEL_SASS {
         let mut cards: Vec<&str> = provenance::proofs(entry, arch)
             .iter()
