@@ -192,7 +192,7 @@ fn cuda_run_records_its_dtype() {
         let v = logits.value(r);
         let got = v.as_any().downcast_ref::<Float32Array>().unwrap();
         for (a, b) in got.values().iter().zip(want) {
-            // The whole-model bf16 bound of tests/gpu_parity.rs, against HF's f32.
+            // The whole-model bf16 bound of tests/gpu_parity/models.rs, against HF's f32.
             assert!((a - b).abs() <= 5e-2 * scale, "row {r}: {a} vs HF {b}");
         }
     }

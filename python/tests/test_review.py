@@ -86,7 +86,11 @@ def test_ctrl_c_stops_a_native_call(questions):
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)  # accepts, never answers
     port = silent.getsockname()[1]
+    # SIGUSR1 dumps every thread's Python stack to stderr: a run that does not stop
+    # says where it hung.
     script = (
+        "import faulthandler, signal\n"
+        "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
         "import hopscore, pyarrow.parquet as pq\n"
         f"job = hopscore.Review('tor', 'http://127.0.0.1:{port}', 'm', timeout=600, max_retries=0)\n"
         "print('ready', flush=True)\n"
@@ -101,7 +105,14 @@ def test_ctrl_c_stops_a_native_call(questions):
         import time
         time.sleep(1.0)
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        try:
+            out, err = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            child.kill()
+            out, err = child.communicate()
+            raise AssertionError(f"Ctrl-C did not stop the call in 60 s; its stacks:\n{err}")
     finally:
         child.kill()
         silent.close()

@@ -30,7 +30,7 @@ pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
 }
 
 /// The largest [`rel_err`] a kernel in `dtype` may have against its f32 CPU twin (the
-/// bounds of tests/gpu_parity.rs's op table).
+/// bounds of the op table of tests/gpu_parity/ops.rs).
 pub fn tolerance(dtype: DType) -> f32 {
     match dtype {
         DType::F32 => 1e-5,

@@ -1,29 +1,12 @@
 //! The command-line entry point shared by the `hopscore` binary and the Python
 //! package's console script: parses arguments, runs one subcommand, prints its
-//! summary and returns the process exit code.
-//!
-//! Exit codes: 0 success; 1 error (the cause chain is printed); 2 bad arguments (clap);
-//! 3 `review` answered no question (every one failed or was quarantined); 130
-//! interrupted by Ctrl-C/SIGTERM (finished rows are kept).
+//! summary and returns the process exit code ([`super::exit`]).
 
 use std::ffi::OsString;
 
 use clap::Parser;
 
-use crate::cli::{self, Cli, Command};
-
-/// Interrupted by Ctrl-C/SIGTERM.
-pub const EXIT_INTERRUPTED: i32 = 130;
-
-/// The exit code of a file run: 130 (with how to continue) when it was interrupted,
-/// else 0.
-pub fn exit_code(interrupted: bool) -> i32 {
-    if interrupted {
-        eprintln!("interrupted: finished rows are committed; run the same command with --resume");
-        return EXIT_INTERRUPTED;
-    }
-    0
-}
+use crate::cli::{self, exit, Cli, Command};
 
 /// Runs the command line `args` (`args[0]` is the program name) and returns the exit
 /// code; errors are printed with their cause chain, never returned.
@@ -45,7 +28,7 @@ where
         // A stop before any row ran (while a model downloads, say): the work done is kept.
         Err(e) if e.is::<crate::stop::Interrupted>() => {
             eprintln!("{e:#}");
-            EXIT_INTERRUPTED
+            exit::INTERRUPTED
         }
         Err(e) => {
             eprintln!("error: {e:#}");

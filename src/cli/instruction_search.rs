@@ -250,5 +250,5 @@ pub fn table(r: &SearchReport) -> String {
 pub fn main(args: &InstructionSearchArgs) -> Result<i32> {
     let report = run(args)?;
     print!("{}", table(&report));
-    Ok(super::entry::exit_code(report.interrupted))
+    Ok(super::exit::of_run(report.interrupted))
 }

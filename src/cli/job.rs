@@ -5,7 +5,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::entry::{exit_code, EXIT_INTERRUPTED};
+use super::exit;
 use crate::jobs::review::ReviewSummary;
 use crate::jobs::{beam, classify, embed, label, lepus, loglik, rerank, review, JobKind};
 use crate::pipeline::control::install_interrupt_handler;
@@ -75,12 +75,9 @@ impl Report for RunSummary {
             st.tokens as f64 / secs,
             100.0 * st.forward.as_secs_f64() / secs
         );
-        exit_code(self.interrupted)
+        exit::of_run(self.interrupted)
     }
 }
-
-/// `review` ran but answered no question.
-const EXIT_NOTHING_ANSWERED: i32 = 3;
 
 /// 130 when interrupted, 3 when no question was answered, else 0.
 impl Report for ReviewSummary {
@@ -113,7 +110,7 @@ impl Report for ReviewSummary {
                  already made)",
                 t.interrupted
             );
-            return EXIT_INTERRUPTED;
+            return exit::INTERRUPTED;
         }
         let why = t
             .first_failure
@@ -126,7 +123,7 @@ impl Report for ReviewSummary {
                  failure: {why}",
                 t.failed
             );
-            return EXIT_NOTHING_ANSWERED;
+            return exit::NOTHING_ANSWERED;
         }
         if t.failed > 0 {
             let again = match self.cache_dir {

@@ -7,6 +7,7 @@ pub mod bench_loglik;
 pub mod doctor;
 pub mod entry;
 pub mod eval;
+pub mod exit;
 pub mod import;
 pub mod inspect;
 pub mod instruction_search;

@@ -30,7 +30,7 @@ pub fn main(args: &RetrieveArgs) -> Result<i32> {
                 "interrupted: retrieve wrote nothing (its files are written whole at the \
                  end); run the same command again"
             );
-            Ok(super::entry::EXIT_INTERRUPTED)
+            Ok(super::exit::INTERRUPTED)
         }
         Err(e) => Err(e),
     }

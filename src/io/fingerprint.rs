@@ -162,11 +162,12 @@ pub fn model_sha256(model: &Path, weights: &[std::path::PathBuf]) -> Result<Stri
 /// other than locations and pacing options (Parquet's own keys, such as the Arrow
 /// schema, are compared as schemas, not as text).
 pub fn identity(metadata: &[(String, String)]) -> BTreeMap<String, String> {
-    let hashed = |key: &str| {
-        let option = key.strip_prefix("hopscore.").unwrap_or(key);
-        let sha = format!("hopscore.sha256.{option}");
-        metadata.iter().any(|(k, _)| *k == sha)
-    };
+    // The options whose file contents are recorded (`hopscore.sha256.<option>`).
+    let hashed: std::collections::HashSet<&str> = metadata
+        .iter()
+        .filter_map(|(k, _)| k.strip_prefix("hopscore.sha256."))
+        .collect();
+    let hashed = |key: &str| hashed.contains(key.strip_prefix("hopscore.").unwrap_or(key));
     metadata
         .iter()
         .filter(|(k, _)| {

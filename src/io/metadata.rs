@@ -27,11 +27,7 @@ pub fn run_metadata<B: Backend, K: AsRef<str>>(
         ("dtype", be.dtype().suffix().to_string()),
     ]);
     if let Some((repo, commit)) = hub_snapshot(model_dir) {
-        m.extend(
-            tool_metadata(&[("model_repo", repo), ("model_commit", commit)])
-                .into_iter()
-                .skip(1),
-        );
+        m.extend(prefixed(&[("model_repo", repo), ("model_commit", commit)]));
     }
     let known = |k: &str| {
         m.iter()
@@ -42,7 +38,7 @@ pub fn run_metadata<B: Backend, K: AsRef<str>>(
         .map(|(k, v)| (k.as_ref(), v.clone()))
         .filter(|(k, _)| !known(k))
         .collect();
-    m.extend(tool_metadata(&options).into_iter().skip(1));
+    m.extend(prefixed(&options));
     if let Some(plan) = be.kernel_plan() {
         m.push(("hopscore.gpu_kernels".into(), plan));
     }
@@ -64,9 +60,19 @@ pub fn hub_snapshot(path: &Path) -> Option<(String, String)> {
 
 /// `hopscore.version` followed by `options` as `hopscore.<key>` metadata entries.
 pub fn tool_metadata<K: AsRef<str>>(options: &[(K, String)]) -> Vec<(String, String)> {
-    std::iter::once(("version", env!("CARGO_PKG_VERSION").to_string()))
-        .chain(options.iter().map(|(k, v)| (k.as_ref(), v.clone())))
-        .map(|(k, v)| (format!("hopscore.{k}"), v))
+    let mut m = vec![(
+        "hopscore.version".to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+    )];
+    m.extend(prefixed(options));
+    m
+}
+
+/// `options` as `hopscore.<key>` metadata entries (to add to a [`tool_metadata`]).
+pub fn prefixed<K: AsRef<str>>(options: &[(K, String)]) -> Vec<(String, String)> {
+    options
+        .iter()
+        .map(|(k, v)| (format!("hopscore.{}", k.as_ref()), v.clone()))
         .collect()
 }
 

@@ -11,7 +11,7 @@ use arrow_array::{ArrayRef, Float32Array, Int32Array, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 use rayon::prelude::*;
 
-use super::questions::{Prepare, QuestionJob, QuestionScorer};
+use super::questions::{Prepare, QuestionJob, QuestionScorer, QuestionTask, Searched};
 use crate::backend::Backend;
 use crate::io::columns::ScoredChainsBuilder;
 use crate::io::fingerprint::file_sha256;
@@ -25,7 +25,6 @@ use crate::model::hub::Need;
 use crate::options::{self, Options};
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
-use crate::pipeline::Strategy;
 use crate::strategy::beam::{truncate_inputs, BeamResult, BeamSearch, HopMode, MAX_LEN};
 use crate::text::render::{beam_passage, beam_question, PassageStyle};
 use crate::text::TextTokenizer;
@@ -175,37 +174,11 @@ impl Options for BeamConfig {
     }
 }
 
-/// One question's search plus what the output needs besides the result.
-pub struct BeamTask {
-    id: String,
-    titles: Vec<String>,
-    search: BeamSearch,
-}
+/// One question's search.
+pub type BeamTask = QuestionTask<BeamSearch>;
 
 /// A finished question.
-pub struct Chain {
-    id: String,
-    titles: Vec<String>,
-    result: BeamResult,
-}
-
-impl Strategy for BeamTask {
-    type Output = Chain;
-    fn requests(&self) -> Vec<(Sequence, usize)> {
-        self.search.requests()
-    }
-    fn feed(&mut self, logits: Vec<Vec<f32>>) {
-        Strategy::feed(&mut self.search, logits);
-    }
-    fn take_output(&mut self) -> Option<Chain> {
-        let result = self.search.take_output()?;
-        Some(Chain {
-            id: std::mem::take(&mut self.id),
-            titles: std::mem::take(&mut self.titles),
-            result,
-        })
-    }
-}
+pub type Chain = Searched<BeamResult>;
 
 /// A loaded Beam Retrieval model with its tokenizer and search settings.
 pub struct BeamScorer<B: Backend> {
@@ -402,7 +375,22 @@ fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
     RecordBatch::try_new(beam_schema(), columns).context("building the output batch")
 }
 
-super::job_kind!(BeamConfig, "beam", ["model"], "question");
+impl crate::jobs::JobKind for BeamConfig {
+    const NAME: &'static str = "beam";
+    const REQUIRED: &'static [&'static str] = &["model"];
+    const ROW: &'static str = "question";
+    type Device = crate::jobs::DeviceConfig;
+    type Summary = crate::pipeline::files::RunSummary;
+    type Job<B: Backend + 'static> = BeamJob<B>;
+
+    fn job<B: Backend + 'static>(self, be: B) -> Result<BeamJob<B>> {
+        job(self, be)
+    }
+
+    fn summary<B: Backend + 'static>(_job: &BeamJob<B>, run: Self::Summary) -> Self::Summary {
+        run
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -199,4 +199,19 @@ fn score<B: Backend>(
     })
 }
 
-super::job_kind!(ClassifyConfig, "classify", ["model"], "row");
+impl crate::jobs::JobKind for ClassifyConfig {
+    const NAME: &'static str = "classify";
+    const REQUIRED: &'static [&'static str] = &["model"];
+    const ROW: &'static str = "row";
+    type Device = crate::jobs::DeviceConfig;
+    type Summary = crate::pipeline::files::RunSummary;
+    type Job<B: Backend + 'static> = ClassifyJob<B>;
+
+    fn job<B: Backend + 'static>(self, be: B) -> Result<ClassifyJob<B>> {
+        job(self, be)
+    }
+
+    fn summary<B: Backend + 'static>(_job: &ClassifyJob<B>, run: Self::Summary) -> Self::Summary {
+        run
+    }
+}

@@ -331,4 +331,19 @@ impl<B: Backend> RowScorer for Embedder<B> {
     }
 }
 
-super::job_kind!(EmbedConfig, "embed", ["model"], "row");
+impl crate::jobs::JobKind for EmbedConfig {
+    const NAME: &'static str = "embed";
+    const REQUIRED: &'static [&'static str] = &["model"];
+    const ROW: &'static str = "row";
+    type Device = crate::jobs::DeviceConfig;
+    type Summary = crate::pipeline::files::RunSummary;
+    type Job<B: Backend + 'static> = EmbedJob<B>;
+
+    fn job<B: Backend + 'static>(self, be: B) -> Result<EmbedJob<B>> {
+        job(self, be)
+    }
+
+    fn summary<B: Backend + 'static>(_job: &EmbedJob<B>, run: Self::Summary) -> Self::Summary {
+        run
+    }
+}

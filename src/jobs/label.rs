@@ -13,7 +13,7 @@ use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, SchemaRef};
 
 use super::embed::{embedder, EmbedConfig, Embedder};
-use super::questions::{Prepare, QuestionJob, QuestionScorer};
+use super::questions::{Prepare, QuestionJob, QuestionScorer, QuestionTask, Searched};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::io::fingerprint::{file_sha256, model_sha256};
@@ -28,7 +28,6 @@ use crate::model::hub::Need;
 use crate::options::{self, Options};
 use crate::pipeline::files::ToBatch;
 use crate::pipeline::SchedulerConfig;
-use crate::pipeline::Strategy;
 use crate::retrieve::chunks::{
     corpus_vectors, ChunkSource, CorpusChunks, DensePool, DenseVectors, PoolChunks, QueryEncoder,
 };
@@ -329,25 +328,8 @@ fn dense_encoder(config: &LabelConfig) -> Result<Option<Arc<Embedder<CpuBackend>
     Ok(Some(Arc::new(embedder(encoder, CpuBackend::F32)?)))
 }
 
-/// One question's loop plus its id.
-pub struct LabelTask {
-    id: String,
-    search: EfficientRag,
-}
-
-impl Strategy for LabelTask {
-    type Output = (String, Result<LabelResult, String>);
-    fn requests(&self) -> Vec<(Sequence, usize)> {
-        self.search.requests()
-    }
-    fn feed(&mut self, logits: Vec<Vec<f32>>) {
-        self.search.feed(logits);
-    }
-    fn take_output(&mut self) -> Option<Self::Output> {
-        let outcome = self.search.take_output()?;
-        Some((std::mem::take(&mut self.id), outcome))
-    }
-}
+/// One question's loop (its rows need no titles).
+pub type LabelTask = QuestionTask<EfficientRag>;
 
 /// A finished question.
 pub struct Labeled {
@@ -479,17 +461,19 @@ impl<B: Backend> QuestionScorer for LabelScorer<B> {
             };
             Ok(LabelTask {
                 id: q.id.clone(),
+                titles: Vec::new(),
                 search: EfficientRag::new(&q.question, source, tok.clone(), config),
             })
         })
     }
 
-    fn finish(
-        (id, outcome): (String, Result<LabelResult, String>),
-    ) -> Result<Labeled, (String, String)> {
-        match outcome {
-            Ok(result) => Ok(Labeled { id, result }),
-            Err(reason) => Err((id, reason)),
+    fn finish(done: Searched<Result<LabelResult, String>>) -> Result<Labeled, (String, String)> {
+        match done.result {
+            Ok(result) => Ok(Labeled {
+                id: done.id,
+                result,
+            }),
+            Err(reason) => Err((done.id, reason)),
         }
     }
 
@@ -605,4 +589,19 @@ fn label_batch(chunk: &[Labeled], ids: Option<&DocIds>) -> Result<RecordBatch> {
     }
 }
 
-super::job_kind!(LabelConfig, "label", ["labeler", "filter"], "question");
+impl crate::jobs::JobKind for LabelConfig {
+    const NAME: &'static str = "label";
+    const REQUIRED: &'static [&'static str] = &["labeler", "filter"];
+    const ROW: &'static str = "question";
+    type Device = crate::jobs::DeviceConfig;
+    type Summary = crate::pipeline::files::RunSummary;
+    type Job<B: Backend + 'static> = LabelJob<B>;
+
+    fn job<B: Backend + 'static>(self, be: B) -> Result<LabelJob<B>> {
+        job(self, be)
+    }
+
+    fn summary<B: Backend + 'static>(_job: &LabelJob<B>, run: Self::Summary) -> Self::Summary {
+        run
+    }
+}

@@ -343,4 +343,19 @@ pub fn token_logprobs<B: Backend>(
     Ok(out)
 }
 
-super::job_kind!(LoglikConfig, "loglik", ["model"], "row");
+impl crate::jobs::JobKind for LoglikConfig {
+    const NAME: &'static str = "loglik";
+    const REQUIRED: &'static [&'static str] = &["model"];
+    const ROW: &'static str = "row";
+    type Device = crate::jobs::DeviceConfig;
+    type Summary = crate::pipeline::files::RunSummary;
+    type Job<B: Backend + 'static> = LoglikJob<B>;
+
+    fn job<B: Backend + 'static>(self, be: B) -> Result<LoglikJob<B>> {
+        job(self, be)
+    }
+
+    fn summary<B: Backend + 'static>(_job: &LoglikJob<B>, run: Self::Summary) -> Self::Summary {
+        run
+    }
+}

@@ -26,7 +26,7 @@ pub use device::{DeviceConfig, DeviceKind, NoDevice};
 
 use crate::backend::Backend;
 use crate::options::{self, Options};
-use crate::pipeline::files::{self, FileJob, FileRun};
+use crate::pipeline::files::{self, FileJob, FileRun, RunSummary};
 
 /// What one batch of input rows gives.
 #[derive(Debug, Clone)]
@@ -227,54 +227,46 @@ pub trait JobKind: Options + serde::Serialize + serde::de::DeserializeOwned {
             false => Ok(Vec::new()),
         }
     }
-    /// Loads the job on `be`.
-    fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>>;
+    /// The job on a backend `B`: what [`JobKind::load`] boxes and
+    /// [`JobKind::run_files`] runs over files.
+    type Job<B: Backend + 'static>: FileJob + Send + 'static;
+    /// Builds the job on `be` (weights and tokenizers load here).
+    fn job<B: Backend + 'static>(self, be: B) -> Result<Self::Job<B>>;
+    /// What a run over files returns, from the file runner's summary and the job
+    /// after the run.
+    fn summary<B: Backend + 'static>(job: &Self::Job<B>, run: RunSummary) -> Self::Summary;
+    /// Loads the job on `be`, for batches.
+    fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn Job>> {
+        Ok(Box::new(self.job(be)?))
+    }
     /// Loads the job on `device` and runs it over the files of `run` (Ctrl-C and
     /// SIGTERM stop it: [`crate::stop::INTERRUPTED`]).
-    fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<Self::Summary>;
+    fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<Self::Summary> {
+        run_on_device(self, device, run)
+    }
 }
 
-/// `impl JobKind` for a config `$config` named `$name` whose job loads with the
-/// `job(config, backend)` of the module it is used in and runs over files with the
-/// file runner; `$required`: the options without a default, `$row`: [`JobKind::ROW`].
-macro_rules! job_kind {
-    ($config:ty, $name:literal, [$($required:literal),*], $row:literal) => {
-        impl $crate::jobs::JobKind for $config {
-            const NAME: &'static str = $name;
-            const REQUIRED: &'static [&'static str] = &[$($required),*];
-            const ROW: &'static str = $row;
-            type Device = $crate::jobs::DeviceConfig;
-            type Summary = $crate::pipeline::files::RunSummary;
-
-            fn load<B: $crate::backend::Backend + 'static>(
-                self,
-                be: B,
-            ) -> anyhow::Result<Box<dyn $crate::jobs::Job>> {
-                Ok(Box::new(job(self, be)?))
-            }
-
-            fn run_files(
-                self,
-                device: &$crate::jobs::DeviceConfig,
-                run: &$crate::pipeline::files::FileRun,
-            ) -> anyhow::Result<$crate::pipeline::files::RunSummary> {
-                $crate::jobs::device::with_backend!(owned device, be => {
-                    $crate::pipeline::files::run(&mut job(self, be)?, run)
-                })
-            }
-        }
-    };
+/// [`JobKind::run_files`] of a job that runs its model on `device`: the job built on
+/// the device's backend, run over the files of `run`, then its summary.
+pub fn run_on_device<C: JobKind>(
+    config: C,
+    device: &DeviceConfig,
+    run: &FileRun,
+) -> Result<C::Summary> {
+    device::with_backend!(owned device, be => {
+        let mut job = config.job(be)?;
+        let summary = files::run(&mut job, run)?;
+        Ok(C::summary(&job, summary))
+    })
 }
-pub(crate) use job_kind;
 
 /// The settings of `device` as run metadata (`hopscore.<option>`, [`options::record`]):
 /// every GPU and CPU knob, so that two runs with other kernels do not look the same.
 pub fn device_settings(device: &DeviceConfig) -> Result<Vec<(String, String)>> {
-    let entries = options::record(device, &[])?;
-    Ok(crate::io::metadata::tool_metadata(&entries)
-        .into_iter()
-        .skip(1)
-        .collect())
+    Ok(crate::io::metadata::prefixed(&options::record(
+        device,
+        &[],
+    )?))
 }
 
 /// `C` with `options` set by name ([`options::with_options`]), the required ones given.

@@ -28,6 +28,39 @@ pub type Prepare<T> = Arc<dyn Fn(&Question) -> Result<T, String> + Send + Sync>;
 /// The output of a finished search of `S`.
 pub type Output<S> = <<S as QuestionScorer>::Task as Strategy>::Output;
 
+/// A question's search with what its output row needs besides the result: the
+/// question's id and its passages' titles (empty where the row needs none).
+pub struct QuestionTask<S> {
+    pub id: String,
+    pub titles: Vec<String>,
+    pub search: S,
+}
+
+/// A finished search of a [`QuestionTask`].
+pub struct Searched<T> {
+    pub id: String,
+    pub titles: Vec<String>,
+    pub result: T,
+}
+
+impl<S: Strategy> Strategy for QuestionTask<S> {
+    type Output = Searched<S::Output>;
+    fn requests(&self) -> Vec<(Sequence, usize)> {
+        self.search.requests()
+    }
+    fn feed(&mut self, logits: Vec<Vec<f32>>) {
+        self.search.feed(logits);
+    }
+    fn take_output(&mut self) -> Option<Self::Output> {
+        let result = self.search.take_output()?;
+        Some(Searched {
+            id: std::mem::take(&mut self.id),
+            titles: std::mem::take(&mut self.titles),
+            result,
+        })
+    }
+}
+
 /// The model-specific part of a question job.
 pub trait QuestionScorer: Send {
     /// One question's search.

@@ -616,4 +616,19 @@ fn rerank_batch(rows: &[Reranked]) -> Result<RecordBatch> {
     RecordBatch::try_new(rerank_schema(), columns).context("building the output batch")
 }
 
-super::job_kind!(RerankConfig, "rerank", ["model"], "question");
+impl crate::jobs::JobKind for RerankConfig {
+    const NAME: &'static str = "rerank";
+    const REQUIRED: &'static [&'static str] = &["model"];
+    const ROW: &'static str = "question";
+    type Device = crate::jobs::DeviceConfig;
+    type Summary = crate::pipeline::files::RunSummary;
+    type Job<B: Backend + 'static> = RerankJob<B>;
+
+    fn job<B: Backend + 'static>(self, be: B) -> Result<RerankJob<B>> {
+        job(self, be)
+    }
+
+    fn summary<B: Backend + 'static>(_job: &RerankJob<B>, run: Self::Summary) -> Self::Summary {
+        run
+    }
+}

@@ -2,19 +2,20 @@
 //! the corpus's top-k passages as their candidate pool out (the question file that
 //! `beam`, `lepus` and `label` read), with the scores in a sibling file.
 //!
-//! Rankers: dense (exact inner product over an `embed` index, [`DenseIndex`]), BM25
-//! over the corpus, or both fused by reciprocal rank. Questions are read in chunks of
-//! `question_rows`; each chunk scans the index once. Gold labels carry over by passage:
-//! a retrieved passage with the title and text of a gold passage of the input is gold
-//! in the output, and a gold passage not retrieved is noted in `issues`
-//! ([`gold_not_retrieved`], which `eval` counts as a miss).
+//! Rankers: dense (exact inner product over an `embed` index, [`DenseIndex`], of the
+//! query encoder's vectors), BM25 over the corpus, or both fused by reciprocal rank;
+//! the pools and their gold labels are built by [`crate::retrieve::pools`]. Questions
+//! are read in chunks of `question_rows`; each chunk scans the index once. Gold labels
+//! carry over by passage: a retrieved passage with the title and text of a gold
+//! passage of the input is gold in the output, and a gold passage not retrieved is
+//! noted in `issues` (which `eval` counts as a miss).
 //!
 //! A question needs an id and a text, not passages: an open-domain question file
 //! (empty passage lists) is what a first stage exists for. The run holds the
 //! output's lock, writes its three files whole at the end, and stops between index
 //! blocks or question chunks at Ctrl-C with nothing written.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,12 +33,12 @@ use crate::io::parquet_io::{create_writer, sibling};
 use crate::io::parts::OutputLock;
 use crate::io::paths::{check_outputs, Kind, Named};
 use crate::io::quarantine::QuarantineWriter;
-use crate::io::questions::{gold_not_retrieved, Passage, Question, QuestionReader, QuestionWriter};
+use crate::io::questions::{Question, QuestionReader, QuestionWriter};
 use crate::model::bert::Pooling;
 use crate::model::hub::Need;
 use crate::options::{self, Options};
-use crate::retrieve::corpus::for_each_passage;
-use crate::retrieve::dense::{reciprocal_rank_fusion, DenseIndex};
+use crate::retrieve::dense::DenseIndex;
+use crate::retrieve::pools::{self, Ranking, Tally};
 use crate::retrieve::Corpus;
 
 /// How passages are ranked.
@@ -52,9 +53,6 @@ pub enum Retriever {
     /// Reciprocal rank fusion (c = 60) of the dense and BM25 rankings.
     Hybrid,
 }
-
-/// The RRF constant of Cormack et al. (2009).
-const RRF_C: f64 = 60.0;
 
 /// What to read, how to rank, where to write: the flags of `hopscore retrieve`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -178,12 +176,6 @@ pub struct RetrieveSummary {
     pub seconds: f64,
 }
 
-/// The ranked hits of one question: corpus ids and scores, best first.
-type Ranking = Vec<(String, f64)>;
-
-/// The recall cut-offs reported (those ≤ k).
-const RECALL_AT: [usize; 4] = [2, 5, 10, 20];
-
 /// Runs the job on `be` (the dense encoder's backend).
 pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary> {
     let started = Instant::now();
@@ -252,65 +244,16 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
             break; // the reader is done
         }
         let texts: Vec<&str> = chunk.iter().map(|q| q.question.as_str()).collect();
-        let dense_rankings = dense
-            .as_ref()
-            .map(|d| d.rank(&texts, c.k.max(c.fusion_depth)))
-            .transpose()?;
-        // A stop request is taken between questions, not only between chunks.
+        let depth = c.k.max(c.fusion_depth);
+        let dense_rankings = dense.as_ref().map(|d| d.rank(&texts, depth)).transpose()?;
         let lexical_rankings = lexical
             .as_ref()
-            .map(|corpus| {
-                texts
-                    .iter()
-                    .map(|t| {
-                        crate::stop::stop_point()?;
-                        Ok(corpus
-                            .index
-                            .search(t, c.k.max(c.fusion_depth))
-                            .into_iter()
-                            .map(|h| (corpus.ids[h.doc].clone(), h.score))
-                            .collect())
-                    })
-                    .collect::<Result<Vec<Ranking>>>()
-            })
+            .map(|corpus| pools::lexical(corpus, &texts, depth))
             .transpose()?;
-        let mut rankings: Vec<Ranking> = match (dense_rankings, lexical_rankings) {
-            (Some(d), Some(l)) => d
-                .iter()
-                .zip(&l)
-                .map(|(d, l)| {
-                    let ids = |r: &Ranking| r.iter().map(|(id, _)| id.clone()).collect();
-                    reciprocal_rank_fusion(&[ids(d), ids(l)], RRF_C, c.k)
-                })
-                .collect(),
-            (Some(r), None) | (None, Some(r)) => r
-                .into_iter()
-                .map(|mut r| {
-                    r.truncate(c.k);
-                    r
-                })
-                .collect(),
-            (None, None) => unreachable!("every retriever ranks"),
-        };
-        let passages = match &lexical {
-            Some(corpus) => from_corpus(corpus, &doc_of, &rankings),
-            None => lookup(&c.corpus, &rankings)?,
-        };
-        // An index id the corpus lacks (or holds without usable text) is left out, and
-        // so is a passage that repeats a higher-ranked one's title and text under
-        // another id: each copy would count as gold.
-        for r in &mut rankings {
-            let before = r.len();
-            r.retain(|(id, _)| passages.contains_key(id));
-            tally.unknown_hits += (before - r.len()) as u64;
-            let before = r.len();
-            let mut seen = HashSet::new();
-            r.retain(|(id, _)| {
-                let p = &passages[id];
-                seen.insert((p.title.as_str(), p.text.as_str()))
-            });
-            tally.duplicate_hits += (before - r.len()) as u64;
-        }
+        let mut rankings = pools::fuse(dense_rankings, lexical_rankings, c.k);
+        let loaded = lexical.as_ref().map(|corpus| (corpus, &doc_of));
+        let passages = pools::passages(loaded, &c.corpus, &rankings)?;
+        tally.keep_usable(&mut rankings, &passages);
         let out: Vec<Question> = chunk
             .into_iter()
             .zip(&rankings)
@@ -355,12 +298,7 @@ pub fn run<B: Backend>(config: &RetrieveConfig, be: B) -> Result<RetrieveSummary
         quarantine_path,
         scores_path,
         with_gold: tally.with_gold,
-        recall: RECALL_AT
-            .iter()
-            .zip(tally.recall)
-            .filter(|(&k, _)| k <= c.k)
-            .map(|(&k, sum)| (k, sum / tally.with_gold.max(1) as f64))
-            .collect(),
+        recall: tally.recall(c.k),
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -394,103 +332,6 @@ impl<B: Backend> DenseSearch<B> {
             .into_iter()
             .map(|h| h.into_iter().map(|h| (h.id, f64::from(h.score))).collect())
             .collect())
-    }
-}
-
-/// Every id the rankings name.
-fn hit_ids(rankings: &[Ranking]) -> HashSet<&str> {
-    rankings
-        .iter()
-        .flatten()
-        .map(|(id, _)| id.as_str())
-        .collect()
-}
-
-/// The hits' passages from a loaded corpus, `doc_of` its row of each id.
-fn from_corpus(
-    corpus: &Corpus,
-    doc_of: &HashMap<&str, usize>,
-    rankings: &[Ranking],
-) -> HashMap<String, Passage> {
-    hit_ids(rankings)
-        .into_iter()
-        .filter_map(|id| {
-            let i = *doc_of.get(id)?;
-            Some((id.to_string(), passage(&corpus.titles[i], &corpus.texts[i])))
-        })
-        .collect()
-}
-
-/// The hits' passages, read from the corpus file in one pass (only they are kept).
-fn lookup(corpus: &Path, rankings: &[Ranking]) -> Result<HashMap<String, Passage>> {
-    let wanted = hit_ids(rankings);
-    let mut out = HashMap::new();
-    for_each_passage(corpus, |id, title, text| {
-        if wanted.contains(id) && !out.contains_key(id) {
-            out.insert(id.to_string(), passage(title, text));
-        }
-    })?;
-    Ok(out)
-}
-
-fn passage(title: &str, text: &str) -> Passage {
-    Passage {
-        title: title.to_string(),
-        text: text.to_string(),
-        sentences: None,
-    }
-}
-
-/// Running counts: rows read, recall sums (per cut-off of [`RECALL_AT`]).
-#[derive(Default)]
-struct Tally {
-    seen: u64,
-    /// Hits whose id the corpus lacks.
-    unknown_hits: u64,
-    /// Hits whose passage repeated a higher-ranked one's title and text.
-    duplicate_hits: u64,
-    with_gold: u64,
-    recall: [f64; RECALL_AT.len()],
-}
-
-impl Tally {
-    /// `q` with the retrieved passages as its pool; gold carried over by title and text.
-    fn retrieved(
-        &mut self,
-        mut q: Question,
-        ranking: &Ranking,
-        passages: &HashMap<String, Passage>,
-    ) -> Question {
-        let gold: Vec<&Passage> = q
-            .supporting
-            .iter()
-            .filter_map(|&i| q.passages.get(i))
-            .collect();
-        let pool: Vec<Passage> = ranking
-            .iter()
-            .filter_map(|(id, _)| passages.get(id).cloned())
-            .collect();
-        let same = |a: &Passage, b: &Passage| a.title == b.title && a.text == b.text;
-        let supporting: Vec<usize> = (0..pool.len())
-            .filter(|&i| gold.iter().any(|g| same(g, &pool[i])))
-            .collect();
-        let missing: Vec<String> = gold
-            .iter()
-            .filter(|g| !pool.iter().any(|p| same(g, p)))
-            .map(|g| gold_not_retrieved(&g.title))
-            .collect();
-        if !gold.is_empty() {
-            self.with_gold += 1;
-            // Over all of the question's gold passages, retrieved or not.
-            for (sum, k) in self.recall.iter_mut().zip(RECALL_AT) {
-                let found = supporting.iter().filter(|&&i| i < k).count();
-                *sum += found as f64 / gold.len() as f64;
-            }
-        }
-        q.passages = pool;
-        q.supporting = supporting;
-        q.issues.extend(missing);
-        q
     }
 }
 

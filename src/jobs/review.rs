@@ -23,7 +23,6 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::questions::{admit_questions, question_source, Prepare};
 use super::review_io::{read_chains, review_batch, ReviewRow};
-use super::Job;
 use crate::io::metadata::tool_metadata;
 use crate::io::parquet_io::sibling;
 use crate::io::paths::{Kind, Named};
@@ -393,6 +392,8 @@ pub struct ReviewJob {
     corpus: Option<Corpus>,
     metadata: Vec<(String, String)>,
     tally: Mutex<ReviewTally>,
+    /// The response cache's directory (`None`: no cache).
+    cache_dir: Option<PathBuf>,
 }
 
 /// Where a review runs: its input file (named in the metadata; `None` for batches),
@@ -425,6 +426,7 @@ pub fn job(config: ReviewConfig, run: ReviewRun) -> Result<ReviewJob> {
         .transpose()?;
     let cache = run.cache.as_deref().map(ResponseCache::open).transpose()?;
     let client = ChatClient::new(config.client(run.stop), cache)?;
+    let cache_dir = run.cache;
     let tor = config.tor();
     Ok(ReviewJob {
         metadata: metadata(&config, &tor, run.input)?,
@@ -437,6 +439,7 @@ pub fn job(config: ReviewConfig, run: ReviewRun) -> Result<ReviewJob> {
         chains,
         corpus,
         tally: Mutex::default(),
+        cache_dir,
     })
 }
 
@@ -696,24 +699,36 @@ impl crate::jobs::JobKind for ReviewConfig {
     const ROW: &'static str = "question";
     type Device = crate::jobs::NoDevice;
     type Summary = ReviewSummary;
+    /// Runs no model: the backend is not used.
+    type Job<B: crate::backend::Backend + 'static> = ReviewJob;
 
     const RUNS_MODEL: bool = false;
 
-    /// Runs no model: `be` is not used. No cache unless `cache` names one; calls are
-    /// never stopped.
-    fn load<B: crate::backend::Backend + 'static>(self, _be: B) -> Result<Box<dyn Job>> {
+    /// For batches: no cache unless `cache` names one; calls stop at the process's stop
+    /// flag (Python's bindings set it on Ctrl-C).
+    fn job<B: crate::backend::Backend + 'static>(self, _be: B) -> Result<ReviewJob> {
         let cache = if self.no_cache {
             None
         } else {
             self.cache.clone()
         };
-        // The process's stop flag: Python's bindings set it on Ctrl-C.
         let run = ReviewRun {
             input: None,
             cache,
             stop: Some(&INTERRUPTED),
         };
-        Ok(Box::new(job(self, run)?))
+        job(self, run)
+    }
+
+    fn summary<B: crate::backend::Backend + 'static>(
+        job: &ReviewJob,
+        run: RunSummary,
+    ) -> ReviewSummary {
+        ReviewSummary {
+            run,
+            tally: job.tally(),
+            cache_dir: job.cache_dir.clone(),
+        }
     }
 
     /// With the response cache `<output stem>.llm-cache` unless `cache` or `no_cache`
@@ -739,15 +754,13 @@ impl crate::jobs::JobKind for ReviewConfig {
         run.check_paths(&cache)?;
         let review = ReviewRun {
             input: Some(&run.input),
-            cache: cache_dir.clone(),
+            cache: cache_dir,
             stop: Some(&INTERRUPTED),
         };
         let mut job = job(self, review)?;
         let summary = files::run(&mut job, run)?;
-        Ok(ReviewSummary {
-            run: summary,
-            tally: job.tally(),
-            cache_dir,
-        })
+        Ok(Self::summary::<crate::backend::cpu::CpuBackend>(
+            &job, summary,
+        ))
     }
 }

@@ -245,14 +245,11 @@ pub fn run<J: FileJob>(job: &mut J, opts: &FileRun) -> Result<RunSummary> {
         .limit
         .map_or(source.total_rows, |l| l.min(source.total_rows));
     let (start, end) = opts.shard.map_or((0, total), |s| s.range(total));
-    let input_keys: Vec<(String, String)> = crate::io::metadata::tool_metadata(&[
+    let input_keys = crate::io::metadata::prefixed(&[
         ("input_rows", source.total_rows.to_string()),
         ("input_sha256", fingerprint::file_sha256(&opts.input)?),
         ("shard", opts.shard.map_or("all".into(), |s| s.to_string())),
-    ])
-    .into_iter()
-    .skip(1)
-    .collect();
+    ]);
     // The footer's metadata; the resume fingerprint also covers the input and limit.
     let mut metadata = job.metadata().to_vec();
     metadata.extend(fingerprint::contents(&opts.inputs)?);

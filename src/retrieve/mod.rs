@@ -1,6 +1,8 @@
 //! Lexical retrieval over a question's own passages or a corpus: BM25 for first-stage
 //! search (EfficientRAG's loop, the LLM post-stage, the BM25 baseline) and TF-IDF
-//! cosine for ranking a document's expansion candidates (LEPUS, docs/spec.md §3).
+//! cosine for ranking a document's expansion candidates (LEPUS, docs/spec.md §3); the
+//! dense index of `embed` outputs ([`dense`]) and the candidate pools `retrieve` builds
+//! from the rankings ([`pools`]).
 //!
 //! Both share one analyzer, [`terms`]: lowercase, maximal runs of Unicode
 //! alphanumerics or `_` of at least two characters (scikit-learn's default
@@ -10,6 +12,7 @@ pub mod bm25;
 pub mod chunks;
 pub mod corpus;
 pub mod dense;
+pub mod pools;
 pub mod tfidf;
 
 pub use bm25::Bm25Index;

@@ -585,8 +585,8 @@ step_parity-each() {
   local t rc=0 tests
   # The proven path's tests first: a hang later costs only its own 30 s.
   tests=$("$kit/bin/gpu_parity" --list 2>/dev/null | sed -n 's/: test$//p' |
-    awk '/^(ops_|older_kernels_)/ {print 0, $0; next} {print 1, $0}' | sort -s -k1,1 | cut -d' ' -f2)
-  [[ -n $emu ]] && tests=$(grep -E '^(ops_f32|older_kernels_bf16|deberta_models_f32)$' <<<"$tests")
+    awk '/^ops::(ops_|older_kernels_)/ {print 0, $0; next} {print 1, $0}' | sort -s -k1,1 | cut -d' ' -f2)
+  [[ -n $emu ]] && tests=$(grep -E '^(ops::ops_f32|ops::older_kernels_bf16|models::deberta_models_f32)$' <<<"$tests")
   # Seconds a test may take (a whole-model test takes ≈ 50 s on the emulator).
   local PARITY_TIMEOUT=30
   [[ -n $emu ]] && PARITY_TIMEOUT=90

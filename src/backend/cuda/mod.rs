@@ -3,7 +3,7 @@
 //!
 //! Activations and weights live on the device as `--dtype` elements (bf16 by
 //! default); every kernel accumulates in f32. Each launcher below mirrors the CPU
-//! twin named in its kernel file; `tests/gpu_parity.rs` holds them to it.
+//! twin named in its kernel file; `tests/gpu_parity/` holds them to it.
 
 pub mod blas;
 mod causal_attention;

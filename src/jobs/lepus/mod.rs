@@ -30,8 +30,7 @@ use crate::io::columns::ScoredChainsBuilder;
 use crate::io::metadata::{run_metadata, tool_metadata};
 use crate::io::questions::Question;
 use crate::io::schemas::lepus_schema;
-use crate::jobs::device::with_backend;
-use crate::jobs::questions::{Prepare, QuestionJob, QuestionScorer};
+use crate::jobs::questions::{Output, Prepare, QuestionJob, QuestionScorer, QuestionTask};
 use crate::jobs::DeviceConfig;
 use crate::model::batch::Sequence;
 use crate::model::decoder::ScoredSequence;
@@ -58,36 +57,8 @@ pub struct Ranked {
     best_path_score: Option<f32>,
 }
 
-/// A LEPUS search with what the output needs besides its result.
-pub struct LmTask {
-    id: String,
-    titles: Vec<String>,
-    search: LepusSearch,
-}
-
-impl Strategy for LmTask {
-    type Output = Result<Ranked, (String, String)>;
-    fn requests(&self) -> Vec<(Sequence, usize)> {
-        self.search.requests()
-    }
-    fn feed(&mut self, logprobs: Vec<Vec<f32>>) {
-        Strategy::feed(&mut self.search, logprobs);
-    }
-    fn take_output(&mut self) -> Option<Self::Output> {
-        let result = self.search.take_output()?;
-        let id = self.id.clone();
-        Some(result.map_err(|reason| (id, reason)).map(|result| {
-            let best = result.best_path();
-            Ranked {
-                id: std::mem::take(&mut self.id),
-                titles: std::mem::take(&mut self.titles),
-                best_path: best.as_ref().map_or_else(Vec::new, |p| p.chain.clone()),
-                best_path_score: best.map(|p| p.score),
-                result,
-            }
-        }))
-    }
-}
+/// A LEPUS search.
+pub type LmTask = QuestionTask<LepusSearch>;
 
 /// The BM25 baseline: ranked at admission, no model requests.
 pub struct Bm25Task(Option<Ranked>);
@@ -343,8 +314,16 @@ impl<B: Backend> QuestionScorer for LmScorer<B> {
         Arc::new(move |q: &Question| setup.prepare(q))
     }
 
-    fn finish(outcome: Result<Ranked, (String, String)>) -> Result<Ranked, (String, String)> {
-        let ranked = outcome?;
+    fn finish(done: Output<Self>) -> Result<Ranked, (String, String)> {
+        let result = done.result.map_err(|reason| (done.id.clone(), reason))?;
+        let best = result.best_path();
+        let ranked = Ranked {
+            best_path: best.as_ref().map_or_else(Vec::new, |p| p.chain.clone()),
+            best_path_score: best.map(|p| p.score),
+            id: done.id,
+            titles: done.titles,
+            result,
+        };
         let r = &ranked.result;
         let paths = r.top_paths.iter().map(|p| &p.score);
         let singles = r.single_scores.iter().flatten();
@@ -438,33 +417,37 @@ impl crate::jobs::JobKind for LepusConfig {
     const ROW: &'static str = "question";
     type Device = DeviceConfig;
     type Summary = RunSummary;
+    /// The LM scorer's job; BM25 runs no model (its job in `load` and `run_files`).
+    type Job<B: Backend + 'static> = LmJob<B>;
+
+    fn job<B: Backend + 'static>(self, be: B) -> Result<LmJob<B>> {
+        lm_job(&self, templates(&self)?, be)
+    }
+
+    /// Logs how many prompt tokens the shared-prefix reuse saved.
+    fn summary<B: Backend + 'static>(job: &LmJob<B>, run: RunSummary) -> RunSummary {
+        let (all, packed) = job.scorer.prefix_token_counts();
+        if all > 0 {
+            log::info!(
+                "shared-prefix reuse: {packed} of {all} prompt tokens ran through the model \
+                 ({:.1}% saved; --min-shared-prefix sets the shortest prefix shared)",
+                100.0 * (all - packed) as f64 / all as f64
+            );
+        }
+        run
+    }
 
     fn load<B: Backend + 'static>(self, be: B) -> Result<Box<dyn crate::jobs::Job>> {
         Ok(match self.scorer {
             LepusScorer::Bm25 => Box::new(bm25_job(&self)?),
-            LepusScorer::Lm => Box::new(lm_job(&self, templates(&self)?, be)?),
+            LepusScorer::Lm => Box::new(self.job(be)?),
         })
     }
 
-    /// Logs how many prompt tokens the shared-prefix reuse saved.
     fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<RunSummary> {
-        if self.scorer == LepusScorer::Bm25 {
-            return files::run(&mut bm25_job(&self)?, run);
+        match self.scorer {
+            LepusScorer::Bm25 => files::run(&mut bm25_job(&self)?, run),
+            LepusScorer::Lm => crate::jobs::run_on_device(self, device, run),
         }
-        let templates = templates(&self)?;
-        with_backend!(owned device, be => {
-            let mut job = lm_job(&self, templates, be)?;
-            let summary = files::run(&mut job, run)?;
-            let (all, packed) = job.scorer.prefix_token_counts();
-            if all > 0 {
-                log::info!(
-                    "shared-prefix reuse: {packed} of {all} prompt tokens ran through the \
-                     model ({:.1}% saved; --min-shared-prefix {})",
-                    100.0 * (all - packed) as f64 / all as f64,
-                    self.min_shared_prefix
-                );
-            }
-            Ok(summary)
-        })
     }
 }
