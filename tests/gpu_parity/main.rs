@@ -32,6 +32,9 @@ mod ops;
 
 use hopscore::backend::cuda::DType;
 use hopscore::backend::SeqLayout;
+// The per-op bound (and whole decoders'), relative to max |reference|: the self-test's,
+// which holds a job's kernels to the same bounds.
+use hopscore::backend::selftest::tolerance;
 use hopscore::tensor::HostTensor;
 
 /// Whether `gpu` is the CPU emulator of the driver (tools/cuda_emu), where a whole
@@ -40,28 +43,13 @@ fn on_emulator(gpu: &hopscore::backend::cuda::CudaBackend) -> bool {
     hopscore::backend::Backend::name(gpu).contains("emulator")
 }
 
-/// Per-op bound (and whole decoders'), relative to max |reference|.
-fn tolerance(dtype: DType) -> f32 {
-    match dtype {
-        DType::F32 => 1e-5,
-        DType::Bf16 => 1e-2,
-        DType::F16 => 5e-3,
-    }
-}
-
-/// `max |a − b| / max |b|`; a non-finite output element (a NaN-poisoned element left
-/// unwritten) gives infinity.
+/// `max |a − b| / max |b|` (the self-test's [`selftest::rel_err`]); a non-finite output
+/// element (a NaN-poisoned element left unwritten) gives infinity.
+///
+/// [`selftest::rel_err`]: hopscore::backend::selftest::rel_err
 fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     assert_eq!(got.len(), want.len(), "output sizes differ");
-    let scale = max_abs(want).max(1e-30);
-    got.iter().zip(want).fold(0f32, |m, (a, b)| {
-        let d = (a - b).abs();
-        if !a.is_finite() || d.is_nan() {
-            f32::INFINITY
-        } else {
-            m.max(d / scale)
-        }
-    })
+    hopscore::backend::selftest::rel_err(got, want)
 }
 
 fn max_abs(v: &[f32]) -> f32 {

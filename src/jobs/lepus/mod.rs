@@ -444,10 +444,15 @@ impl crate::jobs::JobKind for LepusConfig {
         })
     }
 
+    /// A templates file that cannot be read or parsed is refused before the device
+    /// opens (its self-test can take seconds).
     fn run_files(self, device: &DeviceConfig, run: &FileRun) -> Result<RunSummary> {
         match self.scorer {
             LepusScorer::Bm25 => files::run(&mut bm25_job(&self)?, run),
-            LepusScorer::Lm => crate::jobs::run_on_device(self, device, run),
+            LepusScorer::Lm => {
+                templates(&self)?;
+                crate::jobs::run_on_device(self, device, run)
+            }
         }
     }
 }
