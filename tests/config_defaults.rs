@@ -5,7 +5,7 @@
 //! exist nowhere: parsing checks their syntax only (nothing is fetched or created).
 
 use clap::Parser;
-use hopscore::cli::{Cli, Command, JobCommand};
+use hopscore::cli::{Cli, Command};
 use hopscore::jobs::{
     beam::BeamConfig, classify::ClassifyConfig, embed::EmbedConfig, label::LabelConfig,
     lepus::LepusConfig, loglik::LoglikConfig, rerank::RerankConfig, review::ReviewConfig,
@@ -29,16 +29,7 @@ fn cli_config(args: &[&str]) -> (JobConfig, DeviceConfig) {
     let Command::Job(job) = parse(args) else {
         unreachable!("{args:?} is not a job")
     };
-    match job {
-        JobCommand::Beam(a) => (JobConfig::Beam(a.config), a.device),
-        JobCommand::Label(a) => (JobConfig::Label(a.config), a.device),
-        JobCommand::Lepus(a) => (JobConfig::Lepus(a.config), a.device),
-        JobCommand::Rerank(a) => (JobConfig::Rerank(a.config), a.device),
-        JobCommand::Classify(a) => (JobConfig::Classify(a.config), a.device),
-        JobCommand::Embed(a) => (JobConfig::Embed(a.config), a.device),
-        JobCommand::Loglik(a) => (JobConfig::Loglik(a.config), a.device),
-        JobCommand::Review(a) => (JobConfig::Review(a.config), a.device.into()),
-    }
+    job.into_config()
 }
 
 #[test]
@@ -46,31 +37,31 @@ fn library_config_constructors_equal_the_cli_defaults() {
     let cases = [
         (
             vec!["beam", "--model", "org/m"],
-            JobConfig::Beam(BeamConfig::new("org/m".into())),
+            JobConfig::new(BeamConfig::new("org/m".into())),
         ),
         (
             vec!["label", "--labeler", "org/l", "--filter", "org/f"],
-            JobConfig::Label(LabelConfig::new("org/l".into(), "org/f".into())),
+            JobConfig::new(LabelConfig::new("org/l".into(), "org/f".into())),
         ),
         (
             vec!["lepus", "--model", "org/m"],
-            JobConfig::Lepus(LepusConfig::new("org/m".into())),
+            JobConfig::new(LepusConfig::new("org/m".into())),
         ),
         (
             vec!["classify", "--model", "org/m"],
-            JobConfig::Classify(ClassifyConfig::new("org/m".into())),
+            JobConfig::new(ClassifyConfig::new("org/m".into())),
         ),
         (
             vec!["rerank", "--model", "org/m"],
-            JobConfig::Rerank(RerankConfig::new("org/m".into())),
+            JobConfig::new(RerankConfig::new("org/m".into())),
         ),
         (
             vec!["loglik", "--model", "org/m"],
-            JobConfig::Loglik(LoglikConfig::new("org/m".into())),
+            JobConfig::new(LoglikConfig::new("org/m".into())),
         ),
         (
             vec!["embed", "--model", "org/m"],
-            JobConfig::Embed(EmbedConfig::new("org/m".into())),
+            JobConfig::new(EmbedConfig::new("org/m".into())),
         ),
         (
             vec![
@@ -82,7 +73,7 @@ fn library_config_constructors_equal_the_cli_defaults() {
                 "--llm-model",
                 "x",
             ],
-            JobConfig::Review(ReviewConfig::new(ReviewStrategy::Allies, "e", "x")),
+            JobConfig::new(ReviewConfig::new(ReviewStrategy::Allies, "e", "x")),
         ),
     ];
     for (args, library) in cases {

@@ -7,7 +7,8 @@
 //! - retrieve over the passages of the HotpotQA slice: dense top-k equal a brute-force
 //!   inner product over the index, BM25 equals the BM25 index, hybrid their reciprocal
 //!   rank fusion; gold passages carry over and the recall the run reports is the one
-//!   its output gives.
+//!   its output gives; the job for batches (`hopscore.Retrieve`) gives the output
+//!   file's rows and the scores file's scores, and records every option.
 
 use crate::common;
 
@@ -22,6 +23,9 @@ use arrow_schema::{DataType, Field, Schema};
 use hopscore::backend::cpu::CpuBackend;
 use hopscore::io::questions::{Question, QuestionReader};
 use hopscore::jobs::embed::{embedder, EmbedConfig};
+use hopscore::jobs::retrieve::{RetrieveConfig, Retriever};
+use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
+use hopscore::options::Options;
 use hopscore::retrieve::dense::reciprocal_rank_fusion;
 use hopscore::retrieve::Corpus;
 use parquet::arrow::ArrowWriter;
@@ -307,6 +311,19 @@ fn retrieve_ranks_as_its_references_and_carries_gold() {
         let log = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "{log}");
         let scores = retrieval(&tmp.path().join(format!("{retriever}.retrieval.parquet")));
+        let config = RetrieveConfig {
+            corpus: corpus.clone(),
+            index: vec![index.clone()],
+            encoder: Some(model.clone()),
+            retriever: match retriever {
+                "dense" => Retriever::Dense,
+                "bm25" => Retriever::Bm25,
+                _ => Retriever::Hybrid,
+            },
+            k,
+            ..RetrieveConfig::defaults()
+        };
+        assert_batches_give_the_files(config, &questions, &output, &scores);
         (read_questions(&output), scores, log)
     };
 
@@ -384,6 +401,46 @@ fn retrieve_ranks_as_its_references_and_carries_gold() {
         let fused = reciprocal_rank_fusion(&[dense_ids, bm25_rank(&q.question, 100)], 60.0, k);
         let want: Vec<String> = fused.into_iter().map(|x| x.0).collect();
         assert_eq!(got, &want, "{}", q.id);
+    }
+}
+
+/// The retrieve job for batches over the question file `questions`: the rows of the
+/// CLI's `output` and, as `retrieval_scores`, the scores of its scores file; its
+/// metadata names every option of `config` and holds the file's entries for them.
+fn assert_batches_give_the_files(
+    config: RetrieveConfig,
+    questions: &Path,
+    output: &Path,
+    scores: &[(Vec<String>, Vec<f32>)],
+) {
+    let options = common::option_names(&config);
+    let mut job = Stream::new(build(JobConfig::new(config), &DeviceConfig::CPU).unwrap());
+    let out = job.process(&common::read_parquet(questions)).unwrap();
+    let file = common::read_parquet(output);
+    assert_eq!(out.rows.num_columns(), file.num_columns() + 1);
+    for (i, field) in file.schema().fields().iter().enumerate() {
+        assert_eq!(
+            out.rows.column(i).as_ref(),
+            file.column(i).as_ref(),
+            "{}",
+            field.name()
+        );
+    }
+    let got = out
+        .rows
+        .column_by_name("retrieval_scores")
+        .unwrap()
+        .as_list::<i32>();
+    for (r, (_, want)) in scores.iter().enumerate() {
+        let row = got.value(r);
+        assert_eq!(row.as_primitive::<Float32Type>().values().to_vec(), *want);
+    }
+    let footer = common::key_values(output);
+    let meta: std::collections::HashMap<_, _> = job.metadata().iter().cloned().collect();
+    for option in options {
+        let key = format!("hopscore.{option}");
+        assert_eq!(meta.get(&key), footer.get(&key), "{key}");
+        assert!(meta.contains_key(&key), "{key} is not in the metadata");
     }
 }
 

@@ -111,7 +111,7 @@ fn classify_job_batches_equal_the_cli_files() {
     };
     let summary = run(common::job_args(config.clone(), &path, &output)).unwrap();
     assert_eq!(common::scored_and_quarantined(&summary), (37, 3));
-    let mut job = Stream::new(build(JobConfig::Classify(config), &DeviceConfig::CPU).unwrap());
+    let mut job = Stream::new(build(JobConfig::new(config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &input, 16, &output);
     // A batch without the required column is a job-level error naming it.
     let err = job.process(&input.project(&[0, 2]).unwrap()).unwrap_err();
@@ -159,7 +159,7 @@ fn loglik_job_batches_equal_the_cli_files() {
         ..hopscore::jobs::loglik::LoglikConfig::new(gguf)
     };
     run(common::job_args(config.clone(), &path, &output)).unwrap();
-    let mut job = Stream::new(build(JobConfig::Loglik(config), &DeviceConfig::CPU).unwrap());
+    let mut job = Stream::new(build(JobConfig::new(config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &input, 5, &output);
     assert!(
         job.output_schema(&input.schema())
@@ -216,21 +216,21 @@ fn question_job_batches_equal_the_cli_files() {
         ..common::job_args(config.clone(), &input, &output)
     })
     .unwrap();
-    let mut job = Stream::new(build(JobConfig::Beam(config), &DeviceConfig::CPU).unwrap());
+    let mut job = Stream::new(build(JobConfig::new(config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &questions, 7, &output);
 
     let bm25 = tmp.path().join("bm25.parquet");
     let cli = <hopscore::cli::Cli as clap::Parser>::parse_from([
         "hopscore", "lepus", "--scorer", "bm25", "--input", "i", "--output", "o",
     ]);
-    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(mut args)) = cli.command
-    else {
+    let hopscore::cli::Command::Job(job) = cli.command else {
         unreachable!("a lepus command line")
     };
+    let mut args: JobArgs<hopscore::jobs::lepus::LepusConfig> = job.args().unwrap();
     args.files = run_args(&input, &bm25);
     args.config.scheduler = SCHEDULER;
     run(args.clone()).unwrap();
-    let mut job = Stream::new(build(JobConfig::Lepus(args.config), &DeviceConfig::CPU).unwrap());
+    let mut job = Stream::new(build(JobConfig::new(args.config), &DeviceConfig::CPU).unwrap());
     assert_process_matches_files(&mut job, &questions, 11, &bm25);
 }
 
@@ -238,7 +238,7 @@ fn question_job_batches_equal_the_cli_files() {
 fn embed_job(dir: &Path, device: &DeviceConfig) -> anyhow::Result<Stream> {
     let mut config = hopscore::jobs::embed::EmbedConfig::new(common::fixture("bert/random_plain"));
     config.tokenizer = Some(common::word_tokenizer(dir));
-    Ok(Stream::new(build(JobConfig::Embed(config), device)?))
+    Ok(Stream::new(build(JobConfig::new(config), device)?))
 }
 
 /// Three passage rows `p0`, `p1`, `p2`; `text` gives row 1's text bytes.
@@ -334,22 +334,6 @@ fn jobs_in_one_process_keep_their_own_thread_counts() {
     assert!(err.contains("threads"), "{err}");
 }
 
-/// The names of a config's options: the fields of its serde form, nested objects
-/// (the scheduler's) flattened, as `options::record` writes them.
-fn option_names(config: &impl serde::Serialize) -> Vec<String> {
-    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
-        for (name, value) in v.as_object().into_iter().flatten() {
-            match value.is_object() {
-                true => walk(value, out),
-                false => out.push(name.clone()),
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&serde_json::to_value(config).unwrap(), &mut out);
-    out
-}
-
 /// Issue 57: the metadata of every job names every option of its config (walked from
 /// its serde fields) and every device setting (a job that runs no model: none), with
 /// values as the flags take them (`hops` reads `3`); the CLI's files hold the same
@@ -367,34 +351,34 @@ fn the_run_metadata_names_every_option_and_device_setting() {
     bm25.model = None;
     bm25.scorer = lepus::LepusScorer::Bm25;
     let configs = [
-        JobConfig::Beam(beam::BeamConfig {
+        JobConfig::new(beam::BeamConfig {
             tokenizer: Some(deberta.clone()),
             hops: beam::Hops::Fixed(3),
             ..beam::BeamConfig::new(fixture("beam/model"))
         }),
-        JobConfig::Label(label::LabelConfig {
+        JobConfig::new(label::LabelConfig {
             tokenizer: Some(deberta),
             ..label::LabelConfig::new(
                 fixture("efficientrag/labeler"),
                 fixture("efficientrag/filter"),
             )
         }),
-        JobConfig::Lepus(lepus::LepusConfig::new(fixture("lepus/gpt2_bytes"))),
-        JobConfig::Lepus(bm25),
-        JobConfig::Classify(classify::ClassifyConfig {
+        JobConfig::new(lepus::LepusConfig::new(fixture("lepus/gpt2_bytes"))),
+        JobConfig::new(bm25),
+        JobConfig::new(classify::ClassifyConfig {
             tokenizer: Some(words.clone()),
             ..classify::ClassifyConfig::new(fixture("deberta/v3_seqcls"))
         }),
-        JobConfig::Loglik(loglik::LoglikConfig::new(fixture("lepus/gpt2_bytes"))),
-        JobConfig::Embed(embed::EmbedConfig {
+        JobConfig::new(loglik::LoglikConfig::new(fixture("lepus/gpt2_bytes"))),
+        JobConfig::new(embed::EmbedConfig {
             tokenizer: Some(words),
             ..embed::EmbedConfig::new(fixture("bert/random_plain"))
         }),
-        JobConfig::Rerank(rerank::RerankConfig {
+        JobConfig::new(rerank::RerankConfig {
             tokenizer: Some(fixture("rerank/wordpiece")),
             ..rerank::RerankConfig::new(fixture("rerank/bert_seqcls"))
         }),
-        JobConfig::Review(review::ReviewConfig::new(
+        JobConfig::new(review::ReviewConfig::new(
             review::ReviewStrategy::Tor,
             "http://127.0.0.1:9/v1",
             "m",
@@ -405,16 +389,10 @@ fn the_run_metadata_names_every_option_and_device_setting() {
         ..DeviceConfig::CPU
     };
     for config in configs {
-        let (name, options) = match &config {
-            JobConfig::Beam(c) => ("beam", option_names(c)),
-            JobConfig::Label(c) => ("label", option_names(c)),
-            JobConfig::Lepus(c) => ("lepus", option_names(c)),
-            JobConfig::Classify(c) => ("classify", option_names(c)),
-            JobConfig::Loglik(c) => ("loglik", option_names(c)),
-            JobConfig::Embed(c) => ("embed", option_names(c)),
-            JobConfig::Rerank(c) => ("rerank", option_names(c)),
-            JobConfig::Review(c) => ("review", option_names(c)),
-        };
+        let (name, options) = (
+            config.name(),
+            common::option_names(&config.options().unwrap()),
+        );
         let job = build(config, &device).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let meta: HashMap<String, String> = job.metadata().iter().cloned().collect();
         for option in &options {
@@ -423,7 +401,7 @@ fn the_run_metadata_names_every_option_and_device_setting() {
                 "{name}: --{option} is not in the run metadata: {meta:?}"
             );
         }
-        let settings = option_names(&device);
+        let settings = common::option_names(&device);
         for setting in &settings {
             let key = format!("hopscore.{setting}");
             assert_eq!(meta.contains_key(&key), name != "review", "{name}: {key}");

@@ -25,7 +25,9 @@ use arrow_array::types::{Float32Type, Int32Type};
 use arrow_array::Array;
 use clap::Parser;
 use hopscore::backend::cpu::{CpuBackend, CpuGemm};
+use hopscore::cli::job::JobArgs;
 use hopscore::io::questions::{Dataset, Question, QuestionWriter};
+use hopscore::jobs::lepus::instruction_search::InstructionSearchConfig;
 use hopscore::jobs::lepus::{demo_templates, score_requests, templates as templates_of, LmSetup};
 use hopscore::model::language_model::LanguageModelSource;
 use hopscore::pipeline::Strategy;
@@ -328,7 +330,7 @@ fn lepus_args(
     model: &Path,
     questions: &[Question],
     extra: &[String],
-) -> hopscore::cli::job::JobArgs<hopscore::jobs::lepus::LepusConfig> {
+) -> JobArgs<hopscore::jobs::lepus::LepusConfig> {
     let input = question_file(dir, questions);
     let path = |p: &Path| p.to_str().unwrap().to_string();
     let mut argv: Vec<String> = [
@@ -345,10 +347,25 @@ fn lepus_args(
     .to_vec();
     argv.extend_from_slice(extra);
     let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
-    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
+    let hopscore::cli::Command::Job(job) = cli.command else {
         unreachable!()
     };
-    args
+    job.args().expect("a lepus command")
+}
+
+/// `hopscore instruction-search` with the settings of `lepus` and the cut-offs `k`.
+fn search_args(
+    lepus: JobArgs<hopscore::jobs::lepus::LepusConfig>,
+    k: Vec<usize>,
+) -> JobArgs<InstructionSearchConfig> {
+    JobArgs {
+        config: InstructionSearchConfig {
+            lepus: lepus.config,
+            k,
+        },
+        files: lepus.files,
+        device: lepus.device,
+    }
 }
 
 /// The search settings of a golden as flags: K1, K2, the document budget and T.
@@ -481,9 +498,10 @@ fn demonstrations_are_put_before_the_template_as_run_py_does() {
     ]);
     argv.extend(demo_flags(&golden));
     let cli = hopscore::cli::Cli::try_parse_from(&argv).unwrap();
-    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Lepus(args)) = cli.command else {
+    let hopscore::cli::Command::Job(job) = cli.command else {
         unreachable!()
     };
+    let args: JobArgs<hopscore::jobs::lepus::LepusConfig> = job.args().expect("a lepus command");
     let config = args.config;
     let tokenizer = common::scoring_tokenizer(&gpt2_dir());
     let got = demo_templates(&config, templates_of(&config).unwrap(), &tokenizer, 0).unwrap();
@@ -667,7 +685,6 @@ fn sigterm_leaves_the_questions_in_flight_for_resume() {
 /// finished runs, and a changed setting runs them again.
 #[test]
 fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
-    use hopscore::cli::instruction_search::{run, InstructionSearchArgs};
     use hopscore::metrics::retrieval::recall_at_k;
     let Case {
         golden,
@@ -693,10 +710,8 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
     flags.extend(demo_flags(&golden));
     let mut lepus = lepus_args(dir.path(), &t5_dir(), &questions, &flags);
     lepus.files.output = dir.path().join("search.json");
-    let args = InstructionSearchArgs {
-        lepus,
-        k: vec![2, 10],
-    };
+    let args = search_args(lepus, vec![2, 10]);
+    let run = |args: &JobArgs<InstructionSearchConfig>| hopscore::cli::job::run(args.clone());
     let report = run(&args).unwrap();
     assert_eq!(report.candidates.len(), 3);
     // Over the questions with a gold passage in their pool (as `hopscore eval`).
@@ -734,7 +749,7 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
     assert_eq!(saved["candidates"].as_array().unwrap().len(), 3);
 
     // Finished runs are reused; a changed setting runs every candidate again.
-    let modified = |c: &hopscore::cli::instruction_search::Candidate| {
+    let modified = |c: &hopscore::jobs::lepus::instruction_search::Candidate| {
         std::fs::metadata(&c.output).unwrap().modified().unwrap()
     };
     let before: Vec<_> = report.candidates.iter().map(modified).collect();
@@ -744,7 +759,7 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
         before
     );
     let mut changed = args.clone();
-    changed.lepus.config.temperature = 1.0;
+    changed.config.lepus.temperature = 1.0;
     let rerun = run(&changed).unwrap();
     assert!(rerun
         .candidates
@@ -754,7 +769,7 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
     // Issue 40: the development file replaced in place (same path, other content)
     // reran nothing; compared by content, as `--resume` does, every candidate runs.
     let before: Vec<_> = rerun.candidates.iter().map(modified).collect();
-    let mut w = QuestionWriter::create(&changed.lepus.files.input, &[]).unwrap();
+    let mut w = QuestionWriter::create(&changed.files.input, &[]).unwrap();
     w.write(&questions[..questions.len() - 1]).unwrap();
     w.finish().unwrap();
     let replaced = run(&changed).unwrap();
@@ -766,7 +781,7 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
     // `--limit` ranks on the first N questions: a finished candidate of the whole file
     // is not reused for it.
     let before: Vec<_> = replaced.candidates.iter().map(modified).collect();
-    changed.lepus.files.limit = Some(3);
+    changed.files.limit = Some(3);
     let limited = run(&changed).unwrap();
     for (c, t) in limited.candidates.iter().zip(&before) {
         assert_ne!(modified(c), *t, "{} was reused", c.output.display());
@@ -779,7 +794,6 @@ fn instruction_search_ranks_candidates_by_the_recall_of_their_rankings() {
 /// a "best". Both are refused before any candidate runs.
 #[test]
 fn instruction_search_refuses_a_shard_and_a_development_file_without_gold() {
-    use hopscore::cli::instruction_search::{run, InstructionSearchArgs};
     let Case { questions, .. } = case("t5_demos");
     let dir = tempfile::tempdir().unwrap();
     let candidates = dir.path().join("candidates.txt");
@@ -790,11 +804,12 @@ fn instruction_search_refuses_a_shard_and_a_development_file_without_gold() {
     ];
     let mut lepus = lepus_args(dir.path(), &t5_dir(), &questions, &flags);
     lepus.files.output = dir.path().join("search.json");
-    let mut args = InstructionSearchArgs { lepus, k: vec![2] };
-    args.lepus.files.shard = Some(hopscore::io::shard::parse_shard("0/2").unwrap());
+    let mut args = search_args(lepus, vec![2]);
+    let run = |args: &JobArgs<InstructionSearchConfig>| hopscore::cli::job::run(args.clone());
+    args.files.shard = Some(hopscore::io::shard::parse_shard("0/2").unwrap());
     let err = format!("{:#}", run(&args).unwrap_err());
     assert!(err.contains("--shard does not apply"), "{err}");
-    args.lepus.files.shard = None;
+    args.files.shard = None;
     let no_gold: Vec<Question> = questions
         .iter()
         .cloned()
@@ -804,7 +819,7 @@ fn instruction_search_refuses_a_shard_and_a_development_file_without_gold() {
             q
         })
         .collect();
-    let mut w = QuestionWriter::create(&args.lepus.files.input, &[]).unwrap();
+    let mut w = QuestionWriter::create(&args.files.input, &[]).unwrap();
     w.write(&no_gold).unwrap();
     w.finish().unwrap();
     let err = format!("{:#}", run(&args).unwrap_err());

@@ -550,7 +550,7 @@ fn a_review_stopped_by_ctrl_c_resumes_with_the_questions_left() {
 
 #[test]
 fn review_job_batches_equal_the_cli_file() {
-    use hopscore::jobs::{build, DeviceConfig, JobConfig, Stream};
+    use hopscore::jobs::{build, DeviceConfig, Stream};
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("q.parquet");
     write_questions(&input, false);
@@ -572,10 +572,11 @@ fn review_job_batches_equal_the_cli_file() {
     let mut line = vec!["hopscore".to_string()];
     line.extend(review_line(&server, &input, &output, &flags));
     let cli = <hopscore::cli::Cli as clap::Parser>::parse_from(line);
-    let hopscore::cli::Command::Job(hopscore::cli::JobCommand::Review(args)) = cli.command else {
+    let hopscore::cli::Command::Job(job) = cli.command else {
         unreachable!("a review command line")
     };
-    let mut job = Stream::new(build(JobConfig::Review(args.config), &DeviceConfig::CPU).unwrap());
+    let (config, _) = job.into_config();
+    let mut job = Stream::new(build(config, &DeviceConfig::CPU).unwrap());
     let questions = common::read_parquet(&input);
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for at in (0..questions.num_rows()).step_by(2) {

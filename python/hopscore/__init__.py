@@ -29,7 +29,7 @@ flags (docs/cuda.md).
 
 import json
 import os
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, List, NamedTuple, Optional, Union
 
 import pyarrow as pa
 
@@ -49,6 +49,7 @@ __all__ = [
     "Embedder",
     "CrossEncoder",
     "Reranker",
+    "Retrieve",
     "CausalLM",
     "Review",
     "set_threads",
@@ -74,8 +75,14 @@ class Result(NamedTuple):
 def _json(options: "dict[str, Any]") -> str:
     """The options as the native job reads them: a JSON object of option names and
     values (paths as strings); ``None`` leaves an option at its default."""
-    return json.dumps({k: os.fspath(v) if isinstance(v, os.PathLike) else v
-                       for k, v in options.items() if v is not None})
+    def plain(v: Any) -> Any:
+        if isinstance(v, os.PathLike):
+            return os.fspath(v)
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return v
+
+    return json.dumps({k: plain(v) for k, v in options.items() if v is not None})
 
 
 def _options(call_locals: "dict[str, Any]") -> "dict[str, Any]":
@@ -267,6 +274,34 @@ class Embedder(Job):
         super().__init__(**_options(locals()))
 
     embed = Job.process
+
+
+class Retrieve(Job):
+    """Candidate pools for question tables from a passage corpus (``hopscore retrieve``):
+    dense (exact inner product over an ``embed`` index of the corpus, queries embedded
+    by ``encoder``), BM25 over the corpus, or both fused by reciprocal rank. Each
+    question comes back with its top-``k`` passages as ``passages`` (gold labels carried
+    over by passage) and their scores, in pool order, in ``retrieval_scores``; a question
+    without an id or a text is quarantined. The index is checked and the corpus read
+    when the job is built. Defaults: ``retriever="dense"``, ``k=20``,
+    ``fusion_depth=100``, ``question_rows=4096``."""
+
+    command = "retrieve"
+
+    def __init__(self, corpus: Path, *, index: Optional[List[Path]] = None, encoder: Optional[Path] = None,
+                 tokenizer: Optional[Path] = None, query_prefix: str = "", pooling: Optional[str] = None,
+                 normalize: Optional[bool] = None, retriever: str = "dense", k: Optional[int] = None,
+                 fusion_depth: Optional[int] = None, question_rows: Optional[int] = None,
+                 device: str = "cpu", gpu: Optional[int] = None, dtype: Optional[str] = None,
+                 cpu_gemm: Optional[str] = None, cuda_graphs: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None,
+                 gpu_kernels: Optional[str] = None, attention: Optional[str] = None,
+                 fused_gelu: Optional[str] = None, fused_gate: Optional[str] = None,
+                 fused_norm: Optional[str] = None,
+                 threads: Optional[int] = None) -> None:
+        super().__init__(**_options(locals()))
+
+    retrieve = Job.process
 
 
 class CausalLM(Job):

@@ -119,6 +119,14 @@ class Embed(_Actor):
     job_class = hopscore.Embedder
 
 
+class Retrieve(_Actor):
+    """First-stage candidate pools (dense, BM25 or hybrid) for question batches: keyword
+    arguments of :class:`hopscore.Retrieve` (each actor reads the corpus and opens the
+    index once)."""
+
+    job_class = hopscore.Retrieve
+
+
 class Loglik(_Actor):
     """LM log-likelihoods (causal or T5) of (id, prompt, target) rows: keyword arguments of
     :class:`hopscore.CausalLM`."""

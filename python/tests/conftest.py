@@ -195,3 +195,15 @@ def hub_home(tmp_path_factory, word_tokenizer) -> Path:
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(HUB_COMMIT)
     return home
+
+
+@pytest.fixture(scope="session")
+def corpus(questions, tmp_path_factory):
+    """The passages of the question file as a corpus (id = title)."""
+    texts = {}
+    for pool in pq.read_table(questions).column("passages").to_pylist():
+        for p in pool:
+            texts.setdefault(p["title"], p["text"])
+    path = tmp_path_factory.mktemp("corpus") / "corpus.parquet"
+    pq.write_table(pa.table({"id": list(texts), "title": list(texts), "text": list(texts.values())}), path)
+    return path

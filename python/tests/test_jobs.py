@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import hopscore
-from conftest import cli_run, fixture, flags
+from conftest import cli, cli_run, fixture, flags
 
 #: name → (CLI command, API class, options, input fixture, id of the bad row)
 CASES = {
@@ -234,3 +234,24 @@ def test_jobs_in_one_process_keep_their_own_thread_counts(word_tokenizer):
     assert one.rows.equals(two.rows)
     with pytest.raises(ValueError, match=r"\(threads\) must be at least 1"):
         hopscore.Embedder(model, tokenizer=word_tokenizer, threads=0)
+
+
+def test_retrieve_gives_the_clis_pools_and_scores(questions, corpus, tmp_path):
+    # BM25 (no encoder): the rows of `hopscore retrieve`'s question file, and its scores
+    # file's scores as `retrieval_scores`, in pool order.
+    out = tmp_path / "pools.parquet"
+    cli("retrieve", "--retriever", "bm25", "--k", "3", "--corpus", str(corpus),
+        "--questions", str(questions), "--output", str(out))
+    file_rows = pq.read_table(out)
+    scores = pq.read_table(tmp_path / "pools.retrieval.parquet")
+    result = hopscore.Retrieve(corpus, retriever="bm25", k=3).retrieve(pq.read_table(questions))
+    rows = result.rows
+    assert rows.drop_columns(["retrieval_scores"]).to_pylist() == file_rows.to_pylist()
+    assert rows.column("retrieval_scores").to_pylist() == scores.column("scores").to_pylist()
+    titles = [[p["title"] for p in pool] for pool in rows.column("passages").to_pylist()]
+    assert titles == scores.column("passage_ids").to_pylist()
+    assert all(len(t) == 3 for t in titles)
+    assert result.quarantine.num_rows == 0
+    assert rows.schema.metadata[b"hopscore.retriever"] == b"bm25"
+    with pytest.raises(ValueError, match="`retrieve` needs the option `corpus`"):
+        hopscore._native.Job("retrieve", "{}")

@@ -86,3 +86,21 @@ def test_actor_options_give_one_gpu_per_actor_or_cpu_actors():
     assert "concurrency" not in cpu, "deprecated by Ray for actor pools"
     with pytest.raises(ValueError, match="device"):
         hopscore.ray.actor_options(1, device="tpu")
+
+
+def test_retrieve_actors_give_the_jobs_pools(local_ray, questions, corpus):
+    # Two actors over blocks of 3 questions: the pools `hopscore.Retrieve` gives the
+    # whole table (which test_jobs holds to the CLI's files).
+    table = pq.read_table(questions)
+    job = {"corpus": str(corpus), "retriever": "bm25", "k": 3}
+    want = hopscore.Retrieve(**job).process(table).rows
+    ds = ray.data.from_arrow([table.slice(i, 3) for i in range(0, table.num_rows, 3)])
+    out = ds.map_batches(
+        hopscore.ray.Retrieve,
+        batch_size=3,
+        fn_constructor_kwargs=dict(job, threads=1),
+        **hopscore.ray.actor_options(actors=2, device="cpu", threads=1),
+    )
+    rows = pa.concat_tables(ray.get(out.to_arrow_refs()))
+    assert rows.schema.equals(want.schema, check_metadata=False)
+    assert by_id(rows.to_pylist()) == by_id(want.to_pylist())

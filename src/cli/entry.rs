@@ -1,12 +1,13 @@
 //! The command-line entry point shared by the `hopscore` binary and the Python
 //! package's console script: parses arguments, runs one subcommand, prints its
-//! summary and returns the process exit code ([`super::exit`]).
+//! summary and returns the process exit code ([`crate::jobs::report`]).
 
 use std::ffi::OsString;
 
 use clap::Parser;
 
-use crate::cli::{self, exit, Cli, Command};
+use crate::cli::{self, Cli, Command};
+use crate::jobs::report::INTERRUPTED;
 
 /// Runs the command line `args` (`args[0]` is the program name) and returns the exit
 /// code; errors are printed with their cause chain, never returned.
@@ -28,7 +29,7 @@ where
         // A stop before any row ran (while a model downloads, say): the work done is kept.
         Err(e) if e.is::<crate::stop::Interrupted>() => {
             eprintln!("{e:#}");
-            exit::INTERRUPTED
+            INTERRUPTED
         }
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -41,13 +42,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     cli::init_threads(cli.threads)?;
     match cli.command {
         Command::Job(job) => return job.run(),
-        Command::InstructionSearch(args) => return cli::instruction_search::main(&args),
         Command::Show(args) => print!("{}", cli::show::run(&args)?),
         Command::Merge(args) => {
             let n = cli::merge::run(&args)?;
             eprintln!("merged {n} shards into {}", args.output.display());
         }
-        Command::Retrieve(args) => return cli::retrieve::main(&args),
         Command::BenchLoglik(args) => {
             let r = cli::bench_loglik::run(&args)?;
             if args.json {

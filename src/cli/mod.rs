@@ -7,13 +7,10 @@ pub mod bench_loglik;
 pub mod doctor;
 pub mod entry;
 pub mod eval;
-pub mod exit;
 pub mod import;
 pub mod inspect;
-pub mod instruction_search;
 pub mod job;
 pub mod merge;
-pub mod retrieve;
 pub mod show;
 
 pub use entry::main_with_args;
@@ -37,16 +34,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The jobs' subcommands (`beam`, `label`, `review`, `lepus`, `classify`, `embed`,
-    /// `loglik`).
+    /// The jobs' subcommands (`beam`, `label`, `review`, `lepus`, `instruction-search`,
+    /// `rerank`, `classify`, `embed`, `retrieve`, `loglik`: the registry's).
     #[command(flatten)]
     Job(JobCommand),
     /// Concatenate the outputs of `--shard i/N` runs into one file.
     Merge(merge::MergeArgs),
     /// Print the rows and run metadata of a Parquet file.
     Show(show::ShowArgs),
-    /// Candidate pools for a question file from a corpus: dense (an `embed` index), BM25 or hybrid.
-    Retrieve(retrieve::RetrieveArgs),
     /// Describe a model directory: config, parameters, dtypes, heads, tokenizer.
     Inspect(inspect::InspectArgs),
     /// Encoder throughput on random weights of a standard shape.
@@ -60,9 +55,6 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// LM scoring throughput on fixed token ids (see tools/bench_decoder_reference.py).
     BenchLoglik(bench_loglik::BenchLoglikArgs),
-    /// Rank candidate LEPUS instructions by the Recall@k of their rankings on a
-    /// development question file (the paper's instruction search).
-    InstructionSearch(instruction_search::InstructionSearchArgs),
 }
 
 /// Sets the size of the global rayon pool (all cores when `None`).

@@ -623,6 +623,12 @@ pub fn decode_batch(batch: &RecordBatch, rows: &[u64]) -> Result<Vec<RowResult>>
     decode_rows(batch, rows, Question::check)
 }
 
+/// [`decode_batch`] for queries: a question without passages is a good row (what a
+/// first-stage retriever reads, as [`QuestionReader::open_queries`]).
+pub fn decode_queries(batch: &RecordBatch, rows: &[u64]) -> Result<Vec<RowResult>> {
+    decode_rows(batch, rows, Question::check_query)
+}
+
 /// [`decode_batch`] with `check` deciding which questions are good rows.
 fn decode_rows(batch: &RecordBatch, rows: &[u64], check: Check) -> Result<Vec<RowResult>> {
     let cols = Columns {

@@ -377,10 +377,15 @@ fn chain_batch(rows: &[Chain]) -> Result<RecordBatch> {
 
 impl crate::jobs::JobKind for BeamConfig {
     const NAME: &'static str = "beam";
+    const ABOUT: &'static str = "Beam Retrieval over a question file: chains, scores and features";
     const REQUIRED: &'static [&'static str] = &["model"];
     const ROW: &'static str = "question";
     type Device = crate::jobs::DeviceConfig;
     type Summary = crate::pipeline::files::RunSummary;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for BeamConfig {
     type Job<B: Backend + 'static> = BeamJob<B>;
 
     fn job<B: Backend + 'static>(self, be: B) -> Result<BeamJob<B>> {

@@ -201,10 +201,16 @@ fn score<B: Backend>(
 
 impl crate::jobs::JobKind for ClassifyConfig {
     const NAME: &'static str = "classify";
+    const ABOUT: &'static str =
+        "Score (id, text_a, text_b) rows with a cross-encoder head (DeBERTa, BERT, XLM-RoBERTa)";
     const REQUIRED: &'static [&'static str] = &["model"];
     const ROW: &'static str = "row";
     type Device = crate::jobs::DeviceConfig;
     type Summary = crate::pipeline::files::RunSummary;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for ClassifyConfig {
     type Job<B: Backend + 'static> = ClassifyJob<B>;
 
     fn job<B: Backend + 'static>(self, be: B) -> Result<ClassifyJob<B>> {

@@ -333,10 +333,16 @@ impl<B: Backend> RowScorer for Embedder<B> {
 
 impl crate::jobs::JobKind for EmbedConfig {
     const NAME: &'static str = "embed";
+    const ABOUT: &'static str =
+        "Embed (id, text[, title]) passages with a BERT-family bi-encoder (MiniLM, Contriever, E5, BGE)";
     const REQUIRED: &'static [&'static str] = &["model"];
     const ROW: &'static str = "row";
     type Device = crate::jobs::DeviceConfig;
     type Summary = crate::pipeline::files::RunSummary;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for EmbedConfig {
     type Job<B: Backend + 'static> = EmbedJob<B>;
 
     fn job<B: Backend + 'static>(self, be: B) -> Result<EmbedJob<B>> {

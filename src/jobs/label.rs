@@ -591,10 +591,16 @@ fn label_batch(chunk: &[Labeled], ids: Option<&DocIds>) -> Result<RecordBatch> {
 
 impl crate::jobs::JobKind for LabelConfig {
     const NAME: &'static str = "label";
+    const ABOUT: &'static str =
+        "EfficientRAG over a question file: Labeler tags and kept text, Filter queries";
     const REQUIRED: &'static [&'static str] = &["labeler", "filter"];
     const ROW: &'static str = "question";
     type Device = crate::jobs::DeviceConfig;
     type Summary = crate::pipeline::files::RunSummary;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for LabelConfig {
     type Job<B: Backend + 'static> = LabelJob<B>;
 
     fn job<B: Backend + 'static>(self, be: B) -> Result<LabelJob<B>> {

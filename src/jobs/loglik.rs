@@ -345,10 +345,16 @@ pub fn token_logprobs<B: Backend>(
 
 impl crate::jobs::JobKind for LoglikConfig {
     const NAME: &'static str = "loglik";
+    const ABOUT: &'static str =
+        "Log-likelihood of (id, prompt, target) rows' targets under a causal LM or a T5 encoder-decoder (LEPUS)";
     const REQUIRED: &'static [&'static str] = &["model"];
     const ROW: &'static str = "row";
     type Device = crate::jobs::DeviceConfig;
     type Summary = crate::pipeline::files::RunSummary;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for LoglikConfig {
     type Job<B: Backend + 'static> = LoglikJob<B>;
 
     fn job<B: Backend + 'static>(self, be: B) -> Result<LoglikJob<B>> {

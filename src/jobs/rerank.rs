@@ -618,10 +618,16 @@ fn rerank_batch(rows: &[Reranked]) -> Result<RecordBatch> {
 
 impl crate::jobs::JobKind for RerankConfig {
     const NAME: &'static str = "rerank";
+    const ABOUT: &'static str =
+        "Rerank each question's passage pool with a cross-encoder (BERT, XLM-RoBERTa, DeBERTa): the question file reordered, with scores";
     const REQUIRED: &'static [&'static str] = &["model"];
     const ROW: &'static str = "question";
     type Device = crate::jobs::DeviceConfig;
     type Summary = crate::pipeline::files::RunSummary;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for RerankConfig {
     type Job<B: Backend + 'static> = RerankJob<B>;
 
     fn job<B: Backend + 'static>(self, be: B) -> Result<RerankJob<B>> {

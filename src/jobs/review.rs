@@ -695,14 +695,19 @@ impl FileJob for ReviewJob {
 
 impl crate::jobs::JobKind for ReviewConfig {
     const NAME: &'static str = "review";
+    const ABOUT: &'static str =
+        "LLM post-stage (Tree of Reviews or ALLIES) against an OpenAI-compatible endpoint";
     const REQUIRED: &'static [&'static str] = &["strategy", "endpoint", "llm_model"];
     const ROW: &'static str = "question";
     type Device = crate::jobs::NoDevice;
     type Summary = ReviewSummary;
+    const RUNS_MODEL: bool = false;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for ReviewConfig {
     /// Runs no model: the backend is not used.
     type Job<B: crate::backend::Backend + 'static> = ReviewJob;
-
-    const RUNS_MODEL: bool = false;
 
     /// For batches: no cache unless `cache` names one; calls stop at the process's stop
     /// flag (Python's bindings set it on Ctrl-C).

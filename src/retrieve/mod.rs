@@ -13,6 +13,7 @@ pub mod chunks;
 pub mod corpus;
 pub mod dense;
 pub mod pools;
+pub mod search;
 pub mod tfidf;
 
 pub use bm25::Bm25Index;

@@ -75,7 +75,7 @@ fn hit_ids(rankings: &[Ranking]) -> HashSet<&str> {
 /// corpus is in memory, else read from the corpus file in one pass (only they are
 /// kept).
 pub fn passages(
-    loaded: Option<(&Corpus, &HashMap<&str, usize>)>,
+    loaded: Option<(&Corpus, &HashMap<String, usize>)>,
     corpus: &Path,
     rankings: &[Ranking],
 ) -> Result<HashMap<String, Passage>> {

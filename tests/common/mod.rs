@@ -608,7 +608,10 @@ pub fn file_args(input: &Path, output: &Path) -> hopscore::pipeline::files::File
 /// A job's subcommand arguments: `config` over `input` to `output` on the CPU.
 pub fn job_args<C>(config: C, input: &Path, output: &Path) -> hopscore::cli::job::JobArgs<C>
 where
-    C: hopscore::jobs::JobKind<Device = hopscore::jobs::DeviceConfig> + clap::Args,
+    C: hopscore::jobs::JobKind<
+        Device = hopscore::jobs::DeviceConfig,
+        Files = hopscore::pipeline::files::FileRun,
+    >,
 {
     hopscore::cli::job::JobArgs {
         config,
@@ -626,4 +629,20 @@ pub fn scored_and_quarantined(s: &hopscore::pipeline::files::RunSummary) -> (u64
 pub fn scoring_tokenizer(model: &Path) -> hopscore::text::causal_tokenizer::CausalTokenizer {
     let source = hopscore::model::language_model::LanguageModelSource::open(model).unwrap();
     hopscore::text::causal_tokenizer::for_model(&source, model, None).unwrap()
+}
+
+/// The names of a config's options: the fields of its serde form, nested objects
+/// (the scheduler's) flattened, as `options::record` writes them.
+pub fn option_names(config: &impl serde::Serialize) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        for (name, value) in v.as_object().into_iter().flatten() {
+            match value.is_object() {
+                true => walk(value, out),
+                false => out.push(name.clone()),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&serde_json::to_value(config).unwrap(), &mut out);
+    out
 }

@@ -22,6 +22,7 @@ use arrow_schema::SchemaRef;
 use rayon::prelude::*;
 
 mod config;
+pub mod instruction_search;
 
 pub use config::{demo_templates, templates, LepusConfig, LepusScorer, Templates};
 
@@ -413,10 +414,16 @@ fn batch(rows: &[Ranked]) -> Result<RecordBatch> {
 
 impl crate::jobs::JobKind for LepusConfig {
     const NAME: &'static str = "lepus";
+    const ABOUT: &'static str =
+        "LEPUS reranking of each question's passages with a causal LM or a T5 encoder-decoder (or BM25)";
     const REQUIRED: &'static [&'static str] = &[];
     const ROW: &'static str = "question";
     type Device = DeviceConfig;
     type Summary = RunSummary;
+    type Files = crate::pipeline::files::FileRun;
+}
+
+impl crate::jobs::FileJobKind for LepusConfig {
     /// The LM scorer's job; BM25 runs no model (its job in `load` and `run_files`).
     type Job<B: Backend + 'static> = LmJob<B>;
 

@@ -1,4 +1,4 @@
-//! `hopscore instruction-search`: the LEPUS paper's instruction search (mukhal/PromptRank
+//! The instruction-search job (`hopscore instruction-search`): the LEPUS paper's instruction search (mukhal/PromptRank
 //! `run_instruction_search.py`): every candidate instruction of `--templates` is run
 //! alone as a `hopscore lepus` over a development question file with gold passages,
 //! and the candidates are ranked by Recall@k of their rankings, so that the best can
@@ -15,30 +15,87 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
-use clap::Args;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::job::JobArgs;
+use super::{LepusConfig, LepusScorer};
+use crate::backend::Backend;
 use crate::io::atomic::write_file;
 use crate::io::fingerprint;
 use crate::io::paths::{check_outputs, Kind, Named};
-use crate::jobs::lepus::{LepusConfig, LepusScorer};
+use crate::jobs::registry::{JobKind, Registered};
+use crate::jobs::report::{Ending, Report};
+use crate::jobs::DeviceConfig;
 use crate::metrics::eval::{score_predictions, GoldSet};
+use crate::model::hub::Need;
 use crate::options::Options;
+use crate::pipeline::files::FileRun;
 use crate::strategy::lepus::instruction_templates;
 
-#[derive(Debug, Clone, Args)]
-pub struct InstructionSearchArgs {
-    /// The lepus settings of every run: `--templates` is the file of candidate
-    /// instructions (every one is tried, alone; `--num-templates` does not apply),
-    /// `--input` the development question file (with gold passages), `--output` the
-    /// ranking (JSON).
-    #[command(flatten)]
-    pub lepus: JobArgs<LepusConfig>,
+/// The flags of `hopscore instruction-search`: the lepus settings of every run —
+/// `--templates` is the file of candidate instructions (every one is tried, alone;
+/// `--num-templates` does not apply), `--input` the development question file (with
+/// gold passages), `--output` the ranking (JSON) — and the recall cut-offs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct InstructionSearchConfig {
+    #[serde(flatten)]
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub lepus: LepusConfig,
     /// Recall cut-offs reported per candidate; the first ranks them, the next break
     /// ties.
-    #[arg(long, value_delimiter = ',', default_value = "2,10", value_parser = crate::options::values::positive_usize)]
+    #[cfg_attr(feature = "cli", arg(long, value_delimiter = ',',
+        default_values_t = InstructionSearchConfig::defaults().k,
+        value_parser = crate::options::values::positive_usize))]
     pub k: Vec<usize>,
+}
+
+impl Options for InstructionSearchConfig {
+    fn defaults() -> Self {
+        Self {
+            lepus: LepusConfig::defaults(),
+            k: vec![2, 10],
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        ensure!(!self.k.is_empty(), "--k needs at least one cut-off");
+        self.lepus.check()
+    }
+
+    fn model_paths(&mut self) -> Vec<(&mut std::path::PathBuf, Need)> {
+        self.lepus.model_paths()
+    }
+
+    fn inputs(&self) -> Vec<Named> {
+        self.lepus.inputs()
+    }
+}
+
+impl JobKind for InstructionSearchConfig {
+    const NAME: &'static str = "instruction-search";
+    const ABOUT: &'static str = "Rank candidate LEPUS instructions by the Recall@k of their \
+                                 rankings on a development question file (the paper's \
+                                 instruction search)";
+    const REQUIRED: &'static [&'static str] = <LepusConfig as JobKind>::REQUIRED;
+    const ROW: &'static str = "question";
+    type Device = DeviceConfig;
+    type Files = FileRun;
+    type Summary = SearchReport;
+}
+
+impl Registered for InstructionSearchConfig {
+    /// A search runs whole lepus runs over a development file: it has no batch form.
+    fn load<B: Backend + 'static>(self, _be: B) -> Result<Box<dyn crate::jobs::Job>> {
+        bail!(
+            "instruction-search runs over a development question file, not batches: run \
+             `hopscore instruction-search --input DEV --templates CANDIDATES --output \
+             RANKING.json`, then score batches with the best instruction (`lepus`)"
+        )
+    }
+
+    fn run_files(self, device: &DeviceConfig, files: &FileRun) -> Result<SearchReport> {
+        search(&self, device, files)
+    }
 }
 
 /// One candidate's result.
@@ -85,42 +142,43 @@ fn runs_dir(output: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Runs the search.
-pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
-    // Hub ids resolved once: every candidate's run then takes the local snapshot.
-    let mut args = args.clone();
-    crate::options::resolve_models(args.lepus.config.model_paths())?;
-    let args = &args;
-    let lepus = &args.lepus;
+/// Runs the search over `files` (the development file in, the ranking out) on
+/// `device`; its hub ids are resolved ([`crate::jobs::run`]), so every candidate's run
+/// takes the local snapshot.
+fn search(
+    config: &InstructionSearchConfig,
+    device: &DeviceConfig,
+    files: &FileRun,
+) -> Result<SearchReport> {
+    config.check()?;
+    let lepus = &config.lepus;
     ensure!(
-        lepus.config.scorer == LepusScorer::Lm,
+        lepus.scorer == LepusScorer::Lm,
         "instruction-search needs --scorer lm (BM25 reads no instruction)"
     );
-    ensure!(!args.k.is_empty(), "--k needs at least one cut-off");
     ensure!(
-        lepus.files.shard.is_none(),
+        files.shard.is_none(),
         "instruction-search ranks candidates over the whole development file: --shard does \
          not apply (split the candidates file instead)"
     );
     let file = lepus
-        .config
         .templates
         .as_deref()
         .context("--templates FILE: the candidate instructions, one per line")?;
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read --templates {}", file.display()))?;
-    let templates = instruction_templates(&text, lepus.config.instruction_position);
+    let templates = instruction_templates(&text, lepus.instruction_position);
     if templates.is_empty() {
         bail!("{} holds no instruction", file.display());
     }
-    let runs = runs_dir(&lepus.files.output);
-    let best_file = lepus.files.output.with_extension("best.txt");
-    let mut inputs = vec![Named::new("--input", &lepus.files.input)];
-    inputs.extend(lepus.config.inputs());
+    let runs = runs_dir(&files.output);
+    let best_file = files.output.with_extension("best.txt");
+    let mut inputs = vec![Named::new("--input", &files.input)];
+    inputs.extend(lepus.inputs());
     check_outputs(
         &inputs,
         &[
-            (Named::new("--output", &lepus.files.output), Kind::File),
+            (Named::new("--output", &files.output), Kind::File),
             (Named::new("the runs directory", &runs), Kind::Dir),
             (
                 Named::new("the best-instruction file", &best_file),
@@ -128,12 +186,12 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
             ),
         ],
     )?;
-    let gold = GoldSet::read(&lepus.files.input)?;
+    let gold = GoldSet::read(&files.input)?;
     ensure!(
         gold.retrieval_questions() > 0,
         "{} has no question with gold passages (`supporting`): instruction search ranks \
          the candidates by their recall of them; give a development file with gold labels",
-        lepus.files.input.display()
+        files.input.display()
     );
     let contents: Vec<(String, String)> = fingerprint::contents(
         &inputs
@@ -148,55 +206,61 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         let stem = runs.join(format!("instruction-{index:03}"));
         let line = stem.with_extension("txt");
         write_file(&line, format!("{}\n", template.0).as_bytes())?;
-        let mut one = lepus.clone();
-        one.config.templates = Some(line);
-        one.config.num_templates = 1;
-        one.files.output = stem.with_extension("parquet");
-        one.files.quarantine = None;
+        let one = LepusConfig {
+            templates: Some(line),
+            num_templates: 1,
+            ..lepus.clone()
+        };
+        let mut one_files = FileRun {
+            output: stem.with_extension("parquet"),
+            quarantine: None,
+            ..files.clone()
+        };
         let done = stem.with_extension("done.json");
         let started = stem.with_extension("started.json");
         let settings = serde_json::to_string(&RunSettings {
             template: &template.0,
-            config: one.config.clone(),
-            limit: one.files.limit,
+            config: one.clone(),
+            limit: one_files.limit,
             contents: &contents,
         })?;
         let same = |marker: &Path| std::fs::read_to_string(marker).is_ok_and(|d| d == settings);
-        if !(one.files.output.is_file() && same(&done)) {
-            eprintln!(
+        if !(one_files.output.is_file() && same(&done)) {
+            log::info!(
                 "instruction {}/{}: {}",
                 index + 1,
                 templates.len(),
                 template.0
             );
-            let mut parts = one.files.output.as_os_str().to_owned();
+            let mut parts = one_files.output.as_os_str().to_owned();
             parts.push(".parts");
             let parts = PathBuf::from(parts);
-            one.files.resume = parts.is_dir() && same(&started);
-            if parts.is_dir() && !one.files.resume {
+            one_files.resume = parts.is_dir() && same(&started);
+            if parts.is_dir() && !one_files.resume {
                 // Interrupted under other settings or inputs: that candidate starts again.
                 std::fs::remove_dir_all(&parts)
                     .with_context(|| format!("cannot remove {}", parts.display()))?;
             }
             write_file(&started, settings.as_bytes())?;
-            let summary = super::job::run(one.clone())?;
+            let summary = crate::jobs::run(one, one_files.clone(), *device)?;
             if summary.interrupted {
                 interrupted = true;
                 break;
             }
             write_file(&done, settings.as_bytes())?;
         }
-        let report = score_predictions(&gold, &one.files.output, &args.k, "chain")?;
+        let report = score_predictions(&gold, &one_files.output, &config.k, "chain")?;
         candidates.push(Candidate {
             index,
             template: template.0.clone(),
             recall_at_k: report.overall.recall_at_k.clone(),
             questions: report.overall.retrieval_questions,
-            output: one.files.output.clone(),
+            output: one_files.output,
         });
     }
     let recalls = |c: &Candidate| -> Vec<f64> {
-        args.k
+        config
+            .k
             .iter()
             .map(|k| c.recall_at_k.get(k).copied().unwrap_or(0.0))
             .collect()
@@ -211,13 +275,13 @@ pub fn run(args: &InstructionSearchArgs) -> Result<SearchReport> {
         write_file(&best_file, format!("{}\n", best.template).as_bytes())?;
     }
     let report = SearchReport {
-        k: args.k.clone(),
+        k: config.k.clone(),
         candidates,
         best_file,
         interrupted,
     };
     write_file(
-        &lepus.files.output,
+        &files.output,
         serde_json::to_string_pretty(&report)?.as_bytes(),
     )?;
     Ok(report)
@@ -246,9 +310,13 @@ pub fn table(r: &SearchReport) -> String {
     out
 }
 
-/// Runs `hopscore instruction-search`, prints its table and returns the exit code.
-pub fn main(args: &InstructionSearchArgs) -> Result<i32> {
-    let report = run(args)?;
-    print!("{}", table(&report));
-    Ok(super::exit::of_run(report.interrupted))
+/// The table on stdout; 130 when the search was interrupted.
+impl Report for SearchReport {
+    fn report(&self, _row: &str) -> Ending {
+        let e = Ending {
+            stdout: table(self),
+            ..Ending::default()
+        };
+        e.of_run(self.interrupted)
+    }
 }
