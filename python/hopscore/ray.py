@@ -11,7 +11,8 @@ of any size on a cluster::
                          **hopscore.ray.actor_options(actors=4, device="cuda"))
     out.write_parquet("chains/")
 
-A batch's output has the schema of the CLI's output file. Bad rows never fail a batch:
+A batch's output has the schema of the CLI's output file (``Retrieve``: plus
+``retrieval_scores``, which the CLI writes to a file beside it). Bad rows never fail a batch:
 with ``quarantine_dir`` each batch that has some writes them, as the CLI's quarantine
 schema, to ``<quarantine_dir>/<uuid>.parquet`` (``row`` counts within the batch; ``id``
 names the input row); without it they are logged as warnings.
