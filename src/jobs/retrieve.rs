@@ -116,10 +116,7 @@ pub struct RetrieveFiles {
     /// Where bad questions go. Default: `<output stem>.quarantine.parquet`.
     #[cfg_attr(feature = "cli", arg(long))]
     pub quarantine: Option<PathBuf>,
-    /// The job's other input files and the device's settings ([`Files::prepare`]).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    #[serde(skip)]
-    inputs: Vec<Named>,
+    /// The device's settings, recorded with the options ([`Files::prepare`]).
     #[cfg_attr(feature = "cli", arg(skip))]
     #[serde(skip)]
     settings: Vec<(String, String)>,
@@ -132,7 +129,6 @@ impl RetrieveFiles {
             questions: questions.to_path_buf(),
             output: output.to_path_buf(),
             quarantine: None,
-            inputs: Vec::new(),
             settings: Vec::new(),
         }
     }
@@ -164,10 +160,10 @@ impl RetrieveFiles {
 
 impl Files for RetrieveFiles {
     fn prepare(&mut self, inputs: Vec<Named>, settings: Vec<(String, String)>) -> Result<()> {
-        self.inputs = vec![Named::new("--questions", &self.questions)];
-        self.inputs.extend(inputs);
+        let mut all = vec![Named::new("--questions", &self.questions)];
+        all.extend(inputs);
         self.settings = settings;
-        Ok(check_outputs(&self.inputs, &self.outputs())?)
+        Ok(check_outputs(&all, &self.outputs())?)
     }
 }
 
@@ -422,11 +418,6 @@ impl<B: Backend> RetrieveJob<B> {
     }
 }
 
-/// The column of `retrieval_scores`.
-fn scores_field() -> Field {
-    Field::new("retrieval_scores", list_of(DataType::Float32), false)
-}
-
 fn list_of(t: DataType) -> DataType {
     DataType::List(Arc::new(Field::new("item", t, true)))
 }
@@ -442,7 +433,11 @@ impl<B: Backend> crate::jobs::Job for RetrieveJob<B> {
             .iter()
             .map(|f| f.as_ref().clone())
             .collect();
-        fields.push(scores_field());
+        fields.push(Field::new(
+            "retrieval_scores",
+            list_of(DataType::Float32),
+            false,
+        ));
         Ok(with_metadata(&Schema::new(fields), &self.metadata))
     }
 

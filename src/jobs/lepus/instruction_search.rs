@@ -174,7 +174,7 @@ fn search(
     let runs = runs_dir(&files.output);
     let best_file = files.output.with_extension("best.txt");
     let mut inputs = vec![Named::new("--input", &files.input)];
-    inputs.extend(lepus.inputs());
+    inputs.extend(files.inputs.iter().cloned()); // the lepus config's: `jobs::run` set them
     check_outputs(
         &inputs,
         &[
