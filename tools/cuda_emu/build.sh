@@ -21,6 +21,12 @@ cxx="${CXX:-g++}"
 mkdir -p "$out/obj"
 
 common=(-std=c++20 -O2 -g -fPIC -pthread -Wall -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas -Wno-psabi)
+# The CPU's own FMA and half-float conversions where it has them: fmaf and _Float16
+# inline instead of calling libm/libgcc (each correctly rounded either way, so the
+# results are the same bits). Never a contraction the source does not write.
+common+=(-ffp-contract=off)
+if grep -qw fma /proc/cpuinfo 2>/dev/null; then common+=(-mfma); fi
+if grep -qw f16c /proc/cpuinfo 2>/dev/null; then common+=(-mf16c); fi
 # Shared memory is function-static storage that other fibers write during a sync call:
 # no interprocedural assumption that a call leaves such statics untouched.
 kflags=(-x c++ -include "$emu/emu.h" -DHOPSCORE_CUDA_EMU -Ikernels -I"$emu" -fno-ipa-reference -fno-strict-aliasing -fstack-clash-protection)

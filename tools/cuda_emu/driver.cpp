@@ -187,9 +187,11 @@ std::map<std::string, Kernel>& registry() {
 }  // namespace hopscore_emu
 
 #if defined(__x86_64__)
-// hopscore_emu_switch(save, to): saves callee-saved registers, MXCSR and the x87
-// control word on the current stack, stores the stack pointer in *save, and resumes
-// the context whose stack pointer is `to`.
+// hopscore_emu_switch(save, to): saves callee-saved registers on the current stack,
+// stores the stack pointer in *save, and resumes the context whose stack pointer is
+// `to`. MXCSR and the x87 control word are not switched (loading the control word made
+// half of a switch's time): a launch sets them once for all its fibers (`FpDefaults`),
+// and neither the kernels nor the scheduler change them.
 asm(R"(
   .text
   .globl hopscore_emu_switch
@@ -202,14 +204,8 @@ hopscore_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -245,9 +241,28 @@ void* fiber_initial_sp(unsigned i) {
   *--sp = 0;                                               // fake return address of fiber_entry
   *--sp = reinterpret_cast<uint64_t>(&fiber_entry);        // `ret` target
   for (int r = 0; r < 6; ++r) *--sp = 0;                   // rbp rbx r12 r13 r14 r15
-  *--sp = 0x1F80ull | (0x037Full << 32);                   // MXCSR, x87 control word
   return sp;
 }
+
+// The default floating-point environment (MXCSR 0x1F80: round to nearest, no
+// flush-to-zero, exceptions masked; x87 control word 0x037F) for the kernels of one
+// launch, whatever the caller's; the caller's back at the end.
+class FpDefaults {
+ public:
+  FpDefaults() {
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr_), "=m"(x87_));
+    const uint32_t mxcsr = 0x1F80;
+    const uint16_t x87 = 0x037F;
+    asm volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr), "m"(x87));
+  }
+  ~FpDefaults() { asm volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr_), "m"(x87_)); }
+  FpDefaults(const FpDefaults&) = delete;
+  FpDefaults& operator=(const FpDefaults&) = delete;
+
+ private:
+  uint32_t mxcsr_;
+  uint16_t x87_;
+};
 
 // A fault while this thread runs a kernel is reported with the kernel, block and thread
 // (an out-of-bounds device access, or a fiber stack overflow into its guard page);
@@ -979,6 +994,7 @@ CUresult launch(CUfunction fh, unsigned gx, unsigned gy, unsigned gz, unsigned b
   ss.ss_size = 64 * 1024;
   sigaltstack(&ss, &old_ss);
   t_in_kernel = true;
+  const FpDefaults fp;
   for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
       for (unsigned x = 0; x < gx; ++x) {

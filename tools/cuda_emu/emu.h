@@ -71,6 +71,9 @@ inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
+// The driver's side of the kernels, inside libcuda.so only: hidden, so that a kernel's
+// calls (lane_id, the barriers: its hot path) are direct, not through the PLT.
+#pragma GCC visibility push(hidden)
 // Set by the scheduler (driver.cpp) before it switches into each fiber.
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr int warpSize = 32;
@@ -128,6 +131,7 @@ void* dynamic_smem();
 typedef void (*Trampoline)(void** params);
 // `sizes[i]` is the byte size of parameter i (a graph node copies the values at capture).
 void register_kernel(const char* name, Trampoline t, const size_t* sizes, size_t count);
+#pragma GCC visibility pop
 struct Registrar {
   Registrar(const char* name, Trampoline t, const size_t* sizes, size_t count) {
     register_kernel(name, t, sizes, count);
@@ -429,23 +433,34 @@ inline const uint64_t* warp_publish(const uint64_t* words, unsigned n) {
 template <typename T> inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   const uint64_t mine[3] = {a[0] | uint64_t(a[1]) << 32, a[2] | uint64_t(a[3]) << 32, b[0] | uint64_t(b[1]) << 32};
   const uint64_t* buf = warp_publish(mine, 3);
-  // Element (r, k) of A, (k, n) of B from the lane that holds it.
-  auto elem = [&](unsigned lane, unsigned reg, unsigned k) {
-    const uint64_t w = buf[lane * kWideWords + reg / 2];
-    const uint32_t r32 = uint32_t(w >> (32 * (reg & 1)));
-    return half_bits_to_f32<T>((k & 1) ? r32 >> 16 : r32 & 0xffffu);
+  const unsigned lane = lane_id(), g = lane / 4, t = lane % 4;
+  // This lane's rows g, g + 8 of A and columns 2t, 2t + 1 of B, decoded once from the
+  // lanes that hold them: lane 4g + q has A's k = 2q, 2q + 1 in a[0] (row g) and a[1]
+  // (row g + 8), k = 2q + 8, 2q + 9 in a[2] and a[3]; lane 4n + q has B's k = 2q,
+  // 2q + 1 of column n in b[0], k = 2q + 8, 2q + 9 in b[1].
+  float rows[2][16], cols[2][16];
+  auto pair = [](uint64_t word, unsigned half, float* at) {
+    const uint32_t r32 = uint32_t(word >> (32 * half));
+    at[0] = half_bits_to_f32<T>(r32 & 0xffffu);
+    at[1] = half_bits_to_f32<T>(r32 >> 16);
   };
-  auto a_at = [&](unsigned r, unsigned k) {  // register (r ≥ 8) + 2 (k ≥ 8)
-    return elem((r % 8) * 4 + (k % 8) / 2, (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), k);
-  };
-  auto b_at = [&](unsigned k, unsigned n) { return elem(n * 4 + (k % 8) / 2, 4 + (k >= 8 ? 1 : 0), k); };
-  const unsigned g = lane_id() / 4, t = lane_id() % 4;
-  for (unsigned i = 0; i < 4; ++i) {
-    const unsigned r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
-    float s = d[i];
-    for (unsigned k = 0; k < 16; ++k) s = fmaf(a_at(r, k), b_at(k, n), s);
-    d[i] = s;
+  for (unsigned q = 0; q < 4; ++q) {
+    const uint64_t* held = buf + (4 * g + q) * kWideWords;
+    for (unsigned r = 0; r < 2; ++r) {
+      pair(held[0], r, &rows[r][2 * q]);
+      pair(held[1], r, &rows[r][2 * q + 8]);
+    }
+    for (unsigned n = 0; n < 2; ++n) {
+      const uint64_t word = buf[(4 * (2 * t + n) + q) * kWideWords + 2];
+      pair(word, 0, &cols[n][2 * q]);
+      pair(word, 1, &cols[n][2 * q + 8]);
+    }
   }
+  // The four sums side by side, each still in k order.
+  float s[4] = {d[0], d[1], d[2], d[3]};
+  for (unsigned k = 0; k < 16; ++k)
+    for (unsigned i = 0; i < 4; ++i) s[i] = fmaf(rows[i / 2][k], cols[i % 2][k], s[i]);
+  for (unsigned i = 0; i < 4; ++i) d[i] = s[i];
   clobber();
 }
 
